@@ -1,0 +1,82 @@
+"""Names of the artifacts in a run directory (the NVRx GPT walkthrough's layout).
+
+A run directory is ``<work>/runs/<run-id>/``. Every stage (recipe, injector, evidence, criteria)
+agrees on these names through this module; only the injector, which must stay stdlib-only and
+importable as a plain script, repeats the few it needs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+MARKER_NAME = "fault_injected.json"
+MANIFEST_NAME = "run.json"
+CYCLE_INFOS_DIR = "cycle_infos"
+LOGS_DIR = "logs"
+CHECKPOINTS_DIR = "checkpoints"
+TRACKER_NAME = "latest_checkpointed_iteration.txt"
+FT_STATE_NAME = "ft_state.json"
+LAUNCHER_LOG_NAME = "launcher.log"
+# ft_launcher's --ft-per-cycle-applog-prefix: cycle N writes logs/train_cycle<N>.log
+APPLOG_PREFIX_NAME = "train.log"
+TMP_DIR = "tmp"
+
+
+def cycle_log_name(cycle: int) -> str:
+    """Name ft_launcher gives the application log of one cycle for our applog prefix."""
+    return f"train_cycle{cycle}.log"
+
+
+@dataclass(frozen=True)
+class RunLayout:
+    """Absolute paths of one run's artifacts."""
+
+    run_dir: Path
+    checkpoint_dir: Path
+
+    @classmethod
+    def for_run(cls, run_dir: Path, checkpoint_dir: Path | None = None) -> RunLayout:
+        return cls(
+            run_dir, checkpoint_dir if checkpoint_dir is not None else run_dir / CHECKPOINTS_DIR
+        )
+
+    @property
+    def marker(self) -> Path:
+        return self.run_dir / MARKER_NAME
+
+    @property
+    def manifest(self) -> Path:
+        return self.run_dir / MANIFEST_NAME
+
+    @property
+    def cycle_infos(self) -> Path:
+        return self.run_dir / CYCLE_INFOS_DIR
+
+    @property
+    def logs(self) -> Path:
+        return self.run_dir / LOGS_DIR
+
+    @property
+    def launcher_log(self) -> Path:
+        return self.logs / LAUNCHER_LOG_NAME
+
+    @property
+    def applog_prefix(self) -> Path:
+        return self.logs / APPLOG_PREFIX_NAME
+
+    def cycle_log(self, cycle: int) -> Path:
+        return self.logs / cycle_log_name(cycle)
+
+    @property
+    def tracker(self) -> Path:
+        return self.checkpoint_dir / TRACKER_NAME
+
+    @property
+    def ft_state(self) -> Path:
+        return self.checkpoint_dir / FT_STATE_NAME
+
+    @property
+    def tmp(self) -> Path:
+        """Per-run TMPDIR: ft_launcher puts sockets and torchelastic error files there."""
+        return self.run_dir / TMP_DIR

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Create/refresh the project's interpreter at .venv (Python 3.12 + torch + megatron-core + NVRx 0.7).
+#
+# NVRx >= 0.5 ships only cp312 manylinux_2_39 wheels. Its fault-tolerance launcher is pure
+# Python and runs on older glibc (measured on Debian 12, glibc 2.36), so we ask uv to resolve for
+# manylinux_2_39 explicitly. On a glibc >= 2.39 host a plain `pip install pytest-nvrx` works too.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+export UV_PYTHON_DOWNLOADS=never
+
+find_python312() {
+    local cand
+    if command -v pyenv >/dev/null 2>&1; then
+        for cand in "$(pyenv root)"/versions/3.12*/bin/python3.12; do
+            [[ -x "$cand" ]] && { echo "$cand"; return 0; }
+        done
+    fi
+    for cand in python3.12 python3; do
+        if command -v "$cand" >/dev/null 2>&1 \
+            && "$cand" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 12))' 2>/dev/null; then
+            command -v "$cand"; return 0
+        fi
+    done
+    return 1
+}
+
+PY312="$(find_python312)" || { echo "bootstrap: no Python 3.12 found (pyenv or PATH)" >&2; exit 1; }
+
+# uv: use one on PATH if it really runs, else install it next to the 3.12 interpreter.
+if uv --version >/dev/null 2>&1; then
+    UV=(uv)
+else
+    "$PY312" -m uv --version >/dev/null 2>&1 || "$PY312" -m pip install -q --disable-pip-version-check uv
+    UV=("$PY312" -m uv)
+fi
+
+"${UV[@]}" sync --frozen --python "$PY312" --python-platform x86_64-manylinux_2_39 --quiet
