@@ -1,0 +1,197 @@
+"""``python -m pytest_nvrx run | verify``: the core without pytest.
+
+Exit status: the launcher's own for ``run`` (0 = the run finished), 2 for bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from pytest_nvrx.recipe import Recipe, build_recipe, prepare_run_dir
+from pytest_nvrx.settings import (
+    DRY_RUN_ENV,
+    FAULT_KINDS,
+    WORKLOAD_KINDS,
+    ConfigError,
+    RunConfig,
+    SectionTimeouts,
+    resolve,
+)
+
+USAGE_ERROR = 2
+
+
+def find_launcher() -> str:
+    """ft_launcher of the interpreter running us (its workers use the same Python)."""
+    beside = Path(sys.executable).parent / "ft_launcher"
+    if beside.is_file() and os.access(beside, os.X_OK):
+        return str(beside)
+    found = shutil.which("ft_launcher")
+    if found is None:
+        raise ConfigError(
+            "ft_launcher not found beside the interpreter or on PATH; install "
+            "nvidia-resiliency-ext 0.7.x into this environment"
+        )
+    return found
+
+
+def _section_timeouts(text: str) -> SectionTimeouts:
+    try:
+        return SectionTimeouts.parse(text)
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def add_run_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of ``run``; each falls back to the walkthrough's environment variable."""
+    p = parser.add_argument
+    p("--workload", choices=WORKLOAD_KINDS, help="megatron (default) or the CPU reference")
+    p("--megatron-path", type=Path, help="Megatron-LM checkout [MEGATRON_PATH]")
+    p("--work-dir", type=Path, help="absolute work directory [NVRX_WORK_DIR]")
+    p("--run-id", help="unique run ID, [A-Za-z0-9_-]+ [NVRX_RUN_ID]")
+    p("--nnodes", help="number of nodes [NNODES, 1]")
+    p("--gpus-per-node", help="processes per node [GPUS_PER_NODE, 2]")
+    p("--tp", help="tensor-parallel size [TP, 1]")
+    p("--pp", help="pipeline-parallel size [PP, 1]")
+    p("--train-iters", help="training iterations [TRAIN_ITERS, 100]")
+    p("--save-interval", help="checkpoint interval [SAVE_INTERVAL, 5]")
+    p("--fault", choices=FAULT_KINDS, help="fault to inject [NVRX_DEMO_FAULT, kill]")
+    p("--fault-rank", help="rank that receives the fault [NVRX_FAULT_RANK, 1]")
+    p("--checkpoint-dir", type=Path, help="checkpoint dir [NVRX_CHECKPOINT_DIR]")
+    p("--rdzv-endpoint", help="rendezvous host:port [RDZV_ENDPOINT, localhost:0]")
+    p("--section-timeouts", type=_section_timeouts, help="setup:900,step:120,checkpointing:600")
+    p("--out-of-section-timeout", help="seconds out of any section [180]")
+    p("--max-restarts", help="launcher restarts [3]")
+    p("--workload-check-interval", help="ft_launcher's workload check interval, seconds")
+    p("--log-server-port", type=int, help="ft_launcher log server port [a free one]")
+    p(
+        "--no-distributed-optimizer",
+        action="store_true",
+        help="drop Megatron's --use-distributed-optimizer (qualify without it)",
+    )
+    te = parser.add_mutually_exclusive_group()
+    te.add_argument(
+        "--no-te-profile",
+        dest="no_te_profile",
+        action="store_const",
+        const=True,
+        help="force the Megatron flags for a stack without Transformer Engine/Apex",
+    )
+    te.add_argument(
+        "--default-profile",
+        dest="no_te_profile",
+        action="store_const",
+        const=False,
+        help="force the walkthrough's flags even where TE/Apex are missing",
+    )
+    p("--dry-run", action="store_true", help=f"print the command and stop [{DRY_RUN_ENV}=1]")
+    p("--timeout", type=float, default=3600.0, help="kill the run after this many seconds")
+    p("extra", nargs="*", help="extra workload arguments (after --)")
+
+
+#: CLI option → RunConfig field, for options given as text and parsed like environment values.
+_TEXT_OPTIONS = (
+    "nnodes",
+    "gpus_per_node",
+    "tp",
+    "pp",
+    "train_iters",
+    "save_interval",
+    "fault_rank",
+    "out_of_section_timeout",
+    "max_restarts",
+    "workload_check_interval",
+)
+
+
+def config_from_args(args: argparse.Namespace, environ: Mapping[str, str]) -> RunConfig:
+    from pytest_nvrx.settings import parse_value
+
+    explicit: dict[str, Any] = {
+        "workload": args.workload,
+        "megatron_path": args.megatron_path,
+        "work_dir": args.work_dir,
+        "run_id": args.run_id,
+        "fault": args.fault,
+        "checkpoint_dir": args.checkpoint_dir,
+        "rdzv_endpoint": args.rdzv_endpoint,
+        "section_timeouts": args.section_timeouts,
+        "no_te_profile": args.no_te_profile,
+        "extra_args": tuple(args.extra) if args.extra else None,
+    }
+    if args.no_distributed_optimizer:
+        explicit["distributed_optimizer"] = False
+    for name in _TEXT_OPTIONS:
+        raw = getattr(args, name)
+        if raw is not None:
+            explicit[name] = parse_value(name, raw, "--" + name.replace("_", "-"))
+    return resolve(explicit, environ)
+
+
+def plan(args: argparse.Namespace, environ: Mapping[str, str]) -> Recipe:
+    """Resolve, validate, create the run dirs and build the recipe (nothing launched)."""
+    config = config_from_args(args, environ)
+    prepare_run_dir(config)
+    launcher = "ft_launcher" if args.dry_run else find_launcher()
+    return build_recipe(config, launcher_exe=launcher, port=args.log_server_port)
+
+
+def cmd_run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
+    if environ.get(DRY_RUN_ENV, "0") == "1":
+        args.dry_run = True
+    try:
+        recipe = plan(args, environ)
+    except ConfigError as exc:
+        print(f"pytest-nvrx run: error: {exc}", file=sys.stderr)
+        return USAGE_ERROR
+    print(f"Run artifacts: {recipe.layout.run_dir}")
+    print(f"Checkpoint directory: {recipe.layout.checkpoint_dir}")
+    if recipe.profile != "default":
+        print(f"Profile: {recipe.profile} ({' '.join(recipe.profile_flags)})")
+    if args.dry_run:
+        print(recipe.shell_command())
+        return 0
+    from pytest_nvrx.launch import Launch
+
+    def show(progress: Any) -> None:
+        print(progress.describe(), flush=True)
+
+    with Launch(recipe) as launch:
+        result = launch.wait(args.timeout, on_progress=show)
+    print(f"ft_launcher exited with {result.exit_code} after {result.wall_s:.1f}s")
+    return result.exit_code if result.exit_code is not None else 1
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m pytest_nvrx",
+        description="Qualify fault recovery of Megatron-LM GPT training under NVRx ft_launcher.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser(
+        "run",
+        help="launch the GPT recovery recipe (or print it with --dry-run)",
+        description="Launch the recovery recipe. Options override the walkthrough's "
+        "environment variables (shown in brackets).",
+    )
+    add_run_arguments(run)
+    sub.add_parser("verify", help="judge an existing run directory", add_help=False)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> int:
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    env = os.environ if environ is None else environ
+    if args_list[:1] == ["verify"]:
+        from pytest_nvrx.verify import verify_main
+
+        return verify_main(args_list[1:])
+    parser = build_parser()
+    args = parser.parse_args(args_list)
+    return cmd_run(args, env)

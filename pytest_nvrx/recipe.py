@@ -1,0 +1,261 @@
+"""The GPT recovery recipe: ft_launcher argv, workload argv, run directory and manifest.
+
+What the walkthrough's ``run_megatron_gpt.sh`` does, as data. The only I/O here is creating the
+run's artifact directories and writing ``run.json``; launching is :mod:`pytest_nvrx.launch`.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import shlex
+import socket
+import zlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pytest_nvrx import __version__
+from pytest_nvrx.layout import RunLayout
+from pytest_nvrx.settings import ConfigError, RunConfig, validate
+
+INJECTOR_PATH = Path(__file__).resolve().parent / "injector.py"
+REFERENCE_MODULE = "pytest_nvrx.workloads.reference"
+
+#: Megatron flags for a stack without Transformer Engine and Apex (measured on the H200, see
+#: docs): local transformer layers, no fused kernels that only TE/Apex provide.
+NO_TE_PROFILE: tuple[str, ...] = (
+    "--transformer-impl=local",
+    "--no-gradient-accumulation-fusion",
+    "--no-persist-layer-norm",
+    "--no-masked-softmax-fusion",
+)
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """One run, fully specified: what to execute, where, with which environment."""
+
+    config: RunConfig
+    layout: RunLayout
+    launcher_argv: tuple[str, ...]
+    workload_argv: tuple[str, ...]
+    env: Mapping[str, str]
+    log_server_port: int
+    profile: str
+    profile_flags: tuple[str, ...] = field(default=())
+
+    @property
+    def argv(self) -> list[str]:
+        return [*self.launcher_argv, *self.workload_argv]
+
+    def shell_command(self) -> str:
+        """The exact command, shell-quoted, with its environment additions in front."""
+        env = [f"{k}={shlex.quote(v)}" for k, v in sorted(self.env.items())]
+        return " ".join([*env, *(shlex.quote(a) for a in self.argv)])
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """An ephemeral TCP port that is free right now (the launcher binds it moments later)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def log_server_port_for(config: RunConfig) -> int:
+    """A distinct ``--ft-log-server-port`` per run.
+
+    ft_launcher's log server defaults to 50051 on every host, so two launchers mix their logs.
+    On one node any free port will do; across nodes every launcher must agree, so the port is
+    derived from the shared run ID.
+    """
+    if config.nnodes == 1:
+        return free_port()
+    return 20000 + zlib.crc32(config.run_id.encode()) % 20000
+
+
+def launcher_argv(config: RunConfig, layout: RunLayout, port: int, exe: str) -> list[str]:
+    argv = [
+        exe,
+        f"--nnodes={config.nnodes}",
+        f"--nproc-per-node={config.gpus_per_node}",
+        "--rdzv-backend=c10d",
+        f"--rdzv-endpoint={config.rdzv_endpoint}",
+        f"--rdzv-id={config.run_id}",
+        f"--max-restarts={config.max_restarts}",
+        f"--ft-rank-section-timeouts={config.section_timeouts.render()}",
+        f"--ft-rank-out-of-section-timeout={_num(config.out_of_section_timeout)}",
+        f"--ft-checkpoint-iteration-file={layout.tracker}",
+        f"--ft-cycle-info-dir={layout.cycle_infos}",
+        f"--ft-per-cycle-applog-prefix={layout.applog_prefix}",
+        f"--ft-nvrx-logfile={layout.launcher_log}",
+        f"--ft-log-server-port={port}",
+    ]
+    if config.workload_check_interval is not None:
+        argv.append(f"--ft-workload-check-interval={_num(config.workload_check_interval)}")
+    return argv
+
+
+def injector_argv(config: RunConfig, layout: RunLayout) -> list[str]:
+    """The once-only fault wrapper and the entry point it runs."""
+    if config.workload == "megatron":
+        assert config.megatron_path is not None
+        entry = ["--script", str(config.megatron_path / "pretrain_gpt.py")]
+    else:
+        entry = ["--module", REFERENCE_MODULE]
+    return [
+        str(INJECTOR_PATH),
+        f"--checkpoint-dir={layout.checkpoint_dir}",
+        f"--fault-marker={layout.marker}",
+        f"--fault={config.fault}",
+        f"--fault-rank={config.fault_rank}",
+        *entry,
+        "--",
+    ]
+
+
+def megatron_args(config: RunConfig, layout: RunLayout, profile_flags: Sequence[str]) -> list[str]:
+    """The walkthrough's Megatron arguments, plus what real runs required."""
+    ckpt = str(layout.checkpoint_dir)
+    args = [
+        "--enable-ft-package",
+        "--ft-num-warmup-iters=0",
+        "--mock-data",
+        "--tokenizer-type=NullTokenizer",
+        "--vocab-size=1024",
+        "--num-layers=4",
+        "--hidden-size=512",
+        "--num-attention-heads=8",
+        "--seq-length=256",
+        "--max-position-embeddings=256",
+        f"--tensor-model-parallel-size={config.tp}",
+        f"--pipeline-model-parallel-size={config.pp}",
+        "--micro-batch-size=1",
+        f"--global-batch-size={config.world_size}",
+        f"--train-iters={config.train_iters}",
+        "--lr=0.0001",
+        "--lr-decay-style=constant",
+        "--bf16",
+    ]
+    if config.distributed_optimizer:
+        args.append("--use-distributed-optimizer")
+    args += [
+        f"--load={ckpt}",
+        f"--save={ckpt}",
+        f"--save-interval={config.save_interval}",
+        "--ckpt-format=torch_dist",
+        "--async-save",
+        "--use-persistent-ckpt-worker",
+        "--eval-iters=0",
+        "--log-interval=1",
+        # core 0.19 divides by eval_interval even with --eval-iters=0 (TypeError without it).
+        f"--eval-interval={config.train_iters}",
+    ]
+    args += profile_flags
+    return args
+
+
+def reference_args(config: RunConfig, layout: RunLayout) -> list[str]:
+    ckpt = str(layout.checkpoint_dir)
+    return [
+        f"--train-iters={config.train_iters}",
+        f"--save-interval={config.save_interval}",
+        f"--save={ckpt}",
+        f"--load={ckpt}",
+        "--log-interval=1",
+    ]
+
+
+def build_recipe(
+    config: RunConfig,
+    *,
+    no_te: bool = False,
+    launcher_exe: str = "ft_launcher",
+    port: int | None = None,
+) -> Recipe:
+    """Assemble the run. ``no_te`` is the stack's verdict; ``config.no_te_profile`` overrides it."""
+    layout = config.layout
+    use_no_te = config.no_te_profile if config.no_te_profile is not None else no_te
+    profile_flags = NO_TE_PROFILE if (config.workload == "megatron" and use_no_te) else ()
+    profile = "no-te" if profile_flags else "default"
+    if config.workload == "megatron":
+        work = megatron_args(config, layout, profile_flags)
+    else:
+        work = reference_args(config, layout)
+    port = log_server_port_for(config) if port is None else port
+    env = {"TMPDIR": str(layout.tmp), "NVRX_RUN_ID": config.run_id, "PYTHONUNBUFFERED": "1"}
+    return Recipe(
+        config=config,
+        layout=layout,
+        launcher_argv=tuple(launcher_argv(config, layout, port, launcher_exe)),
+        workload_argv=(*injector_argv(config, layout), *work, *config.extra_args),
+        env=env,
+        log_server_port=port,
+        profile=profile,
+        profile_flags=tuple(profile_flags),
+    )
+
+
+def check_fresh_run_dir(layout: RunLayout) -> None:
+    """Refuse a run directory that already holds another launch's artifacts.
+
+    A dry run leaves only empty directories behind, which a real launch may reuse; logs, cycle
+    records or a manifest mean the run ID was used before and its evidence would be mixed in.
+    """
+    used = [
+        p
+        for p in (layout.manifest, layout.logs, layout.cycle_infos)
+        if p.is_file() or (p.is_dir() and any(p.iterdir()))
+    ]
+    if used:
+        raise ConfigError(
+            f"run dir {layout.run_dir} was used before ({', '.join(p.name for p in used)}); "
+            "use a new run ID"
+        )
+
+
+def prepare_run_dir(config: RunConfig) -> RunLayout:
+    """Validate everything, then create the artifact directories (as the walkthrough does)."""
+    validate(config)
+    layout = config.layout
+    check_fresh_run_dir(layout)
+    for d in (layout.logs, layout.cycle_infos, layout.checkpoint_dir, layout.tmp):
+        d.mkdir(parents=True, exist_ok=True)
+    return layout
+
+
+def utc_now() -> str:
+    return _dt.datetime.now(_dt.UTC).isoformat(timespec="milliseconds")
+
+
+def manifest(recipe: Recipe, *, stack: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """What a later verifier needs besides the logs."""
+    return {
+        "schema": 1,
+        "tool": {"name": "pytest-nvrx", "version": __version__},
+        "run_id": recipe.config.run_id,
+        "config": recipe.config.as_dict(),
+        "profile": recipe.profile,
+        "profile_flags": list(recipe.profile_flags),
+        "launcher_argv": list(recipe.launcher_argv),
+        "workload_argv": list(recipe.workload_argv),
+        "command": recipe.shell_command(),
+        "env": dict(recipe.env),
+        "log_server_port": recipe.log_server_port,
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+        "start_time": utc_now(),
+        "stack": dict(stack) if stack is not None else None,
+    }
+
+
+def write_json_atomic(path: Path, data: Mapping[str, Any]) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=False) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def _num(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else repr(value)
