@@ -1,0 +1,340 @@
+"""``logs/launcher.log``: what ft_launcher (NVRx 0.7), its rank monitors and torchelastic said.
+
+Line formats seen in real runs (tests/data/gpu):
+
+* NVRx logger: ``2026-11-29 11:03:56,241 [INFO] [vm] [workload:?(?) infra:?(?)] launcher.py:636
+  <message>``, optionally behind a rank prefix (``"0: "``). Rank monitors log with
+  ``workload:?(<local rank>)``.
+* torchelastic (glog): ``E1129 11:03:56.239000 547 torch/.../api.py:986] failed (exitcode: -9)
+  local_rank: 0 (pid: 585) of binary: ...`` (no year, local time).
+* Profiling events: ``- Cycle: 1 Event: failure_detected Node: n Rank: 0 Time: ... UTC``. NVRx
+  bumps its cycle counter *at* ``failure_detected``, so that event carries the number of the
+  cycle about to start, not the one that failed.
+* Continuation lines (the launch-config block) have no timestamp.
+
+Log timestamps are the launcher host's local time; profiling events also carry UTC, which gives
+the host's UTC offset (:attr:`LauncherLog.utc_offset`). Every time here is returned as UTC.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta, timezone
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from pytest_nvrx.evidence.refs import EvidenceRef, iter_lines, quote
+
+
+class LauncherEventKind(StrEnum):
+    WORKERS_STARTING = "workers_starting"  # "[default] starting workers for entrypoint: ..."
+    PROFILING = "profiling"  # "- Cycle: N Event: <name> ..."
+    WORKER_FAILED = "worker_failed"  # torchelastic "failed (exitcode: X) local_rank: R (pid: P)"
+    GROUP_FAILED = "group_failed"  # "Worker group FAILED. n/m attempts left; will restart ..."
+    JOIN_RESTART = "join_restart"  # "Joining cluster restart (group_rank=..)"
+    SECTION_TIMEOUT = "section_timeout"  # "[Cycle N] Section 'step' has been open for ..."
+    HEARTBEAT_TIMEOUT = "heartbeat_timeout"  # "[Cycle N] Did not get subsequent heartbeat ..."
+    SECTIONS_OPEN = "sections_open"  # "Section(s) ['step'] were still open."
+    PROGRESS = "progress"  # "Training cycle #0 made progress: 0 → 5 (5 iterations)"
+    NO_PROGRESS = "no_progress"  # "Training cycle #1 made NO progress: ..."
+    EARLY_TERMINATION = "early_termination"  # "EARLY TERMINATION: ..."
+    NO_RESTART = "no_restart"  # "... no progress across restarts. No more restarts ..." etc.
+    GROUP_SUCCEEDED = "group_succeeded"  # "[default] worker group successfully finished."
+    RUN_OK = "run_ok"  # "Agent .run() is OK. No failures in the result."
+    RUN_FAILED = "run_failed"  # "Agent .run() ended with ...", "Some rank(s) exited with ..."
+    AGENT_EXIT = "agent_exit"  # "Agent's exit code = 93", "Agent exits with exit code = 0."
+
+
+# Events that say a worker (group) failed or was judged hung.
+FAILURE_KINDS = frozenset(
+    {
+        LauncherEventKind.WORKER_FAILED,
+        LauncherEventKind.GROUP_FAILED,
+        LauncherEventKind.SECTION_TIMEOUT,
+        LauncherEventKind.HEARTBEAT_TIMEOUT,
+    }
+)
+
+
+@dataclass(frozen=True, slots=True)
+class LauncherEvent:
+    kind: LauncherEventKind
+    time: datetime | None
+    ref: EvidenceRef
+    # profiling event name (failure_detected, worker_start_completed, ...) or section name
+    name: str | None = None
+    cycle: int | None = None
+    # worker local rank (torchelastic, rank monitors) or the node's group rank (profiling)
+    rank: int | None = None
+    pid: int | None = None
+    exit_code: int | None = None
+    will_restart: bool | None = None
+
+    @property
+    def is_failure_detected(self) -> bool:
+        return self.kind is LauncherEventKind.PROFILING and self.name == "failure_detected"
+
+
+@dataclass(frozen=True, slots=True)
+class LauncherLog:
+    file: str
+    exists: bool
+    events: tuple[LauncherEvent, ...] = ()
+    line_count: int = 0
+    first_time: datetime | None = None
+    first_ref: EvidenceRef | None = None
+    last_time: datetime | None = None
+    last_ref: EvidenceRef | None = None
+    # "Starting elastic_operator with launch configs:" block (nproc_per_node, max_restarts, ...)
+    config: dict[str, str] = field(default_factory=dict)
+    config_refs: dict[str, EvidenceRef] = field(default_factory=dict)
+    # local time minus UTC on the launcher host, from profiling events; None if none were seen
+    utc_offset: timedelta | None = None
+    read_error: str | None = None
+
+    def of_kind(self, *kinds: LauncherEventKind) -> tuple[LauncherEvent, ...]:
+        return tuple(e for e in self.events if e.kind in kinds)
+
+    def profiling(self, name: str) -> tuple[LauncherEvent, ...]:
+        return tuple(
+            e for e in self.events if e.kind is LauncherEventKind.PROFILING and e.name == name
+        )
+
+    @property
+    def nproc_per_node(self) -> int | None:
+        value = self.config.get("nproc_per_node", "")
+        return int(value) if value.isdigit() else None
+
+
+_PREFIX = r"(?:(?:\d+|\?)\s*: )?"
+_NVRX_LINE = re.compile(
+    _PREFIX + r"(?P<ts>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d[,.]\d+) \[(?P<level>\w+)\] \[[^\]]*\] "
+    r"\[workload:(?P<wrank>[^(\s]*)\((?P<wlocal>[^)\s]*)\) infra:[^\]]*\] "
+    r"(?P<src>\S+?):\d+ (?P<msg>.*)"
+)
+# A plainer NVRx/python logging line without the workload/infra block.
+_PLAIN_LINE = re.compile(
+    _PREFIX + r"(?P<ts>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d[,.]\d+) \[(?P<level>\w+)\] (?P<msg>.*)"
+)
+_GLOG_LINE = re.compile(
+    _PREFIX + r"[IWEF](?P<mon>\d\d)(?P<day>\d\d) (?P<time>\d\d:\d\d:\d\d(?:\.\d+)?)\s+\d+\s+"
+    r"\S+\] (?P<msg>.*)"
+)
+_PROFILING = re.compile(
+    r"-\s*Cycle: (?P<cycle>\d+) Event: (?P<name>\w+) Node: (?P<node>\S+) Rank: (?P<rank>\S+)"
+    r" Time: (?P<utc>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?) UTC"
+)
+_WORKER_FAILED = re.compile(
+    r"failed \(exitcode: (?P<code>-?\d+)\) local_rank: (?P<rank>\d+) \(pid: (?P<pid>\d+)\)"
+)
+_GROUP_FAILED = re.compile(
+    r"Worker group (?P<state>FAILED|UNHEALTHY)\. (?P<left>\d+)/(?P<max>\d+) attempts left;"
+    r" will restart"
+)
+_SECTION_TIMEOUT = re.compile(
+    r"\[Cycle (?P<cycle>\d+)\] (?:Section '(?P<section>[^']+)' has been open|"
+    r"Was out of section) for [\d.]+ seconds"
+)
+_HEARTBEAT = re.compile(r"\[Cycle (?P<cycle>\d+)\] Did not get (?:initial|subsequent) heartbeat")
+_EXIT_CODE = re.compile(r"(?:Agent's exit code = |Agent exits with exit code = )(?P<code>-?\d+)")
+_CONFIG_LINE = re.compile(r"\s{2}(?P<key>\w+)\s*: (?P<value>.*)")
+_NPROC = re.compile(r"Using nproc_per_node=(?P<n>\d+)")
+
+
+def _int(value: str | None) -> int | None:
+    return int(value) if value is not None and value.lstrip("-").isdigit() else None
+
+
+def _classify(msg: str, ref: EvidenceRef) -> tuple[LauncherEvent, str | None] | None:
+    """The event a launcher message stands for (time still unset), and a profiling event's UTC
+    stamp; None for messages that mean nothing to the criteria."""
+    K = LauncherEventKind
+
+    def ev(kind: LauncherEventKind, **fields: Any) -> tuple[LauncherEvent, None]:
+        return LauncherEvent(kind, None, ref, **fields), None
+
+    if "Event: " in msg:
+        m = _PROFILING.search(msg)
+        if m is not None:
+            event = LauncherEvent(
+                K.PROFILING, None, ref, name=m["name"], cycle=int(m["cycle"]), rank=_int(m["rank"])
+            )
+            return event, m["utc"]
+    if "failed (exitcode" in msg:
+        m = _WORKER_FAILED.search(msg)
+        if m is not None:
+            return ev(
+                K.WORKER_FAILED, exit_code=int(m["code"]), rank=int(m["rank"]), pid=int(m["pid"])
+            )
+    if "Worker group" in msg:
+        m = _GROUP_FAILED.search(msg)
+        if m is not None:
+            return ev(K.GROUP_FAILED, name=m["state"], will_restart=True)
+    if "Joining cluster restart" in msg:
+        return ev(K.JOIN_RESTART, will_restart=True)
+    if "[Cycle " in msg:
+        m = _SECTION_TIMEOUT.search(msg)
+        if m is not None:
+            return ev(
+                K.SECTION_TIMEOUT, name=m["section"] or "out_of_section", cycle=int(m["cycle"])
+            )
+        m = _HEARTBEAT.search(msg)
+        if m is not None:
+            return ev(K.HEARTBEAT_TIMEOUT, name="heartbeat", cycle=int(m["cycle"]))
+    if "were still open" in msg:
+        return ev(K.SECTIONS_OPEN)
+    if "EARLY TERMINATION" in msg:
+        return ev(K.EARLY_TERMINATION)
+    if "made NO progress" in msg:
+        return ev(K.NO_PROGRESS)
+    if "made progress" in msg:
+        return ev(K.PROGRESS)
+    if "starting workers for entrypoint" in msg:
+        return ev(K.WORKERS_STARTING)
+    if "worker group successfully finished" in msg:
+        return ev(K.GROUP_SUCCEEDED)
+    if "Agent .run() is OK" in msg:
+        return ev(K.RUN_OK)
+    if "exit code" in msg:
+        m = _EXIT_CODE.search(msg)
+        if m is not None:
+            kind = K.NO_RESTART if "must not be restarted" in msg else K.AGENT_EXIT
+            return ev(kind, exit_code=int(m["code"]))
+        if "Some rank(s) exited with non-zero exit code" in msg:
+            return ev(K.RUN_FAILED)
+    if (
+        "no progress across restarts" in msg
+        or "must not be restarted" in msg
+        or "Attribution recommended stopping" in msg
+        or "reported a no-restart decision" in msg
+    ):
+        return ev(K.NO_RESTART)
+    if "Agent .run() ended with" in msg or "Agent .run() raised" in msg:
+        return ev(K.RUN_FAILED)
+    return None
+
+
+def _naive(ts: str) -> datetime | None:
+    try:
+        return datetime.fromisoformat(ts.replace(",", "."))
+    except ValueError:
+        return None
+
+
+def parse_launcher_log(path: Path, *, file: str | None = None) -> LauncherLog:
+    """Parse the launcher log; a missing or unreadable file is reported, never raised."""
+    name = file if file is not None else path.name
+    if not path.is_file():
+        return LauncherLog(name, exists=False)
+    events: list[LauncherEvent] = []
+    naive_times: list[datetime | None] = []
+    config: dict[str, str] = {}
+    config_refs: dict[str, EvidenceRef] = {}
+    offsets: list[timedelta] = []
+    in_config = False
+    last_year: int | None = None
+    first: tuple[datetime, EvidenceRef] | None = None
+    last: tuple[datetime, EvidenceRef] | None = None
+    # glog lines lack the year; they take it from the nearest NVRx line (fixed up at the end).
+    pending_year: list[int] = []
+    lineno = 0
+    try:
+        for lineno, text in iter_lines(path):
+            ts: datetime | None = None
+            msg: str
+            wlocal: str | None = None
+            m = _NVRX_LINE.match(text) or _PLAIN_LINE.match(text)
+            if m is not None:
+                ts = _naive(m["ts"])
+                msg = m["msg"]
+                wlocal = m.groupdict().get("wlocal")
+                if ts is not None:
+                    last_year = ts.year
+            else:
+                g = _GLOG_LINE.match(text)
+                if g is not None:
+                    try:
+                        ts = datetime.fromisoformat(
+                            f"{last_year or 1:04d}-{g['mon']}-{g['day']} {g['time']}"
+                        )
+                    except ValueError:
+                        ts = None
+                    if last_year is None and ts is not None:
+                        pending_year.append(len(events))
+                    msg = g["msg"]
+                else:
+                    # An untimestamped line: the launch-config block, or junk.
+                    if in_config:
+                        c = _CONFIG_LINE.match(text)
+                        if c is not None:
+                            config.setdefault(c["key"], c["value"].strip())
+                            config_refs.setdefault(c["key"], EvidenceRef(name, lineno, quote(text)))
+                            continue
+                        in_config = False
+                    continue
+            in_config = "Starting elastic_operator with launch configs" in msg
+            if ts is not None:
+                ref = EvidenceRef(name, lineno, quote(text))
+                if first is None:
+                    first = (ts, ref)
+                last = (ts, ref)
+            if "nproc_per_node=" in msg:
+                n = _NPROC.search(msg)
+                if n is not None:
+                    config.setdefault("nproc_per_node", n["n"])
+                    config_refs.setdefault("nproc_per_node", EvidenceRef(name, lineno, quote(text)))
+            found = _classify(msg, EvidenceRef(name, lineno, quote(text)))
+            if found is None:
+                continue
+            event, utc_text = found
+            if utc_text is not None and ts is not None:
+                stamp = _naive(utc_text)
+                if stamp is not None:
+                    offsets.append(ts - stamp)
+            if event.kind in (
+                LauncherEventKind.SECTION_TIMEOUT,
+                LauncherEventKind.HEARTBEAT_TIMEOUT,
+            ):
+                # rank monitors log as workload:?(<local rank>)
+                event = replace(event, rank=_int(wlocal))
+            events.append(event)
+            naive_times.append(ts)
+    except OSError as exc:
+        return LauncherLog(name, exists=True, line_count=lineno, read_error=str(exc))
+
+    offset = _host_offset(offsets)
+    zone = timezone(offset) if offset is not None else UTC
+
+    def utc(naive: datetime | None, fix_year: bool = False) -> datetime | None:
+        if naive is None:
+            return None
+        if fix_year and last_year is not None:
+            naive = naive.replace(year=last_year)
+        return naive.replace(tzinfo=zone).astimezone(UTC)
+
+    fix = set(pending_year)
+    events = [replace(ev, time=utc(naive_times[i], i in fix)) for i, ev in enumerate(events)]
+    return LauncherLog(
+        file=name,
+        exists=True,
+        events=tuple(events),
+        line_count=lineno,
+        first_time=utc(first[0]) if first else None,
+        first_ref=first[1] if first else None,
+        last_time=utc(last[0]) if last else None,
+        last_ref=last[1] if last else None,
+        config=config,
+        config_refs=config_refs,
+        utc_offset=offset,
+    )
+
+
+def _host_offset(offsets: list[timedelta]) -> timedelta | None:
+    """The host's UTC offset, rounded to 15 minutes (log and profiling stamps differ by ms)."""
+    if not offsets:
+        return None
+    quarter = timedelta(minutes=15)
+    rounded = [round(o / quarter) * quarter for o in offsets]
+    return max(set(rounded), key=rounded.count)

@@ -1,0 +1,245 @@
+"""Gather every artifact of a run directory into one typed :class:`RunEvidence`.
+
+The only entry point the criteria, ``verify`` and the plugin need: :func:`load_run`. Nothing
+here judges; it reads, normalizes times to UTC and records what is missing or broken as
+:class:`~pytest_nvrx.evidence.refs.Problem` (fatal ones mean the run cannot be judged).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import UTC, timezone, tzinfo
+from pathlib import Path
+from typing import Any
+
+from pytest_nvrx.evidence.checkpoint import CheckpointMetadata, read_checkpoint_metadata
+from pytest_nvrx.evidence.cycle_infos import CycleInfo, CycleInfos, read_cycle_infos
+from pytest_nvrx.evidence.cycle_log import CycleLog, parse_cycle_log
+from pytest_nvrx.evidence.launcher_log import LauncherLog, parse_launcher_log
+from pytest_nvrx.evidence.manifest import Manifest, ManifestError, read_manifest
+from pytest_nvrx.evidence.marker import Marker, read_marker
+from pytest_nvrx.evidence.megatron import MEGATRON
+from pytest_nvrx.evidence.refs import EvidenceRef, Problem, display_path
+from pytest_nvrx.evidence.tracker import Tracker, read_tracker
+from pytest_nvrx.evidence.workload import (
+    LoadCompleted,
+    LoadStarted,
+    VersionReported,
+    WorkloadLogAdapter,
+    get_adapter,
+)
+from pytest_nvrx.layout import APPLOG_PREFIX_NAME, RunLayout
+
+_stem, _ext = APPLOG_PREFIX_NAME.rsplit(".", 1)
+# ft_launcher names cycle N's log <prefix-stem>_cycle<N>.<ext> (layout.cycle_log_name)
+_CYCLE_LOG = re.compile(re.escape(_stem) + r"_cycle(?P<n>\d+)\." + re.escape(_ext))
+
+
+class RunDirError(ValueError):
+    """The path is not something that can be judged at all (missing, not a directory)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RunEvidence:
+    """Everything a run directory shows, parsed; pure data for the criteria."""
+
+    run_dir: Path
+    checkpoint_dir: Path
+    workload: str
+    manifest: Manifest | None
+    marker: Marker | None  # None: no marker file; Marker.error set: unusable marker
+    launcher: LauncherLog
+    cycle_infos: CycleInfos
+    cycle_logs: tuple[CycleLog, ...]  # by cycle number
+    tracker: Tracker
+    checkpoints: tuple[CheckpointMetadata, ...]  # of iterations the logs say were loaded
+    problems: tuple[Problem, ...]
+
+    @property
+    def fatal_problems(self) -> tuple[Problem, ...]:
+        return tuple(p for p in self.problems if p.severity == "fatal")
+
+    @property
+    def cycles(self) -> tuple[CycleInfo, ...]:
+        return self.cycle_infos.records
+
+    def cycle_log(self, cycle: int) -> CycleLog | None:
+        for log in self.cycle_logs:
+            if log.cycle == cycle:
+                return log
+        return None
+
+    def checkpoint(self, iteration: int) -> CheckpointMetadata | None:
+        for meta in self.checkpoints:
+            if meta.iteration == iteration:
+                return meta
+        return None
+
+    def stack(self) -> dict[str, Any]:
+        """Component versions: run.json's ``stack`` when recorded, else what the logs printed."""
+        if self.manifest is not None and self.manifest.stack:
+            return dict(self.manifest.stack)
+        found: dict[str, Any] = {}
+        for log in self.cycle_logs:
+            for event in log.events:
+                if isinstance(event, VersionReported):
+                    found.setdefault(event.component, event.version)
+        if found:
+            found["source"] = "application logs"
+        return found
+
+
+def _adapter_for(
+    manifest: Manifest | None, adapter: WorkloadLogAdapter | None
+) -> WorkloadLogAdapter:
+    if adapter is not None:
+        return adapter
+    if manifest is not None and manifest.workload is not None:
+        return get_adapter(str(manifest.workload.value))
+    return MEGATRON
+
+
+def load_run(
+    run_dir: Path,
+    checkpoint_dir: Path | None = None,
+    *,
+    adapter: WorkloadLogAdapter | None = None,
+    read_checkpoints: bool = True,
+) -> RunEvidence:
+    """Read a run directory in the walkthrough's layout.
+
+    ``checkpoint_dir`` defaults to ``<run_dir>/checkpoints``. ``adapter`` defaults to the one
+    registered for run.json's ``workload`` (Megatron when there is no manifest). With
+    ``read_checkpoints`` the metadata of each checkpoint the logs say was loaded is read (imports
+    torch when such a checkpoint is on disk). Raises :class:`RunDirError` only when ``run_dir``
+    is not a directory; everything else missing or broken becomes a Problem.
+    """
+    run_dir = Path(run_dir)
+    if not run_dir.exists():
+        raise RunDirError(f"run directory {run_dir} does not exist")
+    if not run_dir.is_dir():
+        raise RunDirError(f"run directory {run_dir} is not a directory")
+    layout = RunLayout.for_run(
+        run_dir, Path(checkpoint_dir) if checkpoint_dir is not None else None
+    )
+    problems: list[Problem] = []
+    if checkpoint_dir is not None and not layout.checkpoint_dir.is_dir():
+        problems.append(
+            Problem("fatal", f"checkpoint directory {layout.checkpoint_dir} does not exist")
+        )
+
+    manifest: Manifest | None = None
+    try:
+        manifest = read_manifest(layout.manifest, run_dir)
+    except ManifestError as exc:
+        problems.append(Problem("fatal", f"{exc}: cannot tell what this run was asked to do"))
+    try:
+        workload_adapter = _adapter_for(manifest, adapter)
+    except KeyError as exc:
+        problems.append(Problem("fatal", str(exc.args[0])))
+        workload_adapter = MEGATRON
+
+    marker = read_marker(layout.marker, run_dir)
+    if marker is not None and not marker.ok:
+        problems.append(
+            Problem("fatal", f"injection marker unusable: {marker.error}", marker.ref())
+        )
+
+    launcher = parse_launcher_log(
+        layout.launcher_log, file=display_path(layout.launcher_log, run_dir)
+    )
+    if not launcher.exists:
+        problems.append(Problem("warning", f"{launcher.file} is missing"))
+    elif launcher.read_error:
+        problems.append(Problem("warning", f"{launcher.file} unreadable: {launcher.read_error}"))
+    # Megatron's naive timestamps are in the same host zone as the launcher's.
+    zone: tzinfo = timezone(launcher.utc_offset) if launcher.utc_offset is not None else UTC
+
+    infos = read_cycle_infos(layout.cycle_infos, run_dir)
+    problems.extend(infos.problems)
+    if not infos.exists:
+        problems.append(Problem("warning", f"{infos.dir}/ is missing: no launcher cycle records"))
+
+    cycle_logs = _read_cycle_logs(layout, infos, workload_adapter, zone, problems)
+
+    if not (launcher.exists or cycle_logs or infos.records or marker is not None):
+        problems.append(
+            Problem(
+                "fatal",
+                f"{run_dir} is not a run directory: no"
+                f" {display_path(layout.launcher_log, run_dir)},"
+                f" no {display_path(layout.logs, run_dir)}/{_stem}_cycle<N>.{_ext},"
+                f" no {infos.dir}/ records, no injection marker",
+            )
+        )
+
+    tracker = read_tracker(layout.tracker, run_dir)
+    if tracker.error:
+        problems.append(Problem("warning", f"tracker {tracker.file}: {tracker.error}", tracker.ref))
+
+    checkpoints: list[CheckpointMetadata] = []
+    if read_checkpoints:
+        loaded = sorted(
+            {
+                e.iteration
+                for log in cycle_logs
+                for e in log.events
+                if isinstance(e, LoadCompleted | LoadStarted) and e.iteration > 0
+            }
+        )
+        for iteration in loaded:
+            path = workload_adapter.checkpoint_path(layout.checkpoint_dir, iteration)
+            checkpoints.append(read_checkpoint_metadata(path, iteration, run_dir))
+
+    return RunEvidence(
+        run_dir=run_dir,
+        checkpoint_dir=layout.checkpoint_dir,
+        workload=workload_adapter.name,
+        manifest=manifest,
+        marker=marker,
+        launcher=launcher,
+        cycle_infos=infos,
+        cycle_logs=cycle_logs,
+        tracker=tracker,
+        checkpoints=tuple(checkpoints),
+        problems=tuple(problems),
+    )
+
+
+def _read_cycle_logs(
+    layout: RunLayout,
+    infos: CycleInfos,
+    adapter: WorkloadLogAdapter,
+    zone: tzinfo,
+    problems: list[Problem],
+) -> tuple[CycleLog, ...]:
+    """One CycleLog per cycle known from records or from log files on disk."""
+    run_dir = layout.run_dir
+    paths: dict[int, Path] = {}
+    if layout.logs.is_dir():
+        for path in layout.logs.iterdir():
+            m = _CYCLE_LOG.fullmatch(path.name)
+            if m is not None:
+                paths[int(m["n"])] = path
+    for record in infos.records:
+        if record.cycle in paths:
+            continue
+        # the record names the log by an absolute path on the run host: use its name only
+        name = record.log_name or layout.cycle_log(record.cycle).name
+        paths[record.cycle] = layout.logs / name
+    logs: list[CycleLog] = []
+    for cycle in sorted(paths):
+        path = paths[cycle]
+        log = parse_cycle_log(path, cycle, adapter, file=display_path(path, run_dir), tz=zone)
+        if not log.exists:
+            problems.append(
+                Problem("warning", f"{log.file} is missing (cycle {cycle} is in {infos.dir}/)")
+            )
+        elif log.read_error:
+            problems.append(Problem("warning", f"{log.file} unreadable: {log.read_error}"))
+        logs.append(log)
+    return tuple(logs)
+
+
+__all__ = ["EvidenceRef", "RunDirError", "RunEvidence", "load_run"]

@@ -1,0 +1,174 @@
+"""Workload-agnostic events of an application (per-cycle) log, and the adapter seam.
+
+The criteria never look at a workload's log format. A :class:`WorkloadLogAdapter` turns one line
+of one workload's log into one of the normalized events below (a committed iteration, a save
+scheduled or completed, a checkpoint load or a fresh start, a load failure, an error); Megatron's
+adapter lives in :mod:`pytest_nvrx.evidence.megatron`. Another workload registers its own adapter
+with :func:`register_adapter` under the name its run manifest gives as ``workload``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Protocol
+
+from pytest_nvrx.evidence.refs import EvidenceRef, LineCursor
+
+
+@dataclass(frozen=True, slots=True)
+class IterationCommitted:
+    """An optimizer step the workload reports as done (``iteration N/M``)."""
+
+    iteration: int
+    total: int | None
+    consumed_samples: int | None
+    loss: float | None
+    time: datetime | None
+    ref: EvidenceRef
+
+
+@dataclass(frozen=True, slots=True)
+class SaveScheduled:
+    """A checkpoint save was submitted. Not recoverable yet: it may never be finalized."""
+
+    iteration: int
+    time: datetime | None
+    ref: EvidenceRef
+
+
+@dataclass(frozen=True, slots=True)
+class SaveCompleted:
+    """A checkpoint save was finalized (for Megatron: written and the tracker updated)."""
+
+    iteration: int
+    time: datetime | None
+    ref: EvidenceRef
+
+
+@dataclass(frozen=True, slots=True)
+class LoadStarted:
+    """The workload began loading the checkpoint of ``iteration``."""
+
+    iteration: int
+    ref: EvidenceRef
+
+
+@dataclass(frozen=True, slots=True)
+class LoadCompleted:
+    """The workload reports the checkpoint of ``iteration`` loaded."""
+
+    iteration: int
+    ref: EvidenceRef
+
+
+@dataclass(frozen=True, slots=True)
+class StartedFromScratch:
+    """No checkpoint was found or used: training starts from random initialization."""
+
+    ref: EvidenceRef
+
+
+@dataclass(frozen=True, slots=True)
+class OptimizerLoadFailed:
+    """Optimizer state could not be restored from the checkpoint."""
+
+    ref: EvidenceRef
+
+
+@dataclass(frozen=True, slots=True)
+class RngLoadFailed:
+    """RNG state could not be restored from the checkpoint."""
+
+    ref: EvidenceRef
+
+
+@dataclass(frozen=True, slots=True)
+class LoadFailed:
+    """The checkpoint load failed in another way the workload names."""
+
+    ref: EvidenceRef
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadError:
+    """A traceback or exception line."""
+
+    ref: EvidenceRef
+
+
+@dataclass(frozen=True, slots=True)
+class Milestone:
+    """A timestamped phase boundary (``setup_done`` after model/optimizer/checkpoint load,
+    ``training_done``); used for timings only."""
+
+    name: str
+    time: datetime | None
+    ref: EvidenceRef
+
+
+@dataclass(frozen=True, slots=True)
+class VersionReported:
+    """A component version the workload prints at start (fallback for the stack report)."""
+
+    component: str
+    version: str
+    ref: EvidenceRef
+
+
+WorkloadEvent = (
+    IterationCommitted
+    | SaveScheduled
+    | SaveCompleted
+    | LoadStarted
+    | LoadCompleted
+    | StartedFromScratch
+    | OptimizerLoadFailed
+    | RngLoadFailed
+    | LoadFailed
+    | WorkloadError
+    | Milestone
+    | VersionReported
+)
+
+# Events that say a restore did not bring back the full training state.
+LOAD_FAILURES = (OptimizerLoadFailed, RngLoadFailed, LoadFailed)
+
+
+class WorkloadLogAdapter(Protocol):
+    """Turns lines of one workload's application log into normalized events.
+
+    ``parse_line`` gets the line with NVRx's rank prefix already removed and a cursor positioned
+    on it; it returns ``None`` for the (vast majority of) lines it does not care about and must
+    be cheap for them: logs run to gigabytes. It builds references with ``at.ref()`` and reads
+    naive timestamps with ``at.local_time(...)``.
+    """
+
+    name: str
+
+    def parse_line(self, text: str, at: LineCursor) -> WorkloadEvent | None: ...
+
+    def checkpoint_path(self, checkpoint_dir: Path, iteration: int) -> Path:
+        """Directory holding the checkpoint of ``iteration``."""
+        ...
+
+
+_ADAPTERS: dict[str, WorkloadLogAdapter] = {}
+
+
+def register_adapter(adapter: WorkloadLogAdapter) -> None:
+    _ADAPTERS[adapter.name] = adapter
+
+
+def get_adapter(name: str) -> WorkloadLogAdapter:
+    """The adapter registered as ``name``; raises ``KeyError`` naming the known ones."""
+    try:
+        return _ADAPTERS[name]
+    except KeyError:
+        known = ", ".join(sorted(_ADAPTERS)) or "none"
+        raise KeyError(f"no log adapter for workload {name!r} (known: {known})") from None
+
+
+def adapter_names() -> tuple[str, ...]:
+    return tuple(sorted(_ADAPTERS))
