@@ -1,0 +1,126 @@
+"""``python -m pytest_nvrx verify RUN_DIR``: judge an existing run directory by the five criteria.
+
+A thin command over :mod:`pytest_nvrx.criteria` (no judgement here, no pytest). Prints one line
+per criterion, ``PASS|FAIL|N/A <id>: <reason> [<file:line>]``, with the evidence lines indented
+under it. ``N/A`` appears only for a baseline (fault=none) and counts as holding.
+
+Exit status: 0 when all five criteria hold, 1 when any fails, 2 when the run cannot be judged
+(no such directory, unusable marker or run.json, missing --checkpoint-dir, bad arguments).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any, TextIO
+
+from pytest_nvrx.criteria import FAULT_CHOICES, Judgement, judge
+from pytest_nvrx.evidence.rundir import RunDirError, load_run
+
+EXIT_PASSED = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m pytest_nvrx verify",
+        description="Judge a finished run directory (walkthrough layout) by the five recovery "
+        "criteria and quote the log lines that prove each verdict.",
+        epilog="Exit status: 0 all criteria hold, 1 a criterion fails, 2 the run cannot be "
+        "judged (missing directory, unusable marker/run.json, bad arguments).",
+    )
+    parser.add_argument("run_dir", metavar="RUN_DIR", type=Path, help="the run directory")
+    parser.add_argument(
+        "--checkpoint-dir",
+        type=Path,
+        default=None,
+        help="checkpoint directory when not RUN_DIR/checkpoints (NVRX_CHECKPOINT_DIR runs)",
+    )
+    parser.add_argument(
+        "--json",
+        dest="json_file",
+        metavar="FILE",
+        default=None,
+        help="also write the verdicts, stack and timings as JSON to FILE ('-' for stdout)",
+    )
+    parser.add_argument(
+        "--expect-fault",
+        choices=FAULT_CHOICES,
+        default=None,
+        help="the fault the run was meant to see; default: run.json's config.fault, else the "
+        "injection marker's, else a fault run is expected (a baseline must say 'none')",
+    )
+    return parser
+
+
+def _write_json(target: str, data: dict[str, Any], out: TextIO) -> str | None:
+    text = json.dumps(data, indent=2) + "\n"
+    if target == "-":
+        out.write(text)
+        return None
+    try:
+        Path(target).write_text(text, encoding="utf-8")
+    except OSError as exc:
+        return f"cannot write --json {target}: {exc}"
+    return None
+
+
+def report(judgement: Judgement, out: TextIO) -> None:
+    exp = judgement.expected
+    out.write(f"verify {judgement.run_dir}: expected fault {exp.kind} (from {exp.source})\n")
+    for problem in judgement.problems:
+        if problem.severity == "warning":
+            out.write(f"note: {problem.message}\n")
+    for verdict in judgement.verdicts:
+        out.write(verdict.render() + "\n")
+    if judgement.timings:
+        shown = ", ".join(f"{k[:-2]} {v:.1f}s" for k, v in judgement.timings.items())
+        out.write(f"timings: {shown}\n")
+    failed = [v.id for v in judgement.verdicts if not v.passed]
+    if not judgement.judgeable:
+        out.write("verify: CANNOT JUDGE (see errors)\n")
+    elif failed:
+        out.write(
+            f"verify: FAILED ({len(failed)} of {len(judgement.verdicts)}: {', '.join(failed)})\n"
+        )
+    else:
+        out.write(f"verify: PASSED ({len(judgement.verdicts)} of {len(judgement.verdicts)})\n")
+
+
+def verify_main(argv: list[str], stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
+    out = stdout if stdout is not None else sys.stdout
+    err = stderr if stderr is not None else sys.stderr
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse printed the usage error already
+        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+    try:
+        run = load_run(args.run_dir, args.checkpoint_dir)
+    except RunDirError as exc:
+        err.write(f"verify: error: {exc}\n")
+        return EXIT_USAGE
+    judgement = judge(
+        run, args.expect_fault, source="--expect-fault" if args.expect_fault else "caller"
+    )
+    report(judgement, out)
+    status = EXIT_PASSED if judgement.passed else EXIT_FAILED
+    for problem in judgement.problems:
+        if problem.severity == "fatal":
+            err.write(f"verify: error: cannot judge {args.run_dir}: {problem.message}\n")
+            status = EXIT_USAGE
+    if args.json_file is not None:
+        data = judgement.as_dict()
+        data["exit_status"] = status
+        error = _write_json(args.json_file, data, out)
+        if error is not None:
+            err.write(f"verify: error: {error}\n")
+            return EXIT_USAGE
+    return status
+
+
+if __name__ == "__main__":  # temporary: `python -m pytest_nvrx.verify` until cli wires it
+    sys.exit(verify_main(sys.argv[1:]))
