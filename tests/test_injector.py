@@ -1,0 +1,811 @@
+"""The once-only fault injector, run as ft_launcher would run it: a plain script in a subprocess.
+
+The workload is tests/helpers/injector_trainer.py, which advances a tracker on demand. Every
+process is started in its own session; the ``launcher`` fixture kills each process group at
+teardown, whatever happened.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_nvrx import injector
+from pytest_nvrx.injector import (
+    AdvanceDetector,
+    MarkerPathError,
+    TrackerRead,
+    TrackerState,
+    build_marker_record,
+    claim_marker,
+    marker_exists,
+    read_tracker,
+)
+from pytest_nvrx.layout import MARKER_NAME, TRACKER_NAME
+
+INJECTOR = Path(injector.__file__).resolve()
+HELPERS = Path(__file__).resolve().parent / "helpers"
+TRAINER = HELPERS / "injector_trainer.py"
+WAIT_S = 30.0
+
+MARKER_KEYS = {
+    "schema_version",
+    "fault",
+    "signal",
+    "rank",
+    "local_rank",
+    "world_size",
+    "restart_count",
+    "run_id",
+    "pid",
+    "host",
+    "tracker",
+    "tracker_iteration",
+    "baseline_iteration",
+    "time",
+    "argv",
+}
+
+
+@dataclass
+class Run:
+    """One injector process and the files it wrote."""
+
+    cmd: list[str]
+    proc: subprocess.Popen[bytes]
+    stdout_path: Path
+    stderr_path: Path
+
+    @property
+    def stderr(self) -> str:
+        return self.stderr_path.read_text(errors="replace")
+
+    def describe(self) -> str:
+        return f"command: {self.cmd}\nstderr tail:\n{self.stderr[-3000:]}"
+
+    def wait(self, timeout: float = WAIT_S) -> int:
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            _kill_group(self.proc)
+            pytest.fail(f"injector still running after {timeout} s\n{self.describe()}")
+
+
+@dataclass
+class Scenario:
+    """The paths of one run: checkpoint dir with tracker, run dir with marker."""
+
+    root: Path
+    ckpt: Path = field(init=False)
+    run_dir: Path = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.ckpt = self.root / "checkpoints"
+        self.run_dir = self.root / "run"
+        self.ckpt.mkdir()
+        self.run_dir.mkdir()
+
+    @property
+    def tracker(self) -> Path:
+        return self.ckpt / TRACKER_NAME
+
+    @property
+    def marker(self) -> Path:
+        return self.run_dir / MARKER_NAME
+
+    @property
+    def started(self) -> Path:
+        return self.root / "started.json"
+
+    @property
+    def finished(self) -> Path:
+        return self.root / "finished"
+
+    def marker_record(self) -> dict[str, Any]:
+        data = json.loads(self.marker.read_text())
+        assert isinstance(data, dict)
+        return data
+
+
+class Launcher:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.runs: list[Run] = []
+
+    def start(
+        self,
+        sc: Scenario,
+        *,
+        fault: str = "kill",
+        rank: int | None = 1,
+        fault_rank: int = 1,
+        trainer: Sequence[str] = (),
+        module: bool = False,
+        extra_env: dict[str, str] | None = None,
+        checkpoint_dir: Path | None = None,
+    ) -> Run:
+        entry = ["--module", TRAINER.stem] if module else ["--script", str(TRAINER)]
+        cmd = [
+            sys.executable,
+            str(INJECTOR),
+            "--checkpoint-dir",
+            str(checkpoint_dir or sc.ckpt),
+            "--fault-marker",
+            str(sc.marker),
+            "--fault",
+            fault,
+            "--fault-rank",
+            str(fault_rank),
+            *entry,
+            "--",
+            "--tracker",
+            str(sc.tracker),
+            "--started",
+            str(sc.started),
+            "--finished",
+            str(sc.finished),
+            *trainer,
+        ]
+        env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE")}
+        env["PYTHONDONTWRITEBYTECODE"] = "1"
+        if rank is not None:
+            env["RANK"] = str(rank)
+        env.update(extra_env or {})
+        n = len(self.runs)
+        out, err = self.root / f"injector{n}.out", self.root / f"injector{n}.err"
+        with out.open("wb") as fo, err.open("wb") as fe:
+            proc = subprocess.Popen(
+                cmd,
+                stdin=subprocess.DEVNULL,
+                stdout=fo,
+                stderr=fe,
+                env=env,
+                cwd=HELPERS if module else self.root,
+                start_new_session=True,
+            )
+        run = Run(cmd, proc, out, err)
+        self.runs.append(run)
+        return run
+
+    def kill_all(self) -> None:
+        for run in self.runs:
+            _kill_group(run.proc)
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    # The process leads its own session, so its pid is the group id; SIGKILL ends stopped ones too.
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(10)
+
+
+@pytest.fixture
+def launcher(tmp_path: Path) -> Iterator[Launcher]:
+    lau = Launcher(tmp_path)
+    try:
+        yield lau
+    finally:
+        lau.kill_all()
+
+
+@pytest.fixture
+def sc(tmp_path: Path) -> Scenario:
+    return Scenario(tmp_path)
+
+
+def _proc_state(pid: int) -> str:
+    stat_line = Path(f"/proc/{pid}/stat").read_text()
+    return stat_line[stat_line.rindex(")") + 2]
+
+
+def _wait_for(predicate: Any, what: str, run: Run, timeout: float = WAIT_S) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if run.proc.poll() is not None:
+            pytest.fail(
+                f"injector exited {run.proc.returncode} waiting for {what}\n{run.describe()}"
+            )
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out waiting for {what}\n{run.describe()}")
+        time.sleep(0.02)
+
+
+def _assert_full_marker(record: dict[str, Any], *, fault: str, signal_name: str) -> None:
+    assert set(record) >= MARKER_KEYS
+    assert record["fault"] == fault
+    assert record["signal"] == signal_name
+    assert record["rank"] == 1
+    assert record["host"]
+    assert datetime.fromisoformat(record["time"]).utcoffset() is not None
+
+
+# --- processes: the injector as ft_launcher runs it -------------------------------------------
+
+
+def test_kill_injects_once_after_the_tracker_advances(launcher: Launcher, sc: Scenario) -> None:
+    run = launcher.start(
+        sc,
+        trainer=["--values", "1,2,3", "--delay", "0.2", "--interval", "0.5", "--hold", "20"],
+        extra_env={"NVRX_RUN_ID": "run-42", "LOCAL_RANK": "1", "TORCHELASTIC_RESTART_COUNT": "0"},
+    )
+    assert run.wait() == -signal.SIGKILL, run.describe()
+    record = sc.marker_record()
+    _assert_full_marker(record, fault="kill", signal_name="SIGKILL")
+    assert record["pid"] == run.proc.pid
+    assert record["baseline_iteration"] == 0
+    assert record["tracker_iteration"] in (1, 2, 3)
+    assert record["tracker_iteration"] > record["baseline_iteration"]
+    assert (record["run_id"], record["local_rank"], record["restart_count"]) == ("run-42", 1, 0)
+    assert record["argv"] == [str(TRAINER), *run.cmd[run.cmd.index("--") + 1 :]]
+    assert record["tracker"] == str(sc.tracker)
+    assert not sc.finished.exists()
+    assert "sending SIGKILL" in run.stderr
+
+
+def test_hang_stops_the_process(launcher: Launcher, sc: Scenario) -> None:
+    run = launcher.start(
+        sc, fault="hang", trainer=["--values", "1", "--delay", "0.2", "--hold", "20"]
+    )
+    _wait_for(lambda: _proc_state(run.proc.pid) in "Tt", "the process to stop", run)
+    assert run.proc.poll() is None
+    record = sc.marker_record()
+    _assert_full_marker(record, fault="hang", signal_name="SIGSTOP")
+    assert record["tracker_iteration"] == 1
+    assert "sending SIGSTOP" in run.stderr
+    os.killpg(run.proc.pid, signal.SIGKILL)
+    assert run.wait() == -signal.SIGKILL
+    assert not sc.finished.exists()
+
+
+def test_fault_none_never_injects(launcher: Launcher, sc: Scenario) -> None:
+    run = launcher.start(
+        sc, fault="none", trainer=["--values", "1,2", "--interval", "0.2", "--hold", "0.3"]
+    )
+    assert run.wait() == 0, run.describe()
+    assert not sc.marker.exists()
+    assert sc.finished.exists()
+
+
+def test_non_selected_rank_never_injects(launcher: Launcher, sc: Scenario) -> None:
+    run = launcher.start(
+        sc, rank=0, trainer=["--values", "1,2", "--interval", "0.2", "--hold", "0.3"]
+    )
+    assert run.wait() == 0, run.describe()
+    assert not sc.marker.exists()
+    assert sc.finished.exists()
+    assert run.stderr == ""
+
+
+def test_existing_marker_means_no_second_injection(launcher: Launcher, sc: Scenario) -> None:
+    sc.marker.write_text('{"fault": "kill", "pid": 1}\n')
+    before = sc.marker.read_bytes()
+    run = launcher.start(sc, trainer=["--values", "1,2", "--interval", "0.2", "--hold", "0.3"])
+    assert run.wait() == 0, run.describe()
+    assert sc.marker.read_bytes() == before
+    assert sc.finished.exists()
+    assert "fault already injected" in run.stderr
+    assert run.stderr.count("\n") == 1
+
+
+def test_fault_never_reached_exits_3(launcher: Launcher, sc: Scenario) -> None:
+    run = launcher.start(sc, trainer=["--hold", "0.2"])
+    assert run.wait() == injector.EXIT_FAULT_NOT_INJECTED, run.describe()
+    assert "the requested fault (kill on rank 1) never happened" in run.stderr
+    assert str(sc.tracker) in run.stderr
+    assert sc.finished.exists()
+    assert not sc.marker.exists()
+
+
+def test_sys_exit_0_counts_as_normal_return(launcher: Launcher, sc: Scenario) -> None:
+    run = launcher.start(sc, trainer=["--exit-code", "0"])
+    assert run.wait() == injector.EXIT_FAULT_NOT_INJECTED, run.describe()
+    assert "never happened" in run.stderr
+
+
+def test_nonzero_sys_exit_of_the_workload_propagates(launcher: Launcher, sc: Scenario) -> None:
+    run = launcher.start(sc, trainer=["--exit-code", "7"])
+    assert run.wait() == 7, run.describe()
+    assert "never happened" not in run.stderr
+
+
+def test_baseline_from_existing_tracker(launcher: Launcher, sc: Scenario) -> None:
+    sc.tracker.write_text("5")
+    run = launcher.start(
+        sc, trainer=["--values", "4,5,5,6", "--delay", "0.2", "--interval", "0.3", "--hold", "20"]
+    )
+    assert run.wait() == -signal.SIGKILL, run.describe()
+    record = sc.marker_record()
+    assert (record["baseline_iteration"], record["tracker_iteration"]) == (5, 6)
+    assert "baseline 5" in run.stderr
+
+
+@pytest.mark.parametrize(
+    "tracker_content",
+    [
+        pytest.param("", id="empty"),
+        pytest.param(" \n", id="blank"),
+        pytest.param("abc", id="word"),
+        pytest.param("release", id="release"),
+        pytest.param("-3", id="negative"),
+    ],
+)
+def test_invalid_tracker_at_start_exits_2_before_training(
+    launcher: Launcher, sc: Scenario, tracker_content: str
+) -> None:
+    sc.tracker.write_text(tracker_content)
+    run = launcher.start(sc, trainer=["--values", "1"])
+    assert run.wait() == injector.EXIT_USAGE, run.describe()
+    assert not sc.started.exists()
+    assert f"checkpoint tracker {sc.tracker} is" in run.stderr
+    assert not sc.marker.exists()
+
+
+def test_unreadable_tracker_at_start_exits_2(launcher: Launcher, sc: Scenario) -> None:
+    # Tests run as root, so chmod 000 would not stop a read: a directory is reliably unreadable.
+    sc.tracker.mkdir()
+    run = launcher.start(sc)
+    assert run.wait() == injector.EXIT_USAGE, run.describe()
+    assert not sc.started.exists()
+    assert f"checkpoint tracker {sc.tracker} is unreadable" in run.stderr
+
+
+def test_tracker_under_a_file_exits_2(launcher: Launcher, sc: Scenario, tmp_path: Path) -> None:
+    not_a_dir = tmp_path / "plain-file"
+    not_a_dir.write_text("x")
+    run = launcher.start(sc, checkpoint_dir=not_a_dir)
+    assert run.wait() == injector.EXIT_USAGE, run.describe()
+    assert not sc.started.exists()
+    assert "unreadable" in run.stderr
+
+
+def test_partial_reads_neither_crash_nor_inject_early(launcher: Launcher, sc: Scenario) -> None:
+    # Rewriting 20 non-atomically shows the watcher "" and "2"; neither is an advance past 20.
+    sc.tracker.write_text("20")
+    run = launcher.start(
+        sc,
+        trainer=[
+            "--values",
+            "20,20,20,20,25",
+            "--non-atomic",
+            "--gap",
+            "0.07",
+            "--interval",
+            "0.05",
+            "--hold",
+            "20",
+        ],
+    )
+    assert run.wait() == -signal.SIGKILL, run.describe()
+    record = sc.marker_record()
+    assert (record["baseline_iteration"], record["tracker_iteration"]) == (20, 25)
+    assert "Traceback" not in run.stderr
+    assert run.stderr.count("sending SIGKILL") == 1
+
+
+@pytest.mark.parametrize("dangling", [True, False], ids=["dangling", "existing-target"])
+def test_symlink_at_marker_before_start_exits_2(
+    launcher: Launcher, sc: Scenario, tmp_path: Path, dangling: bool
+) -> None:
+    target = tmp_path / "target.json"
+    if not dangling:
+        target.write_text("precious\n")
+    sc.marker.symlink_to(target)
+    run = launcher.start(sc, trainer=["--values", "1", "--hold", "1"])
+    assert run.wait() == injector.EXIT_USAGE, run.describe()
+    assert f"marker path {sc.marker} is a symbolic link" in run.stderr
+    assert not sc.started.exists()
+    assert sc.marker.is_symlink()
+    if dangling:
+        assert not target.exists()
+    else:
+        assert target.read_text() == "precious\n"
+
+
+@pytest.mark.parametrize("dangling", [True, False], ids=["dangling", "existing-target"])
+def test_symlink_planted_during_run_blocks_injection(
+    launcher: Launcher, sc: Scenario, tmp_path: Path, dangling: bool
+) -> None:
+    target = tmp_path / "target.json"
+    if not dangling:
+        target.write_text("precious\n")
+    run = launcher.start(
+        sc,
+        trainer=[
+            "--plant-symlink",
+            str(sc.marker),
+            str(target),
+            "--values",
+            "1",
+            "--delay",
+            "0.1",
+            "--hold",
+            "0.6",
+        ],
+    )
+    assert run.wait() == injector.EXIT_FAULT_NOT_INJECTED, run.describe()
+    assert f"marker path {sc.marker} is a symbolic link" in run.stderr
+    assert "refusing to inject" in run.stderr
+    assert "never happened" in run.stderr
+    assert sc.finished.exists()
+    if dangling:
+        assert not target.exists()
+    else:
+        assert target.read_text() == "precious\n"
+
+
+def test_script_sees_argv_and_path_like_python_runs_it(launcher: Launcher, sc: Scenario) -> None:
+    run = launcher.start(sc, fault="none", rank=None, trainer=["--values", "3"])
+    assert run.wait() == 0, run.describe()
+    started = json.loads(sc.started.read_text())
+    assert started["argv"] == [str(TRAINER), *run.cmd[run.cmd.index("--") + 1 :]]
+    assert started["path0"] == str(HELPERS)
+    assert started["name"] == "__main__"
+
+
+def test_module_entry_point(launcher: Launcher, sc: Scenario) -> None:
+    run = launcher.start(
+        sc, module=True, trainer=["--values", "1", "--delay", "0.2", "--hold", "20"]
+    )
+    assert run.wait() == -signal.SIGKILL, run.describe()
+    started = json.loads(sc.started.read_text())
+    assert started["argv"][1:] == run.cmd[run.cmd.index("--") + 1 :]
+    assert started["name"] == "__main__"
+    assert sc.marker_record()["tracker_iteration"] == 1
+
+
+# --- main() refusals that happen before the workload starts (in-process) ---------------------
+
+
+def _argv(sc: Scenario, *extra: str, fault_rank: str = "1") -> list[str]:
+    return [
+        "--checkpoint-dir",
+        str(sc.ckpt),
+        "--fault-marker",
+        str(sc.marker),
+        "--fault",
+        "kill",
+        "--fault-rank",
+        fault_rank,
+        "--script",
+        str(TRAINER),
+        *extra,
+    ]
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (
+            [
+                "--checkpoint-dir",
+                "rel",
+                "--fault-marker",
+                "/m",
+                "--fault",
+                "kill",
+                "--fault-rank",
+                "0",
+                "--script",
+                str(TRAINER),
+            ],
+            "--checkpoint-dir must be absolute",
+        ),
+        (
+            [
+                "--checkpoint-dir",
+                "/c",
+                "--fault-marker",
+                "m.json",
+                "--fault",
+                "kill",
+                "--fault-rank",
+                "0",
+                "--script",
+                str(TRAINER),
+            ],
+            "--fault-marker must be absolute",
+        ),
+        (
+            [
+                "--checkpoint-dir",
+                "/c",
+                "--fault-marker",
+                "/m",
+                "--fault",
+                "kill",
+                "--fault-rank",
+                "-1",
+                "--script",
+                str(TRAINER),
+            ],
+            "--fault-rank must be >= 0",
+        ),
+        (
+            [
+                "--checkpoint-dir",
+                "/c",
+                "--fault-marker",
+                "/m",
+                "--fault",
+                "kill",
+                "--fault-rank",
+                "0",
+            ],
+            "one of the arguments --script --module is required",
+        ),
+        (
+            [
+                "--checkpoint-dir",
+                "/c",
+                "--fault-marker",
+                "/m",
+                "--fault",
+                "kill",
+                "--fault-rank",
+                "0",
+                "--script",
+                str(TRAINER),
+                "--module",
+                "x",
+            ],
+            "not allowed with argument",
+        ),
+        (
+            [
+                "--checkpoint-dir",
+                "/c",
+                "--fault-marker",
+                "/m",
+                "--fault",
+                "crash",
+                "--fault-rank",
+                "0",
+                "--module",
+                "x",
+            ],
+            "invalid choice: 'crash'",
+        ),
+        (
+            [
+                "--checkpoint-dir",
+                "/c",
+                "--fault-marker",
+                "/m",
+                "--fault",
+                "kill",
+                "--fault-rank",
+                "0",
+                "--script",
+                "/nonexistent/train.py",
+            ],
+            "is not a file",
+        ),
+        (
+            [
+                "--checkpoint-dir",
+                "/c",
+                "--fault-marker",
+                "/m",
+                "--fault",
+                "kill",
+                "--fault-rank",
+                "0",
+                "--module",
+                "x",
+                "--poll-interval",
+                "0",
+            ],
+            "--poll-interval must be in",
+        ),
+    ],
+)
+def test_bad_command_lines_exit_2(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exc:
+        injector.main(argv)
+    assert exc.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_workload_args_follow_the_separator(sc: Scenario) -> None:
+    opts = injector.parse_args([*_argv(sc), "--", "--fault", "x", "--", "y"])
+    assert opts.workload_args == ("--fault", "x", "--", "y")
+    assert opts.tracker == str(sc.tracker)
+    assert opts.poll_interval == injector.DEFAULT_POLL_INTERVAL_S
+
+
+def test_missing_rank_exits_2(
+    sc: Scenario, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.delenv("RANK", raising=False)
+    assert injector.main(_argv(sc)) == injector.EXIT_USAGE
+    assert "RANK is unset" in capfd.readouterr().err
+    assert not sc.started.exists()
+
+
+def test_fault_rank_beyond_world_size_exits_2(
+    sc: Scenario, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    assert injector.main(_argv(sc)) == injector.EXIT_USAGE
+    assert "--fault-rank 1 is not below WORLD_SIZE 1" in capfd.readouterr().err
+
+
+def test_missing_marker_directory_exits_2(
+    sc: Scenario, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("RANK", "1")
+    sc.run_dir.rmdir()
+    assert injector.main(_argv(sc)) == injector.EXIT_USAGE
+    assert f"marker directory {sc.run_dir} does not exist" in capfd.readouterr().err
+
+
+# --- pure functions -------------------------------------------------------------------------
+
+
+def test_read_tracker_states(tmp_path: Path) -> None:
+    path = tmp_path / "t"
+    assert read_tracker(str(path)) == TrackerRead(TrackerState.ABSENT)
+    for content, state, iteration in [
+        ("12", TrackerState.OK, 12),
+        (" 7\n", TrackerState.OK, 7),
+        ("", TrackerState.EMPTY, None),
+        ("1.5", TrackerState.INVALID, None),
+        ("release", TrackerState.INVALID, None),
+        ("9" * 5000, TrackerState.INVALID, None),
+    ]:
+        path.write_text(content)
+        got = read_tracker(str(path))
+        assert (got.state, got.iteration) == (state, iteration), content[:20]
+    path.unlink()
+    path.mkdir()
+    got = read_tracker(str(path))
+    assert got.state is TrackerState.UNREADABLE
+    assert "IsADirectoryError" in got.describe()
+
+
+def test_advance_detector_needs_two_agreeing_reads_past_the_baseline() -> None:
+    def ok(n: int) -> TrackerRead:
+        return TrackerRead(TrackerState.OK, n)
+
+    empty = TrackerRead(TrackerState.EMPTY)
+    det = AdvanceDetector(baseline=20)
+    assert [det.observe(r) for r in [ok(20), empty, ok(2), ok(20), ok(21)]] == [None] * 5
+    assert det.observe(ok(25)) is None  # 21 became 25 before it was confirmed
+    assert det.observe(empty) is None  # a transient read drops the candidate...
+    assert det.baseline == 20  # ...but never the baseline
+    assert det.observe(ok(25)) is None
+    assert det.observe(ok(25)) == 25
+
+
+def test_build_marker_record() -> None:
+    now = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
+    rec = build_marker_record(
+        fault="hang",
+        rank=3,
+        tracker_iteration=10,
+        baseline_iteration=5,
+        tracker="/c/t",
+        argv=["train.py", "--x"],
+        env={"LOCAL_RANK": "1", "WORLD_SIZE": "4"},
+        pid=99,
+        host="node7",
+        now=now,
+    )
+    assert set(rec) == MARKER_KEYS
+    assert rec["signal"] == "SIGSTOP"
+    assert rec["time"] == "2026-01-02T03:04:05+00:00"
+    assert (rec["local_rank"], rec["world_size"], rec["restart_count"], rec["run_id"]) == (
+        1,
+        4,
+        None,
+        None,
+    )
+    json.dumps(rec)
+
+
+def test_claim_marker(tmp_path: Path) -> None:
+    marker = tmp_path / MARKER_NAME
+    assert claim_marker(str(marker), {"who": "first"}) is True
+    assert json.loads(marker.read_text()) == {"who": "first"}
+    assert marker.stat().st_mode & 0o777 == 0o644 & ~_umask()
+    assert claim_marker(str(marker), {"who": "second"}) is False
+    assert json.loads(marker.read_text()) == {"who": "first"}
+    assert marker_exists(str(marker))
+
+
+@pytest.mark.parametrize("dangling", [True, False], ids=["dangling", "existing-target"])
+def test_claim_marker_never_follows_a_symlink(tmp_path: Path, dangling: bool) -> None:
+    target = tmp_path / "target"
+    if not dangling:
+        target.write_text("precious")
+    marker = tmp_path / MARKER_NAME
+    marker.symlink_to(target)
+    with pytest.raises(MarkerPathError, match="is a symbolic link"):
+        claim_marker(str(marker), {"x": 1})
+    with pytest.raises(MarkerPathError):
+        marker_exists(str(marker))
+    assert target.exists() is not dangling
+    if not dangling:
+        assert target.read_text() == "precious"
+
+
+def test_claim_marker_refuses_a_directory(tmp_path: Path) -> None:
+    marker = tmp_path / MARKER_NAME
+    marker.mkdir()
+    with pytest.raises(MarkerPathError, match="is a directory"):
+        claim_marker(str(marker), {"x": 1})
+
+
+_CLAIMANT = """
+import importlib.util, json, os, sys
+spec = importlib.util.spec_from_file_location("injector", sys.argv[1])
+mod = sys.modules["injector"] = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(mod)
+print("ready", flush=True)
+os.read(int(sys.argv[3]), 1)  # blocks until the parent closes the write end
+print(mod.claim_marker(sys.argv[2], {"claimant": int(sys.argv[4])}), flush=True)
+"""
+
+
+def test_32_concurrent_claimants_one_winner(tmp_path: Path) -> None:
+    marker = tmp_path / MARKER_NAME
+    go_r, go_w = os.pipe()
+    procs: list[subprocess.Popen[str]] = []
+    try:
+        for i in range(32):
+            procs.append(
+                subprocess.Popen(
+                    [
+                        sys.executable,
+                        "-c",
+                        _CLAIMANT,
+                        str(INJECTOR),
+                        str(marker),
+                        str(go_r),
+                        str(i),
+                    ],
+                    stdout=subprocess.PIPE,
+                    text=True,
+                    pass_fds=(go_r,),
+                    start_new_session=True,
+                )
+            )
+        for p in procs:
+            assert p.stdout is not None
+            assert p.stdout.readline() == "ready\n"
+        os.close(go_w)  # every claimant's read returns at once
+        go_w = -1
+        results = [p.communicate(timeout=WAIT_S)[0].strip() for p in procs]
+    finally:
+        if go_w >= 0:
+            os.close(go_w)
+        os.close(go_r)
+        for p in procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+    assert sorted(results) == ["False"] * 31 + ["True"]
+    assert [p.returncode for p in procs] == [0] * 32
+    assert json.loads(marker.read_text()) == {"claimant": results.index("True")}
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
