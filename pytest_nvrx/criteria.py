@@ -220,6 +220,21 @@ def _expected_local_rank(run: RunEvidence) -> int | None:
     return marker.rank % nproc if nproc else marker.rank
 
 
+def _world_size(run: RunEvidence) -> tuple[int | None, list[EvidenceRef]]:
+    """Ranks the launcher ran: nproc_per_node x max_nodes from its launch configs."""
+    launcher = run.launcher
+    nproc = launcher.nproc_per_node
+    nodes = launcher.config.get("max_nodes", "")
+    if nproc is None or not nodes.isdigit():
+        return None, []
+    refs = [
+        launcher.config_refs[k]
+        for k in ("nproc_per_node", "max_nodes")
+        if k in launcher.config_refs
+    ]
+    return nproc * int(nodes), refs
+
+
 # ----------------------------------------------------------------------------------------------
 # 1. prior_checkpoint
 
@@ -350,6 +365,16 @@ def replaced_cycle(run: RunEvidence, expected: ExpectedFault | None = None) -> V
             f"the launcher recorded no worker failure at or after the fault ({_t(tl.fault_time)})",
             marker.ref("time"),
             _launcher_outcome(run),
+        )
+    world, world_refs = _world_size(run)
+    if world is not None and marker.rank is not None and marker.rank >= world:
+        return _verdict(
+            cid,
+            False,
+            f"the marker claims rank {marker.rank}, but the launcher ran a world of {world}"
+            " rank(s)",
+            marker.ref("rank"),
+            world_refs,
         )
     local = _expected_local_rank(run)
     rank_text = f"rank {marker.rank}" + (f" (local {local})" if local != marker.rank else "")

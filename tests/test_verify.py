@@ -1,0 +1,176 @@
+"""``verify``: output lines, exit status 0/1/2 and the JSON report."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pytest_nvrx.criteria import CRITERIA_IDS
+from pytest_nvrx.verify import verify_main
+from tests.doctor import BASELINE_RUN, CYCLE1, KILL_RUN, MARKER, Doctor, copy_run
+
+LINE = re.compile(r"^(PASS|FAIL|N/A) (\w+): (.+) \[([^\]]+)\]$")
+
+
+def run_verify(*argv: str | Path) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    code = verify_main([str(a) for a in argv], stdout=out, stderr=err)
+    return code, out.getvalue(), err.getvalue()
+
+
+def verdict_lines(text: str) -> list[re.Match[str]]:
+    return [m for line in text.splitlines() if (m := LINE.match(line))]
+
+
+@pytest.fixture
+def kill(tmp_path: Path) -> Doctor:
+    return copy_run(KILL_RUN, tmp_path / "run")
+
+
+def test_kill_run_prints_five_pass_lines_with_evidence_and_exits_0() -> None:
+    code, out, err = run_verify(KILL_RUN)
+    assert code == 0, out + err
+    lines = verdict_lines(out)
+    assert [(m[1], m[2]) for m in lines] == [("PASS", c) for c in CRITERIA_IDS]
+    assert lines[0][4] == f"{MARKER}:7"
+    # evidence is indented under its verdict and quotes file:line: text
+    assert (
+        "    logs/train_cycle0.log:1057: 0:   [2026-11-29 11:03:55.958385] successfully saved"
+        in out
+    )
+    assert out.rstrip().endswith("verify: PASSED (5 of 5)")
+    assert err == ""
+
+
+def test_baseline_as_fault_run_exits_1() -> None:
+    code, out, _ = run_verify(BASELINE_RUN)
+    assert code == 1
+    statuses = {m[2]: m[1] for m in verdict_lines(out)}
+    assert statuses["prior_checkpoint"] == "FAIL"
+    assert "FAILED" in out.splitlines()[-1]
+
+
+def test_baseline_declared_passes_with_not_applicable() -> None:
+    code, out, _ = run_verify(BASELINE_RUN, "--expect-fault", "none")
+    assert code == 0
+    statuses = [m[1] for m in verdict_lines(out)]
+    assert statuses == ["N/A", "N/A", "N/A", "PASS", "PASS"]
+    assert "expected fault none (from --expect-fault)" in out
+
+
+def test_kill_run_with_expect_fault_hang_fails(kill: Doctor) -> None:
+    code, out, _ = run_verify(kill.root, "--expect-fault", "hang")
+    assert code == 1
+    assert "FAIL prior_checkpoint: marker records fault 'kill' but 'hang' was expected" in out
+
+
+def test_json_report(tmp_path: Path) -> None:
+    target = tmp_path / "report.json"
+    code, _, _ = run_verify(KILL_RUN, "--json", target)
+    assert code == 0
+    data = json.loads(target.read_text())
+    assert data["passed"] is True and data["exit_status"] == 0
+    assert data["run_dir"] == str(KILL_RUN)
+    assert [c["id"] for c in data["criteria"]] == list(CRITERIA_IDS)
+    first = data["criteria"][0]
+    assert first["passed"] is True and first["evidence"][0] == (
+        f'{MARKER}:7:   "tracker_iteration": 5,'
+    )
+    assert data["stack"]["megatron_core"] == "0.19.1"
+    assert data["timings"]["failure_to_detected_s"] == pytest.approx(0.281)
+    assert data["expected_fault"] == {"kind": "kill", "source": MARKER}
+
+
+def test_json_to_stdout_for_a_failing_run() -> None:
+    code, out, _ = run_verify(BASELINE_RUN, "--json", "-")
+    data = json.loads(out[out.index("{\n") :])
+    assert code == 1 and data["passed"] is False and data["exit_status"] == 1
+
+
+def test_stack_from_run_json(kill: Doctor) -> None:
+    kill.set_json(
+        "run.json", config={"fault": "kill"}, stack={"torch": "2.11.0+cu130", "nccl": "2.28.9"}
+    )
+    code, out, _ = run_verify(kill.root, "--json", "-")
+    assert code == 0
+    assert json.loads(out[out.index("{\n") :])["stack"] == {
+        "torch": "2.11.0+cu130",
+        "nccl": "2.28.9",
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# what cannot be judged: exit 2 with a message that says what is missing
+
+
+def test_missing_run_dir_exits_2(tmp_path: Path) -> None:
+    code, out, err = run_verify(tmp_path / "nope")
+    assert code == 2 and out == ""
+    assert f"verify: error: run directory {tmp_path / 'nope'} does not exist" in err
+
+
+def test_not_a_run_dir_exits_2(tmp_path: Path) -> None:
+    code, _, err = run_verify(tmp_path)
+    assert code == 2
+    assert "is not a run directory: no logs/launcher.log" in err
+
+
+def test_garbled_marker_exits_2_and_says_so(kill: Doctor) -> None:
+    kill.path(MARKER).write_text("killed rank 0 at 11:03:55")
+    code, out, err = run_verify(kill.root)
+    assert code == 2
+    assert "injection marker unusable: fault_injected.json is unreadable: not JSON" in err
+    assert "FAIL prior_checkpoint: injection marker unusable" in out
+    assert "CANNOT JUDGE" in out
+
+
+def test_garbled_run_json_exits_2(kill: Doctor) -> None:
+    kill.path("run.json").write_text('{"config": ')
+    code, _, err = run_verify(kill.root)
+    assert code == 2 and "run.json is unreadable" in err
+
+
+def test_missing_checkpoint_dir_exits_2(kill: Doctor, tmp_path: Path) -> None:
+    code, _, err = run_verify(kill.root, "--checkpoint-dir", tmp_path / "none")
+    assert code == 2 and "checkpoint directory" in err and "does not exist" in err
+
+
+def test_bad_arguments_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    assert verify_main([]) == 2
+    assert verify_main([str(KILL_RUN), "--expect-fault", "segv"]) == 2
+    assert "invalid choice" in capsys.readouterr().err
+
+
+def test_missing_pieces_fail_with_a_reason_not_a_crash(kill: Doctor) -> None:
+    # a replacement log cut to nothing and no cycle records: judged, not crashed
+    kill.path(CYCLE1).write_bytes(b"")
+    kill.remove("cycle_infos")
+    code, out, _ = run_verify(kill.root)
+    assert code == 1
+    assert "note: cycle_infos/ is missing" in out
+    assert "FAIL replaced_cycle: cycle_infos/ is missing" in out
+    assert "FAIL optimizer_state_load: cycle 1 shows no checkpoint load at all" in out
+
+
+def test_binary_junk_logs_do_not_crash(kill: Doctor) -> None:
+    for rel in ("logs/launcher.log", "logs/train_cycle0.log", CYCLE1):
+        kill.path(rel).write_bytes(bytes(range(256)) * 64)
+    code, out, _ = run_verify(kill.root)
+    assert code == 1 and len(verdict_lines(out)) == 5
+
+
+def test_module_entry_point() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest_nvrx.verify", str(KILL_RUN)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.count("\nPASS ") + proc.stdout.startswith("PASS ") == 5
