@@ -10,7 +10,7 @@ import pytest
 
 from pytest_nvrx.evidence import load_run
 from pytest_nvrx.evidence.cycle_infos import read_cycle_infos
-from pytest_nvrx.evidence.cycle_log import MAX_ERRORS, parse_cycle_log
+from pytest_nvrx.evidence.cycle_log import MAX_ERRORS, SAVES_KEPT, parse_cycle_log
 from pytest_nvrx.evidence.launcher_log import LauncherEventKind as K
 from pytest_nvrx.evidence.launcher_log import parse_launcher_log
 from pytest_nvrx.evidence.manifest import ManifestError, read_manifest
@@ -477,3 +477,37 @@ def test_load_run_unknown_workload_is_fatal(tmp_path: Path) -> None:
     d.set_json("run.json", config={"workload": "nope"})
     run = load_run(d.root)
     assert any("no log adapter for workload 'nope'" in p.message for p in run.fatal_problems)
+
+
+def test_cycle_log_keeps_first_and_last_saves_only(tmp_path: Path) -> None:
+    log = tmp_path / "saves.log"
+    n = SAVES_KEPT * 3
+    with log.open("w") as f:
+        for i in range(1, n + 1):
+            f.write(
+                f"0:   [2026-11-29 11:00:00] scheduled an async checkpoint save at iteration {i}\n"
+            )
+            f.write(
+                f"0:   [2026-11-29 11:00:00.0] successfully saved checkpoint from iteration {i}\n"
+            )
+    c = parse_cycle_log(log, 0, MEGATRON)
+    done = [e.iteration for e in c.of_type(SaveCompleted)]
+    assert done == [*range(1, SAVES_KEPT + 1), *range(n - SAVES_KEPT + 1, n + 1)]
+    assert c.saves_not_kept == 2 * (n - 2 * SAVES_KEPT)
+    lines = [e.ref.line or 0 for e in c.events]
+    assert lines == sorted(lines)
+
+
+@pytest.mark.parametrize("rel", [CYCLE0, CYCLE1])
+def test_iteration_fast_path_agrees_with_parse_line(rel: str) -> None:
+    from pytest_nvrx.evidence.refs import iter_lines, split_rank_prefix
+
+    cursor = LineCursor(rel)
+    for lineno, text in iter_lines(KILL_RUN / rel):
+        _, body = split_rank_prefix(text)
+        cursor.lineno, cursor.raw = lineno, text
+        event = MEGATRON.parse_line(body, cursor)
+        number = MEGATRON.iteration_of(body)
+        assert (number is not None) == isinstance(event, IterationCommitted), text
+        if isinstance(event, IterationCommitted):
+            assert event.iteration == number

@@ -2,13 +2,15 @@
 
 NVRx's per-cycle log aggregation prefixes each worker line with its rank (``"0: "``); lines can
 also arrive unprefixed. The workload adapter sees the line without the prefix; the reference
-keeps the raw line. Iteration lines are summarized (first, last, highest, count) rather than
-kept, so memory stays bounded however long the run; every other event is kept, except errors,
-of which the first :data:`MAX_ERRORS` are kept and the rest counted.
+keeps the raw line. Memory stays bounded however long the run: iteration lines are summarized
+(first, last, highest, count); of the save events only the first and last :data:`SAVES_KEPT`
+of each kind are kept (the criteria need the saves just before a failure and just after a
+restore); of errors the first :data:`MAX_ERRORS`. What is dropped is counted.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass
 from datetime import UTC, tzinfo
 from pathlib import Path
@@ -16,19 +18,20 @@ from pathlib import Path
 from pytest_nvrx.evidence.refs import (
     EvidenceRef,
     LineCursor,
-    decode_line,
     iter_raw_lines,
     quote,
-    split_rank_prefix,
 )
 from pytest_nvrx.evidence.workload import (
     IterationCommitted,
+    SaveCompleted,
+    SaveScheduled,
     WorkloadError,
     WorkloadEvent,
     WorkloadLogAdapter,
 )
 
 MAX_ERRORS = 50
+SAVES_KEPT = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +52,7 @@ class CycleLog:
     iteration_lines: int = 0
     events: tuple[WorkloadEvent, ...] = ()
     errors_not_kept: int = 0
+    saves_not_kept: int = 0
     read_error: str | None = None
 
     def of_type[E](self, kind: type[E]) -> tuple[E, ...]:
@@ -73,15 +77,25 @@ def parse_cycle_log(
         return CycleLog(cycle, name, exists=False)
     cursor = LineCursor(name, tz)
     parse = adapter.parse_line
-    ranks: set[int] = set()
+    iteration_of = adapter.iteration_of
+    rank_texts: set[str] = set()
     unprefixed = 0
     events: list[WorkloadEvent] = []
     errors_kept = 0
     errors_dropped = 0
+    saves_head = {SaveScheduled: 0, SaveCompleted: 0}
+    saves_tail: dict[type, deque[WorkloadEvent]] = {
+        SaveScheduled: deque(maxlen=SAVES_KEPT),
+        SaveCompleted: deque(maxlen=SAVES_KEPT),
+    }
+    saves_seen = 0
     first_line: EvidenceRef | None = None
-    first_it: IterationCommitted | None = None
-    last_it: IterationCommitted | None = None
-    max_it: IterationCommitted | None = None
+    # Iteration lines are the bulk of a log: only their number is read in the loop; the three
+    # kept (first, last, highest) become events at the end, from (line number, raw, body).
+    first_it: tuple[int, str, str] | None = None
+    last_it: tuple[int, str, str] | None = None
+    max_it: tuple[int, str, str] | None = None
+    max_no = -1
     n_iterations = 0
     lineno = 0
     text = ""
@@ -89,12 +103,28 @@ def parse_cycle_log(
         with path.open("rb") as f:
             for raw in iter_raw_lines(f):
                 lineno += 1
-                text = decode_line(raw)
-                rank, body = split_rank_prefix(text)
-                if rank is None:
-                    unprefixed += 1
+                text = raw.decode("utf-8", "replace")
+                if text[-1:] == "\r":
+                    text = text[:-1]
+                # NVRx's rank prefix ("0: ", "12: "); inlined split_rank_prefix (hot loop)
+                colon = text.find(": ", 0, 8)
+                head = text[:colon].strip() if colon > 0 else ""
+                if head.isdigit():
+                    rank_texts.add(head)
+                    body = text[colon + 2 :]
                 else:
-                    ranks.add(rank)
+                    unprefixed += 1
+                    body = text
+                number = iteration_of(body)
+                if number is not None:
+                    n_iterations += 1
+                    kept = (lineno, text, body)
+                    if first_it is None:
+                        first_it = kept
+                    last_it = kept
+                    if number > max_no:
+                        max_no, max_it = number, kept
+                    continue
                 cursor.lineno = lineno
                 cursor.raw = text
                 if lineno == 1:
@@ -102,15 +132,16 @@ def parse_cycle_log(
                 event = parse(body, cursor)
                 if event is None:
                     continue
-                if isinstance(event, IterationCommitted):
-                    n_iterations += 1
-                    if first_it is None:
-                        first_it = event
-                    last_it = event
-                    if max_it is None or event.iteration > max_it.iteration:
-                        max_it = event
+                kind = type(event)
+                if kind is SaveCompleted or kind is SaveScheduled:
+                    saves_seen += 1
+                    if saves_head[kind] < SAVES_KEPT:
+                        saves_head[kind] += 1
+                        events.append(event)
+                    else:
+                        saves_tail[kind].append(event)
                     continue
-                if isinstance(event, WorkloadError):
+                if kind is WorkloadError:
                     if errors_kept >= MAX_ERRORS:
                         errors_dropped += 1
                         continue
@@ -118,6 +149,19 @@ def parse_cycle_log(
                 events.append(event)
     except OSError as exc:
         return CycleLog(cycle, name, exists=True, line_count=lineno, read_error=str(exc))
+    if lineno >= 1 and first_line is None and first_it is not None and first_it[0] == 1:
+        first_line = EvidenceRef(name, 1, quote(first_it[1]))
+
+    def iteration_event(kept: tuple[int, str, str] | None) -> IterationCommitted | None:
+        if kept is None:
+            return None
+        cursor.lineno, cursor.raw = kept[0], kept[1]
+        event = parse(kept[2], cursor)
+        return event if isinstance(event, IterationCommitted) else None
+
+    tails = [*saves_tail[SaveScheduled], *saves_tail[SaveCompleted]]
+    if tails:
+        events = sorted([*events, *tails], key=lambda e: e.ref.line or 0)
     return CycleLog(
         cycle=cycle,
         file=name,
@@ -125,12 +169,13 @@ def parse_cycle_log(
         line_count=lineno,
         first_line=first_line,
         last_line=EvidenceRef(name, lineno, quote(text)) if lineno else None,
-        ranks=tuple(sorted(ranks)),
+        ranks=tuple(sorted(int(r) for r in rank_texts)),
         unprefixed_lines=unprefixed,
-        first_iteration=first_it,
-        last_iteration=last_it,
-        max_iteration=max_it,
+        first_iteration=iteration_event(first_it),
+        last_iteration=iteration_event(last_it),
+        max_iteration=iteration_event(max_it),
         iteration_lines=n_iterations,
         events=tuple(events),
         errors_not_kept=errors_dropped,
+        saves_not_kept=saves_seen - sum(saves_head.values()) - len(tails),
     )

@@ -36,6 +36,7 @@ _ITERATION = re.compile(
     r"\s*" + _TS + r" iteration\s+(?P<it>\d+)/\s*(?P<total>\d+) \|"
     r"(?: consumed samples:\s*(?P<consumed>\d+) \|)?"
 )
+_ITERATION_NO = re.compile(r"\s*\[[^\]]*\] iteration\s+(\d+)/\s*\d+ \|")
 _LM_LOSS = re.compile(r"\| lm loss: (?P<loss>[-+0-9.eEnaifNAIF]+) \|")
 #   [ts] scheduled an async checkpoint save at iteration      10 to /ckpt
 _SCHEDULED = re.compile(
@@ -86,6 +87,12 @@ class MegatronLogAdapter:
     """:class:`~pytest_nvrx.evidence.workload.WorkloadLogAdapter` for ``pretrain_gpt.py``."""
 
     name = "megatron"
+
+    def iteration_of(self, text: str) -> int | None:
+        if "] iteration " not in text:
+            return None
+        m = _ITERATION_NO.match(text)
+        return int(m[1]) if m is not None else None
 
     def parse_line(self, text: str, at: LineCursor) -> WorkloadEvent | None:
         # Cheap substring tests first: almost every line of a big log fails all of them.

@@ -149,6 +149,11 @@ class WorkloadLogAdapter(Protocol):
 
     def parse_line(self, text: str, at: LineCursor) -> WorkloadEvent | None: ...
 
+    def iteration_of(self, text: str) -> int | None:
+        """Fast path for the commonest line: the iteration number if ``text`` is an iteration
+        line (``parse_line`` would return an IterationCommitted for it), else None."""
+        ...
+
     def checkpoint_path(self, checkpoint_dir: Path, iteration: int) -> Path:
         """Directory holding the checkpoint of ``iteration``."""
         ...

@@ -1,0 +1,168 @@
+"""Benchmark the cycle-log parser on a generated Megatron-format log (1 GiB by default).
+
+Run: .venv/bin/python benchmarks/bench_parsers.py [--size-mib 1024] [--save-interval 5]
+
+The log repeats what a real H200 cycle log (tests/data/gpu/gpu-kill-100/logs/train_cycle1.log)
+shows per iteration: the rank-prefixed iteration line, and every ``--save-interval`` iterations
+the memory line, the "save before previous has finished" warning, "saving checkpoint",
+"scheduled an async checkpoint save", the timer lines and "successfully saved checkpoint".
+It is written to a temporary directory and deleted afterwards.
+
+Reported, in one run on the same file:
+* ``grep -c`` of the iteration pattern (the floor: what a line scanner costs),
+* our parser (``parse_cycle_log`` with the Megatron adapter) run in a child process: wall time,
+  MiB/s, and the child's peak RSS (``ru_maxrss`` from ``wait4``), next to the peak RSS of a
+  child that only imports the parser (the interpreter's own share),
+* a check that both counted the same iteration lines.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+ITERATION_PATTERN = r"\] iteration +[0-9]+/ *[0-9]+ \|"
+
+CKPT = "/shared/nvrx-gpt/runs/bench/checkpoints"
+ITER_LINE = (
+    "0:  [%s] iteration %8d/%8d | consumed samples: %12d | elapsed time per iteration (ms): 31.9"
+    " | learning rate: 1.000000E-04 | global batch size:     1 | lm loss: 6.864643E+00 | loss"
+    " scale: 1.0 | grad norm: 6.622 | number of skipped iterations:   0 | number of nan"
+    " iterations:   0 |\n"
+)
+SAVE_BLOCK = (
+    "0: [Rank 0] (before save_checkpoint for iteration %(it)d) memory (MB) | allocated: 293.73 |"
+    " max allocated: 346.23 | reserved: 316.00 | max reserved: 386.00\n"
+    "0: WARNING: Starting a checkpoint save before previous has finished. Consider increasing the"
+    " checkpoint interval.\n"
+    "0: [%(ts)s] saving checkpoint at iteration %(it)7d to " + CKPT + " in torch_dist format\n"
+    "0:   [%(ts)s] scheduled an async checkpoint save at iteration %(it)7d to " + CKPT + "\n"
+    "0: [Rank 0] (after save_checkpoint for iteration %(it)d) memory (MB) | allocated: 293.73 |"
+    " max allocated: 346.23 | reserved: 316.00 | max reserved: 386.00\n"
+    "0: INFO:megatron.core.timers:(min, max) time across ranks (ms):\n"
+    "0:     save-checkpoint ................................: (392.33, 392.33)\n"
+    "0:   [%(ts)s] successfully saved checkpoint from iteration %(prev)7d to " + CKPT + " [ t 1/1,"
+    " gtp_remat 1/1, p 1/1 ]\n"
+)
+
+CHILD = """
+import resource, sys, time
+from pathlib import Path
+from pytest_nvrx.evidence.cycle_log import parse_cycle_log
+from pytest_nvrx.evidence.megatron import MEGATRON
+if sys.argv[1] != "--import-only":
+    t = time.perf_counter()
+    log = parse_cycle_log(Path(sys.argv[1]), 0, MEGATRON)
+    wall = time.perf_counter() - t
+    print(wall, log.iteration_lines, log.line_count, len(log.events), log.saves_not_kept)
+"""
+
+
+def generate(path: Path, size: int, save_interval: int) -> tuple[int, int]:
+    """Write about ``size`` bytes; returns (iteration lines, bytes written)."""
+    start = datetime(2026, 11, 29, 11, 0, 0, tzinfo=UTC)
+    step = timedelta(milliseconds=31)
+    written = 0
+    iteration = 0
+    total = 10**8
+    with path.open("w", encoding="utf-8", buffering=1 << 22) as f:
+        while written < size:
+            parts = []
+            for _ in range(save_interval):
+                iteration += 1
+                ts = (start + step * iteration).strftime("%Y-%m-%d %H:%M:%S.%f")
+                parts.append(ITER_LINE % (ts, iteration, total, iteration))
+            ts = (start + step * iteration).strftime("%Y-%m-%d %H:%M:%S.%f")
+            parts.append(
+                SAVE_BLOCK % {"it": iteration, "ts": ts, "prev": iteration - save_interval}
+            )
+            chunk = "".join(parts)
+            f.write(chunk)
+            written += len(chunk)
+    return iteration, path.stat().st_size
+
+
+def run_child(*args: str) -> tuple[str, float, int]:
+    """Run the parser child; returns (stdout, wall seconds, peak RSS in KiB)."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    t = time.perf_counter()
+    proc = subprocess.Popen(
+        [sys.executable, "-c", CHILD, *args], stdout=subprocess.PIPE, env=env, text=True
+    )
+    assert proc.stdout is not None
+    out = proc.stdout.read()
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - t
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode != 0:
+        raise SystemExit(f"parser child failed with {proc.returncode}")
+    return out, wall, usage.ru_maxrss
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size-mib", type=int, default=1024)
+    parser.add_argument("--save-interval", type=int, default=5)
+    parser.add_argument("--dir", type=Path, default=None, help="where to write the log (temp)")
+    args = parser.parse_args()
+    size = args.size_mib << 20
+    with tempfile.TemporaryDirectory(prefix="bench-parsers-", dir=args.dir) as tmp:
+        path = Path(tmp) / "train_cycle0.log"
+        t = time.perf_counter()
+        iterations, nbytes = generate(path, size, args.save_interval)
+        gen_s = time.perf_counter() - t
+        mib = nbytes / (1 << 20)
+        print(f"generated {mib:.0f} MiB, {iterations} iterations in {gen_s:.1f}s: {path}")
+
+        # warm the page cache once so both readers see the same state
+        subprocess.run(["cat", str(path)], stdout=subprocess.DEVNULL, check=True)
+
+        t = time.perf_counter()
+        grep = subprocess.run(
+            ["grep", "-c", "-E", ITERATION_PATTERN, str(path)],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        grep_s = time.perf_counter() - t
+        grep_count = int(grep.stdout.strip())
+
+        out, child_s, rss_kib = run_child(str(path))
+        parse_s, counted, lines, kept_events, dropped = out.split()
+        _, _, base_kib = run_child("--import-only")
+
+    parse = float(parse_s)
+    print(f"date: {datetime.now(UTC):%Y-%m-%d %H:%M} UTC")
+    print(
+        f"machine: {platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}"
+    )
+    print(
+        f"grep -c -E '{ITERATION_PATTERN}': {grep_s:.2f}s ({mib / grep_s:.0f} MiB/s),"
+        f" {grep_count} lines"
+    )
+    print(
+        f"parse_cycle_log: {parse:.2f}s ({mib / parse:.0f} MiB/s; child wall {child_s:.2f}s),"
+        f" {counted} iteration lines of {lines}, {kept_events} events kept, {dropped} saves"
+        " counted not kept"
+    )
+    print(f"ratio parser/grep: {parse / grep_s:.1f}x")
+    print(
+        f"peak RSS: parser child {rss_kib / 1024:.0f} MiB, import-only child"
+        f" {base_kib / 1024:.0f} MiB (parser's own share {(rss_kib - base_kib) / 1024:.0f} MiB)"
+    )
+    if int(counted) != grep_count or grep_count != iterations:
+        print(f"MISMATCH: generated {iterations}, grep {grep_count}, parser {counted}")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
