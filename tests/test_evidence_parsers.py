@@ -511,3 +511,20 @@ def test_iteration_fast_path_agrees_with_parse_line(rel: str) -> None:
         assert (number is not None) == isinstance(event, IterationCommitted), text
         if isinstance(event, IterationCommitted):
             assert event.iteration == number
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "[pytest-nvrx injector] rank 0 pid 585: watching /c/latest_checkpointed_iteration.txt"
+        " (baseline 0) to inject kill (SIGKILL) once it advances",
+        "[pytest-nvrx injector] rank 0 pid 585: tracker /c/latest_checkpointed_iteration.txt"
+        " advanced 0 -> 5; marker /r/fault_injected.json written; sending SIGKILL to pid 585",
+        "[pytest-nvrx injector] rank 1 pid 9: ERROR: checkpoint tracker /c/t.txt is empty; at"
+        " start it must be absent or hold an integer iteration",
+    ],
+)
+def test_our_injector_lines_are_not_evidence(line: str) -> None:
+    # verdicts must not depend on our wrapper's lines (the real GPU runs have none)
+    assert parse(line) is None
+    assert MEGATRON.iteration_of(line) is None

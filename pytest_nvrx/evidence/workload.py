@@ -4,11 +4,13 @@ The criteria never look at a workload's log format. A :class:`WorkloadLogAdapter
 of one workload's log into one of the normalized events below (a committed iteration, a save
 scheduled or completed, a checkpoint load or a fresh start, a load failure, an error); Megatron's
 adapter lives in :mod:`pytest_nvrx.evidence.megatron`. Another workload registers its own adapter
-with :func:`register_adapter` under the name its run manifest gives as ``workload``.
+with :func:`register_adapter` under the name its run manifest gives as ``workload`` (module
+``pytest_nvrx.evidence.<workload>`` is imported on first use).
 """
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -167,7 +169,19 @@ def register_adapter(adapter: WorkloadLogAdapter) -> None:
 
 
 def get_adapter(name: str) -> WorkloadLogAdapter:
-    """The adapter registered as ``name``; raises ``KeyError`` naming the known ones."""
+    """The adapter registered as ``name``; raises ``KeyError`` naming the known ones.
+
+    An adapter not yet registered is looked for in ``pytest_nvrx.evidence.<name>`` (a module
+    that calls :func:`register_adapter` on import, like :mod:`pytest_nvrx.evidence.megatron`;
+    it must stay light: no torch).
+    """
+    if name not in _ADAPTERS and name.isidentifier():
+        module = f"pytest_nvrx.evidence.{name}"
+        try:
+            importlib.import_module(module)
+        except ModuleNotFoundError as exc:
+            if exc.name != module:
+                raise
     try:
         return _ADAPTERS[name]
     except KeyError:
