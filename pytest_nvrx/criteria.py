@@ -723,9 +723,9 @@ def progress_past_restore(run: RunEvidence, expected: ExpectedFault | None = Non
     final_ref: EvidenceRef | None = None
     final: int | None = None
     manifest = run.manifest
-    if manifest is not None and isinstance(manifest.train_iters, object) and manifest.train_iters:
+    if manifest is not None and manifest.train_iters is not None:
         value = manifest.train_iters.value
-        if isinstance(value, int):
+        if isinstance(value, int) and not isinstance(value, bool):
             final, final_ref = value, manifest.train_iters.ref
     source = "run.json"
     if final is None:
