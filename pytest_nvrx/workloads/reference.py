@@ -1,0 +1,698 @@
+"""CPU reference workload: a tiny GPT trained over gloo, launched by ft_launcher like Megatron.
+
+It stands in for Megatron-LM's ``pretrain_gpt.py`` where there is no GPU, and keeps the parts of
+Megatron's behaviour that fault-recovery qualification looks at:
+
+* NVRx sections with Megatron's names: ``setup`` (opened before distributed init, closed before
+  the first step), ``step`` (around every training step), ``checkpointing`` (around save
+  preparation and, separately, around async finalization).
+* Asynchronous checkpoints (torch DCP ``async_save`` on a gloo group of their own) into
+  ``<save>/iter_%07d/``. A submitted save is not a checkpoint: the tracker
+  ``<save>/latest_checkpointed_iteration.txt`` moves only when the save is finalized, which
+  happens when the next save is scheduled and at the end of training, after all ranks agree.
+* ``--load`` restores model, optimizer, scheduler, RNG and data position from the tracker's
+  iteration; an absent tracker starts from scratch, an empty or invalid one fails loudly.
+
+Its log lines (``[ref] <UTC time> rank <r> <event>``) are documented in
+``docs/reference-workload.md``; the evidence adapter parses exactly those.
+
+Run as ``python -m pytest_nvrx.workloads.reference`` (or via ``runpy.run_module(...,
+run_name="__main__")``) in every worker that ft_launcher (or torchrun) starts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import math
+import os
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any, Protocol, TextIO
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
+from torch.distributed.checkpoint.state_dict_saver import async_save as dcp_async_save
+
+from pytest_nvrx.layout import TRACKER_NAME
+
+LOG_PREFIX = "[ref]"
+LOADED_PARTS = "model, optimizer, scheduler, rng, data"
+
+
+def iteration_dir_name(iteration: int) -> str:
+    """Megatron's name for one iteration's checkpoint directory."""
+    return f"iter_{iteration:07d}"
+
+
+class EventLog:
+    """One timestamped line per event on stdout, flushed: ft_launcher captures it per cycle."""
+
+    def __init__(self, rank: int, stream: TextIO | None = None) -> None:
+        self.rank = rank
+        self._stream = stream
+
+    def __call__(self, event: str) -> None:
+        ts = datetime.now(UTC).isoformat(timespec="milliseconds")
+        stream = self._stream if self._stream is not None else sys.stdout
+        print(f"{LOG_PREFIX} {ts} rank {self.rank} {event}", file=stream, flush=True)
+
+
+# --- NVRx sections -------------------------------------------------------------------------------
+
+
+class Monitor(Protocol):
+    def start_section(self, section: str) -> None: ...
+    def end_section(self, section: str) -> None: ...
+    def shutdown(self) -> None: ...
+
+
+class NullMonitor:
+    """No monitoring (``--no-ft``): outside ft_launcher, e.g. under torchrun or in tests."""
+
+    def start_section(self, section: str) -> None:
+        pass
+
+    def end_section(self, section: str) -> None:
+        pass
+
+    def shutdown(self) -> None:
+        pass
+
+    def describe(self) -> str:
+        return "ft monitoring disabled (--no-ft)"
+
+
+class FtMonitor:
+    """NVRx ``RankMonitorClient`` connected to this rank's monitor, as Megatron's ft_integration."""
+
+    def __init__(self) -> None:
+        from nvidia_resiliency_ext.fault_tolerance import RankMonitorClient
+
+        self._client = RankMonitorClient()
+        self._client.init_workload_monitoring()
+
+    def start_section(self, section: str) -> None:
+        self._client.start_section(section)
+
+    def end_section(self, section: str) -> None:
+        self._client.end_section(section)
+
+    def shutdown(self) -> None:
+        self._client.shutdown_workload_monitoring()
+
+    def describe(self) -> str:
+        timeouts = self._client.section_timeouts
+        sections = ",".join(f"{k}:{v}" for k, v in sorted(timeouts.section.items()))
+        return (
+            f"ft monitoring initialized sections {sections or '-'} "
+            f"out_of_section {timeouts.out_of_section}"
+        )
+
+
+@contextlib.contextmanager
+def section(monitor: Monitor, name: str) -> Iterator[None]:
+    monitor.start_section(name)
+    try:
+        yield
+    finally:
+        monitor.end_section(name)
+
+
+# --- model and data ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    vocab_size: int = 128
+    seq_length: int = 32
+    hidden_size: int = 32
+    num_layers: int = 2
+    num_attention_heads: int = 4
+    dropout: float = 0.1
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        h = cfg.hidden_size
+        self.heads = cfg.num_attention_heads
+        self.dropout = cfg.dropout
+        self.ln1 = nn.LayerNorm(h)
+        self.qkv = nn.Linear(h, 3 * h)
+        self.proj = nn.Linear(h, h)
+        self.ln2 = nn.LayerNorm(h)
+        self.fc1 = nn.Linear(h, 4 * h)
+        self.fc2 = nn.Linear(4 * h, h)
+        self.drop = nn.Dropout(cfg.dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, s, h = x.shape
+        q, k, v = self.qkv(self.ln1(x)).split(h, dim=2)
+        q, k, v = (t.view(b, s, self.heads, h // self.heads).transpose(1, 2) for t in (q, k, v))
+        att = F.scaled_dot_product_attention(
+            q, k, v, is_causal=True, dropout_p=self.dropout if self.training else 0.0
+        )
+        x = x + self.drop(self.proj(att.transpose(1, 2).reshape(b, s, h)))
+        out: torch.Tensor = x + self.drop(self.fc2(F.gelu(self.fc1(self.ln2(x)))))
+        return out
+
+
+class TinyGPT(nn.Module):
+    """Token + position embedding, pre-LN transformer blocks, LM head."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.tok = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        self.pos = nn.Embedding(cfg.seq_length, cfg.hidden_size)
+        self.drop = nn.Dropout(cfg.dropout)
+        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.num_layers))
+        self.ln_f = nn.LayerNorm(cfg.hidden_size)
+        self.head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        pos = torch.arange(tokens.shape[1])
+        x = self.drop(self.tok(tokens) + self.pos(pos))
+        for block in self.blocks:
+            x = block(x)
+        logits: torch.Tensor = self.head(self.ln_f(x))
+        return logits
+
+
+def mock_sample(seed: int, index: int, cfg: ModelConfig) -> torch.Tensor:
+    """Sample ``index`` of the mock dataset: a function of (seed, index) only, so a restored
+    ``consumed_samples`` restores the data position. Arithmetic sequences with 10 % noise give
+    the model something to learn (the loss falls visibly)."""
+    g = torch.Generator().manual_seed((seed * 1_000_003 + index) % (2**63))
+    n = cfg.seq_length + 1
+    start = int(torch.randint(cfg.vocab_size, (1,), generator=g))
+    stride = int(torch.randint(1, 8, (1,), generator=g))
+    tokens = (start + stride * torch.arange(n)) % cfg.vocab_size
+    noise = torch.rand(n, generator=g) < 0.1
+    return torch.where(noise, torch.randint(cfg.vocab_size, (n,), generator=g), tokens)
+
+
+# --- training ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    train_iters: int
+    seed: int = 1234
+    micro_batch_size: int = 2
+    lr: float = 1e-2
+    min_lr: float = 1e-3
+    lr_warmup_iters: int = 2
+    weight_decay: float = 0.01
+    clip_grad: float = 1.0
+    step_time: float = 0.0
+
+
+class LoadError(RuntimeError):
+    """The checkpoint named by the tracker cannot be restored."""
+
+
+class SaveError(RuntimeError):
+    """An async save failed on at least one rank."""
+
+
+class Trainer:
+    """Model, optimizer, scheduler and progress of one rank; the default group must exist."""
+
+    def __init__(self, model_cfg: ModelConfig, cfg: TrainConfig) -> None:
+        self.model_cfg = model_cfg
+        self.cfg = cfg
+        self.rank = dist.get_rank()
+        self.world_size = dist.get_world_size()
+        torch.manual_seed(cfg.seed)  # the same initial weights on every rank
+        self.model = TinyGPT(model_cfg)
+        self.optimizer = torch.optim.AdamW(
+            self.model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay
+        )
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self._lr_factor)
+        torch.manual_seed(cfg.seed + 1 + self.rank)  # dropout differs per data-parallel rank
+        self.iteration = 0
+        self.consumed_samples = 0
+
+    @property
+    def global_batch_size(self) -> int:
+        return self.cfg.micro_batch_size * self.world_size
+
+    def _lr_factor(self, step: int) -> float:
+        """Linear warm-up, then cosine decay to ``min_lr`` at ``train_iters`` (Megatron-style)."""
+        cfg = self.cfg
+        if step < cfg.lr_warmup_iters:
+            return (step + 1) / cfg.lr_warmup_iters
+        span = max(1, cfg.train_iters - cfg.lr_warmup_iters)
+        progress = min(1.0, (step - cfg.lr_warmup_iters) / span)
+        min_factor = cfg.min_lr / cfg.lr
+        return min_factor + (1 - min_factor) * 0.5 * (1 + math.cos(math.pi * progress))
+
+    def _batch(self) -> torch.Tensor:
+        first = self.consumed_samples + self.rank * self.cfg.micro_batch_size
+        return torch.stack(
+            [
+                mock_sample(self.cfg.seed, first + i, self.model_cfg)
+                for i in range(self.cfg.micro_batch_size)
+            ]
+        )
+
+    def train_step(self) -> tuple[float, float]:
+        """One optimizer step over the global batch; returns (loss averaged over ranks, lr)."""
+        if self.cfg.step_time > 0:
+            # Stand-in for GPU compute, so a short run lasts long enough to be interrupted.
+            time.sleep(self.cfg.step_time)
+        tokens = self._batch()
+        self.model.train()
+        logits = self.model(tokens[:, :-1])
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tokens[:, 1:].reshape(-1))
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()  # type: ignore[no-untyped-call]
+        params = [p for p in self.model.parameters() if p.grad is not None]
+        grads = [p.grad for p in params if p.grad is not None]
+        flat = torch.cat([g.reshape(-1) for g in grads] + [loss.detach().reshape(1)])
+        dist.all_reduce(flat)  # data-parallel gradient and loss average in one collective
+        flat /= self.world_size
+        offset = 0
+        for g in grads:
+            g.copy_(flat[offset : offset + g.numel()].view_as(g))
+            offset += g.numel()
+        torch.nn.utils.clip_grad_norm_(params, self.cfg.clip_grad)
+        lr = float(self.scheduler.get_last_lr()[0])
+        self.optimizer.step()
+        self.scheduler.step()
+        self.iteration += 1
+        self.consumed_samples += self.global_batch_size
+        return float(flat[-1]), lr
+
+    def _rng_key(self) -> str:
+        return f"rng_rank{self.rank}"
+
+    def _fingerprint(self) -> dict[str, Any]:
+        """What must match between the checkpoint and this run for an exact resume."""
+        return {
+            **asdict(self.model_cfg),
+            "world_size": self.world_size,
+            "seed": self.cfg.seed,
+            "micro_batch_size": self.cfg.micro_batch_size,
+        }
+
+    def checkpoint_state(self) -> dict[str, Any]:
+        """DCP state dict. Replicated entries are written once; RNG is per rank (own key)."""
+        model_sd, optim_sd = get_state_dict(self.model, self.optimizer)
+        return {
+            "model": model_sd,
+            "optimizer": optim_sd,
+            "scheduler": self.scheduler.state_dict(),
+            "progress": {"iteration": self.iteration, "consumed_samples": self.consumed_samples},
+            "config": self._fingerprint(),
+            self._rng_key(): {"torch": torch.get_rng_state()},
+        }
+
+    def load(self, checkpoint_dir: Path, iteration: int, group: dist.ProcessGroup) -> None:
+        path = checkpoint_dir / iteration_dir_name(iteration)
+        if not (path / ".metadata").is_file():
+            raise LoadError(f"tracker names iteration {iteration} but {path}/.metadata is missing")
+        state = self.checkpoint_state()  # template: DCP loads in place into these objects
+        try:
+            dcp_load(state, checkpoint_id=str(path), process_group=group)
+        except Exception as exc:
+            raise LoadError(f"cannot read {path}: {exc!r}") from exc
+        if state["config"] != self._fingerprint():
+            raise LoadError(
+                f"{path} was written by a different configuration: {state['config']} "
+                f"!= {self._fingerprint()}"
+            )
+        if state["progress"]["iteration"] != iteration:
+            raise LoadError(
+                f"{path} holds iteration {state['progress']['iteration']}, not {iteration}"
+            )
+        set_state_dict(
+            self.model,
+            self.optimizer,
+            model_state_dict=state["model"],
+            optim_state_dict=state["optimizer"],
+        )
+        self.scheduler.load_state_dict(state["scheduler"])
+        torch.set_rng_state(state[self._rng_key()]["torch"])
+        self.iteration = int(state["progress"]["iteration"])
+        self.consumed_samples = int(state["progress"]["consumed_samples"])
+
+
+# --- checkpoints ---------------------------------------------------------------------------------
+
+
+def read_tracker(checkpoint_dir: Path) -> int | None:
+    """The last finalized iteration; None when there is no tracker. Empty/invalid: LoadError."""
+    tracker = checkpoint_dir / TRACKER_NAME
+    try:
+        text = tracker.read_text()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise LoadError(f"cannot read {tracker}: {exc}") from exc
+    try:
+        iteration = int(text.strip())
+    except ValueError:
+        raise LoadError(f"{tracker} holds {text!r}, not an iteration number") from None
+    if iteration < 0:
+        raise LoadError(f"{tracker} holds a negative iteration {iteration}")
+    return iteration
+
+
+def agreed_tracker(checkpoint_dir: Path) -> int | None:
+    """Read the tracker on every rank and make sure all ranks saw the same value."""
+    try:
+        value: int | None = read_tracker(checkpoint_dir)
+        code = -1 if value is None else value
+    except LoadError:
+        value, code = None, -2
+    codes = torch.tensor([code, -code], dtype=torch.int64)
+    dist.all_reduce(codes, op=dist.ReduceOp.MAX)
+    if int(codes[0]) != -int(codes[1]):
+        raise LoadError(f"ranks read different trackers in {checkpoint_dir} (this rank: {code})")
+    if code == -2:
+        read_tracker(checkpoint_dir)  # re-raise this rank's own error
+    return value
+
+
+@dataclass
+class PendingSave:
+    iteration: int
+    future: Future[Any]
+
+
+class AsyncCheckpointer:
+    """Megatron's async-save lifecycle over torch DCP.
+
+    ``save`` finalizes the previous save (own ``checkpointing`` section), then stages a snapshot
+    and schedules background I/O (another ``checkpointing`` section). ``finalize`` waits for the
+    background write, agrees across ranks, and only then rank 0 writes the tracker.
+    """
+
+    def __init__(
+        self,
+        checkpoint_dir: Path,
+        group: dist.ProcessGroup,
+        monitor: Monitor,
+        log: Callable[[str], None],
+    ) -> None:
+        self.checkpoint_dir = checkpoint_dir
+        self.group = group
+        self.monitor = monitor
+        self.log = log
+        self.rank = dist.get_rank()
+        self.pending: PendingSave | None = None
+        self.last_scheduled: int | None = None
+
+    def save(self, iteration: int, state: Callable[[], dict[str, Any]]) -> None:
+        self.finalize()
+        with section(self.monitor, "checkpointing"):
+            path = self.checkpoint_dir / iteration_dir_name(iteration)
+            future = dcp_async_save(state(), checkpoint_id=str(path), process_group=self.group)
+            assert isinstance(future, Future)  # thread executor, no async stager: a Future
+            self.pending = PendingSave(iteration, future)
+            self.last_scheduled = iteration
+            if self.rank == 0:
+                self.log(f"save scheduled iteration {iteration} path {path}")
+
+    def finalize(self) -> None:
+        if self.pending is None:
+            return
+        pending, self.pending = self.pending, None
+        with section(self.monitor, "checkpointing"):
+            error: BaseException | None = None
+            try:
+                pending.future.result()
+            except Exception as exc:
+                error = exc
+            ok = torch.tensor([0 if error else 1])
+            dist.all_reduce(ok, op=dist.ReduceOp.MIN)
+            if not int(ok):
+                reason = f"{error!r}" if error else "failed on another rank"
+                self.log(f"save failed iteration {pending.iteration}: {reason}")
+                raise SaveError(f"async save of iteration {pending.iteration} failed: {reason}")
+            if self.rank == 0:
+                # Plain open/write, as Megatron: a poller may briefly read it empty.
+                with open(self.checkpoint_dir / TRACKER_NAME, "w") as f:
+                    f.write(str(pending.iteration))
+                self.log(f"save completed iteration {pending.iteration}")
+
+    def abandon(self) -> None:
+        """Wait for an in-flight write without finalizing it (tests, error paths)."""
+        if self.pending is not None:
+            with contextlib.suppress(Exception):
+                self.pending.future.result()
+            self.pending = None
+
+
+# --- command line --------------------------------------------------------------------------------
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
+    return value
+
+
+def _non_negative_float(text: str) -> float:
+    value = float(text)
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m pytest_nvrx.workloads.reference",
+        description="Tiny GPT on CPU (gloo) with NVRx sections and async checkpoints; "
+        "run one process per rank under ft_launcher (or torchrun with --no-ft). "
+        "Unknown arguments are an error.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        allow_abbrev=False,
+    )
+    t = p.add_argument_group("training")
+    t.add_argument("--train-iters", type=_positive_int, required=True, help="last iteration")
+    t.add_argument(
+        "--micro-batch-size",
+        type=_positive_int,
+        default=TrainConfig.micro_batch_size,
+        help="samples per rank and iteration (global batch = this x world size)",
+    )
+    t.add_argument("--lr", type=float, default=TrainConfig.lr, help="peak learning rate")
+    t.add_argument(
+        "--min-lr", type=float, default=TrainConfig.min_lr, help="cosine floor at --train-iters"
+    )
+    t.add_argument(
+        "--lr-warmup-iters", type=int, default=TrainConfig.lr_warmup_iters, help="linear warm-up"
+    )
+    t.add_argument(
+        "--seed", type=int, default=TrainConfig.seed, help="weights, dropout and mock data"
+    )
+    t.add_argument(
+        "--log-interval", type=_positive_int, default=1, help="iteration line every N iterations"
+    )
+    t.add_argument(
+        "--step-time",
+        type=_non_negative_float,
+        default=0.2,
+        help="seconds slept inside every step (stand-in for GPU compute)",
+    )
+    t.add_argument(
+        "--distributed-timeout-minutes",
+        type=_positive_int,
+        default=10,
+        help="gloo collective timeout (keep it above the step section timeout)",
+    )
+    c = p.add_argument_group("checkpointing")
+    c.add_argument("--save", type=Path, help="checkpoint root: iter_NNNNNNN/ and the tracker")
+    c.add_argument(
+        "--save-interval", type=_positive_int, help="async save every N iterations (with --save)"
+    )
+    c.add_argument("--load", type=Path, help="checkpoint root to resume from (its tracker)")
+    m = p.add_argument_group("model")
+    m.add_argument(
+        "--vocab-size", type=_positive_int, default=ModelConfig.vocab_size, help="tokens"
+    )
+    m.add_argument(
+        "--seq-length", type=_positive_int, default=ModelConfig.seq_length, help="tokens/sample"
+    )
+    m.add_argument(
+        "--hidden-size", type=_positive_int, default=ModelConfig.hidden_size, help="model width"
+    )
+    m.add_argument(
+        "--num-layers", type=_positive_int, default=ModelConfig.num_layers, help="blocks"
+    )
+    m.add_argument(
+        "--num-attention-heads",
+        type=_positive_int,
+        default=ModelConfig.num_attention_heads,
+        help="must divide --hidden-size",
+    )
+    m.add_argument(
+        "--dropout",
+        type=_non_negative_float,
+        default=ModelConfig.dropout,
+        help="makes the RNG state matter for an exact resume",
+    )
+    p.add_argument(
+        "--no-ft",
+        action="store_true",
+        help="do not connect to NVRx rank monitors (outside ft_launcher)",
+    )
+    return p
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = build_parser()
+    args = parser.parse_args(argv)  # strict: unknown arguments are an error
+    if args.save is not None and args.save_interval is None:
+        parser.error("--save needs --save-interval")
+    if args.save_interval is not None and args.save is None:
+        parser.error("--save-interval needs --save")
+    if args.hidden_size % args.num_attention_heads:
+        parser.error("--hidden-size must be divisible by --num-attention-heads")
+    if not 0 < args.min_lr <= args.lr:
+        parser.error("need 0 < --min-lr <= --lr")
+    if args.lr_warmup_iters < 0:
+        parser.error("--lr-warmup-iters must be >= 0")
+    return args
+
+
+def _env_int(name: str) -> int:
+    try:
+        return int(os.environ[name])
+    except (KeyError, ValueError):
+        raise SystemExit(
+            f"reference workload: environment variable {name} is missing or not an integer; "
+            "start it with ft_launcher or torchrun"
+        ) from None
+
+
+def run(args: argparse.Namespace) -> int:
+    rank, world_size = _env_int("RANK"), _env_int("WORLD_SIZE")
+    log = EventLog(rank)
+    log(f"started pid {os.getpid()} world_size {world_size}")
+    torch.set_num_threads(1)
+    monitor: FtMonitor | NullMonitor
+    try:
+        monitor = NullMonitor() if args.no_ft else FtMonitor()
+    except Exception as exc:
+        log(f"ft monitoring failed: {exc}")
+        raise SystemExit(
+            f"reference workload: cannot connect to the NVRx rank monitor ({exc}); "
+            "run under ft_launcher, or pass --no-ft"
+        ) from exc
+    if rank == 0:
+        log(monitor.describe())
+    monitor.start_section("setup")  # as Megatron: opened before distributed init
+    dist.init_process_group("gloo", timeout=timedelta(minutes=args.distributed_timeout_minutes))
+    try:
+        code = _train(args, monitor, log)
+    except Exception as exc:
+        log(f"aborted {type(exc).__name__}: {_first_line(exc)}")
+        raise
+    finally:
+        dist.destroy_process_group()
+        monitor.shutdown()
+    log(f"exit code {code}")
+    return code
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else "(no message)"
+
+
+def _train(args: argparse.Namespace, monitor: Monitor, log: EventLog) -> int:
+    # Checkpoint I/O runs in a background thread: give it its own group so its collectives
+    # never interleave with the training all-reduces on the default group.
+    ckpt_group = dist.new_group(backend="gloo")
+    assert isinstance(ckpt_group, dist.ProcessGroup)
+    model_cfg = ModelConfig(
+        vocab_size=args.vocab_size,
+        seq_length=args.seq_length,
+        hidden_size=args.hidden_size,
+        num_layers=args.num_layers,
+        num_attention_heads=args.num_attention_heads,
+        dropout=args.dropout,
+    )
+    cfg = TrainConfig(
+        train_iters=args.train_iters,
+        seed=args.seed,
+        micro_batch_size=args.micro_batch_size,
+        lr=args.lr,
+        min_lr=args.min_lr,
+        lr_warmup_iters=args.lr_warmup_iters,
+        step_time=args.step_time,
+    )
+    trainer = Trainer(model_cfg, cfg)
+    if args.load is not None:
+        try:
+            load_checkpoint(trainer, args.load, ckpt_group, log)
+        except LoadError as exc:
+            log(f"load failed: {exc}")
+            return 1
+    checkpointer = None
+    if args.save is not None:
+        args.save.mkdir(parents=True, exist_ok=True)
+        checkpointer = AsyncCheckpointer(args.save, ckpt_group, monitor, log)
+    start_iteration = trainer.iteration
+    monitor.end_section("setup")  # as Megatron: closed before the first step
+
+    try:
+        while trainer.iteration < cfg.train_iters:
+            with section(monitor, "step"):
+                loss, lr = trainer.train_step()
+            it = trainer.iteration
+            if trainer.rank == 0 and (it % args.log_interval == 0 or it == cfg.train_iters):
+                log(
+                    f"iteration {it}/{cfg.train_iters} consumed_samples "
+                    f"{trainer.consumed_samples} loss {loss:.4f} lr {lr:.3e}"
+                )
+            if checkpointer is not None and it % args.save_interval == 0:
+                checkpointer.save(it, trainer.checkpoint_state)
+        if checkpointer is not None:
+            # As Megatron: a final save unless the last iteration was just saved or restored.
+            if trainer.iteration not in (start_iteration, checkpointer.last_scheduled):
+                checkpointer.save(trainer.iteration, trainer.checkpoint_state)
+            checkpointer.finalize()
+    except SaveError:
+        return 1
+    if trainer.rank == 0:
+        log(f"training finished iteration {trainer.iteration}")
+    return 0
+
+
+def load_checkpoint(
+    trainer: Trainer, checkpoint_dir: Path, group: dist.ProcessGroup, log: Callable[[str], None]
+) -> int | None:
+    """Restore from the tracker's iteration; returns it, or None when starting from scratch."""
+    iteration = agreed_tracker(checkpoint_dir)
+    if iteration is None:
+        log(f"no checkpoint found at {checkpoint_dir / TRACKER_NAME}, starting from scratch")
+        return None
+    trainer.load(checkpoint_dir, iteration, group)
+    log(
+        f"load checkpoint iteration {iteration} ({LOADED_PARTS}) consumed_samples "
+        f"{trainer.consumed_samples} path {checkpoint_dir / iteration_dir_name(iteration)}"
+    )
+    return iteration
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return run(parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

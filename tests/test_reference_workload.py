@@ -1,0 +1,378 @@
+"""The CPU reference workload's checkpoint semantics, CLI and log format.
+
+Checkpoint tests run in this process on a world-size-1 gloo group; one test starts the workload
+the way the injector does (``runpy.run_module(..., run_name="__main__")``) in a subprocess. The
+real 2-rank ft_launcher runs are recorded by scripts/record_reference_runs.py into
+tests/data/cpu/; the last tests check that their lines follow the documented formats.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from pytest_nvrx.layout import TRACKER_NAME
+from pytest_nvrx.workloads import reference as ref
+
+DATA = Path(__file__).parent / "data" / "cpu"
+REPO = Path(__file__).resolve().parent.parent
+
+# The formats documented in docs/reference-workload.md (keep both in step).
+LINE_RE = re.compile(
+    r"^\[ref\] (?P<ts>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}\+00:00) "
+    r"rank (?P<rank>\d+) (?P<event>.+)$"
+)
+EVENT_RES = {
+    "started": r"started pid (?P<pid>\d+) world_size (?P<world_size>\d+)",
+    "ft": r"ft monitoring (?:initialized sections (?P<sections>\S+) out_of_section (?P<oos>\S+)"
+    r"|disabled \(--no-ft\)|failed: .*)",
+    "no_checkpoint": r"no checkpoint found at (?P<tracker>\S+), starting from scratch",
+    "loaded": r"load checkpoint iteration (?P<iteration>\d+) "
+    r"\((?P<parts>model, optimizer, scheduler, rng, data)\) "
+    r"consumed_samples (?P<consumed>\d+) path (?P<path>\S+)",
+    "load_failed": r"load failed: (?P<reason>.+)",
+    "iteration": r"iteration (?P<iteration>\d+)/(?P<train_iters>\d+) "
+    r"consumed_samples (?P<consumed>\d+) loss (?P<loss>\d+\.\d{4}) lr (?P<lr>\S+)",
+    "save_scheduled": r"save scheduled iteration (?P<iteration>\d+) path (?P<path>\S+)",
+    "save_completed": r"save completed iteration (?P<iteration>\d+)",
+    "save_failed": r"save failed iteration (?P<iteration>\d+): (?P<reason>.+)",
+    "finished": r"training finished iteration (?P<iteration>\d+)",
+    "aborted": r"aborted (?P<exc>\w+): (?P<message>.*)",
+    "exit": r"exit code (?P<code>\d+)",
+}
+EVENT_COMPILED = {k: re.compile(f"^{v}$") for k, v in EVENT_RES.items()}
+
+
+def classify(line: str) -> tuple[str, dict[str, str]] | None:
+    """(event kind, fields) of one workload line; None for other lines (torch, injector)."""
+    line = re.sub(r"^\d+: ", "", line)  # ft_launcher's per-cycle logs prefix the local rank
+    m = LINE_RE.match(line)
+    if m is None:
+        return None
+    for kind, rx in EVENT_COMPILED.items():
+        e = rx.match(m["event"])
+        if e is not None:
+            return kind, {**m.groupdict(), **{k: v for k, v in e.groupdict().items() if v}}
+    raise AssertionError(f"undocumented workload event: {line!r}")
+
+
+class ListLog:
+    def __init__(self) -> None:
+        self.events: list[str] = []
+
+    def __call__(self, event: str) -> None:
+        self.events.append(event)
+
+
+class RecordingMonitor:
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def start_section(self, section: str) -> None:
+        self.calls.append(f"+{section}")
+
+    def end_section(self, section: str) -> None:
+        self.calls.append(f"-{section}")
+
+    def shutdown(self) -> None:
+        self.calls.append("shutdown")
+
+
+@pytest.fixture(scope="module")
+def gloo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dist.ProcessGroup]:
+    """A world-size-1 gloo default group and a checkpoint group, as the workload makes them."""
+    if dist.is_initialized():
+        pytest.skip("a default process group already exists in this process")
+    store = tmp_path_factory.mktemp("gloo") / "store"
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=0, world_size=1)
+    group = dist.new_group(backend="gloo")
+    assert isinstance(group, dist.ProcessGroup)
+    yield group
+    dist.destroy_process_group()
+
+
+MODEL = ref.ModelConfig(hidden_size=16, num_layers=1, num_attention_heads=2, seq_length=16)
+TRAIN = ref.TrainConfig(train_iters=6, micro_batch_size=2)
+
+
+def trainer() -> ref.Trainer:
+    return ref.Trainer(MODEL, TRAIN)
+
+
+def tracker(ckpt: Path) -> str | None:
+    path = ckpt / TRACKER_NAME
+    return path.read_text() if path.exists() else None
+
+
+def test_tracker_moves_only_when_a_save_is_finalized(
+    gloo: dist.ProcessGroup, tmp_path: Path
+) -> None:
+    t, log, mon = trainer(), ListLog(), RecordingMonitor()
+    ckpt = ref.AsyncCheckpointer(tmp_path, gloo, mon, log)
+    t.train_step()
+    t.train_step()
+    ckpt.save(2, t.checkpoint_state)
+    assert ckpt.pending is not None
+    ckpt.pending.future.result()  # the bytes are on disk ...
+    assert (tmp_path / "iter_0000002" / ".metadata").is_file()
+    assert tracker(tmp_path) is None  # ... but a submitted save is not a checkpoint yet
+    assert mon.calls == ["+checkpointing", "-checkpointing"]
+
+    t.train_step()
+    t.train_step()
+    mon.calls.clear()
+    ckpt.save(4, t.checkpoint_state)  # finalizes 2 first, then schedules 4
+    assert tracker(tmp_path) == "2"
+    assert mon.calls == ["+checkpointing", "-checkpointing"] * 2
+    ckpt.finalize()
+    assert tracker(tmp_path) == "4"
+    assert log.events == [
+        f"save scheduled iteration 2 path {tmp_path / 'iter_0000002'}",
+        "save completed iteration 2",
+        f"save scheduled iteration 4 path {tmp_path / 'iter_0000004'}",
+        "save completed iteration 4",
+    ]
+    ckpt.finalize()  # nothing pending: no-op, no section
+    assert tracker(tmp_path) == "4"
+
+
+def _run_and_interrupt(ckpt_dir: Path, gloo: dist.ProcessGroup) -> tuple[list[float], ref.Trainer]:
+    """Six iterations, saves at 3 and 6; the save of 6 is never finalized (as if killed)."""
+    t = trainer()
+    ckpt = ref.AsyncCheckpointer(ckpt_dir, gloo, ref.NullMonitor(), ListLog())
+    losses = []
+    for _ in range(6):
+        losses.append(t.train_step()[0])
+        if t.iteration % 3 == 0:
+            ckpt.save(t.iteration, t.checkpoint_state)
+    ckpt.abandon()
+    assert tracker(ckpt_dir) == "3"
+    return losses, t
+
+
+def test_restore_continues_exactly_like_an_uninterrupted_run(
+    gloo: dist.ProcessGroup, tmp_path: Path
+) -> None:
+    losses, uninterrupted = _run_and_interrupt(tmp_path, gloo)
+    log = ListLog()
+    resumed = trainer()
+    assert ref.load_checkpoint(resumed, tmp_path, gloo, log) == 3
+    assert (resumed.iteration, resumed.consumed_samples) == (3, 3 * TRAIN.micro_batch_size)
+    assert log.events == [
+        f"load checkpoint iteration 3 ({ref.LOADED_PARTS}) consumed_samples 6 "
+        f"path {tmp_path / 'iter_0000003'}"
+    ]
+    assert [resumed.train_step()[0] for _ in range(3)] == losses[3:]
+    for (name, a), b in zip(
+        uninterrupted.model.state_dict().items(), resumed.model.state_dict().values(), strict=True
+    ):
+        assert torch.equal(a, b), name
+    assert resumed.scheduler.get_last_lr() == uninterrupted.scheduler.get_last_lr()
+
+
+@pytest.mark.parametrize("spoil", ["rng", "data", "optimizer", "scheduler"])
+def test_restore_test_notices_a_missing_part(
+    gloo: dist.ProcessGroup, tmp_path: Path, spoil: str
+) -> None:
+    """The exactness check above fails if any restored part were left out."""
+    losses, _ = _run_and_interrupt(tmp_path, gloo)
+    resumed = trainer()
+    ref.load_checkpoint(resumed, tmp_path, gloo, ListLog())
+    if spoil == "rng":
+        torch.manual_seed(999)
+    elif spoil == "data":
+        resumed.consumed_samples = 0
+    elif spoil == "optimizer":
+        resumed.optimizer.state.clear()
+    else:
+        resumed.scheduler.last_epoch = 0
+    # Optimizer and scheduler act through later updates: compare all three resumed losses.
+    assert [resumed.train_step()[0] for _ in range(3)] != losses[3:]
+
+
+def test_a_save_is_a_snapshot_of_the_moment_it_was_scheduled(
+    gloo: dist.ProcessGroup, tmp_path: Path
+) -> None:
+    t = trainer()
+    t.train_step()
+    expected = {k: v.clone() for k, v in t.model.state_dict().items()}
+    ckpt = ref.AsyncCheckpointer(tmp_path, gloo, ref.NullMonitor(), ListLog())
+    ckpt.save(1, t.checkpoint_state)
+    with torch.no_grad():
+        for p in t.model.parameters():
+            p.add_(1000.0)  # training goes on while the background write runs
+    ckpt.finalize()
+    resumed = trainer()
+    ref.load_checkpoint(resumed, tmp_path, gloo, ListLog())
+    for name, value in resumed.model.state_dict().items():
+        assert torch.equal(value, expected[name]), name
+
+
+def test_absent_tracker_starts_from_scratch(gloo: dist.ProcessGroup, tmp_path: Path) -> None:
+    log = ListLog()
+    t = trainer()
+    assert ref.load_checkpoint(t, tmp_path, gloo, log) is None
+    assert (t.iteration, t.consumed_samples) == (0, 0)
+    assert log.events == [
+        f"no checkpoint found at {tmp_path / TRACKER_NAME}, starting from scratch"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("", "holds '', not an iteration number"),
+        ("ten", "holds 'ten', not an iteration number"),
+        ("-3", "negative iteration -3"),
+        ("7", "tracker names iteration 7 but"),
+    ],
+)
+def test_bad_tracker_is_refused(
+    gloo: dist.ProcessGroup, tmp_path: Path, content: str, message: str
+) -> None:
+    (tmp_path / TRACKER_NAME).write_text(content)
+    with pytest.raises(ref.LoadError, match=re.escape(message)):
+        ref.load_checkpoint(trainer(), tmp_path, gloo, ListLog())
+
+
+def test_checkpoint_of_another_configuration_is_refused(
+    gloo: dist.ProcessGroup, tmp_path: Path
+) -> None:
+    _run_and_interrupt(tmp_path, gloo)
+    other = ref.Trainer(MODEL, ref.TrainConfig(train_iters=6, micro_batch_size=3))
+    with pytest.raises(ref.LoadError, match="different configuration"):
+        ref.load_checkpoint(other, tmp_path, gloo, ListLog())
+
+
+def test_mock_data_is_a_function_of_seed_and_index() -> None:
+    a = ref.mock_sample(1, 5, MODEL)
+    assert torch.equal(a, ref.mock_sample(1, 5, MODEL))
+    assert not torch.equal(a, ref.mock_sample(1, 6, MODEL))
+    assert not torch.equal(a, ref.mock_sample(2, 5, MODEL))
+    assert a.shape == (MODEL.seq_length + 1,)
+
+
+@pytest.mark.parametrize(
+    ("argv", "error"),
+    [
+        (["--train-iters", "4", "--bogus"], "unrecognized arguments: --bogus"),
+        (["--train-iters", "4", "--save-int", "2"], "unrecognized arguments"),  # no abbreviations
+        (["--train-iters", "4", "--save", "/x"], "--save needs --save-interval"),
+        (["--train-iters", "4", "--save-interval", "2"], "--save-interval needs --save"),
+        (["--train-iters", "0"], "must be a positive integer"),
+        (["--train-iters", "4", "--hidden-size", "30"], "divisible by --num-attention-heads"),
+        ([], "--train-iters"),
+    ],
+)
+def test_command_line_is_strict(
+    argv: list[str], error: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exc:
+        ref.parse_args(argv)
+    assert exc.value.code == 2
+    assert error in capsys.readouterr().err
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_runs_as_main_through_runpy_and_logs_documented_lines(tmp_path: Path) -> None:
+    """The injector's way of starting it: runpy.run_module(..., run_name="__main__")."""
+    ckpt = tmp_path / "checkpoints"
+    argv = ["--no-ft", "--train-iters=3", "--save-interval=2", f"--save={ckpt}", f"--load={ckpt}"]
+    code = (
+        "import runpy, sys; sys.argv = ['reference', *sys.argv[1:]]; "
+        "runpy.run_module('pytest_nvrx.workloads.reference', run_name='__main__')"
+    )
+    env = {
+        **os.environ,
+        "RANK": "0",
+        "LOCAL_RANK": "0",
+        "WORLD_SIZE": "1",
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(_free_port()),
+    }
+    proc = subprocess.run(
+        [sys.executable, "-c", code, "--step-time=0", *argv],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    events = [e for e in map(classify, proc.stdout.splitlines()) if e is not None]
+    assert [kind for kind, _ in events] == [
+        "started",
+        "ft",
+        "no_checkpoint",
+        "iteration",
+        "iteration",
+        "save_scheduled",
+        "iteration",
+        "save_completed",
+        "save_scheduled",  # final save at the last iteration
+        "save_completed",
+        "finished",
+        "exit",
+    ]
+    assert tracker(ckpt) == "3"
+
+
+RECORDED = ["reference-baseline", "reference-kill", "reference-hang"]
+
+
+@pytest.mark.parametrize("run", RECORDED)
+def test_recorded_runs_follow_the_documented_formats(run: str) -> None:
+    run_dir = DATA / run
+    if not run_dir.is_dir():
+        pytest.skip(f"{run_dir} not recorded (scripts/record_reference_runs.py)")
+    cycles = sorted((run_dir / "logs").glob("train_cycle*.log"))
+    kinds: list[list[str]] = []
+    for log in cycles:
+        events = [e for e in map(classify, log.read_text().splitlines()) if e is not None]
+        assert events, f"no workload lines in {log}"
+        kinds.append([kind for kind, _ in events])
+        its = [int(f["iteration"]) for kind, f in events if kind == "iteration"]
+        assert its == list(range(its[0], its[-1] + 1)), f"gap in iterations of {log}"
+    assert "finished" in kinds[-1]
+    assert (run_dir / "checkpoints" / TRACKER_NAME).read_text() == "40"
+    if run == "reference-baseline":
+        assert len(cycles) == 1
+    else:
+        assert len(cycles) == 2
+        assert "finished" not in kinds[0]
+        assert "no_checkpoint" not in kinds[1]
+        assert "loaded" in kinds[1]
+
+
+def _iteration_lines(log: Path) -> dict[int, str]:
+    out = {}
+    for kind, f in filter(None, map(classify, log.read_text().splitlines())):
+        if kind == "iteration":
+            out[int(f["iteration"])] = f"{f['consumed']} {f['loss']} {f['lr']}"
+    return out
+
+
+@pytest.mark.parametrize("run", ["reference-kill", "reference-hang"])
+def test_recorded_recovery_continues_exactly_like_the_baseline(run: str) -> None:
+    """Under the real launcher, the replacement's losses equal the uninterrupted run's."""
+    baseline, recovered = DATA / "reference-baseline", DATA / run
+    if not (baseline.is_dir() and recovered.is_dir()):
+        pytest.skip("recorded runs missing (scripts/record_reference_runs.py)")
+    expected = _iteration_lines(baseline / "logs" / "train_cycle0.log")
+    after = _iteration_lines(recovered / "logs" / "train_cycle1.log")
+    assert min(after) > 1  # resumed from a checkpoint, not from scratch
+    assert after == {i: expected[i] for i in after}
