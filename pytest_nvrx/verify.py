@@ -87,7 +87,10 @@ def report(judgement: Judgement, out: TextIO) -> None:
             f"verify: FAILED ({len(failed)} of {len(judgement.verdicts)}: {', '.join(failed)})\n"
         )
     else:
-        out.write(f"verify: PASSED ({len(judgement.verdicts)} of {len(judgement.verdicts)})\n")
+        na = sum(v.not_applicable for v in judgement.verdicts)
+        held = len(judgement.verdicts) - na
+        extra = f", {na} not applicable" if na else ""
+        out.write(f"verify: PASSED ({held} of {len(judgement.verdicts)}{extra})\n")
 
 
 def verify_main(argv: list[str], stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:

@@ -62,6 +62,7 @@ def test_baseline_declared_passes_with_not_applicable() -> None:
     statuses = [m[1] for m in verdict_lines(out)]
     assert statuses == ["N/A", "N/A", "N/A", "PASS", "PASS"]
     assert "expected fault none (from --expect-fault)" in out
+    assert out.rstrip().endswith("verify: PASSED (2 of 5, 3 not applicable)")
 
 
 def test_kill_run_with_expect_fault_hang_fails(kill: Doctor) -> None:
