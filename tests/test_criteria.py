@@ -480,3 +480,36 @@ def test_verdicts_do_not_depend_on_where_the_run_dir_lives(tmp_path: Path) -> No
 def test_every_verdict_has_evidence() -> None:
     with pytest.raises(ValueError, match="no evidence"):
         Verdict("prior_checkpoint", True, "trust me", ())
+
+
+# ---------------------------------------------------------------------------------------------
+# launcher-level criteria on the recorded CPU reference runs (2 ranks; a real SIGSTOP hang)
+
+CPU_DATA = Path(__file__).parent / "data" / "cpu"
+
+
+@pytest.mark.skipif(not CPU_DATA.is_dir(), reason="no recorded CPU runs")
+@pytest.mark.parametrize(
+    ("name", "how", "proof"),
+    [
+        ("reference-hang", "rank 1 timed out in section 'step'", f"{LAUNCHER}:46"),
+        ("reference-kill", "rank 1 failed with exit code -9", None),
+    ],
+)
+def test_launcher_criteria_on_real_two_rank_cpu_runs(
+    name: str, how: str, proof: str | None
+) -> None:
+    from pytest_nvrx.criteria import judge
+    from pytest_nvrx.evidence import load_run
+    from pytest_nvrx.evidence.megatron import MEGATRON
+
+    # replaced_cycle and no_repeat_injection read only launcher, cycle records and marker:
+    # any workload adapter will do for them
+    j = judge(load_run(CPU_DATA / name, adapter=MEGATRON))
+    c2 = j.verdict("replaced_cycle")
+    assert c2.passed and how in c2.reason, c2.render()
+    if proof is not None:
+        # the hung rank's own monitor line, although both monitors timed out and torchelastic
+        # reported rank 0 dying first
+        assert c2.evidence[0].location == proof
+    assert j.verdict("no_repeat_injection").passed
