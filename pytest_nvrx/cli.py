@@ -13,7 +13,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from pytest_nvrx.recipe import Recipe, build_recipe, prepare_run_dir
+from pytest_nvrx.planning import Plan, plan_run
+from pytest_nvrx.recipe import prepare_run_dir
 from pytest_nvrx.settings import (
     DRY_RUN_ENV,
     FAULT_KINDS,
@@ -134,35 +135,42 @@ def config_from_args(args: argparse.Namespace, environ: Mapping[str, str]) -> Ru
     return resolve(explicit, environ)
 
 
-def plan(args: argparse.Namespace, environ: Mapping[str, str]) -> Recipe:
+def plan(args: argparse.Namespace, environ: Mapping[str, str]) -> Plan:
     """Resolve, validate, create the run dirs and build the recipe (nothing launched)."""
     config = config_from_args(args, environ)
     prepare_run_dir(config)
     launcher = "ft_launcher" if args.dry_run else find_launcher()
-    return build_recipe(config, launcher_exe=launcher, port=args.log_server_port)
+    return plan_run(
+        config, launcher_exe=launcher, port=args.log_server_port, probe=not args.dry_run
+    )
 
 
 def cmd_run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     if environ.get(DRY_RUN_ENV, "0") == "1":
         args.dry_run = True
     try:
-        recipe = plan(args, environ)
+        planned = plan(args, environ)
     except ConfigError as exc:
         print(f"pytest-nvrx run: error: {exc}", file=sys.stderr)
         return USAGE_ERROR
+    recipe = planned.recipe
     print(f"Run artifacts: {recipe.layout.run_dir}")
     print(f"Checkpoint directory: {recipe.layout.checkpoint_dir}")
-    if recipe.profile != "default":
-        print(f"Profile: {recipe.profile} ({' '.join(recipe.profile_flags)})")
     if args.dry_run:
         print(recipe.shell_command())
         return 0
     from pytest_nvrx.launch import Launch
+    from pytest_nvrx.stack import format_stack_line
+
+    if planned.stack is not None:
+        print(format_stack_line(planned.stack), file=sys.stderr)
+    for note in planned.notes:
+        print(f"note: {note}", file=sys.stderr)
 
     def show(progress: Any) -> None:
         print(progress.describe(), flush=True)
 
-    with Launch(recipe) as launch:
+    with Launch(recipe, stack=planned.manifest_stack()) as launch:
         result = launch.wait(args.timeout, on_progress=show)
     print(f"ft_launcher exited with {result.exit_code} after {result.wall_s:.1f}s")
     return result.exit_code if result.exit_code is not None else 1

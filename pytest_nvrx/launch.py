@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import shutil
 import signal
 import subprocess
 import time
@@ -20,11 +21,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from pytest_nvrx.layout import RESULT_NAME as RESULT_NAME  # re-exported: launch.RESULT_NAME
 from pytest_nvrx.layout import RunLayout
 from pytest_nvrx.recipe import Recipe, manifest, utc_now, write_json_atomic
 
 TAG_VAR = "PYTEST_NVRX_RUN_TAG"
-RESULT_NAME = "result.json"
 CONSOLE_LOG_NAME = "launcher.console.log"
 _ITERATION = re.compile(rb"iteration\s+(\d+)\s*/\s*(\d+)")
 
@@ -251,7 +252,7 @@ class Launch:
         env = dict(os.environ)
         env.update(self.recipe.env)
         env[TAG_VAR] = self.tag
-        self.layout.tmp.mkdir(parents=True, exist_ok=True)
+        self.layout.tmp.mkdir(mode=0o700, parents=True, exist_ok=True)
         self._console_fh = self.console.open("ab")
         self._start_time = utc_now()
         self._t0 = time.monotonic()
@@ -284,6 +285,9 @@ class Launch:
         if self._console_fh is not None:
             self._console_fh.close()
             self._console_fh = None
+        if self._popen is not None:
+            # the per-run TMPDIR holds only the launcher's sockets and scratch files
+            shutil.rmtree(self.layout.tmp, ignore_errors=True)
 
     def progress(self) -> Progress:
         return read_progress(self.layout, time.monotonic() - self._t0)

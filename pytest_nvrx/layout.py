@@ -7,11 +7,14 @@ importable as a plain script, repeats the few it needs.
 
 from __future__ import annotations
 
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
 MARKER_NAME = "fault_injected.json"
 MANIFEST_NAME = "run.json"
+# written by pytest_nvrx.launch next to run.json when the launcher exits
+RESULT_NAME = "result.json"
 CYCLE_INFOS_DIR = "cycle_infos"
 LOGS_DIR = "logs"
 CHECKPOINTS_DIR = "checkpoints"
@@ -20,7 +23,8 @@ FT_STATE_NAME = "ft_state.json"
 LAUNCHER_LOG_NAME = "launcher.log"
 # ft_launcher's --ft-per-cycle-applog-prefix: cycle N writes logs/train_cycle<N>.log
 APPLOG_PREFIX_NAME = "train.log"
-TMP_DIR = "tmp"
+#: Parent of the per-run TMPDIRs (short on purpose, see RunLayout.tmp).
+TMP_ROOT = Path("/tmp")
 
 
 def cycle_log_name(cycle: int) -> str:
@@ -78,5 +82,11 @@ class RunLayout:
 
     @property
     def tmp(self) -> Path:
-        """Per-run TMPDIR: ft_launcher puts sockets and torchelastic error files there."""
-        return self.run_dir / TMP_DIR
+        """Per-run TMPDIR: ft_launcher puts its Unix sockets and torchelastic files there.
+
+        Not inside the run dir: a socket path must fit in 108 bytes, and ft_launcher appends
+        ~40 bytes (``_ft_launcher<pid>_rmon<rank>.socket``) to TMPDIR. With a long work dir the
+        launcher cannot bind its sockets and stalls (seen with pytest's tmp paths). A short,
+        per-run directory derived from the run dir keeps runs apart and dry runs exact.
+        """
+        return TMP_ROOT / f"nvrx-{zlib.crc32(str(self.run_dir).encode()):08x}"

@@ -1,3 +1,300 @@
-"""pytest hooks (glue only; the core lives in pytest-free modules)."""
+"""pytest hooks: options, markers, header, scenario parametrization, reports. Glue only.
+
+Settings resolve as option > walkthrough environment variable > ini value > scenario default.
+Nothing here needs a GPU: GPU scenarios are skipped at setup with a reason, so ``--help`` and
+``--collect-only`` work anywhere.
+"""
 
 from __future__ import annotations
+
+import os
+from collections.abc import Callable, Generator
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_nvrx.scenarios import SCENARIOS, Scenario
+from pytest_nvrx.settings import (
+    ENV_VARS,
+    WORKLOAD_KINDS,
+    ConfigError,
+    SectionTimeouts,
+    parse_value,
+)
+
+pytest_plugins = ["pytest_nvrx.fixtures"]
+
+SCENARIO_FIXTURE = "nvrx_scenario_run"
+
+
+@dataclass(frozen=True)
+class Option:
+    """One ``--nvrx-*`` option, its ini mirror and (where the walkthrough had one) env var."""
+
+    name: str  # without the --nvrx- prefix
+    help: str
+    field: str | None = None  # RunConfig field it sets
+    flag: bool = False
+
+    @property
+    def dest(self) -> str:
+        return "nvrx_" + self.name.replace("-", "_")
+
+    @property
+    def env(self) -> str | None:
+        return ENV_VARS.get(self.field) if self.field else None
+
+
+OPTIONS: tuple[Option, ...] = (
+    Option(
+        "megatron-path",
+        "Megatron-LM checkout to qualify (enables the gpu scenarios)",
+        "megatron_path",
+    ),
+    Option("work-dir", "absolute directory for run dirs (default: pytest's tmp dir)", "work_dir"),
+    Option(
+        "workload",
+        "megatron | reference: only this workload's scenarios (default: both; "
+        "megatron ones skip without a GPU and --nvrx-megatron-path)",
+    ),
+    Option("nnodes", "nodes (default 1)", "nnodes"),
+    Option("gpus-per-node", "processes per node (default 2; 1 for one GPU)", "gpus_per_node"),
+    Option("tp", "tensor-parallel size (default 1)", "tp"),
+    Option("pp", "pipeline-parallel size (default 1)", "pp"),
+    Option("train-iters", "training iterations (megatron 100, reference 30)", "train_iters"),
+    Option("save-interval", "checkpoint interval in iterations (default 5)", "save_interval"),
+    Option("fault-rank", "rank that receives the fault (default 1; 0 on one GPU)", "fault_rank"),
+    Option(
+        "section-timeouts",
+        "NVRx section deadlines, e.g. setup:900,step:30,checkpointing:600",
+        "section_timeouts",
+    ),
+    Option(
+        "out-of-section-timeout",
+        "seconds allowed outside sections (default 180)",
+        "out_of_section_timeout",
+    ),
+    Option("rdzv-endpoint", "rendezvous host:port for multinode runs", "rdzv_endpoint"),
+    Option(
+        "no-distributed-optimizer",
+        "qualify without Megatron's --use-distributed-optimizer",
+        flag=True,
+    ),
+    Option("run-dir", "judge this existing run directory instead of launching"),
+    Option("run-timeout", "seconds before a scenario run is killed (megatron 1800, reference 600)"),
+    Option("keep", "keep the run dirs of passed scenarios too", flag=True),
+)
+
+
+@dataclass
+class NvrxSettings:
+    """The resolved plugin settings (stored in config.stash)."""
+
+    overrides: dict[str, Any] = field(default_factory=dict)  # RunConfig fields the user set
+    workloads: tuple[str, ...] = WORKLOAD_KINDS
+    megatron_path: Path | None = None
+    work_dir: Path | None = None
+    run_dir: Path | None = None
+    run_timeout: float | None = None
+    keep: bool = False
+
+    def scenarios(self) -> list[Scenario]:
+        return [s for s in SCENARIOS if s.workload in self.workloads]
+
+
+SETTINGS_KEY = pytest.StashKey[NvrxSettings]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("nvrx", "fault-recovery qualification (pytest-nvrx)")
+    for opt in OPTIONS:
+        env = f" [env {opt.env}]" if opt.env else ""
+        if opt.flag:
+            group.addoption(
+                f"--nvrx-{opt.name}",
+                action="store_true",
+                default=None,
+                dest=opt.dest,
+                help=opt.help,
+            )
+            parser.addini(opt.dest, opt.help, type="bool", default=False)
+        else:
+            group.addoption(
+                f"--nvrx-{opt.name}",
+                dest=opt.dest,
+                default=None,
+                metavar=opt.name.split("-")[-1].upper(),
+                help=opt.help + env,
+            )
+            parser.addini(opt.dest, opt.help + env, default=None)
+
+
+def _lookup(config: pytest.Config, opt: Option) -> tuple[Any, str] | None:
+    """The first source that sets ``opt``: option, then env var, then ini. (value, source)."""
+    value = config.getoption(opt.dest)
+    if value is not None:
+        return value, f"--nvrx-{opt.name}"
+    if opt.env and os.environ.get(opt.env, "") != "":
+        return os.environ[opt.env], f"environment variable {opt.env}"
+    ini = config.getini(opt.dest)
+    if ini not in (None, "", [], False):
+        return ini, f"ini value {opt.dest}"
+    return None
+
+
+def resolve_settings(config: pytest.Config) -> NvrxSettings:
+    """Resolve and check every option; raise pytest.UsageError that says how to fix it."""
+    s = NvrxSettings()
+    try:
+        for opt in OPTIONS:
+            found = _lookup(config, opt)
+            if found is None:
+                continue
+            raw, source = found
+            value: Any
+            if opt.flag:
+                value = bool(raw)
+            elif opt.field is not None:
+                value = parse_value(opt.field, str(raw), source)
+            else:
+                value = str(raw)
+            if opt.field is not None and opt.field not in ("megatron_path", "work_dir"):
+                s.overrides[opt.field] = value
+            if opt.name == "megatron-path":
+                s.megatron_path = Path(value).resolve()
+                if not (s.megatron_path / "pretrain_gpt.py").is_file():
+                    raise ConfigError(
+                        f"{source}: pretrain_gpt.py not found in {s.megatron_path}; point it "
+                        "at a Megatron-LM checkout"
+                    )
+            elif opt.name == "work-dir":
+                if not Path(value).is_absolute():
+                    raise ConfigError(f"{source}: must be an absolute path, got {value!r}")
+                s.work_dir = Path(value)
+            elif opt.name == "workload":
+                if value not in WORKLOAD_KINDS:
+                    raise ConfigError(
+                        f"{source}: must be one of {', '.join(WORKLOAD_KINDS)}, got {value!r}"
+                    )
+                s.workloads = (value,)
+            elif opt.name == "run-dir":
+                path = Path(value).resolve()
+                if not path.is_dir():
+                    raise ConfigError(f"{source}: {path} is not a directory")
+                s.run_dir = path
+            elif opt.name == "run-timeout":
+                s.run_timeout = parse_value("out_of_section_timeout", value, source)
+            elif opt.name == "keep":
+                s.keep = value
+            elif opt.name == "no-distributed-optimizer" and value:
+                s.overrides["distributed_optimizer"] = False
+        if "section_timeouts" in s.overrides:
+            assert isinstance(s.overrides["section_timeouts"], SectionTimeouts)
+    except ConfigError as exc:
+        raise pytest.UsageError(f"pytest-nvrx: {exc}") from None
+    return s
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "gpu: needs NVIDIA GPUs and a Megatron-LM checkout "
+        "(--nvrx-megatron-path); skipped with a reason otherwise",
+    )
+    config.addinivalue_line("markers", "kill: scenario that SIGKILLs one rank after a checkpoint")
+    config.addinivalue_line("markers", "hang: scenario that SIGSTOPs one rank after a checkpoint")
+    config.addinivalue_line("markers", "baseline: uninterrupted scenario, no fault injected")
+    config.stash[SETTINGS_KEY] = resolve_settings(config)
+
+
+def _dist_version(name: str) -> str:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return "absent"
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    s = config.stash[SETTINGS_KEY]
+    import platform
+
+    versions = ", ".join(
+        f"{label} {_dist_version(dist)}"
+        for label, dist in (
+            ("torch", "torch"),
+            ("nvrx", "nvidia-resiliency-ext"),
+            ("megatron-core", "megatron-core"),
+            ("TE", "transformer-engine"),
+            ("apex", "apex"),
+        )
+    )
+    where = f"megatron: {s.megatron_path or 'not given'}, work dir: {s.work_dir or 'pytest tmp'}"
+    if s.run_dir is not None:
+        where += f", judging existing run: {s.run_dir}"
+    return [f"nvrx: python {platform.python_version()}, {versions}", f"nvrx: {where}"]
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if SCENARIO_FIXTURE not in metafunc.fixturenames:
+        return
+    s = metafunc.config.stash[SETTINGS_KEY]
+    if s.run_dir is not None:
+        params = [pytest.param(None, id="existing-run")]
+    else:
+        params = [
+            pytest.param(sc, id=sc.id, marks=[getattr(pytest.mark, m) for m in sc.markers])
+            for sc in s.scenarios()
+        ]
+    metafunc.parametrize(SCENARIO_FIXTURE, params, indirect=True, scope="session")
+
+
+# --- reports ------------------------------------------------------------------------------------
+
+OUTCOMES_KEY = pytest.StashKey[dict[str, bool]]()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, Any, None]:
+    run = getattr(item, "funcargs", {}).get(SCENARIO_FIXTURE)
+    if run is not None and call.when == "call":
+        for key, value in run.junit_properties():
+            item.user_properties.append((key, value))
+    outcome = yield
+    report: pytest.TestReport = outcome.get_result()
+    if run is None:
+        return
+    outcomes = item.config.stash.setdefault(OUTCOMES_KEY, {})
+    if report.failed:
+        outcomes[run.key] = False
+        if call.when == "call":
+            for title, text in run.log_tails():
+                report.sections.append((title, text))
+    else:
+        outcomes.setdefault(run.key, True)
+
+
+def scenario_passed(config: pytest.Config, key: str) -> bool:
+    return config.stash.get(OUTCOMES_KEY, {}).get(key, False)
+
+
+def terminal_writer(config: pytest.Config) -> Callable[[str], None]:
+    tr = config.pluginmanager.get_plugin("terminalreporter")
+    if tr is None:
+        return lambda line: None
+
+    capman = config.pluginmanager.get_plugin("capturemanager")
+
+    def write(line: str) -> None:
+        # Runs happen inside fixture setup, where output is captured: lift it for our line.
+        if capman is None:
+            tr.write_line(line)
+            return
+        with capman.global_and_fixture_disabled():
+            tr.write_line(line)
+
+    return write

@@ -174,11 +174,16 @@ def build_recipe(
     no_te: bool = False,
     launcher_exe: str = "ft_launcher",
     port: int | None = None,
+    profile_flags: Sequence[str] | None = None,
 ) -> Recipe:
-    """Assemble the run. ``no_te`` is the stack's verdict; ``config.no_te_profile`` overrides it."""
+    """Assemble the run. ``no_te`` is the stack's verdict; ``config.no_te_profile`` overrides it.
+
+    ``profile_flags``: the no-TE flags this Megatron revision accepts (default: all of them).
+    """
     layout = config.layout
     use_no_te = config.no_te_profile if config.no_te_profile is not None else no_te
-    profile_flags = NO_TE_PROFILE if (config.workload == "megatron" and use_no_te) else ()
+    available = NO_TE_PROFILE if profile_flags is None else tuple(profile_flags)
+    profile_flags = available if (config.workload == "megatron" and use_no_te) else ()
     profile = "no-te" if profile_flags else "default"
     if config.workload == "megatron":
         work = megatron_args(config, layout, profile_flags)
@@ -221,7 +226,7 @@ def prepare_run_dir(config: RunConfig) -> RunLayout:
     validate(config)
     layout = config.layout
     check_fresh_run_dir(layout)
-    for d in (layout.logs, layout.cycle_infos, layout.checkpoint_dir, layout.tmp):
+    for d in (layout.logs, layout.cycle_infos, layout.checkpoint_dir):
         d.mkdir(parents=True, exist_ok=True)
     return layout
 

@@ -67,6 +67,7 @@ def test_orphans_in_other_sessions_are_killed_after_exit(tmp_path: Path) -> None
     pids = read_pids(pidfile)
     assert result.exit_code == 0
     assert wait_gone(pids), "orphaned children in their own sessions survived"
+    assert not recipe.layout.tmp.exists(), "per-run TMPDIR left behind"
     saved = json.loads((recipe.layout.run_dir / "result.json").read_text())
     assert saved["exit_code"] == 0 and saved["timed_out"] is False
     assert json.loads(recipe.layout.manifest.read_text())["run_id"] == "fake-exit-orphans"

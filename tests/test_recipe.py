@@ -140,7 +140,8 @@ def test_argv_matches_walkthrough(
     assert entry == ["--script", str(megatron_stub / "pretrain_gpt.py")]
     # documented addition: core 0.19 needs --eval-interval
     assert workload == [*want_megatron, "--eval-interval=100"]
-    assert recipe.env["TMPDIR"] == str(config.run_dir / "tmp")
+    assert recipe.env["TMPDIR"] == str(config.layout.tmp)
+    assert len(recipe.env["TMPDIR"]) + len("/_ft_launcher4194304_rmon127.socket") < 108
     assert recipe.profile == "default"
 
 
@@ -227,7 +228,7 @@ def test_dry_run_with_walkthrough_env(
     assert words[:3] == [
         "NVRX_RUN_ID=gpt-recovery-001",
         "PYTHONUNBUFFERED=1",
-        f"TMPDIR={run_dir / 'tmp'}",
+        f"TMPDIR={RunConfig(work_dir=tmp_path, run_id='gpt-recovery-001').layout.tmp}",
     ]
     want_launcher, want_wrapper, want_megatron = walkthrough_command(
         nnodes=1,

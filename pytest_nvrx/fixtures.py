@@ -1,0 +1,187 @@
+"""Fixtures: one launched run per scenario, shared by the five criteria tests. Thin glue.
+
+The run happens in the session-scoped ``nvrx_scenario_run`` fixture (parametrized by the plugin
+with ``indirect=True, scope="session"``, so pytest groups a scenario's tests and launches it
+once). GPU scenarios hold a host-wide file lock, so they never run concurrently (xdist workers or
+two pytest sessions on one host serialize instead of fighting over the GPUs).
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from filelock import FileLock
+
+from pytest_nvrx.criteria import Judgement, judge_run_dir
+from pytest_nvrx.launch import Launch, RunResult, RunTimeout, tail_text
+from pytest_nvrx.layout import RunLayout
+from pytest_nvrx.plugin import SETTINGS_KEY, NvrxSettings, scenario_passed, terminal_writer
+from pytest_nvrx.recipe import prepare_run_dir
+from pytest_nvrx.scenarios import DEFAULTS, RUN_TIMEOUTS, Scenario
+from pytest_nvrx.settings import ConfigError, RunConfig, resolve
+
+GPU_LOCK = Path("/tmp/pytest-nvrx-gpu.lock")
+
+
+@dataclass
+class ScenarioRun:
+    """A finished (or judged existing) run and its verdicts."""
+
+    key: str
+    scenario: Scenario | None
+    layout: RunLayout
+    judgement: Judgement
+    result: RunResult | None = None
+    stack: dict[str, Any] = field(default_factory=dict)
+    error: str | None = None
+
+    def junit_properties(self) -> list[tuple[str, Any]]:
+        props: list[tuple[str, Any]] = [("nvrx_run_dir", str(self.layout.run_dir))]
+        if self.result is not None:
+            props += [
+                ("nvrx_exit_code", self.result.exit_code),
+                ("nvrx_wall_s", round(self.result.wall_s, 1)),
+            ]
+        props += [(f"nvrx_stack_{k}", v) for k, v in sorted(self.stack.items())]
+        props += [(f"nvrx_timing_{k}", v) for k, v in sorted(self.judgement.timings.items())]
+        return props
+
+    def log_tails(self) -> list[tuple[str, str]]:
+        logs = sorted(self.layout.logs.glob("train_cycle*.log"))
+        out = []
+        for path in [
+            *logs[-1:],
+            self.layout.launcher_log,
+            self.layout.logs / "launcher.console.log",
+        ]:
+            if path.is_file():
+                rel = path.relative_to(self.layout.run_dir)
+                out.append((f"nvrx: tail of {rel}", tail_text(path, 30)))
+        return out
+
+
+def gpu_available() -> str | None:
+    """None when an NVIDIA GPU is visible, else the reason why not."""
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return "no NVIDIA GPU (nvidia-smi not found)"
+    try:
+        out = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"nvidia-smi failed: {exc}"
+    if out.returncode != 0 or "GPU" not in out.stdout:
+        return "nvidia-smi lists no GPU"
+    return None
+
+
+def scenario_config(settings: NvrxSettings, scenario: Scenario, work_dir: Path) -> RunConfig:
+    values: dict[str, Any] = {**DEFAULTS[scenario.workload], **settings.overrides}
+    values.update(
+        workload=scenario.workload,
+        fault=scenario.fault,
+        work_dir=work_dir,
+        run_id=f"{scenario.id}-{time.strftime('%Y%m%dT%H%M%S')}-{id(settings) % 10000:04d}",
+        megatron_path=settings.megatron_path,
+    )
+    if scenario.needs_gpu and "gpus_per_node" not in settings.overrides:
+        values["gpus_per_node"] = 1
+    if values.get("gpus_per_node") == 1 and "fault_rank" not in settings.overrides:
+        values["fault_rank"] = 0
+    return resolve(values, environ={})
+
+
+def _run_scenario(
+    request: pytest.FixtureRequest, settings: NvrxSettings, scenario: Scenario
+) -> Iterator[ScenarioRun]:
+    config = request.config
+    if scenario.needs_gpu:
+        if settings.megatron_path is None:
+            pytest.skip("gpu scenario: give --nvrx-megatron-path (or MEGATRON_PATH)")
+        reason = gpu_available()
+        if reason is not None:
+            pytest.skip(f"gpu scenario: {reason}")
+    if settings.work_dir is not None:
+        work_dir = settings.work_dir
+    else:
+        work_dir = request.getfixturevalue("tmp_path_factory").mktemp(f"nvrx-{scenario.id}")
+    try:
+        run_config = scenario_config(settings, scenario, work_dir)
+        layout = prepare_run_dir(run_config)
+    except ConfigError as exc:
+        pytest.fail(f"pytest-nvrx: scenario {scenario.id}: {exc}", pytrace=False)
+
+    from pytest_nvrx.cli import find_launcher
+    from pytest_nvrx.planning import plan_run
+    from pytest_nvrx.stack import format_stack_line
+
+    write = terminal_writer(config)
+    try:
+        planned = plan_run(run_config, launcher_exe=find_launcher())
+    except ConfigError as exc:
+        pytest.fail(f"pytest-nvrx: scenario {scenario.id}: {exc}", pytrace=False)
+    recipe = planned.recipe
+    stack_dict: dict[str, Any] = planned.manifest_stack() or {}
+    if planned.stack is not None:
+        write(f"nvrx {scenario.id}: {format_stack_line(planned.stack)}")
+    for note in planned.notes:
+        write(f"nvrx {scenario.id}: note: {note}")
+    write(f"nvrx {scenario.id}: launching in {layout.run_dir}")
+    timeout = settings.run_timeout or RUN_TIMEOUTS[scenario.workload]
+    result: RunResult | None = None
+    error: str | None = None
+    lock = FileLock(str(GPU_LOCK)) if scenario.needs_gpu else None
+    if lock is not None:
+        lock.acquire()
+    try:
+        with Launch(recipe, stack=stack_dict) as launch:
+            try:
+                result = launch.wait(
+                    timeout, on_progress=lambda p: write(f"nvrx {scenario.id}: {p.describe()}")
+                )
+            except RunTimeout as exc:
+                error = str(exc)
+    finally:
+        if lock is not None:
+            lock.release()
+    if result is not None:
+        write(f"nvrx {scenario.id}: launcher exit {result.exit_code} after {result.wall_s:.1f}s")
+    judgement = judge_run_dir(layout.run_dir, layout.checkpoint_dir, expect_fault=scenario.fault)
+    run = ScenarioRun(
+        key=scenario.id,
+        scenario=scenario,
+        layout=layout,
+        judgement=judgement,
+        result=result,
+        stack=stack_dict,
+        error=error,
+    )
+    yield run
+    if not settings.keep and settings.work_dir is None and scenario_passed(config, run.key):
+        shutil.rmtree(layout.run_dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def nvrx_scenario_run(request: pytest.FixtureRequest) -> Iterator[ScenarioRun]:
+    """The scenario's run, launched once and judged; shared by all its criteria tests."""
+    settings = request.config.stash[SETTINGS_KEY]
+    scenario: Scenario | None = request.param
+    if scenario is None:
+        assert settings.run_dir is not None
+        judgement = judge_run_dir(settings.run_dir, None, expect_fault=None)
+        layout = RunLayout.for_run(settings.run_dir, judgement.checkpoint_dir)
+        yield ScenarioRun(
+            key="existing-run",
+            scenario=None,
+            layout=layout,
+            judgement=judgement,
+            stack=judgement.stack,
+        )
+        return
+    yield from _run_scenario(request, settings, scenario)

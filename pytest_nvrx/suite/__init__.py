@@ -1,0 +1,1 @@
+"""The qualification suite shipped with the plugin (``pytest --pyargs pytest_nvrx.suite``)."""

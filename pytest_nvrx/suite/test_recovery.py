@@ -1,0 +1,33 @@
+"""The five recovery criteria, judged for every selected scenario.
+
+Each scenario (``reference-kill``, ``megatron-hang``, ...) is launched once by the
+``nvrx_scenario_run`` fixture; these tests only read its verdicts. Select matrices with markers:
+``-m "gpu and kill"``, ``-m hang``, ``-m "not gpu"``.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from pytest_nvrx.criteria import CRITERIA_IDS
+from pytest_nvrx.fixtures import ScenarioRun
+
+# A scenario's run has its own deadline (--nvrx-run-timeout) that kills the whole process tree;
+# pytest-timeout must not interrupt it first (the run happens inside the first test's setup).
+pytestmark = pytest.mark.timeout(0)
+
+
+def test_run_finished(nvrx_scenario_run: ScenarioRun) -> None:
+    """The launch itself ended (no timeout) and left a judgeable run directory."""
+    assert nvrx_scenario_run.error is None, nvrx_scenario_run.error
+    problems = nvrx_scenario_run.judgement.problems
+    fatal = [p.message for p in problems if p.severity == "fatal"]
+    assert not fatal, "run directory cannot be judged: " + "; ".join(fatal)
+
+
+@pytest.mark.parametrize("criterion", CRITERIA_IDS)
+def test_recovery_criterion(nvrx_scenario_run: ScenarioRun, criterion: str) -> None:
+    verdict = nvrx_scenario_run.judgement.verdict(criterion)
+    if verdict.not_applicable:
+        pytest.skip(f"{criterion}: {verdict.reason}")
+    assert verdict.passed, verdict.render()

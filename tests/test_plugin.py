@@ -1,0 +1,214 @@
+"""The pytest plugin, driven through pytester: options, markers, skips, reports, JUnit.
+
+No run is launched here (the end-to-end scenarios are the shipped suite itself); existing real
+runs from tests/data are judged through ``--nvrx-run-dir``.
+"""
+
+from __future__ import annotations
+
+import shutil
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+pytest_plugins = ["pytester"]
+
+DATA = Path(__file__).parent / "data"
+GPU_KILL = DATA / "gpu" / "gpu-kill-100"
+GPU_BASELINE = DATA / "gpu" / "gpu-baseline-20"
+SUITE_ARGS = ["--pyargs", "pytest_nvrx.suite", "-p", "no:cacheprovider"]
+
+
+@pytest.fixture
+def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No walkthrough variables leak in from the developer's shell."""
+    for var in (
+        "MEGATRON_PATH",
+        "NVRX_WORK_DIR",
+        "TP",
+        "PP",
+        "NNODES",
+        "GPUS_PER_NODE",
+        "TRAIN_ITERS",
+        "SAVE_INTERVAL",
+        "NVRX_FAULT_RANK",
+        "RDZV_ENDPOINT",
+    ):
+        monkeypatch.delenv(var, raising=False)
+
+
+def test_help_lists_the_nvrx_group(pytester: pytest.Pytester, clean_env: None) -> None:
+    result = pytester.runpytest("--help")
+    assert result.ret == 0
+    result.stdout.fnmatch_lines(
+        [
+            "*fault-recovery qualification (pytest-nvrx)*",
+            "*--nvrx-megatron-path*",
+            "*--nvrx-run-dir*",
+            "*--nvrx-keep*",
+        ]
+    )
+    for name in (
+        "work-dir",
+        "gpus-per-node",
+        "nnodes",
+        "tp",
+        "pp",
+        "train-iters",
+        "save-interval",
+        "fault-rank",
+        "section-timeouts",
+        "out-of-section-timeout",
+        "workload",
+    ):
+        assert f"--nvrx-{name}" in result.stdout.str()
+    assert "nvrx_megatron_path" in result.stdout.str()  # ini mirror
+
+
+def test_markers_are_registered(pytester: pytest.Pytester, clean_env: None) -> None:
+    result = pytester.runpytest("--markers")
+    result.stdout.fnmatch_lines(
+        [
+            "@pytest.mark.gpu:*--nvrx-megatron-path*",
+            "@pytest.mark.kill:*",
+            "@pytest.mark.hang:*",
+            "@pytest.mark.baseline:*",
+        ]
+    )
+
+
+def test_collect_only_needs_no_gpu(pytester: pytest.Pytester, clean_env: None) -> None:
+    result = pytester.runpytest(*SUITE_ARGS, "--collect-only", "-q")
+    assert result.ret == 0
+    out = result.stdout.str()
+    for scenario in (
+        "reference-baseline",
+        "reference-kill",
+        "reference-hang",
+        "megatron-baseline",
+        "megatron-kill",
+        "megatron-hang",
+    ):
+        assert f"test_recovery_criterion[{scenario}-optimizer_state_load]" in out
+    assert "36 tests collected" in out
+
+
+@pytest.mark.parametrize(
+    ("expr", "scenarios"),
+    [
+        ("gpu and kill", {"megatron-kill"}),
+        ("hang", {"reference-hang", "megatron-hang"}),
+        ("not gpu", {"reference-baseline", "reference-kill", "reference-hang"}),
+        ("gpu and baseline", {"megatron-baseline"}),
+    ],
+)
+def test_marker_expressions_select_matrices(
+    pytester: pytest.Pytester, clean_env: None, expr: str, scenarios: set[str]
+) -> None:
+    result = pytester.runpytest(*SUITE_ARGS, "--collect-only", "-q", "-m", expr)
+    ids = {
+        line.split("[", 1)[1].rsplit("-", 1)[0]
+        for line in result.stdout.lines
+        if "test_recovery_criterion[" in line
+    }
+    assert ids == scenarios
+
+
+def test_gpu_scenarios_skip_with_reason(pytester: pytest.Pytester, clean_env: None) -> None:
+    result = pytester.runpytest(*SUITE_ARGS, "-m", "gpu and kill", "-rs")
+    result.assert_outcomes(skipped=6)
+    result.stdout.fnmatch_lines(["*gpu scenario: give --nvrx-megatron-path*"])
+
+
+def test_workload_option_limits_scenarios(pytester: pytest.Pytester, clean_env: None) -> None:
+    result = pytester.runpytest(*SUITE_ARGS, "--collect-only", "-q", "--nvrx-workload", "megatron")
+    assert "reference-" not in result.stdout.str()
+    assert "18 tests collected" in result.stdout.str()
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "ini", "message"),
+    [
+        (["--nvrx-tp", "0"], {}, "", "--nvrx-tp must be a positive integer"),
+        (["--nvrx-workload", "bert"], {}, "", "must be one of megatron, reference"),
+        (["--nvrx-work-dir", "relative"], {}, "", "must be an absolute path"),
+        (["--nvrx-section-timeouts", "step:5"], {}, "", "missing setup, checkpointing"),
+        (["--nvrx-megatron-path", "/nonexistent"], {}, "", "pretrain_gpt.py not found"),
+        (["--nvrx-run-dir", "/nonexistent"], {}, "", "is not a directory"),
+        ([], {"TP": "x"}, "", "environment variable TP must be a positive integer"),
+        ([], {}, "nvrx_train_iters = many", "ini value nvrx_train_iters must be a positive"),
+    ],
+)
+def test_bad_values_are_usage_errors(
+    pytester: pytest.Pytester,
+    clean_env: None,
+    monkeypatch: pytest.MonkeyPatch,
+    args: list[str],
+    env: dict[str, str],
+    ini: str,
+    message: str,
+) -> None:
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    if ini:
+        pytester.makeini(f"[pytest]\n{ini}\n")
+    result = pytester.runpytest(*args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"*pytest-nvrx:*{message}*"])
+
+
+def test_option_beats_env_beats_ini(
+    pytester: pytest.Pytester, clean_env: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytester.makeini("[pytest]\nnvrx_train_iters = 11\nnvrx_save_interval = 3\n")
+    monkeypatch.setenv("TRAIN_ITERS", "22")
+    pytester.makeconftest(
+        """
+        from pytest_nvrx.plugin import SETTINGS_KEY
+        def pytest_report_header(config):
+            o = config.stash[SETTINGS_KEY].overrides
+            return [f"resolved: {o['train_iters']} {o['save_interval']} {o.get('tp')}"]
+        """
+    )
+    result = pytester.runpytest("--nvrx-tp", "2", "--collect-only")
+    result.stdout.fnmatch_lines(["resolved: 22 3 2"])
+    result = pytester.runpytest("--nvrx-train-iters", "33", "--collect-only")
+    result.stdout.fnmatch_lines(["resolved: 33 3 None"])
+
+
+def test_header_records_stack_and_paths(pytester: pytest.Pytester, clean_env: None) -> None:
+    result = pytester.runpytest("--collect-only")
+    result.stdout.fnmatch_lines(
+        [
+            "nvrx: python 3.*, torch *, nvrx 0.7.*, megatron-core *, TE *, apex *",
+            "nvrx: megatron: not given, work dir: pytest tmp",
+        ]
+    )
+
+
+def test_existing_real_run_passes_all_criteria(
+    pytester: pytest.Pytester, clean_env: None, tmp_path: Path
+) -> None:
+    run = tmp_path / "run"
+    shutil.copytree(GPU_KILL, run)
+    junit = tmp_path / "junit.xml"
+    result = pytester.runpytest(*SUITE_ARGS, "--nvrx-run-dir", str(run), f"--junitxml={junit}")
+    result.assert_outcomes(passed=6)
+    props = {p.get("name"): p.get("value") for p in ET.parse(junit).getroot().iter("property")}
+    assert props["nvrx_run_dir"] == str(run)
+    assert "nvrx_timing_failure_to_detected_s" in props
+
+
+def test_existing_run_that_fails_reports_evidence_and_log_tail(
+    pytester: pytest.Pytester, clean_env: None, tmp_path: Path
+) -> None:
+    """A baseline run judged as a fault run must fail, with quoted evidence and log tails."""
+    run = tmp_path / "run"
+    shutil.copytree(GPU_BASELINE, run)
+    result = pytester.runpytest(*SUITE_ARGS, "--nvrx-run-dir", str(run))
+    outcomes = result.parseoutcomes()
+    assert outcomes.get("failed", 0) >= 1
+    out = result.stdout.str()
+    assert "FAIL prior_checkpoint" in out
+    assert "nvrx: tail of logs/train_cycle0.log" in out
