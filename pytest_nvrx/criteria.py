@@ -41,6 +41,9 @@ from pytest_nvrx.evidence.workload import (
 )
 from pytest_nvrx.layout import MANIFEST_NAME, MARKER_NAME
 
+# The name a workload uses for optimizer state among the parts it reports restored.
+OPTIMIZER_PART = "optimizer"
+
 CriterionId = Literal[
     "prior_checkpoint",
     "replaced_cycle",
@@ -233,6 +236,16 @@ def _world_size(run: RunEvidence) -> tuple[int | None, list[EvidenceRef]]:
         if k in launcher.config_refs
     ]
     return nproc * int(nodes), refs
+
+
+def _workload_failures(run: RunEvidence, from_cycle: int | None) -> list[EvidenceRef]:
+    """Errors and load failures the workload itself logged, in cycles from ``from_cycle`` on."""
+    return [
+        e.ref
+        for log in logs_from(run, from_cycle)
+        for e in log.events
+        if isinstance(e, (WorkloadError, *LOAD_FAILURES))
+    ]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -556,6 +569,16 @@ def _judge_load(
             [e.ref for e in failures[:3]],
             loads[0].ref if loads else None,
         )
+    if loads and scratch:
+        # ranks of one cycle disagree: some restored, some start from random initialization
+        return _verdict(
+            cid,
+            False,
+            f"cycle {cycle} loaded iteration {loads[0].iteration} on some rank(s) but started"
+            " from random initialization on others",
+            scratch[0].ref,
+            loads[0].ref,
+        )
     if not loads:
         if scratch:
             return _verdict(
@@ -644,9 +667,27 @@ def _judge_load(
             meta.ref,
             load.ref,
         )
+    # A workload that lists what it restored (LoadCompleted.parts) must list the optimizer on
+    # every rank that says so; one that does not say is judged from failures and metadata.
+    reported = [e for e in loads if e.parts is not None]
+    partial = next((e for e in reported if OPTIMIZER_PART not in (e.parts or ())), None)
+    if partial is not None:
+        return _verdict(
+            cid,
+            False,
+            f"cycle {cycle} restored iteration {partial.iteration} without optimizer state: the"
+            f" workload reports only ({', '.join(partial.parts or ()) or 'nothing'})",
+            partial.ref,
+            meta.ref if meta is not None else None,
+        )
     if meta is not None and meta.state is OptimizerState.PRESENT:
         how = (
             f"optimizer state confirmed in the checkpoint ({meta.optimizer_keys}/{meta.keys} keys)"
+        )
+    elif reported:
+        how = (
+            f"the workload reports optimizer state restored on {len(reported)} rank(s)"
+            f" ({', '.join(reported[0].parts or ())})"
         )
     else:
         how = "no optimizer/RNG load failure logged (checkpoint files pruned: judged from logs)"
@@ -663,6 +704,7 @@ def _judge_load(
         f"cycle {cycle} loaded checkpoint iteration {n}, {what}; {how}",
         start.ref if start else None,
         load.ref,
+        [e.ref for e in reported[:8]],
         newest.ref if newest else None,
         meta.ref if meta is not None else None,
     )
@@ -836,6 +878,15 @@ def no_repeat_injection(run: RunEvidence, expected: ExpectedFault | None = None)
                 f"baseline run needed {len(run.cycles)} cycles: it was restarted",
                 [r.ref for r in run.cycles],
             )
+        reported = _workload_failures(run, None)
+        if reported:
+            return _verdict(
+                cid,
+                False,
+                f"baseline run's workload reported a failure: {reported[0].text.strip()}",
+                reported[:3],
+                success_refs,
+            )
         return _verdict(
             cid,
             True,
@@ -881,6 +932,20 @@ def no_repeat_injection(run: RunEvidence, expected: ExpectedFault | None = None)
             f"the launcher started cycle {extra[0].cycle} after the replacement cycle"
             f" {tl.replacement_cycle}: the job failed again",
             [r.ref for r in extra[:2]],
+        )
+    reported = (
+        _workload_failures(run, tl.replacement_cycle) if tl.replacement_cycle is not None else []
+    )
+    if reported:
+        # the launcher saw no second failure, but the workload says it failed again
+        return _verdict(
+            cid,
+            False,
+            "the workload reported a failure after the replacement started:"
+            f" {reported[0].text.strip()}",
+            reported[:3],
+            tl.replacement_started.ref if tl.replacement_started else None,
+            success_refs,
         )
     return _verdict(
         cid,

@@ -26,9 +26,7 @@ from pytest_nvrx.evidence.refs import (
     parse_iso_utc,
     read_json_file,
 )
-
-# Written by pytest_nvrx.launch next to run.json (launch.RESULT_NAME).
-RESULT_NAME = "result.json"
+from pytest_nvrx.layout import RESULT_NAME
 
 
 class ManifestError(ValueError):

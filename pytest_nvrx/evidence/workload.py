@@ -3,7 +3,8 @@
 The criteria never look at a workload's log format. A :class:`WorkloadLogAdapter` turns one line
 of one workload's log into one of the normalized events below (a committed iteration, a save
 scheduled or completed, a checkpoint load or a fresh start, a load failure, an error); Megatron's
-adapter lives in :mod:`pytest_nvrx.evidence.megatron`. Another workload registers its own adapter
+adapter lives in :mod:`pytest_nvrx.evidence.megatron`, the CPU reference workload's in
+:mod:`pytest_nvrx.evidence.reference`. Another workload registers its own adapter
 with :func:`register_adapter` under the name its run manifest gives as ``workload`` (module
 ``pytest_nvrx.evidence.<workload>`` is imported on first use).
 """
@@ -59,10 +60,15 @@ class LoadStarted:
 
 @dataclass(frozen=True, slots=True)
 class LoadCompleted:
-    """The workload reports the checkpoint of ``iteration`` loaded."""
+    """The workload reports the checkpoint of ``iteration`` loaded.
+
+    ``parts`` is what it says it restored, in its own words (the reference workload lists
+    ``model, optimizer, scheduler, rng, data``); None when its log does not say (Megatron).
+    """
 
     iteration: int
     ref: EvidenceRef
+    parts: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,153 @@
+"""The CPU reference workload's log lines as normalized workload events.
+
+The workload (:mod:`pytest_nvrx.workloads.reference`, formats in docs/reference-workload.md)
+writes one event per line, ``[ref] <UTC ISO time> rank <r> <event>``; NVRx's per-cycle logs add
+the ``N: `` rank prefix, which the cycle-log parser strips before this adapter sees the line.
+Unlike Megatron's, these timestamps carry their offset (``+00:00``): they are read as written,
+never shifted by the host zone the launcher log implies.
+
+Unlike Megatron, the workload says what a restore brought back: the load line lists its parts
+(``model, optimizer, scheduler, rng, data``), which :class:`LoadCompleted` carries to the
+criteria as a positive "optimizer state restored" signal. Its checkpoints are torch DCP
+directories ``iter_%07d/`` whose optimizer state is stored under ``optimizer.state.<param>.*``
+(AdamW's ``step``, ``exp_avg``, ``exp_avg_sq``) and ``optimizer.param_groups.*``: the
+``optimizer.*`` keys :mod:`pytest_nvrx.evidence.checkpoint` looks for.
+
+This module must stay light (no torch): ``verify`` imports it for every reference run.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime
+from pathlib import Path
+
+from pytest_nvrx.evidence.refs import LineCursor
+from pytest_nvrx.evidence.workload import (
+    IterationCommitted,
+    LoadCompleted,
+    LoadFailed,
+    Milestone,
+    SaveCompleted,
+    SaveScheduled,
+    StartedFromScratch,
+    WorkloadError,
+    WorkloadEvent,
+    register_adapter,
+)
+
+_TAG = "[ref] "
+# [ref] 2026-11-29T11:52:52.917+00:00 rank 0 <event>; any ISO offset is accepted and honoured
+_HEAD = re.compile(
+    r"\[ref\] (?P<ts>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:[+-]\d\d:\d\d|Z)) rank \d+ "
+)
+# Only the event part (after the head) is matched below.
+_ITERATION = re.compile(
+    r"iteration (?P<it>\d+)/(?P<total>\d+) consumed_samples (?P<consumed>\d+) loss (?P<loss>\S+)"
+)
+_ITERATION_NO = re.compile(r"\[ref\] \S+ rank \d+ iteration (\d+)/\d+ ")
+_SAVE_SCHEDULED = re.compile(r"save scheduled iteration (?P<it>\d+)(?: |$)")
+_SAVE_COMPLETED = re.compile(r"save completed iteration (?P<it>\d+)$")
+_LOADED = re.compile(r"load checkpoint iteration (?P<it>\d+) \((?P<parts>[^)]*)\)")
+_EXIT = re.compile(r"exit code (?P<code>-?\d+)$")
+
+
+def _utc(text: str) -> datetime | None:
+    try:
+        parsed = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    # the head's pattern requires an offset; keep a naive value out of comparisons regardless
+    return parsed.astimezone(UTC) if parsed.tzinfo is not None else None
+
+
+def _float_or_none(value: str) -> float | None:
+    try:
+        return float(value)
+    except ValueError:
+        return None
+
+
+def _parts(text: str) -> tuple[str, ...]:
+    return tuple(p for p in (part.strip() for part in text.split(",")) if p)
+
+
+class ReferenceLogAdapter:
+    """:class:`~pytest_nvrx.evidence.workload.WorkloadLogAdapter` for the CPU reference workload.
+
+    Mapping (event → normalized event): ``iteration N/M ...`` → IterationCommitted; ``save
+    scheduled`` → SaveScheduled; ``save completed`` (logged after the tracker write) →
+    SaveCompleted; ``load checkpoint iteration N (parts)`` → LoadCompleted with its parts; ``no
+    checkpoint found ..., starting from scratch`` → StartedFromScratch; ``load failed: ...`` →
+    LoadFailed; ``training finished`` → Milestone ``training_done``; ``aborted``, ``save failed``,
+    ``ft monitoring failed``, a non-zero ``exit code`` and Python tracebacks → WorkloadError.
+    ``started``, ``ft monitoring initialized``/``disabled`` and ``exit code 0`` are not evidence;
+    neither is any line without the ``[ref]`` head (the injector's, torch's warnings).
+    """
+
+    name = "reference"
+
+    def iteration_of(self, text: str) -> int | None:
+        if not text.startswith(_TAG) or " iteration " not in text:
+            return None
+        m = _ITERATION_NO.match(text)
+        return int(m[1]) if m is not None else None
+
+    def parse_line(self, text: str, at: LineCursor) -> WorkloadEvent | None:
+        if not text.startswith(_TAG):
+            if "Traceback (most recent call last)" in text:
+                return WorkloadError(at.ref())
+            return None
+        head = _HEAD.match(text)
+        if head is None:
+            return None
+        event = text[head.end() :]
+        time = _utc(head["ts"])
+        first = event[:4]
+        if first == "iter":
+            m = _ITERATION.match(event)
+            if m is None:
+                return None
+            return IterationCommitted(
+                iteration=int(m["it"]),
+                total=int(m["total"]),
+                consumed_samples=int(m["consumed"]),
+                loss=_float_or_none(m["loss"]),
+                time=time,
+                ref=at.ref(),
+            )
+        if first == "save":
+            if (m := _SAVE_SCHEDULED.match(event)) is not None:
+                return SaveScheduled(int(m["it"]), time, at.ref())
+            if (m := _SAVE_COMPLETED.match(event)) is not None:
+                return SaveCompleted(int(m["it"]), time, at.ref())
+            if event.startswith("save failed "):
+                return WorkloadError(at.ref())
+            return None
+        if first == "load":
+            if (m := _LOADED.match(event)) is not None:
+                return LoadCompleted(int(m["it"]), at.ref(), parts=_parts(m["parts"]))
+            if event.startswith("load failed: "):
+                return LoadFailed(at.ref())
+            return None
+        if event.startswith("no checkpoint found at ") and event.endswith(
+            ", starting from scratch"
+        ):
+            return StartedFromScratch(at.ref())
+        if event.startswith("training finished iteration "):
+            return Milestone("training_done", time, at.ref())
+        if event.startswith("aborted ") or event.startswith("ft monitoring failed: "):
+            return WorkloadError(at.ref())
+        if first == "exit":
+            m = _EXIT.match(event)
+            if m is not None and int(m["code"]) != 0:
+                return WorkloadError(at.ref())
+        return None
+
+    def checkpoint_path(self, checkpoint_dir: Path, iteration: int) -> Path:
+        # as pytest_nvrx.workloads.reference.iteration_dir_name (not imported: it needs torch)
+        return checkpoint_dir / f"iter_{iteration:07d}"
+
+
+REFERENCE = ReferenceLogAdapter()
+register_adapter(REFERENCE)
