@@ -8,6 +8,7 @@ two pytest sessions on one host serialize instead of fighting over the GPUs).
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import time
@@ -83,11 +84,23 @@ def gpu_available() -> str | None:
 
 def scenario_config(settings: NvrxSettings, scenario: Scenario, work_dir: Path) -> RunConfig:
     values: dict[str, Any] = {**DEFAULTS[scenario.workload], **settings.overrides}
+    if int(values.get("nnodes", 1)) > 1:
+        # every node runs this same session: they must agree on the run ID (and so on the
+        # rendezvous ID and the shared run dir)
+        base = os.environ.get("NVRX_RUN_ID") or os.environ.get("SLURM_JOB_ID")
+        if not base:
+            raise ConfigError(
+                "a multinode qualification needs the same run ID on all nodes: set "
+                "NVRX_RUN_ID (or run inside a Slurm job)"
+            )
+        run_id = f"{base}-{scenario.id}"
+    else:
+        run_id = f"{scenario.id}-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid() % 100000:05d}"
     values.update(
         workload=scenario.workload,
         fault=scenario.fault,
         work_dir=work_dir,
-        run_id=f"{scenario.id}-{time.strftime('%Y%m%dT%H%M%S')}-{id(settings) % 10000:04d}",
+        run_id=run_id,
         megatron_path=settings.megatron_path,
     )
     if scenario.needs_gpu and "gpus_per_node" not in settings.overrides:

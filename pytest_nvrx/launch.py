@@ -248,7 +248,11 @@ class Launch:
 
     def start(self) -> Launch:
         man = manifest(self.recipe, stack=self._stack)
-        write_json_atomic(self.layout.manifest, man)
+        target = self.layout.manifest
+        if self.recipe.config.nnodes > 1 and target.exists():
+            # another node of this run wrote run.json first: keep ours beside it
+            target = target.with_name(f"run.{man['host']}.json")
+        write_json_atomic(target, man)
         env = dict(os.environ)
         env.update(self.recipe.env)
         env[TAG_VAR] = self.tag

@@ -12,8 +12,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pytest_nvrx.recipe import NO_TE_PROFILE, Recipe, build_recipe
-from pytest_nvrx.settings import ConfigError, RunConfig
+from pytest_nvrx.settings import RunConfig
 from pytest_nvrx.stack import (
+    MegatronFlags,
     MegatronSourceError,
     Stack,
     detect_stack,
@@ -56,13 +57,17 @@ def plan_run(
     flags_report: dict[str, Any] = {}
     profile_flags: tuple[str, ...] | None = None
     no_te = False
+    flags: MegatronFlags | None = None
     if probe:
         stack = detect_stack(config.megatron_path)
     if config.workload == "megatron" and config.megatron_path is not None:
         try:
             flags = probe_megatron_flags(config.megatron_path)
         except MegatronSourceError as exc:
-            raise ConfigError(str(exc)) from None
+            # The walkthrough only requires pretrain_gpt.py; Megatron itself will complain
+            # about a broken checkout. Without its options we cannot filter the profile.
+            notes.append(f"could not read the checkout's options ({exc}); flags unfiltered")
+    if flags is not None:
         profile_flags = tuple(no_te_profile(flags))
         missing = [f for f in NO_TE_PROFILE if f not in profile_flags]
         if missing:
@@ -79,21 +84,21 @@ def plan_run(
                 f"--async-strategy exists here (choices {', '.join(strategy)}; default "
                 f"{default}); left at the revision's default, as the walkthrough does"
             )
-        if config.no_te_profile is None and stack is not None:
-            no_te = no_te_profile_applies(stack)
-            if no_te:
-                absent = [
-                    name
-                    for name, value in (
-                        ("Transformer Engine", stack.transformer_engine),
-                        ("Apex", stack.apex),
-                    )
-                    if value is None
-                ]
-                notes.append(
-                    f"no-TE profile applied: {' and '.join(absent) or 'TE/Apex'} not found "
-                    "for the workers' Python"
+    if config.workload == "megatron" and config.no_te_profile is None and stack is not None:
+        no_te = no_te_profile_applies(stack)
+        if no_te:
+            absent = [
+                name
+                for name, value in (
+                    ("Transformer Engine", stack.transformer_engine),
+                    ("Apex", stack.apex),
                 )
+                if value is None
+            ]
+            notes.append(
+                f"no-TE profile applied: {' and '.join(absent) or 'TE/Apex'} not found "
+                "for the workers' Python"
+            )
     recipe = build_recipe(
         config, no_te=no_te, launcher_exe=launcher_exe, port=port, profile_flags=profile_flags
     )

@@ -225,7 +225,10 @@ def prepare_run_dir(config: RunConfig) -> RunLayout:
     """Validate everything, then create the artifact directories (as the walkthrough does)."""
     validate(config)
     layout = config.layout
-    check_fresh_run_dir(layout)
+    if config.nnodes == 1:
+        # On several nodes every node's launch prepares the same shared run dir; the first one
+        # may already have written there, so only the walkthrough's marker check applies.
+        check_fresh_run_dir(layout)
     for d in (layout.logs, layout.cycle_infos, layout.checkpoint_dir):
         d.mkdir(parents=True, exist_ok=True)
     return layout

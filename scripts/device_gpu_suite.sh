@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs ON the GPU device machine, from the repo root (see docs/gpu.md):
+# Runs ON the GPU device machine, from the repo root (see docs/device.md):
 #
 #   scripts/device_gpu_suite.sh --smoke          validate the carried environment
 #   scripts/device_gpu_suite.sh [PYTEST ARGS]    run pytest with our plugin

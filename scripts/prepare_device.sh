@@ -13,7 +13,7 @@
 # bare git dir DIR, plus .megatron/MEGATRON_REV ("<commit> <tag>"): the export has no .git,
 # and pytest_nvrx.stack reads the revision from that file.
 # Both travel to the device with the run tool's `carry` (64 MiB in all with the tree).
-# See docs/gpu.md.
+# See docs/device.md.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 

@@ -1,0 +1,59 @@
+"""Planning: the no-TE profile is filtered by the checkout's own parser and recorded."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pytest_nvrx.planning import plan_run
+from pytest_nvrx.settings import RunConfig
+
+ARGUMENTS = """
+def _add_misc_args(parser):
+    group = parser.add_argument_group(title="misc")
+    group.add_argument("--transformer-impl", default="transformer_engine",
+                       choices=["local", "transformer_engine"])
+    group.add_argument("--no-persist-layer-norm", action="store_true")
+    group.add_argument("--async-strategy", default="nvrx", choices=["nvrx", "mcore"])
+    group.add_argument("--eval-interval", type=int, default=None)
+    return parser
+"""
+
+
+def checkout(root: Path) -> Path:
+    (root / "megatron" / "training").mkdir(parents=True)
+    (root / "megatron" / "training" / "arguments.py").write_text(ARGUMENTS)
+    (root / "pretrain_gpt.py").write_text("")
+    return root
+
+
+def test_explicit_profile_is_filtered_by_the_parser(tmp_path: Path) -> None:
+    meg = checkout(tmp_path / "meg")
+    config = RunConfig(work_dir=tmp_path, run_id="r", megatron_path=meg, no_te_profile=True)
+    plan = plan_run(config, launcher_exe="ft_launcher", port=1, probe=False)
+    assert plan.recipe.profile == "no-te"
+    assert plan.recipe.profile_flags == ("--transformer-impl=local", "--no-persist-layer-norm")
+    assert any("lacks --no-gradient-accumulation-fusion" in n for n in plan.notes)
+    assert any("--async-strategy exists here" in n for n in plan.notes)
+    assert plan.megatron_flags == {
+        "async_strategy_choices": ["nvrx", "mcore"],
+        "eval_interval_required": True,
+    }
+    assert plan.stack is None  # dry runs do not probe the stack
+
+
+def test_unreadable_checkout_options_leave_the_profile_unfiltered(
+    tmp_path: Path, megatron_stub: Path
+) -> None:
+    config = RunConfig(
+        work_dir=tmp_path, run_id="r", megatron_path=megatron_stub, no_te_profile=True
+    )
+    plan = plan_run(config, launcher_exe="ft_launcher", port=1, probe=False)
+    assert len(plan.recipe.profile_flags) == 4
+    assert any("could not read the checkout's options" in n for n in plan.notes)
+
+
+def test_default_profile_without_probe(tmp_path: Path) -> None:
+    meg = checkout(tmp_path / "meg")
+    config = RunConfig(work_dir=tmp_path, run_id="r", megatron_path=meg)
+    plan = plan_run(config, launcher_exe="ft_launcher", port=1, probe=False)
+    assert plan.recipe.profile == "default" and plan.recipe.profile_flags == ()
