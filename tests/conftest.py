@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import uuid
 from pathlib import Path
 
 import pytest
@@ -26,3 +28,42 @@ def snapshot(root: Path) -> dict[str, tuple[bool, int, int]]:
         st = p.lstat()
         out[str(p.relative_to(root))] = (p.is_dir(), st.st_size, st.st_mtime_ns)
     return out
+
+
+SESSION_VAR = "PYTEST_NVRX_TEST_SESSION"
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Mark this session's children so the final check finds exactly them (not another
+    session's runs on the same machine)."""
+    os.environ[SESSION_VAR] = uuid.uuid4().hex
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """No test may leave a launched process behind: fail the session if any survived.
+
+    Every process a run starts carries the run's tag in its environment (pytest_nvrx.launch),
+    orphans in other process sessions included; ours also carry this test session's marker.
+    """
+    from pytest_nvrx.launch import TAG_VAR, kill_tree
+
+    mine = f"{SESSION_VAR}={os.environ.get(SESSION_VAR, '')}".encode()
+    survivors: dict[int, str] = {}
+    for pid_dir in Path("/proc").iterdir():
+        if not pid_dir.name.isdigit() or int(pid_dir.name) == os.getpid():
+            continue
+        try:
+            env = (pid_dir / "environ").read_bytes().split(b"\0")
+            cmd = (pid_dir / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if mine not in env:
+            continue
+        for item in env:
+            if item.startswith(TAG_VAR.encode() + b"="):
+                survivors[int(pid_dir.name)] = cmd
+                kill_tree(None, item.split(b"=", 1)[1].decode(), grace_s=1.0)
+    if survivors:
+        lines = "\n".join(f"  {pid}: {cmd[:160]}" for pid, cmd in sorted(survivors.items()))
+        print(f"\nERROR: launched processes survived the test session (now killed):\n{lines}")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
