@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Literal, get_args
 
 from pytest_nvrx.evidence.checkpoint import OptimizerState
+from pytest_nvrx.evidence.cycle_log import CycleLog
 from pytest_nvrx.evidence.launcher_log import LauncherEvent, LauncherEventKind
 from pytest_nvrx.evidence.refs import EvidenceRef, Problem, absent
 from pytest_nvrx.evidence.rundir import RunEvidence, load_run
@@ -245,6 +246,64 @@ def _workload_failures(run: RunEvidence, from_cycle: int | None) -> list[Evidenc
         for log in logs_from(run, from_cycle)
         for e in log.events
         if isinstance(e, (WorkloadError, *LOAD_FAILURES))
+    ]
+
+
+_MAX_EXCEPTION_CHARS = 160
+
+
+def _describe(error: WorkloadError, *, code: bool = True) -> str:
+    """What failed where: ``AssertionError at megatron/core/optimizer/distrib_optimizer.py:839
+    (assert len(steps) == 1)``; a plain error line is quoted as it is."""
+    what = error.exception or error.ref.text.strip()
+    if len(what) > _MAX_EXCEPTION_CHARS:
+        what = what[: _MAX_EXCEPTION_CHARS - 1] + "…"
+    frame = error.innermost
+    if frame is None:
+        return what
+    return f"{what} at {frame.where}" + (f" ({frame.code})" if code and frame.code else "")
+
+
+def _error_refs(error: WorkloadError) -> list[EvidenceRef | None]:
+    """The lines that prove an error: the checkpoint-load frame, the innermost frame and its
+    source line, the exception line (the traceback's head when it has no frames)."""
+    frame = error.innermost
+    if frame is None:
+        return [error.traceback, error.ref]
+    load = error.load_frame.ref if error.load_frame is not None else None
+    return [load, frame.ref, frame.source, error.ref]
+
+
+def _errors_before_training(log: CycleLog) -> list[WorkloadError]:
+    """Errors a cycle logged before its first committed iteration (all of them if none)."""
+    first = log.first_iteration
+    limit = (first.ref.line or 0) if first is not None else None
+    return [e for e in log.of_type(WorkloadError) if limit is None or (e.ref.line or 0) < limit]
+
+
+def _restore_target(run: RunEvidence, tl: Timeline) -> tuple[int | None, SaveCompleted | None]:
+    """The iteration a replacement must restore: the newest save completed before the failure
+    (else the marker's tracker iteration), and that save."""
+    newest = max(
+        saves_before_failure(run, tl, SaveCompleted), key=lambda e: e.iteration, default=None
+    )
+    if newest is not None:
+        return newest.iteration, newest
+    if run.marker is not None and run.marker.ok:
+        return run.marker.tracker_iteration, None
+    return None, None
+
+
+def _same_error_in(run: RunEvidence, error: WorkloadError, after_cycle: int) -> list[int]:
+    """Later cycles that died of the same exception at the same place (a deterministic fault)."""
+    key = (error.exception, error.innermost.where if error.innermost else None)
+    return [
+        log.cycle
+        for log in logs_from(run, after_cycle + 1)
+        if any(
+            (e.exception, e.innermost.where if e.innermost else None) == key
+            for e in _errors_before_training(log)
+        )
     ]
 
 
@@ -531,12 +590,42 @@ def optimizer_state_load(run: RunEvidence, expected: ExpectedFault | None = None
             _marker_ref(run, "time"),
             [r.ref for r in run.cycles],
         )
-    completed = saves_before_failure(run, tl, SaveCompleted)
-    newest = max(completed, key=lambda e: e.iteration, default=None)
-    expected_iteration = newest.iteration if newest is not None else None
-    if expected_iteration is None and run.marker is not None and run.marker.ok:
-        expected_iteration = run.marker.tracker_iteration
+    expected_iteration, newest = _restore_target(run, tl)
     return _judge_load(cid, run, tl.replacement_cycle, expected_iteration, tl, newest)
+
+
+def _load_death(
+    errors: list[WorkloadError], starts: tuple[LoadStarted, ...]
+) -> WorkloadError | None:
+    """The error a cycle died of while loading its checkpoint: one raised through a checkpoint
+    load (by its traceback), else the first after a load began (the load never completed)."""
+    in_load = next((e for e in errors if e.in_checkpoint_load), None)
+    if in_load is not None or not starts:
+        return in_load
+    began = starts[0].ref.line or 0
+    return next((e for e in errors if (e.ref.line or 0) > began), None)
+
+
+def _died_loading(
+    run: RunEvidence,
+    log: CycleLog,
+    died: WorkloadError,
+    expected_iteration: int | None,
+    *,
+    code: bool = True,
+) -> str:
+    """``cycle 1 died loading checkpoint iteration 5: AssertionError at ... (the same in
+    cycles 2, 3)``: the iteration from the workload's own load line, else the one expected."""
+    starts = log.of_type(LoadStarted)
+    target = starts[0].iteration if starts else expected_iteration
+    what = f"checkpoint iteration {target}" if target is not None else "its checkpoint"
+    again = _same_error_in(run, died, log.cycle)
+    repeated = (
+        f" (the same in cycle{'s' if len(again) > 1 else ''} {', '.join(map(str, again))})"
+        if again
+        else ""
+    )
+    return f"cycle {log.cycle} died loading {what}: {_describe(died, code=code)}{repeated}"
 
 
 def _judge_load(
@@ -556,11 +645,7 @@ def _judge_load(
     scratch = log.of_type(StartedFromScratch)
     failures = [e for e in log.events if isinstance(e, LOAD_FAILURES)]
     first_it = log.first_iteration
-    setup_errors = [
-        e
-        for e in log.of_type(WorkloadError)
-        if first_it is None or (e.ref.line or 0) < (first_it.ref.line or 0)
-    ]
+    setup_errors = _errors_before_training(log)
     if failures:
         return _verdict(
             cid,
@@ -580,6 +665,15 @@ def _judge_load(
             loads[0].ref,
         )
     if not loads:
+        died = _load_death(setup_errors, starts)
+        if died is not None:
+            return _verdict(
+                cid,
+                False,
+                _died_loading(run, log, died, expected_iteration),
+                _error_refs(died),
+                starts[0].ref if starts else newest.ref if newest else None,
+            )
         if scratch:
             return _verdict(
                 cid,
@@ -594,8 +688,14 @@ def _judge_load(
                 False,
                 f"cycle {cycle} began loading iteration {starts[0].iteration} but never finished",
                 starts[0].ref,
-                [e.ref for e in setup_errors[:2]],
                 log.last_line,
+            )
+        if setup_errors:
+            return _verdict(
+                cid,
+                False,
+                f"cycle {cycle} failed before loading any checkpoint: {_describe(setup_errors[0])}",
+                _error_refs(setup_errors[0]),
             )
         return _verdict(
             cid,
@@ -645,8 +745,8 @@ def _judge_load(
         return _verdict(
             cid,
             False,
-            f"error while cycle {cycle} restored: {setup_errors[0].ref.text.strip()}",
-            [e.ref for e in setup_errors[:3]],
+            f"error while cycle {cycle} restored: {_describe(setup_errors[0])}",
+            _error_refs(setup_errors[0]),
             load.ref,
         )
     if first_it is not None and first_it.iteration <= n:
@@ -741,6 +841,23 @@ def progress_past_restore(run: RunEvidence, expected: ExpectedFault | None = Non
     top: IterationCommitted | None = max(its, key=lambda e: e.iteration, default=None)
     first = next((log.first_iteration for log in logs if log.first_iteration is not None), None)
     if top is None or top.iteration <= restored:
+        died = (
+            _load_death(_errors_before_training(first_log), first_log.of_type(LoadStarted))
+            if first_log is not None and not loads
+            else None
+        )
+        if died is not None and first_log is not None:
+            # say why: the restore itself failed (criterion 3 has the details)
+            target = None if ctx.expected.baseline else _restore_target(run, tl)[0]
+            return _verdict(
+                cid,
+                False,
+                "no iteration was committed after the restore: "
+                + _died_loading(run, first_log, died, target, code=False),
+                died.ref,
+                [e.ref for e in run.launcher.of_kind(LauncherEventKind.NO_PROGRESS)][:3],
+                top.ref if top else None,
+            )
         return _verdict(
             cid,
             False,

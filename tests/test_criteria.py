@@ -25,6 +25,9 @@ from tests.doctor import (
     profiling_line,
 )
 
+# the real run whose replacements died loading their checkpoint (distributed optimizer)
+DISTOPT_RUN = Path(__file__).parent / "data" / "gpu-recipe" / "megatron-kill-40-distopt"
+
 
 def judged(root: Path, expect: str | None = None) -> Judgement:
     return judge_run_dir(root, expect_fault=expect)
@@ -319,18 +322,81 @@ def test_optimizer_state_load_fails_on_unable_to_load_rng(kill: Doctor) -> None:
     assert v.evidence[0].location == f"{CYCLE1}:{at}" and "rng" in v.reason
 
 
+def _real_traceback(first: int = 955, last: int = 989) -> list[str]:
+    """The replacement's death on the distributed-optimizer run (tests/data/gpu-recipe), as the
+    device logged it: lines 955-989 of its cycle 1 log."""
+    lines = (DISTOPT_RUN / CYCLE1).read_text(encoding="utf-8").splitlines()
+    assert lines[first - 1].endswith("Traceback (most recent call last):")
+    assert lines[last - 1] == "0: [rank0]: AssertionError"
+    return lines[first - 1 : last]
+
+
 def test_optimizer_state_load_fails_on_a_load_traceback(kill: Doctor) -> None:
-    # what the distributed optimizer's assert looked like on the stack without TE/Apex
+    # the distributed optimizer's assert on the stack without TE/Apex, transplanted where the
+    # kill run's replacement loaded its checkpoint
+    kill.delete(CYCLE1, LOADED)
+    at = kill.insert_after(CYCLE1, LOADING, *_real_traceback())
+    v = failing(kill.root, "optimizer_state_load")
+    assert v.reason == (
+        "cycle 1 died loading checkpoint iteration 5: AssertionError at"
+        " megatron/core/optimizer/distrib_optimizer.py:839 (assert len(steps) == 1)"
+    )
+    # the load_checkpoint frame, the innermost frame, its source line, the exception, the load
+    assert locations(v) == [
+        f"{CYCLE1}:{at + 19}",
+        f"{CYCLE1}:{at + 31}",
+        f"{CYCLE1}:{at + 32}",
+        f"{CYCLE1}:{at + 34}",
+        f"{CYCLE1}:953",
+    ]
+    assert "in load_checkpoint" in v.evidence[0].text
+    assert v.evidence[2].text.endswith("assert len(steps) == 1")
+
+
+def test_optimizer_state_load_names_an_error_after_the_load_completed(kill: Doctor) -> None:
     at = kill.insert_after(
         CYCLE1,
         LOADED,
         "0: [rank0]: Traceback (most recent call last):",
-        '0: [rank0]:   File "/workspace/Megatron-LM/megatron/core/optimizer/distrib_optimizer.py"',
-        "0: [rank0]: AssertionError",
+        '0: [rank0]:   File "/x/Megatron-LM/megatron/training/training.py", line 2210, in setup',
+        "0: [rank0]:     torch.cuda.synchronize()",
+        '0: [rank0]:   File "/venv/lib/python3.12/site-packages/torch/cuda/__init__.py", line'
+        " 1097, in synchronize",
+        "0: [rank0]:     return torch._C._cuda_synchronize()",
+        "0: [rank0]:            ^^^^^^^^^^^^^^^^^^^^^^^^^^^^",
+        "0: [rank0]: RuntimeError: CUDA error: an illegal memory access was encountered",
     )
     v = failing(kill.root, "optimizer_state_load")
-    assert "error while cycle 1 restored" in v.reason and "Traceback" in v.reason
-    assert locations(v)[:2] == [f"{CYCLE1}:{at}", f"{CYCLE1}:{at + 2}"]
+    assert v.reason == (
+        "error while cycle 1 restored: RuntimeError: CUDA error: an illegal memory access was"
+        " encountered at torch/cuda/__init__.py:1097 (return torch._C._cuda_synchronize())"
+    )
+    # no checkpoint-load frame in this traceback: innermost frame, source, exception, the load
+    assert locations(v) == [
+        f"{CYCLE1}:{at + 3}",
+        f"{CYCLE1}:{at + 4}",
+        f"{CYCLE1}:{at + 6}",
+        f"{CYCLE1}:972",
+    ]
+
+
+def test_optimizer_state_load_fails_on_a_death_before_any_load(kill: Doctor) -> None:
+    kill.delete(CYCLE1, LOADING)
+    kill.delete(CYCLE1, LOADED)
+    at = kill.insert_after(
+        CYCLE1,
+        "[after dataloaders are built]",
+        "0: Traceback (most recent call last):",
+        '0:   File "/x/Megatron-LM/pretrain_gpt.py", line 523, in <module>',
+        "0:     pretrain(",
+        "0: torch.OutOfMemoryError: CUDA out of memory.",
+    )
+    v = failing(kill.root, "optimizer_state_load")
+    assert v.reason == (
+        "cycle 1 failed before loading any checkpoint: torch.OutOfMemoryError: CUDA out of"
+        " memory. at /x/Megatron-LM/pretrain_gpt.py:523 (pretrain()"
+    )
+    assert locations(v) == [f"{CYCLE1}:{at + 1}", f"{CYCLE1}:{at + 2}", f"{CYCLE1}:{at + 3}"]
 
 
 def test_optimizer_state_load_fails_when_load_never_finished(kill: Doctor) -> None:
@@ -385,6 +451,18 @@ def test_progress_fails_without_a_later_completed_checkpoint(kill: Doctor) -> No
         CYCLE1, "scheduled an async checkpoint save at iteration      10"
     )
     assert f"{CYCLE1}:{first_scheduled}" in locations(v)
+
+
+def test_progress_names_the_load_death_when_nothing_trained(kill: Doctor) -> None:
+    kill.delete(CYCLE1, LOADED)
+    at = kill.insert_after(CYCLE1, LOADING, *_real_traceback())
+    kill.truncate_after(CYCLE1, "[rank0]: AssertionError")
+    v = failing(kill.root, "progress_past_restore")
+    assert v.reason == (
+        "no iteration was committed after the restore: cycle 1 died loading checkpoint"
+        " iteration 5: AssertionError at megatron/core/optimizer/distrib_optimizer.py:839"
+    )
+    assert locations(v) == [f"{CYCLE1}:{at + 34}"]
 
 
 def test_progress_fails_without_iterations_after_restore(kill: Doctor) -> None:

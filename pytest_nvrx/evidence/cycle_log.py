@@ -5,7 +5,9 @@ also arrive unprefixed. The workload adapter sees the line without the prefix; t
 keeps the raw line. Memory stays bounded however long the run: iteration lines are summarized
 (first, last, highest, count); of the save events only the first and last :data:`SAVES_KEPT`
 of each kind are kept (the criteria need the saves just before a failure and just after a
-restore); of errors the first :data:`MAX_ERRORS`. What is dropped is counted.
+restore); of errors the first :data:`MAX_ERRORS`. What is dropped is counted. Python tracebacks
+are assembled into one error event each (:mod:`pytest_nvrx.evidence.tracebacks`) before the
+adapter sees a line; their lines are not offered to it.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from pytest_nvrx.evidence.refs import (
     iter_raw_lines,
     quote,
 )
+from pytest_nvrx.evidence.tracebacks import HEAD, TracebackAssembler
 from pytest_nvrx.evidence.workload import (
     IterationCommitted,
     SaveCompleted,
@@ -28,6 +31,7 @@ from pytest_nvrx.evidence.workload import (
     WorkloadError,
     WorkloadEvent,
     WorkloadLogAdapter,
+    source_roots,
 )
 
 MAX_ERRORS = 50
@@ -78,11 +82,21 @@ def parse_cycle_log(
     cursor = LineCursor(name, tz)
     parse = adapter.parse_line
     iteration_of = adapter.iteration_of
+    tracebacks = TracebackAssembler(source_roots(adapter))
     rank_texts: set[str] = set()
     unprefixed = 0
     events: list[WorkloadEvent] = []
     errors_kept = 0
     errors_dropped = 0
+
+    def keep_error(event: WorkloadError) -> None:
+        nonlocal errors_kept, errors_dropped
+        if errors_kept >= MAX_ERRORS:
+            errors_dropped += 1
+        else:
+            errors_kept += 1
+            events.append(event)
+
     saves_head = {SaveScheduled: 0, SaveCompleted: 0}
     saves_tail: dict[type, deque[WorkloadEvent]] = {
         SaveScheduled: deque(maxlen=SAVES_KEPT),
@@ -129,6 +143,12 @@ def parse_cycle_log(
                 cursor.raw = text
                 if lineno == 1:
                     first_line = cursor.ref()
+                if tracebacks.active or HEAD in body:
+                    consumed, finished = tracebacks.feed(head, body, cursor)
+                    for error in finished:
+                        keep_error(error)
+                    if consumed:
+                        continue
                 event = parse(body, cursor)
                 if event is None:
                     continue
@@ -141,14 +161,14 @@ def parse_cycle_log(
                     else:
                         saves_tail[kind].append(event)
                     continue
-                if kind is WorkloadError:
-                    if errors_kept >= MAX_ERRORS:
-                        errors_dropped += 1
-                        continue
-                    errors_kept += 1
+                if isinstance(event, WorkloadError):
+                    keep_error(event)
+                    continue
                 events.append(event)
     except OSError as exc:
         return CycleLog(cycle, name, exists=True, line_count=lineno, read_error=str(exc))
+    for error in tracebacks.finish():
+        keep_error(error)
     if lineno >= 1 and first_line is None and first_it is not None and first_it[0] == 1:
         first_line = EvidenceRef(name, 1, quote(first_it[1]))
 
@@ -160,8 +180,8 @@ def parse_cycle_log(
         return event if isinstance(event, IterationCommitted) else None
 
     tails = [*saves_tail[SaveScheduled], *saves_tail[SaveCompleted]]
-    if tails:
-        events = sorted([*events, *tails], key=lambda e: e.ref.line or 0)
+    # in line order: kept tails, and tracebacks closed after their head (cut short, or at EOF)
+    events = sorted([*events, *tails], key=lambda e: e.ref.line or 0)
     return CycleLog(
         cycle=cycle,
         file=name,

@@ -64,6 +64,8 @@ _COMPONENTS = {
     "Megatron-Core": "megatron_core",
     "Transformer Engine": "transformer_engine",
 }
+# megatron.core.utils.get_te_version() without Transformer Engine installed
+_TE_ABSENT = "0.0.0"
 # An exception line: "AssertionError", "KeyError: 'x'", "[rank0]: torch.distributed.DistError: ..."
 _EXCEPTION = re.compile(
     r"(?:\[rank\d+\]:\s*)?(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception)(?::|\s*$)"
@@ -87,6 +89,8 @@ class MegatronLogAdapter:
     """:class:`~pytest_nvrx.evidence.workload.WorkloadLogAdapter` for ``pretrain_gpt.py``."""
 
     name = "megatron"
+    # traceback frames are shown from the package on (the checkout's path is the run host's)
+    source_roots = ("megatron",)
 
     def iteration_of(self, text: str) -> int | None:
         if "] iteration " not in text:
@@ -130,7 +134,10 @@ class MegatronLogAdapter:
         if " version ." in text:
             m = _VERSION.match(text)
             if m is not None and m["what"] in _COMPONENTS:
-                return VersionReported(_COMPONENTS[m["what"]], m["version"], at.ref())
+                component, version = _COMPONENTS[m["what"]], m["version"]
+                if component == "transformer_engine" and version == _TE_ABSENT:
+                    return VersionReported(component, None, at.ref())
+                return VersionReported(component, version, at.ref())
         return None
 
     def _checkpoint_line(self, text: str, at: LineCursor) -> WorkloadEvent | None:

@@ -86,6 +86,8 @@ class ReferenceLogAdapter:
     """
 
     name = "reference"
+    # traceback frames are shown from the package on (the checkout's path is the run host's)
+    source_roots = ("pytest_nvrx",)
 
     def iteration_of(self, text: str) -> int | None:
         if not text.startswith(_TAG) or " iteration " not in text:

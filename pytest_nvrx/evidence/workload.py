@@ -2,8 +2,9 @@
 
 The criteria never look at a workload's log format. A :class:`WorkloadLogAdapter` turns one line
 of one workload's log into one of the normalized events below (a committed iteration, a save
-scheduled or completed, a checkpoint load or a fresh start, a load failure, an error); Megatron's
-adapter lives in :mod:`pytest_nvrx.evidence.megatron`, the CPU reference workload's in
+scheduled or completed, a checkpoint load or a fresh start, a load failure, an error). Python
+tracebacks are assembled for every workload alike (:mod:`pytest_nvrx.evidence.tracebacks`).
+Megatron's adapter lives in :mod:`pytest_nvrx.evidence.megatron`, the CPU reference workload's in
 :mod:`pytest_nvrx.evidence.reference`. Another workload registers its own adapter
 with :func:`register_adapter` under the name its run manifest gives as ``workload`` (module
 ``pytest_nvrx.evidence.<workload>`` is imported on first use).
@@ -100,10 +101,49 @@ class LoadFailed:
 
 
 @dataclass(frozen=True, slots=True)
+class TracebackFrame:
+    """One ``File "...", line N, in func`` frame of a Python traceback, with its source line.
+
+    ``path`` is as printed: an absolute path on the run host (or ``<frozen runpy>``), never used
+    to open anything; ``short_path`` is what a verdict shows: the part after ``site-packages/``
+    or from the adapter's package root on (``megatron/core/optimizer/distrib_optimizer.py``).
+    """
+
+    path: str
+    short_path: str
+    line: int
+    function: str
+    ref: EvidenceRef
+    source: EvidenceRef | None = None  # the source line printed under the frame
+    code: str | None = None  # that source line's code, stripped of prefixes and indentation
+
+    @property
+    def where(self) -> str:
+        return f"{self.short_path}:{self.line}"
+
+
+@dataclass(frozen=True, slots=True)
 class WorkloadError:
-    """A traceback or exception line."""
+    """A traceback, an exception line, or the workload's own word that it failed.
+
+    ``ref`` is the line that says what went wrong. For a Python traceback (assembled by
+    :mod:`pytest_nvrx.evidence.tracebacks`) that is its final exception line (``AssertionError``,
+    ``RuntimeError: ...``), or its ``Traceback (most recent call last):`` head when the exception
+    line never came; ``exception`` is that line's text without prefixes, ``innermost`` the frame
+    that raised, ``load_frame`` the outermost frame in checkpoint loading (None when the
+    traceback never passed through a checkpoint load).
+    """
 
     ref: EvidenceRef
+    exception: str | None = None
+    traceback: EvidenceRef | None = None
+    innermost: TracebackFrame | None = None
+    load_frame: TracebackFrame | None = None
+    frames: int = 0
+
+    @property
+    def in_checkpoint_load(self) -> bool:
+        return self.load_frame is not None
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,10 +158,11 @@ class Milestone:
 
 @dataclass(frozen=True, slots=True)
 class VersionReported:
-    """A component version the workload prints at start (fallback for the stack report)."""
+    """A component version the workload prints at start (fallback for the stack report);
+    ``version`` None: the workload says the component is absent."""
 
     component: str
-    version: str
+    version: str | None
     ref: EvidenceRef
 
 
@@ -165,6 +206,16 @@ class WorkloadLogAdapter(Protocol):
     def checkpoint_path(self, checkpoint_dir: Path, iteration: int) -> Path:
         """Directory holding the checkpoint of ``iteration``."""
         ...
+
+
+def source_roots(adapter: WorkloadLogAdapter) -> tuple[str, ...]:
+    """The package directories an adapter names for shortening traceback paths.
+
+    Optional: an adapter may set ``source_roots`` (Megatron: ``("megatron",)``) so that a frame
+    in ``/any/checkout/megatron/core/x.py`` is shown as ``megatron/core/x.py``.
+    """
+    roots = getattr(adapter, "source_roots", ())
+    return tuple(str(r) for r in roots) if isinstance(roots, tuple | list) else ()
 
 
 _ADAPTERS: dict[str, WorkloadLogAdapter] = {}
