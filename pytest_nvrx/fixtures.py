@@ -23,7 +23,13 @@ from filelock import FileLock
 from pytest_nvrx.criteria import Judgement, judge_run_dir
 from pytest_nvrx.launch import Launch, RunResult, RunTimeout, tail_text
 from pytest_nvrx.layout import RunLayout
-from pytest_nvrx.plugin import SETTINGS_KEY, NvrxSettings, scenario_passed, terminal_writer
+from pytest_nvrx.plugin import (
+    SETTINGS_KEY,
+    NvrxSettings,
+    record_judged,
+    scenario_passed,
+    terminal_writer,
+)
 from pytest_nvrx.recipe import prepare_run_dir
 from pytest_nvrx.scenarios import DEFAULTS, RUN_TIMEOUTS, Scenario
 from pytest_nvrx.settings import ConfigError, RunConfig, resolve
@@ -175,6 +181,7 @@ def _run_scenario(
         stack=stack_dict,
         error=error,
     )
+    record_judged(config, run)
     yield run
     if not settings.keep and settings.work_dir is None and scenario_passed(config, run.key):
         shutil.rmtree(layout.run_dir, ignore_errors=True)
@@ -189,12 +196,14 @@ def nvrx_scenario_run(request: pytest.FixtureRequest) -> Iterator[ScenarioRun]:
         assert settings.run_dir is not None
         judgement = judge_run_dir(settings.run_dir, None, expect_fault=None)
         layout = RunLayout.for_run(settings.run_dir, judgement.checkpoint_dir)
-        yield ScenarioRun(
+        run = ScenarioRun(
             key="existing-run",
             scenario=None,
             layout=layout,
             judgement=judgement,
             stack=judgement.stack,
         )
+        record_judged(request.config, run)
+        yield run
         return
     yield from _run_scenario(request, settings, scenario)

@@ -278,6 +278,31 @@ def pytest_runtest_makereport(
         outcomes.setdefault(run.key, True)
 
 
+#: Judged runs in the order they finished, for the terminal summary.
+JUDGED_KEY = pytest.StashKey[list[Any]]()
+
+
+def record_judged(config: pytest.Config, run: Any) -> None:
+    config.stash.setdefault(JUDGED_KEY, []).append(run)
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    """Every judged scenario's verdicts, each with the line that proves it."""
+    runs = config.stash.get(JUDGED_KEY, [])
+    if not runs:
+        return
+    tr = terminalreporter
+    tr.section("nvrx verdicts")
+    for run in runs:
+        where = run.layout.run_dir
+        wall = (
+            f", launcher {run.result.wall_s:.1f}s exit {run.result.exit_code}" if run.result else ""
+        )
+        tr.write_line(f"{run.key}: {where}{wall}")
+        for verdict in run.judgement.verdicts:
+            tr.write_line(f"  {verdict.headline()}")
+
+
 def scenario_passed(config: pytest.Config, key: str) -> bool:
     return config.stash.get(OUTCOMES_KEY, {}).get(key, False)
 

@@ -190,7 +190,7 @@ from pathlib import Path
 dest, roots = Path(sys.argv[1]), [Path(r) for r in sys.argv[2:]]
 MAX_FILE = 4 << 20          # larger logs keep their last 4 MiB (as NAME.tail)
 MAX_TOTAL = 14 << 20        # the device tool returns files up to 16 MiB
-KEEP_TOP = {"fault_injected.json", "run.json"}
+KEEP_TOP = {"fault_injected.json", "run.json", "result.json"}
 KEEP_DIRS = {"logs", "cycle_infos"}
 CKPT_FILES = {"latest_checkpointed_iteration.txt", "metadata.json", ".metadata", "ft_state.json"}
 

@@ -195,6 +195,9 @@ def test_existing_real_run_passes_all_criteria(
     junit = tmp_path / "junit.xml"
     result = pytester.runpytest(*SUITE_ARGS, "--nvrx-run-dir", str(run), f"--junitxml={junit}")
     result.assert_outcomes(passed=6)
+    result.stdout.fnmatch_lines(
+        ["*= nvrx verdicts =*", "existing-run: *", "  PASS prior_checkpoint: *[[]*:*[]]"]
+    )
     props = {p.get("name"): p.get("value") for p in ET.parse(junit).getroot().iter("property")}
     assert props["nvrx_run_dir"] == str(run)
     assert "nvrx_timing_failure_to_detected_s" in props
