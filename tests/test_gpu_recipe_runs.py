@@ -247,3 +247,39 @@ def test_readme_names_every_run() -> None:
     readme = (DATA / "README.md").read_text(encoding="utf-8")
     for run in RUNS:
         assert f"`{run.name}`" in readme
+
+
+# ---------------------------------------------------------------------------------------------
+# the distributed-optimizer run repeated on the device with the traceback-aware criteria
+
+
+def test_distopt_rerun_fails_with_the_assertion_quoted_on_the_device() -> None:
+    """The device session itself (not only a later re-judging) quoted the assertion."""
+    log = (DATA / "pytest-distopt-rerun.log").read_text(encoding="utf-8")
+    assert (
+        "megatron-kill: /tmp/nvrx-work/runs/megatron-kill-20261129T122837-00429, launcher "
+        "161.1s exit 93" in log
+    )
+    assert (
+        "FAIL optimizer_state_load: cycle 1 died loading checkpoint iteration 5: AssertionError "
+        "at megatron/core/optimizer/distrib_optimizer.py:839 (assert len(steps) == 1)"
+    ) in log
+    assert "PASS prior_checkpoint" in log and "PASS replaced_cycle" in log
+
+
+def test_distopt_rerun_rejudged_here_with_result_json() -> None:
+    j = judge_run_dir(DATA / "megatron-kill-40-distopt-rerun")
+    passed = {v.id: v.passed for v in j.verdicts}
+    assert passed == {
+        "prior_checkpoint": True,
+        "replaced_cycle": True,
+        "optimizer_state_load": False,
+        "progress_past_restore": False,
+        "no_repeat_injection": False,
+    }
+    c3 = j.verdict("optimizer_state_load")
+    quoted = [ref.render() for ref in c3.evidence]
+    assert any("assert len(steps) == 1" in q for q in quoted)
+    assert any(q.startswith("logs/train_cycle1.log:") and "AssertionError" in q for q in quoted)
+    c5 = j.verdict("no_repeat_injection")
+    assert any(ref.file == "result.json" and "93" in ref.text for ref in c5.evidence)
