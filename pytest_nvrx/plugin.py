@@ -231,10 +231,19 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
             ("apex", "apex"),
         )
     )
+    lines = [f"nvrx: python {platform.python_version()}, {versions}"]
+    if s.megatron_path is not None and s.run_dir is None:
+        # A GPU qualification: the full stack of the workers' interpreter (one ~6 s probe),
+        # Megatron's version and revision included. Without a Megatron path (CPU reference
+        # runs, unit tests) the header stays instant; each scenario still prints its stack.
+        from pytest_nvrx.stack import detect_stack, format_stack_line
+
+        lines.append(format_stack_line(detect_stack(s.megatron_path)))
     where = f"megatron: {s.megatron_path or 'not given'}, work dir: {s.work_dir or 'pytest tmp'}"
     if s.run_dir is not None:
         where += f", judging existing run: {s.run_dir}"
-    return [f"nvrx: python {platform.python_version()}, {versions}", f"nvrx: {where}"]
+    lines.append(f"nvrx: {where}")
+    return lines
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

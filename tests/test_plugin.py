@@ -215,3 +215,15 @@ def test_existing_run_that_fails_reports_evidence_and_log_tail(
     out = result.stdout.str()
     assert "FAIL prior_checkpoint" in out
     assert "nvrx: tail of logs/train_cycle0.log" in out
+
+
+def test_header_has_full_stack_for_a_gpu_qualification(
+    pytester: pytest.Pytester, clean_env: None, megatron_stub: Path
+) -> None:
+    result = pytester.runpytest("--collect-only", "--nvrx-megatron-path", str(megatron_stub))
+    result.stdout.fnmatch_lines(
+        [
+            "nvrx stack: Python 3.* | torch * (CUDA *, cuDNN *, NCCL *) | GPU * | TE * | Apex * "
+            "| Megatron * | NVRx 0.7.*"
+        ]
+    )
