@@ -184,7 +184,8 @@ def _run_scenario(
     record_judged(config, run)
     yield run
     if not settings.keep and settings.work_dir is None and scenario_passed(config, run.key):
-        shutil.rmtree(layout.run_dir, ignore_errors=True)
+        # the whole per-scenario directory we made under pytest's tmp, never a user's work dir
+        shutil.rmtree(work_dir, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
