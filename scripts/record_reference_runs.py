@@ -3,19 +3,23 @@
 
 Three cases, 2 ranks over gloo, 40 iterations, a save every 10:
 
-* ``baseline`` -- no fault, the workload started with ``ft_launcher -m``;
-* ``kill`` -- pytest_nvrx/injector.py SIGKILLs rank 1 once the tracker advances;
+* ``baseline`` -- no fault: pytest_nvrx/injector.py with ``--fault=none`` only runs the workload;
+* ``kill`` -- the injector SIGKILLs rank 1 once the tracker advances;
 * ``hang`` -- the injector SIGSTOPs rank 1 once the tracker advances; the ``step`` section
   timeout (10 s, checked every 1 s) must find it.
+
+Each run goes through the pipeline users run (``python -m pytest_nvrx run --workload
+reference``): a :class:`~pytest_nvrx.settings.RunConfig`, ``recipe.prepare_run_dir``,
+``planning.plan_run`` with the ft_launcher beside this interpreter, and ``launch.Launch``, which
+writes run.json and result.json and stops the whole process tree; the script then checks that
+nothing of the run is left. So the baseline, too, runs under the injector (with
+``--fault=none``), exactly as a user's baseline does.
 
 Each run lives in ``<work>/runs/reference-<case>/`` (the walkthrough's layout). The trimmed copy
 written to ``--out`` keeps logs/, cycle_infos/, the marker, run.json, result.json and the
 tracker, drops checkpoint shards and TMPDIR, turns symlinks into files naming their target and
-rewrites absolute paths (see docs/reference-workload.md).
-
-The launcher argv is written out by hand here on purpose (it mirrors pytest_nvrx.recipe); the
-process tree is stopped with pytest_nvrx.launch.kill_tree after every run, and the script checks
-that nothing of the run is left.
+rewrites absolute paths (see docs/reference-workload.md). ``--out`` defaults to tests/data/cpu,
+the committed recorded runs: point it elsewhere to try the script without replacing them.
 
     .venv/bin/python scripts/record_reference_runs.py [--case kill] [--out tests/data/cpu]
 """
@@ -25,15 +29,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shlex
 import shutil
 import signal
-import socket
-import subprocess
 import sys
 import tempfile
-import time
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,16 +40,18 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from pytest_nvrx.launch import TAG_VAR, kill_tree, tagged  # noqa: E402
-from pytest_nvrx.layout import RunLayout  # noqa: E402
+from pytest_nvrx.cli import find_launcher  # noqa: E402
+from pytest_nvrx.launch import Launch, RunTimeout, tagged  # noqa: E402
+from pytest_nvrx.layout import RESULT_NAME, RunLayout  # noqa: E402
+from pytest_nvrx.planning import plan_run  # noqa: E402
+from pytest_nvrx.recipe import prepare_run_dir  # noqa: E402
+from pytest_nvrx.settings import ConfigError, FaultKind, RunConfig, SectionTimeouts  # noqa: E402
 
-WORKLOAD = "pytest_nvrx.workloads.reference"
-INJECTOR = REPO / "pytest_nvrx" / "injector.py"
-FT_LAUNCHER = REPO / ".venv" / "bin" / "ft_launcher"
 # What absolute paths in the recorded files are rewritten to (like /work/shared/gpu-evidence).
 RECORDED_RUNS_ROOT = "/shared/nvrx-ref/runs"
 RECORDED_REPO = "/workspace/pytest-nvrx"
 
+NPROC_PER_NODE = 2
 TRAIN_ITERS = 40
 SAVE_INTERVAL = 10
 SECTION_TIMEOUTS = "setup:120,step:10,checkpointing:60"
@@ -63,151 +64,49 @@ RUN_TIMEOUT_S = 420.0
 @dataclass(frozen=True)
 class Case:
     name: str
-    fault: str  # none | kill | hang
+    fault: FaultKind
     fault_rank: int = 1
 
 
 CASES = {c.name: c for c in (Case("baseline", "none"), Case("kill", "kill"), Case("hang", "hang"))}
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+def config_for(case: Case, work: Path) -> RunConfig:
+    return RunConfig(
+        work_dir=work,
+        run_id=f"reference-{case.name}",
+        workload="reference",
+        nnodes=1,
+        gpus_per_node=NPROC_PER_NODE,
+        train_iters=TRAIN_ITERS,
+        save_interval=SAVE_INTERVAL,
+        fault=case.fault,
+        fault_rank=case.fault_rank,
+        section_timeouts=SectionTimeouts.parse(SECTION_TIMEOUTS),
+        out_of_section_timeout=OUT_OF_SECTION_TIMEOUT,
+        workload_check_interval=WORKLOAD_CHECK_INTERVAL,
+        max_restarts=MAX_RESTARTS,
+    )
 
 
-def build_argv(
-    case: Case, layout: RunLayout, run_id: str, port: int
-) -> tuple[list[str], list[str]]:
-    launcher = [
-        str(FT_LAUNCHER),
-        "--nnodes=1",
-        "--nproc-per-node=2",
-        "--rdzv-backend=c10d",
-        "--rdzv-endpoint=localhost:0",
-        f"--rdzv-id={run_id}",
-        f"--max-restarts={MAX_RESTARTS}",
-        f"--ft-rank-section-timeouts={SECTION_TIMEOUTS}",
-        f"--ft-rank-out-of-section-timeout={OUT_OF_SECTION_TIMEOUT}",
-        f"--ft-workload-check-interval={WORKLOAD_CHECK_INTERVAL}",
-        f"--ft-checkpoint-iteration-file={layout.tracker}",
-        f"--ft-cycle-info-dir={layout.cycle_infos}",
-        f"--ft-per-cycle-applog-prefix={layout.applog_prefix}",
-        f"--ft-nvrx-logfile={layout.launcher_log}",
-        f"--ft-log-server-port={port}",
-    ]
-    ckpt = str(layout.checkpoint_dir)
-    work = [
-        f"--train-iters={TRAIN_ITERS}",
-        f"--save-interval={SAVE_INTERVAL}",
-        f"--save={ckpt}",
-        f"--load={ckpt}",
-        "--log-interval=1",
-    ]
-    if case.fault == "none":
-        workload = ["-m", WORKLOAD, *work]  # ft_launcher runs it like python -m
-    else:
-        workload = [
-            str(INJECTOR),
-            f"--checkpoint-dir={ckpt}",
-            f"--fault-marker={layout.marker}",
-            f"--fault={case.fault}",
-            f"--fault-rank={case.fault_rank}",
-            "--module",
-            WORKLOAD,
-            "--",
-            *work,
-        ]
-    return launcher, workload
-
-
-def utc_now() -> str:
-    from datetime import UTC, datetime
-
-    return datetime.now(UTC).isoformat(timespec="milliseconds")
-
-
-def run_case(case: Case, work: Path) -> dict[str, Any]:
-    run_id = f"reference-{case.name}"
-    layout = RunLayout.for_run(work / "runs" / run_id)
-    if layout.run_dir.exists():
-        shutil.rmtree(layout.run_dir)
-    for d in (layout.logs, layout.cycle_infos, layout.checkpoint_dir, layout.tmp):
-        d.mkdir(parents=True)
-    port = free_port()
-    launcher, workload = build_argv(case, layout, run_id, port)
-    env_add = {"TMPDIR": str(layout.tmp), "NVRX_RUN_ID": run_id, "PYTHONUNBUFFERED": "1"}
-    manifest = {
-        "schema": 1,
-        "tool": {"name": "pytest-nvrx", "script": "scripts/record_reference_runs.py"},
-        "run_id": run_id,
-        "config": {
-            "workload": "reference",
-            "fault": case.fault,
-            "fault_rank": case.fault_rank if case.fault != "none" else None,
-            "nnodes": 1,
-            "nproc_per_node": 2,
-            "train_iters": TRAIN_ITERS,
-            "save_interval": SAVE_INTERVAL,
-            "section_timeouts": SECTION_TIMEOUTS,
-            "out_of_section_timeout": OUT_OF_SECTION_TIMEOUT,
-            "workload_check_interval": WORKLOAD_CHECK_INTERVAL,
-            "max_restarts": MAX_RESTARTS,
-        },
-        "launcher_argv": launcher,
-        "workload_argv": workload,
-        "command": " ".join(
-            [f"{k}={shlex.quote(v)}" for k, v in sorted(env_add.items())]
-            + [shlex.quote(a) for a in launcher + workload]
-        ),
-        "env": env_add,
-        "log_server_port": port,
-        "host": socket.gethostname(),
-        "start_time": utc_now(),
-    }
-    layout.manifest.write_text(json.dumps(manifest, indent=2) + "\n")
-    tag = uuid.uuid4().hex
-    env = {**os.environ, **env_add, TAG_VAR: tag}
-    console = layout.logs / "launcher.console.log"
-    start_time = utc_now()
-    t0 = time.monotonic()
-    timed_out = False
-    with console.open("wb") as out:
-        proc = subprocess.Popen(
-            launcher + workload,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env=env,
-            cwd=str(REPO),
-            start_new_session=True,
-        )
+def run_case(case: Case, work: Path, launcher_exe: str) -> dict[str, Any]:
+    config = config_for(case, work)
+    if config.run_dir.exists():
+        shutil.rmtree(config.run_dir)
+    layout = prepare_run_dir(config)
+    plan = plan_run(config, launcher_exe=launcher_exe)
+    launch = Launch(plan.recipe, stack=plan.manifest_stack())
+    with launch:
         try:
-            proc.wait(timeout=RUN_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-        except KeyboardInterrupt:
-            kill_tree(proc.pid, tag)
-            raise
-        finally:
-            wall = time.monotonic() - t0
-            # The launcher's workers and log server are in other sessions: stop all of them.
-            kill_tree(proc.pid, tag, grace_s=5.0)
-            proc.wait(timeout=10)
-    left = tagged(tag)
-    result = {
-        "exit_code": None if timed_out else proc.returncode,
-        "wall_s": round(wall, 3),
-        "timed_out": timed_out,
-        "interrupted": False,
-        "start_time": start_time,
-        "end_time": utc_now(),
-    }
-    (layout.run_dir / "result.json").write_text(json.dumps(result, indent=2) + "\n")
+            launch.wait(RUN_TIMEOUT_S)
+        except RunTimeout as exc:
+            print(exc, file=sys.stderr, flush=True)
+    # Launch wrote result.json on every exit path and stopped the launcher's whole tree.
+    result = json.loads((layout.run_dir / RESULT_NAME).read_text())
     return {
         "case": case.name,
         "run_dir": str(layout.run_dir),
-        "left_behind": sorted(left),
+        "left_behind": sorted(tagged(launch.tag)),
         **result,
     }
 
@@ -240,22 +139,34 @@ def trim_copy(run_dir: Path, dest: Path, case: str) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--case", action="append", choices=sorted(CASES), help="repeatable")
-    parser.add_argument("--out", type=Path, default=REPO / "tests" / "data" / "cpu")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=REPO / "tests" / "data" / "cpu",
+        help="where the trimmed copies go (default: tests/data/cpu, replacing the recorded runs)",
+    )
     parser.add_argument("--work", type=Path, help="keep the full run dirs here (default: temp)")
     ns = parser.parse_args()
+    try:
+        launcher_exe = find_launcher()
+    except ConfigError as exc:
+        parser.error(str(exc))
     names = ns.case or ["baseline", "kill", "hang"]
     work = ns.work or Path(tempfile.mkdtemp(prefix="nvrx-ref-"))
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     summary = []
     for name in names:
         print(f"== {name}: running (work dir {work})", flush=True)
-        res = run_case(CASES[name], work.resolve())
+        try:
+            res = run_case(CASES[name], work.resolve(), launcher_exe)
+        except ConfigError as exc:
+            parser.error(str(exc))
         summary.append(res)
         print(json.dumps(res), flush=True)
         trim_copy(Path(res["run_dir"]), ns.out / f"reference-{name}", name)
     if ns.work is None:
         shutil.rmtree(work, ignore_errors=True)
-    bad = [r for r in summary if r["exit_code"] != 0 or r["left_behind"]]
+    bad = [r for r in summary if r["exit_code"] != 0 or r["timed_out"] or r["left_behind"]]
     for r in summary:
         print(f"{r['case']:>9}: exit {r['exit_code']} wall {r['wall_s']:.1f}s")
     return 1 if bad else 0
