@@ -393,6 +393,8 @@ def test_marker_absent(tmp_path: Path) -> None:
         (b"release", None, None),
         (b"", None, "empty"),
         (b"1x", None, "not an iteration"),
+        ("\u00b2".encode(), None, "not an iteration"),  # str.isdigit() is True, int() fails
+        ("\u0663".encode(), None, "not an iteration"),  # Arabic-Indic 3: not Megatron's text
     ],
 )
 def test_tracker(tmp_path: Path, content: bytes, iteration: int | None, error: str | None) -> None:

@@ -244,6 +244,13 @@ def test_bad_tracker_is_refused(
         ref.load_checkpoint(trainer(), tmp_path, gloo, ListLog())
 
 
+def test_non_utf8_tracker_is_a_load_error(tmp_path: Path) -> None:
+    """Not a UnicodeDecodeError: every rank must reach the agreement all-reduce."""
+    (tmp_path / TRACKER_NAME).write_bytes(b"\xff\xfe")
+    with pytest.raises(ref.LoadError, match="cannot read"):
+        ref.read_tracker(tmp_path)
+
+
 def test_checkpoint_of_another_configuration_is_refused(
     gloo: dist.ProcessGroup, tmp_path: Path
 ) -> None:

@@ -38,7 +38,7 @@ def read_tracker(path: Path, run_dir: Path) -> Tracker:
     ref = EvidenceRef(file, 1, quote(text.splitlines()[0] if text else ""))
     if text == "release":
         return Tracker(file, exists=True, release=True, ref=ref)
-    if text.isdigit():
+    if text.isascii() and text.isdigit():  # not str.isdigit alone: it accepts '²', int() not
         return Tracker(file, exists=True, iteration=int(text), ref=ref)
     what = "empty" if not text else f"not an iteration: {quote(text)!r}"
     return Tracker(file, exists=True, error=what, ref=ref)

@@ -358,7 +358,8 @@ def read_tracker(checkpoint_dir: Path) -> int | None:
         text = tracker.read_text()
     except FileNotFoundError:
         return None
-    except OSError as exc:
+    except (OSError, UnicodeDecodeError) as exc:
+        # every rank must reach the agreement all-reduce: no error may escape as another type
         raise LoadError(f"cannot read {tracker}: {exc}") from exc
     try:
         iteration = int(text.strip())
