@@ -19,7 +19,7 @@ from typing import Any
 
 from pytest_nvrx import __version__
 from pytest_nvrx.layout import RunLayout
-from pytest_nvrx.settings import ConfigError, RunConfig, validate
+from pytest_nvrx.settings import ConfigError, RunConfig, format_seconds, validate
 
 INJECTOR_PATH = Path(__file__).resolve().parent / "injector.py"
 REFERENCE_MODULE = "pytest_nvrx.workloads.reference"
@@ -86,7 +86,7 @@ def launcher_argv(config: RunConfig, layout: RunLayout, port: int, exe: str) -> 
         f"--rdzv-id={config.run_id}",
         f"--max-restarts={config.max_restarts}",
         f"--ft-rank-section-timeouts={config.section_timeouts.render()}",
-        f"--ft-rank-out-of-section-timeout={_num(config.out_of_section_timeout)}",
+        f"--ft-rank-out-of-section-timeout={format_seconds(config.out_of_section_timeout)}",
         f"--ft-checkpoint-iteration-file={layout.tracker}",
         f"--ft-cycle-info-dir={layout.cycle_infos}",
         f"--ft-per-cycle-applog-prefix={layout.applog_prefix}",
@@ -94,7 +94,9 @@ def launcher_argv(config: RunConfig, layout: RunLayout, port: int, exe: str) -> 
         f"--ft-log-server-port={port}",
     ]
     if config.workload_check_interval is not None:
-        argv.append(f"--ft-workload-check-interval={_num(config.workload_check_interval)}")
+        argv.append(
+            f"--ft-workload-check-interval={format_seconds(config.workload_check_interval)}"
+        )
     return argv
 
 
@@ -263,7 +265,3 @@ def write_json_atomic(path: Path, data: Mapping[str, Any]) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.write_text(json.dumps(data, indent=2, sort_keys=False) + "\n", encoding="utf-8")
     os.replace(tmp, path)
-
-
-def _num(value: float) -> str:
-    return str(int(value)) if float(value).is_integer() else repr(value)

@@ -61,7 +61,7 @@ class SectionTimeouts:
         return cls(**values)
 
     def render(self) -> str:
-        return ",".join(f"{n}:{_fmt_seconds(getattr(self, n))}" for n in SECTION_NAMES)
+        return ",".join(f"{n}:{format_seconds(getattr(self, n))}" for n in SECTION_NAMES)
 
 
 @dataclass(frozen=True)
@@ -169,7 +169,8 @@ def _positive_float(raw: str, what: str) -> float:
     return value
 
 
-def _fmt_seconds(value: float) -> str:
+def format_seconds(value: float) -> str:
+    """Seconds as the launcher CLI takes them: ``180`` for whole numbers, else ``2.5``."""
     return str(int(value)) if float(value).is_integer() else repr(value)
 
 
