@@ -23,7 +23,12 @@ from pytest_nvrx.evidence.refs import EvidenceRef, LineCursor
 
 @dataclass(frozen=True, slots=True)
 class IterationCommitted:
-    """An optimizer step the workload reports as done (``iteration N/M``)."""
+    """An optimizer step the workload reports as done (``iteration N/M``).
+
+    ``values`` are the numbers the line prints, as printed (exact replay comparison compares
+    these texts), under workload-agnostic names: ``loss``, ``learning_rate``,
+    ``consumed_samples``, ``loss_scale``, ``grad_norm`` (only those the line has).
+    """
 
     iteration: int
     total: int | None
@@ -31,6 +36,14 @@ class IterationCommitted:
     loss: float | None
     time: datetime | None
     ref: EvidenceRef
+    values: tuple[tuple[str, str], ...] = ()
+
+    def value(self, name: str) -> str | None:
+        """The printed text of one value, None when the line does not print it."""
+        for key, text in self.values:
+            if key == name:
+                return text
+        return None
 
 
 @dataclass(frozen=True, slots=True)
