@@ -5,9 +5,11 @@ also arrive unprefixed. The workload adapter sees the line without the prefix; t
 keeps the raw line. Memory stays bounded however long the run: iteration lines are summarized
 (first, last, highest, count); of the save events only the first and last :data:`SAVES_KEPT`
 of each kind are kept (the criteria need the saves just before a failure and just after a
-restore); of errors the first :data:`MAX_ERRORS`. What is dropped is counted. Python tracebacks
-are assembled into one error event each (:mod:`pytest_nvrx.evidence.tracebacks`) before the
-adapter sees a line; their lines are not offered to it.
+restore); of errors the first :data:`MAX_ERRORS`; of iteration lines the first and last
+:data:`ITERATIONS_KEPT` (a replay comparison needs the iterations just before a failure and just
+after a restore; a baseline comparison all it can get). What is dropped is counted. Python
+tracebacks are assembled into one error event each (:mod:`pytest_nvrx.evidence.tracebacks`)
+before the adapter sees a line; their lines are not offered to it.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from pytest_nvrx.evidence.workload import (
 
 MAX_ERRORS = 50
 SAVES_KEPT = 64
+ITERATIONS_KEPT = 10_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +57,9 @@ class CycleLog:
     last_iteration: IterationCommitted | None = None
     max_iteration: IterationCommitted | None = None
     iteration_lines: int = 0
+    # every kept iteration line, in line order (the first and last ITERATIONS_KEPT)
+    iterations: tuple[IterationCommitted, ...] = ()
+    iterations_not_kept: int = 0
     events: tuple[WorkloadEvent, ...] = ()
     errors_not_kept: int = 0
     saves_not_kept: int = 0
@@ -111,6 +117,8 @@ def parse_cycle_log(
     max_it: tuple[int, str, str] | None = None
     max_no = -1
     n_iterations = 0
+    its_head: list[tuple[int, str, str]] = []
+    its_tail: deque[tuple[int, str, str]] = deque(maxlen=ITERATIONS_KEPT)
     lineno = 0
     text = ""
     try:
@@ -138,6 +146,10 @@ def parse_cycle_log(
                     last_it = kept
                     if number > max_no:
                         max_no, max_it = number, kept
+                    if len(its_head) < ITERATIONS_KEPT:
+                        its_head.append(kept)
+                    else:
+                        its_tail.append(kept)
                     continue
                 cursor.lineno = lineno
                 cursor.raw = text
@@ -179,6 +191,9 @@ def parse_cycle_log(
         event = parse(kept[2], cursor)
         return event if isinstance(event, IterationCommitted) else None
 
+    iterations = tuple(
+        e for e in (iteration_event(k) for k in (*its_head, *its_tail)) if e is not None
+    )
     tails = [*saves_tail[SaveScheduled], *saves_tail[SaveCompleted]]
     # in line order: kept tails, and tracebacks closed after their head (cut short, or at EOF)
     events = sorted([*events, *tails], key=lambda e: e.ref.line or 0)
@@ -195,6 +210,8 @@ def parse_cycle_log(
         last_iteration=iteration_event(last_it),
         max_iteration=iteration_event(max_it),
         iteration_lines=n_iterations,
+        iterations=iterations,
+        iterations_not_kept=n_iterations - len(its_head) - len(its_tail),
         events=tuple(events),
         errors_not_kept=errors_dropped,
         saves_not_kept=saves_seen - sum(saves_head.values()) - len(tails),

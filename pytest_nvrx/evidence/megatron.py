@@ -9,10 +9,13 @@ Formats are those of ``megatron/training`` (core 0.19), as seen in real H200 run
 
 from __future__ import annotations
 
+import math
 import re
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from pytest_nvrx.evidence.refs import LineCursor
+from pytest_nvrx.evidence.replay import PrintModel
 from pytest_nvrx.evidence.workload import (
     IterationCommitted,
     LoadCompleted,
@@ -23,6 +26,7 @@ from pytest_nvrx.evidence.workload import (
     RngLoadFailed,
     SaveCompleted,
     SaveScheduled,
+    SettingReported,
     StartedFromScratch,
     VersionReported,
     WorkloadError,
@@ -38,6 +42,38 @@ _ITERATION = re.compile(
 )
 _ITERATION_NO = re.compile(r"\s*\[[^\]]*\] iteration\s+(\d+)/\s*\d+ \|")
 _LM_LOSS = re.compile(r"\| lm loss: (?P<loss>[-+0-9.eEnaifNAIF]+) \|")
+# " name: value |" fields of an iteration line (values as printed, compared as text)
+_FIELD = re.compile(r" (?P<key>[a-z][a-z ()]*?):\s+(?P<value>[^|\s]+) \|")
+_FIELDS = {
+    "consumed samples": "consumed_samples",
+    "elapsed time per iteration (ms)": "elapsed_ms",
+    "learning rate": "learning_rate",
+    "lm loss": "loss",
+    "loss scale": "loss_scale",
+    "grad norm": "grad_norm",
+}
+#   no_load_optim ................................... True   (the startup argument dump)
+_SETTING = re.compile(r"\s+(?P<name>[a-z][a-z0-9_]*) \.{3,} (?P<value>.*?)\s*$")
+# the dump's entries that say how a cycle resumes (criterion 3 and the replay comparison)
+SETTINGS = frozenset(
+    {
+        "load",
+        "save",
+        "finetune",
+        "no_load_optim",
+        "no_load_rng",
+        "world_size",
+        "data_parallel_size",
+        "tensor_model_parallel_size",
+        "pipeline_model_parallel_size",
+        "context_parallel_size",
+        "expert_model_parallel_size",
+        "log_interval",
+        "seed",
+        "use_distributed_optimizer",
+        "ckpt_format",
+    }
+)
 #   [ts] scheduled an async checkpoint save at iteration      10 to /ckpt
 _SCHEDULED = re.compile(
     r"\s*(?:" + _TS + r" )?scheduled an async checkpoint save at iteration\s+(?P<it>\d+)"
@@ -104,6 +140,11 @@ class MegatronLogAdapter:
             m = _ITERATION.match(text)
             if m is not None:
                 loss = _LM_LOSS.search(text, m.end())
+                values = tuple(
+                    (_FIELDS[f["key"]], f["value"])
+                    for f in _FIELD.finditer(text, m.start("it"))
+                    if f["key"] in _FIELDS
+                )
                 return IterationCommitted(
                     iteration=int(m["it"]),
                     total=int(m["total"]),
@@ -111,7 +152,13 @@ class MegatronLogAdapter:
                     loss=_float_or_none(loss["loss"]) if loss is not None else None,
                     time=at.local_time(m["ts"]),
                     ref=at.ref(),
+                    values=values,
                 )
+            return None
+        if " ...." in text:
+            m = _SETTING.match(text)
+            if m is not None and m["name"] in SETTINGS:
+                return SettingReported(m["name"], m["value"], at.ref())
             return None
         if "checkpoint" in text:
             event = self._checkpoint_line(text, at)
@@ -167,6 +214,66 @@ class MegatronLogAdapter:
 
     def checkpoint_path(self, checkpoint_dir: Path, iteration: int) -> Path:
         return checkpoint_dir / f"iter_{iteration:07d}"
+
+    def print_model(
+        self,
+        cycles: Sequence[Sequence[IterationCommitted]],
+        settings: Mapping[str, str],
+    ) -> PrintModel:
+        """How ``training_log`` prints: losses are means over the logging window; a line at
+        every ``--log-interval`` and at a process's first iteration. Whether that first line
+        resets the accumulators (fixed upstream by Megatron-LM PR #7092; core <= 0.19 does not,
+        issue #6237) is read from the timer the same accumulators drive: the second line's
+        ``elapsed time per iteration`` is, without the reset, the mean over both windows."""
+        text = settings.get("log_interval", "1")
+        interval = int(text) if text.isdigit() and int(text) > 0 else 1
+        votes = [v for v in (_first_print_resets(c, interval) for c in cycles) if v is not None]
+        if votes and all(v == votes[0] for v in votes):
+            resets = votes[0]
+            basis = (
+                "the second line of a process's log "
+                + ("is its own window" if resets else "averages its first two windows")
+                + " (read from its elapsed time per iteration"
+                + (f" in {len(votes)} cycles)" if len(votes) > 1 else ")")
+            )
+        else:
+            resets = False
+            basis = (
+                "a process's first line does not reset the loss accumulators (Megatron core"
+                " <= 0.19, issue #6237; not readable from the timers of this run)"
+            )
+        return PrintModel(
+            averaged=frozenset({"loss"}),
+            log_interval=interval,
+            first_print_resets=resets,
+            basis=f"losses are means over the logging window; {basis}",
+        )
+
+
+def _first_print_resets(prints: Sequence[IterationCommitted], interval: int) -> bool | None:
+    """From one process's first two iteration lines: True when the second line's elapsed time
+    covers only its own iterations, False when it also averages in the first line's; None when
+    the lines cannot tell (no timer, readings too close to call, or a first line off the
+    interval boundary, which no rule resets)."""
+    if len(prints) < 2 or prints[0].iteration % interval != 0:
+        return None
+    first, second = prints[0], prints[1]
+    n = second.iteration - first.iteration
+    e1_text, e2_text = first.value("elapsed_ms"), second.value("elapsed_ms")
+    if n <= 0 or first.time is None or second.time is None or not e1_text or not e2_text:
+        return None
+    try:
+        e1, e2 = float(e1_text), float(e2_text)
+    except ValueError:
+        return None
+    gap_ms = (second.time - first.time).total_seconds() * 1000.0
+    if not (e1 > 0 and e2 > 0 and gap_ms > 0):
+        return None
+    kept = (e1 + gap_ms) / (n + 1)  # no reset: the first iteration stays in the window
+    own = gap_ms / n  # reset: the window holds only the iterations since the first line
+    if max(kept, own) / min(kept, own) < 1.5:
+        return None
+    return abs(math.log(e2 / own)) < abs(math.log(e2 / kept))
 
 
 MEGATRON = MegatronLogAdapter()

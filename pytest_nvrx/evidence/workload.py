@@ -27,7 +27,9 @@ class IterationCommitted:
 
     ``values`` are the numbers the line prints, as printed (exact replay comparison compares
     these texts), under workload-agnostic names: ``loss``, ``learning_rate``,
-    ``consumed_samples``, ``loss_scale``, ``grad_norm`` (only those the line has).
+    ``consumed_samples``, ``loss_scale``, ``grad_norm`` (only those the line has), and
+    ``elapsed_ms`` (the time per iteration the line reports: never compared, it tells how the
+    workload averages what it prints).
     """
 
     iteration: int
@@ -179,6 +181,18 @@ class VersionReported:
     ref: EvidenceRef
 
 
+@dataclass(frozen=True, slots=True)
+class SettingReported:
+    """A training setting the workload prints at start (Megatron's argument dump), under its
+    own name (``no_load_optim``, ``finetune``, ``load``, ``save``, ``world_size``,
+    ``tensor_model_parallel_size``, ``pipeline_model_parallel_size``, ``log_interval``...);
+    ``value`` as printed (``True``, ``None``, ``/ckpt``)."""
+
+    name: str
+    value: str
+    ref: EvidenceRef
+
+
 WorkloadEvent = (
     IterationCommitted
     | SaveScheduled
@@ -192,6 +206,7 @@ WorkloadEvent = (
     | WorkloadError
     | Milestone
     | VersionReported
+    | SettingReported
 )
 
 # Events that say a restore did not bring back the full training state.
