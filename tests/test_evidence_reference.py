@@ -105,6 +105,31 @@ def test_iteration_line() -> None:
     )
     assert event.time == datetime(2026, 11, 29, 11, 52, 53, 145000, tzinfo=UTC)
     assert event.ref.location == f"{CYCLE1}:9"
+    # the recorded runs' format (4 decimals): its values as printed
+    assert event.values == (
+        ("consumed_samples", "44"),
+        ("loss", "4.7973"),
+        ("learning_rate", "9.051e-03"),
+    )
+    assert event.value("grad_norm") is None
+
+
+def test_iteration_line_with_exact_values() -> None:
+    """The current format: floats as repr, the texts kept as printed for exact comparison."""
+    event = parse(
+        "[ref] 2026-11-30T13:44:22.532+00:00 rank 0 iteration 8/12 consumed_samples 32"
+        " loss 4.941676139831543 lr 0.0055000000000000005 grad_norm 0.5339168906211853"
+    )
+    assert isinstance(event, IterationCommitted)
+    assert (event.iteration, event.total, event.consumed_samples) == (8, 12, 32)
+    assert event.loss == 4.941676139831543
+    assert event.values == (
+        ("consumed_samples", "32"),
+        ("loss", "4.941676139831543"),
+        ("learning_rate", "0.0055000000000000005"),
+        ("grad_norm", "0.5339168906211853"),
+    )
+    assert event.value("learning_rate") == "0.0055000000000000005"  # not 0.0055
 
 
 @pytest.mark.parametrize(
@@ -132,6 +157,12 @@ def test_load_line_carries_the_restored_parts() -> None:
     )
     assert isinstance(parsed, LoadCompleted)
     assert parsed.parts == ("model", "optimizer", "scheduler", "rng", "data")
+    broken = parse(  # --break-restore optimizer in a replacement
+        "[ref] 2026-11-30T13:44:21.681+00:00 rank 1 load checkpoint iteration 4 (model,"
+        f" scheduler, rng, data) consumed_samples 16 path {CKPT}/iter_0000004"
+    )
+    assert isinstance(broken, LoadCompleted)
+    assert broken.parts == ("model", "scheduler", "rng", "data")
 
 
 @pytest.mark.parametrize(
@@ -162,6 +193,10 @@ def test_other_events(event: str, kind: type) -> None:
     [
         # workload lines that are no evidence
         "[ref] 2026-11-29T11:52:49.903+00:00 rank 1 started pid 14331 world_size 2",
+        "[ref] 2026-11-30T13:44:16.013+00:00 rank 1 started pid 6425 world_size 2 restart_count 1",
+        # the load line already leaves the part out (LoadCompleted.parts)
+        "[ref] 2026-11-30T13:44:21.681+00:00 rank 1 restore skipped optimizer of iteration 4"
+        " on purpose (--break-restore, restart_count 1)",
         "[ref] 2026-11-29T11:52:50.555+00:00 rank 0 ft monitoring initialized sections"
         " checkpointing:60.0,setup:120.0,step:10.0 out_of_section 60.0",
         "[ref] 2026-11-29T11:52:50.555+00:00 rank 0 ft monitoring disabled (--no-ft)",

@@ -8,6 +8,7 @@ tests/data/cpu/; the last tests check that their lines follow the documented for
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import socket
@@ -27,21 +28,33 @@ DATA = Path(__file__).parent / "data" / "cpu"
 REPO = Path(__file__).resolve().parent.parent
 
 # The formats documented in docs/reference-workload.md (keep both in step).
+# A float as Python's repr prints it (5.0, 0.0055000000000000005, 1e-05, nan, -inf).
+FLOAT_REPR = r"-?(?:\d+\.\d+(?:e[+-]\d+)?|\d+e[+-]\d+|nan|inf)"
+PARTS = r"model(?:, (?:optimizer|scheduler|rng|data))*"
+BREAKABLE = r"(?:optimizer|rng|data|scheduler)(?:, (?:optimizer|rng|data|scheduler))*"
 LINE_RE = re.compile(
     r"^\[ref\] (?P<ts>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}\+00:00) "
     r"rank (?P<rank>\d+) (?P<event>.+)$"
 )
 EVENT_RES = {
-    "started": r"started pid (?P<pid>\d+) world_size (?P<world_size>\d+)",
+    # restart_count is absent from the lines recorded in tests/data/cpu (written before it)
+    "started": r"started pid (?P<pid>\d+) world_size (?P<world_size>\d+)"
+    r"(?: restart_count (?P<restart_count>\d+))?",
     "ft": r"ft monitoring (?:initialized sections (?P<sections>\S+) out_of_section (?P<oos>\S+)"
     r"|disabled \(--no-ft\)|failed: .*)",
     "no_checkpoint": r"no checkpoint found at (?P<tracker>\S+), starting from scratch",
     "loaded": r"load checkpoint iteration (?P<iteration>\d+) "
-    r"\((?P<parts>model, optimizer, scheduler, rng, data)\) "
+    rf"\((?P<parts>{PARTS})\) "
     r"consumed_samples (?P<consumed>\d+) path (?P<path>\S+)",
+    "skipped": rf"restore skipped (?P<parts>{BREAKABLE}) of iteration (?P<iteration>\d+) "
+    r"on purpose \(--break-restore, restart_count (?P<restart_count>\d+)\)",
     "load_failed": r"load failed: (?P<reason>.+)",
     "iteration": r"iteration (?P<iteration>\d+)/(?P<train_iters>\d+) "
-    r"consumed_samples (?P<consumed>\d+) loss (?P<loss>\d+\.\d{4}) lr (?P<lr>\S+)",
+    rf"consumed_samples (?P<consumed>\d+) loss (?P<loss>{FLOAT_REPR}) lr (?P<lr>{FLOAT_REPR}) "
+    rf"grad_norm (?P<grad_norm>{FLOAT_REPR})",
+    # the lines recorded in tests/data/cpu, before the values were printed exactly
+    "iteration_legacy": r"iteration (?P<iteration>\d+)/(?P<train_iters>\d+) "
+    r"consumed_samples (?P<consumed>\d+) loss (?P<loss>\d+\.\d{4}) lr (?P<lr>\d\.\d{3}e-\d\d)",
     "save_scheduled": r"save scheduled iteration (?P<iteration>\d+) path (?P<path>\S+)",
     "save_completed": r"save completed iteration (?P<iteration>\d+)",
     "save_failed": r"save failed iteration (?P<iteration>\d+): (?P<reason>.+)",
@@ -145,58 +158,185 @@ def test_tracker_moves_only_when_a_save_is_finalized(
     assert tracker(tmp_path) == "4"
 
 
-def _run_and_interrupt(ckpt_dir: Path, gloo: dist.ProcessGroup) -> tuple[list[float], ref.Trainer]:
+def _run_and_interrupt(
+    ckpt_dir: Path, gloo: dist.ProcessGroup
+) -> tuple[list[ref.StepResult], ref.Trainer]:
     """Six iterations, saves at 3 and 6; the save of 6 is never finalized (as if killed)."""
     t = trainer()
     ckpt = ref.AsyncCheckpointer(ckpt_dir, gloo, ref.NullMonitor(), ListLog())
-    losses = []
+    steps = []
     for _ in range(6):
-        losses.append(t.train_step()[0])
+        steps.append(t.train_step())
         if t.iteration % 3 == 0:
             ckpt.save(t.iteration, t.checkpoint_state)
     ckpt.abandon()
     assert tracker(ckpt_dir) == "3"
-    return losses, t
+    return steps, t
 
 
 def test_restore_continues_exactly_like_an_uninterrupted_run(
     gloo: dist.ProcessGroup, tmp_path: Path
 ) -> None:
-    losses, uninterrupted = _run_and_interrupt(tmp_path, gloo)
+    steps, uninterrupted = _run_and_interrupt(tmp_path, gloo)
     log = ListLog()
     resumed = trainer()
-    assert ref.load_checkpoint(resumed, tmp_path, gloo, log) == 3
+    assert ref.load_checkpoint(resumed, tmp_path, gloo, log, restarts=1) == 3
     assert (resumed.iteration, resumed.consumed_samples) == (3, 3 * TRAIN.micro_batch_size)
     assert log.events == [
         f"load checkpoint iteration 3 ({ref.LOADED_PARTS}) consumed_samples 6 "
         f"path {tmp_path / 'iter_0000003'}"
     ]
-    assert [resumed.train_step()[0] for _ in range(3)] == losses[3:]
+    # bitwise: loss, LR and gradient norm of every replayed step
+    assert [resumed.train_step() for _ in range(3)] == steps[3:]
     for (name, a), b in zip(
         uninterrupted.model.state_dict().items(), resumed.model.state_dict().values(), strict=True
     ):
         assert torch.equal(a, b), name
     assert resumed.scheduler.get_last_lr() == uninterrupted.scheduler.get_last_lr()
+    assert resumed.sampler.state_dict() == uninterrupted.sampler.state_dict()
 
 
-@pytest.mark.parametrize("spoil", ["rng", "data", "optimizer", "scheduler"])
-def test_restore_test_notices_a_missing_part(
-    gloo: dist.ProcessGroup, tmp_path: Path, spoil: str
+# The first step after the restore (iteration 4) computes its loss with the restored weights
+# before any update: a fresh optimizer shows only from the second step on.
+BROKEN_RESUMES = {
+    # part: (what differs, at which replayed step: 0 = iteration 4)
+    "optimizer": ("loss", 1),
+    "rng": ("loss", 0),  # other dropout masks
+    "data": ("loss", 0),  # other samples
+    "scheduler": ("learning_rate", 0),
+}
+
+
+@pytest.mark.parametrize("part", sorted(BROKEN_RESUMES))
+def test_break_restore_leaves_one_part_out_and_it_shows(
+    gloo: dist.ProcessGroup, tmp_path: Path, part: str
 ) -> None:
-    """The exactness check above fails if any restored part were left out."""
-    losses, _ = _run_and_interrupt(tmp_path, gloo)
+    """Each part matters: leaving it out changes the printed values of the replayed steps,
+    and where it first shows is what the broken-resume runs rely on."""
+    steps, _ = _run_and_interrupt(tmp_path, gloo)
+    log = ListLog()
     resumed = trainer()
-    ref.load_checkpoint(resumed, tmp_path, gloo, ListLog())
-    if spoil == "rng":
-        torch.manual_seed(999)
-    elif spoil == "data":
-        resumed.consumed_samples = 0
-    elif spoil == "optimizer":
-        resumed.optimizer.state.clear()
+    assert ref.load_checkpoint(resumed, tmp_path, gloo, log, skip=(part,), restarts=2) == 3
+    parts = ", ".join(p for p in ref.RESTORED_PARTS if p != part)
+    assert log.events == [
+        f"load checkpoint iteration 3 ({parts}) consumed_samples 6 "
+        f"path {tmp_path / 'iter_0000003'}",
+        f"restore skipped {part} of iteration 3 on purpose (--break-restore, restart_count 2)",
+    ]
+    assert (resumed.iteration, resumed.consumed_samples) == (3, 6)  # counters always restored
+    replay = [resumed.train_step() for _ in range(3)]
+    value, first = BROKEN_RESUMES[part]
+    differs = [i for i, (a, b) in enumerate(zip(replay, steps[3:], strict=True)) if a != b]
+    assert differs and differs[0] == first, (differs, replay, steps[3:])
+    assert getattr(replay[first], value) != getattr(steps[3 + first], value)
+    if part == "scheduler":
+        # a schedule at its start: the first warm-up step's LR, the weights' loss unchanged
+        assert replay[0].learning_rate == TRAIN.lr / TRAIN.lr_warmup_iters
+        assert replay[0].loss == steps[3].loss
     else:
-        resumed.scheduler.last_epoch = 0
-    # Optimizer and scheduler act through later updates: compare all three resumed losses.
-    assert [resumed.train_step()[0] for _ in range(3)] != losses[3:]
+        assert [r.learning_rate for r in replay] == [s.learning_rate for s in steps[3:]]
+
+
+def test_break_restore_of_several_parts(gloo: dist.ProcessGroup, tmp_path: Path) -> None:
+    _run_and_interrupt(tmp_path, gloo)
+    log = ListLog()
+    ref.load_checkpoint(trainer(), tmp_path, gloo, log, skip=("scheduler", "rng"), restarts=1)
+    assert "(model, optimizer, data)" in log.events[0]
+    assert log.events[1].startswith("restore skipped rng, scheduler of iteration 3 ")
+
+
+def test_only_breakable_parts_can_be_skipped(gloo: dist.ProcessGroup, tmp_path: Path) -> None:
+    _run_and_interrupt(tmp_path, gloo)
+    with pytest.raises(ValueError, match="cannot skip"):
+        trainer().load(tmp_path, 3, gloo, skip=("model",))
+
+
+def _train(argv: list[str], restarts: int) -> tuple[int, list[str]]:
+    """The workload's training loop in this process (world size 1, no monitor)."""
+    log = ListLog()
+    args = ref.parse_args(["--no-ft", "--step-time=0", "--hidden-size=16", *argv])
+    code = ref._train(args, ref.NullMonitor(), log, restarts)
+    return code, log.events
+
+
+def test_break_restore_acts_in_replacements_only(gloo: dist.ProcessGroup, tmp_path: Path) -> None:
+    """Cycle 0 accepts the flag and restores everything (even from an existing checkpoint);
+    a replacement leaves the part out and logs it."""
+    ckpt = tmp_path / "checkpoints"
+    common = ["--save-interval=2", f"--save={ckpt}", f"--load={ckpt}"]
+    broken = ["--break-restore", "optimizer", "--break-restore=data"]
+    code, first = _train(["--train-iters=2", *common, *broken], restarts=0)
+    assert code == 0 and first[0].startswith("no checkpoint found")
+    code, cycle0 = _train(["--train-iters=3", *common, *broken], restarts=0)
+    assert code == 0
+    assert cycle0[0].startswith(f"load checkpoint iteration 2 ({ref.LOADED_PARTS}) ")
+    assert not any("skipped" in e for e in cycle0)
+    code, replacement = _train(["--train-iters=4", *common, *broken], restarts=1)
+    assert code == 0
+    assert replacement[0].startswith("load checkpoint iteration 3 (model, scheduler, rng) ")
+    assert replacement[1] == (
+        "restore skipped optimizer, data of iteration 3 on purpose "
+        "(--break-restore, restart_count 1)"
+    )
+    for event in [*first, *cycle0, *replacement]:
+        assert classify(f"[ref] 2026-11-30T00:00:00.000+00:00 rank 0 {event}") is not None
+    iterations = [classify(f"[ref] 2026-11-30T00:00:00.000+00:00 rank 0 {e}") for e in first]
+    assert [k for k, _ in filter(None, iterations)].count("iteration") == 2
+
+
+def test_restart_count_comes_from_the_environment() -> None:
+    assert ref.restart_count({}) == 0
+    assert ref.restart_count({ref.RESTART_COUNT_ENV: "2"}) == 2
+    with pytest.raises(SystemExit, match="not a non-negative integer"):
+        ref.restart_count({ref.RESTART_COUNT_ENV: "x"})
+    with pytest.raises(SystemExit, match="not a non-negative integer"):
+        ref.restart_count({ref.RESTART_COUNT_ENV: "-1"})
+
+
+def test_iteration_line_prints_values_exactly() -> None:
+    """repr: the printed text reads back as the same float, and the next float prints
+    differently (the 4-decimal format hid changes in the 5th significant digit)."""
+    step = ref.StepResult(
+        loss=4.797312259674072, learning_rate=0.0055000000000000005, grad_norm=1.0
+    )
+    line = ref.iteration_event(11, 40, 44, step)
+    assert line == (
+        "iteration 11/40 consumed_samples 44 loss 4.797312259674072 "
+        "lr 0.0055000000000000005 grad_norm 1.0"
+    )
+    kind, fields = classify(f"[ref] 2026-11-30T00:00:00.000+00:00 rank 0 {line}") or ("", {})
+    assert kind == "iteration"
+    assert float(fields["loss"]) == step.loss and float(fields["lr"]) == step.learning_rate
+    nearby = ref.StepResult(math.nextafter(step.loss, 0.0), step.learning_rate, step.grad_norm)
+    assert ref.iteration_event(11, 40, 44, nearby) != line
+
+
+def test_sampler_reads_a_seeded_shuffle_per_epoch() -> None:
+    s = ref.ShuffledSampler(10, seed=1)
+    first = s.take(4) + s.take(4)
+    spanning = s.take(4)  # 2 from epoch 0, 2 from epoch 1
+    epoch0 = first + spanning[:2]
+    assert sorted(epoch0) == list(range(10)) and epoch0 != list(range(10))
+    assert s.state_dict() == {"epoch": 1, "position": 2}
+    rest = s.take(8)
+    epoch1 = spanning[2:] + rest
+    assert sorted(epoch1) == list(range(10)) and epoch1 != epoch0  # reshuffled
+    assert ref.ShuffledSampler(10, seed=2).take(10) != epoch0  # the seed matters
+    # the restored position continues the same order
+    again = ref.ShuffledSampler(10, seed=1)
+    again.load_state_dict({"epoch": 1, "position": 2})
+    assert again.take(8) == rest
+    with pytest.raises(ValueError, match="outside 10 samples"):
+        again.load_state_dict({"epoch": 0, "position": 11})
+
+
+def test_each_rank_reads_its_slice_of_each_global_batch(gloo: dist.ProcessGroup) -> None:
+    t = trainer()
+    t.rank, t.world_size = 1, 2  # rank 1 of two, as far as the data order is concerned
+    order = ref.ShuffledSampler(TRAIN.data_samples, TRAIN.seed).take(8)
+    for mine in (order[2:4], order[6:8]):
+        expected = torch.stack([ref.mock_sample(TRAIN.seed, i, MODEL) for i in mine])
+        assert torch.equal(t._batch(), expected)
 
 
 def test_a_save_is_a_snapshot_of_the_moment_it_was_scheduled(
@@ -352,7 +492,7 @@ def test_recorded_runs_follow_the_documented_formats(run: str) -> None:
         events = [e for e in map(classify, log.read_text().splitlines()) if e is not None]
         assert events, f"no workload lines in {log}"
         kinds.append([kind for kind, _ in events])
-        its = [int(f["iteration"]) for kind, f in events if kind == "iteration"]
+        its = [int(f["iteration"]) for kind, f in events if kind.startswith("iteration")]
         assert its == list(range(its[0], its[-1] + 1)), f"gap in iterations of {log}"
     assert "finished" in kinds[-1]
     assert (run_dir / "checkpoints" / TRACKER_NAME).read_text() == "40"
@@ -368,7 +508,7 @@ def test_recorded_runs_follow_the_documented_formats(run: str) -> None:
 def _iteration_lines(log: Path) -> dict[int, str]:
     out = {}
     for kind, f in filter(None, map(classify, log.read_text().splitlines())):
-        if kind == "iteration":
+        if kind.startswith("iteration"):
             out[int(f["iteration"])] = f"{f['consumed']} {f['loss']} {f['lr']}"
     return out
 

@@ -7,11 +7,12 @@ Unlike Megatron's, these timestamps carry their offset (``+00:00``): they are re
 never shifted by the host zone the launcher log implies.
 
 Unlike Megatron, the workload says what a restore brought back: the load line lists its parts
-(``model, optimizer, scheduler, rng, data``), which :class:`LoadCompleted` carries to the
-criteria as a positive "optimizer state restored" signal. Its checkpoints are torch DCP
-directories ``iter_%07d/`` whose optimizer state is stored under ``optimizer.state.<param>.*``
-(AdamW's ``step``, ``exp_avg``, ``exp_avg_sq``) and ``optimizer.param_groups.*``: the
-``optimizer.*`` keys :mod:`pytest_nvrx.evidence.checkpoint` looks for.
+(``model, optimizer, scheduler, rng, data``; fewer when ``--break-restore`` left one out), which
+:class:`LoadCompleted` carries to the criteria as a positive "optimizer state restored" signal.
+Its checkpoints are torch DCP directories ``iter_%07d/`` whose optimizer state is stored under
+``optimizer.state.<param>.*`` (AdamW's ``step``, ``exp_avg``, ``exp_avg_sq``) and
+``optimizer.param_groups.*``: the ``optimizer.*`` keys :mod:`pytest_nvrx.evidence.checkpoint`
+looks for.
 
 This module must stay light (no torch): ``verify`` imports it for every reference run.
 """
@@ -41,9 +42,19 @@ _TAG = "[ref] "
 _HEAD = re.compile(
     r"\[ref\] (?P<ts>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:[+-]\d\d:\d\d|Z)) rank \d+ "
 )
-# Only the event part (after the head) is matched below.
+# Only the event part (after the head) is matched below. Current lines print the floats with
+# repr and end with grad_norm; lines recorded before that (``loss 4.7973 lr 9.051e-03``) match
+# too, their values as printed.
 _ITERATION = re.compile(
     r"iteration (?P<it>\d+)/(?P<total>\d+) consumed_samples (?P<consumed>\d+) loss (?P<loss>\S+)"
+    r"(?: lr (?P<lr>\S+))?(?: grad_norm (?P<grad_norm>\S+))?"
+)
+# printed name -> IterationCommitted.values name, in the order the line prints them
+_VALUE_NAMES = (
+    ("consumed", "consumed_samples"),
+    ("loss", "loss"),
+    ("lr", "learning_rate"),
+    ("grad_norm", "grad_norm"),
 )
 _ITERATION_NO = re.compile(r"\[ref\] \S+ rank \d+ iteration (\d+)/\d+ ")
 _SAVE_SCHEDULED = re.compile(r"save scheduled iteration (?P<it>\d+)(?: |$)")
@@ -75,14 +86,17 @@ def _parts(text: str) -> tuple[str, ...]:
 class ReferenceLogAdapter:
     """:class:`~pytest_nvrx.evidence.workload.WorkloadLogAdapter` for the CPU reference workload.
 
-    Mapping (event → normalized event): ``iteration N/M ...`` → IterationCommitted; ``save
+    Mapping (event → normalized event): ``iteration N/M ...`` → IterationCommitted, its printed
+    ``consumed_samples``, ``loss``, ``lr`` and ``grad_norm`` texts as the values
+    ``consumed_samples``, ``loss``, ``learning_rate``, ``grad_norm``; ``save
     scheduled`` → SaveScheduled; ``save completed`` (logged after the tracker write) →
     SaveCompleted; ``load checkpoint iteration N (parts)`` → LoadCompleted with its parts; ``no
     checkpoint found ..., starting from scratch`` → StartedFromScratch; ``load failed: ...`` →
     LoadFailed; ``training finished`` → Milestone ``training_done``; ``aborted``, ``save failed``,
     ``ft monitoring failed``, a non-zero ``exit code`` and Python tracebacks → WorkloadError.
-    ``started``, ``ft monitoring initialized``/``disabled`` and ``exit code 0`` are not evidence;
-    neither is any line without the ``[ref]`` head (the injector's, torch's warnings).
+    ``started``, ``ft monitoring initialized``/``disabled``, ``restore skipped ...`` (its load
+    line already leaves the part out) and ``exit code 0`` are not evidence; neither is any line
+    without the ``[ref]`` head (the injector's, torch's warnings).
     """
 
     name = "reference"
@@ -117,6 +131,7 @@ class ReferenceLogAdapter:
                 loss=_float_or_none(m["loss"]),
                 time=time,
                 ref=at.ref(),
+                values=tuple((name, m[group]) for group, name in _VALUE_NAMES if m[group]),
             )
         if first == "save":
             if (m := _SAVE_SCHEDULED.match(event)) is not None:

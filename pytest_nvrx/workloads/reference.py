@@ -12,6 +12,12 @@ Megatron's behaviour that fault-recovery qualification looks at:
   happens when the next save is scheduled and at the end of training, after all ranks agree.
 * ``--load`` restores model, optimizer, scheduler, RNG and data position from the tracker's
   iteration; an absent tracker starts from scratch, an empty or invalid one fails loudly.
+* Every part of that state matters to the numbers it prints: dropout draws from the restored
+  RNG on every rank, the data order is a seeded shuffle read from a restored position, the LR
+  schedule moves every step, and AdamW's moments shape every update. Each iteration line prints
+  loss, LR and gradient norm exactly (``repr``), so a resume that loses any part shows.
+* ``--break-restore PART`` makes a replacement (restart count >= 1) deliberately skip restoring
+  one part, and say so: the broken resumes the criteria must catch, produced for real.
 
 Its log lines (``[ref] <UTC time> rank <r> <event>``) are documented in
 ``docs/reference-workload.md``; the evidence adapter parses exactly those.
@@ -28,7 +34,7 @@ import math
 import os
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
@@ -39,14 +45,24 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
-from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+from torch.distributed.checkpoint.state_dict import (
+    get_state_dict,
+    set_model_state_dict,
+    set_optimizer_state_dict,
+)
 from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
 from torch.distributed.checkpoint.state_dict_saver import async_save as dcp_async_save
 
 from pytest_nvrx.layout import TRACKER_NAME
 
 LOG_PREFIX = "[ref]"
-LOADED_PARTS = "model, optimizer, scheduler, rng, data"
+#: What a restore brings back, in the order the load line lists it.
+RESTORED_PARTS: tuple[str, ...] = ("model", "optimizer", "scheduler", "rng", "data")
+LOADED_PARTS = ", ".join(RESTORED_PARTS)
+#: Parts ``--break-restore`` may leave out (the model is always restored).
+BREAKABLE_PARTS: tuple[str, ...] = ("optimizer", "rng", "data", "scheduler")
+#: Set by torchelastic and ft_launcher in every worker: 0 in the first cycle, then 1, 2, ...
+RESTART_COUNT_ENV = "TORCHELASTIC_RESTART_COUNT"
 
 
 def iteration_dir_name(iteration: int) -> str:
@@ -189,9 +205,8 @@ class TinyGPT(nn.Module):
 
 
 def mock_sample(seed: int, index: int, cfg: ModelConfig) -> torch.Tensor:
-    """Sample ``index`` of the mock dataset: a function of (seed, index) only, so a restored
-    ``consumed_samples`` restores the data position. Arithmetic sequences with 10 % noise give
-    the model something to learn (the loss falls visibly)."""
+    """Sample ``index`` of the mock dataset: a function of (seed, index) only. Arithmetic
+    sequences with 10 % noise give the model something to learn (the loss falls visibly)."""
     g = torch.Generator().manual_seed((seed * 1_000_003 + index) % (2**63))
     n = cfg.seq_length + 1
     start = int(torch.randint(cfg.vocab_size, (1,), generator=g))
@@ -199,6 +214,49 @@ def mock_sample(seed: int, index: int, cfg: ModelConfig) -> torch.Tensor:
     tokens = (start + stride * torch.arange(n)) % cfg.vocab_size
     noise = torch.rand(n, generator=g) < 0.1
     return torch.where(noise, torch.randint(cfg.vocab_size, (n,), generator=g), tokens)
+
+
+class ShuffledSampler:
+    """The order in which the dataset is read: a seeded shuffle per epoch, as Megatron's random
+    sampler. Epoch ``e`` reads a permutation drawn from ``(seed, e)``; the state is where the
+    reader stands (``epoch``, ``position`` in that epoch's permutation), saved and restored as
+    the data loader's own state, apart from the ``consumed_samples`` progress counter. Every rank
+    holds the same sampler and reads its slice of each global batch.
+    """
+
+    def __init__(self, num_samples: int, seed: int) -> None:
+        self.num_samples = num_samples
+        self.seed = seed
+        self.epoch = 0
+        self.position = 0
+        self._order = self._permutation(0)
+
+    def _permutation(self, epoch: int) -> list[int]:
+        g = torch.Generator().manual_seed((self.seed * 7_919 + epoch) % (2**63))
+        return [int(i) for i in torch.randperm(self.num_samples, generator=g)]
+
+    def take(self, count: int) -> list[int]:
+        """The next ``count`` sample indices; an epoch boundary starts the next permutation."""
+        out: list[int] = []
+        while len(out) < count:
+            if self.position == self.num_samples:
+                self.epoch += 1
+                self.position = 0
+                self._order = self._permutation(self.epoch)
+            step = min(count - len(out), self.num_samples - self.position)
+            out += self._order[self.position : self.position + step]
+            self.position += step
+        return out
+
+    def state_dict(self) -> dict[str, int]:
+        return {"epoch": self.epoch, "position": self.position}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        epoch, position = int(state["epoch"]), int(state["position"])
+        if epoch < 0 or not 0 <= position <= self.num_samples:
+            raise ValueError(f"data position {state} is outside {self.num_samples} samples")
+        self.epoch, self.position = epoch, position
+        self._order = self._permutation(epoch)
 
 
 # --- training ------------------------------------------------------------------------------------
@@ -215,6 +273,17 @@ class TrainConfig:
     weight_decay: float = 0.01
     clip_grad: float = 1.0
     step_time: float = 0.0
+    data_samples: int = 100
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """What one optimizer step reports: the loss averaged over ranks (before the update), the
+    learning rate the update used, and the global gradient norm before clipping."""
+
+    loss: float
+    learning_rate: float
+    grad_norm: float
 
 
 class LoadError(RuntimeError):
@@ -226,7 +295,8 @@ class SaveError(RuntimeError):
 
 
 class Trainer:
-    """Model, optimizer, scheduler and progress of one rank; the default group must exist."""
+    """Model, optimizer, scheduler, data order and progress of one rank; the default group
+    must exist."""
 
     def __init__(self, model_cfg: ModelConfig, cfg: TrainConfig) -> None:
         self.model_cfg = model_cfg
@@ -235,13 +305,25 @@ class Trainer:
         self.world_size = dist.get_world_size()
         torch.manual_seed(cfg.seed)  # the same initial weights on every rank
         self.model = TinyGPT(model_cfg)
-        self.optimizer = torch.optim.AdamW(
-            self.model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay
-        )
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self._lr_factor)
-        torch.manual_seed(cfg.seed + 1 + self.rank)  # dropout differs per data-parallel rank
+        self.optimizer = self._new_optimizer()
+        self.scheduler = self._new_scheduler()
+        self.sampler = ShuffledSampler(cfg.data_samples, cfg.seed)
+        self._seed_rng()
         self.iteration = 0
         self.consumed_samples = 0
+
+    def _new_optimizer(self) -> torch.optim.AdamW:
+        return torch.optim.AdamW(
+            self.model.parameters(), lr=self.cfg.lr, weight_decay=self.cfg.weight_decay
+        )
+
+    def _new_scheduler(self) -> torch.optim.lr_scheduler.LambdaLR:
+        """A schedule at its start; it sets the optimizer's LR to the first step's."""
+        return torch.optim.lr_scheduler.LambdaLR(self.optimizer, self._lr_factor)
+
+    def _seed_rng(self) -> None:
+        """The fresh-start RNG state: dropout differs per data-parallel rank."""
+        torch.manual_seed(self.cfg.seed + 1 + self.rank)
 
     @property
     def global_batch_size(self) -> int:
@@ -258,16 +340,13 @@ class Trainer:
         return min_factor + (1 - min_factor) * 0.5 * (1 + math.cos(math.pi * progress))
 
     def _batch(self) -> torch.Tensor:
-        first = self.consumed_samples + self.rank * self.cfg.micro_batch_size
-        return torch.stack(
-            [
-                mock_sample(self.cfg.seed, first + i, self.model_cfg)
-                for i in range(self.cfg.micro_batch_size)
-            ]
-        )
+        """This rank's micro-batch: its slice of the next global batch in the shuffled order."""
+        indices = self.sampler.take(self.global_batch_size)
+        mine = indices[self.rank * self.cfg.micro_batch_size :][: self.cfg.micro_batch_size]
+        return torch.stack([mock_sample(self.cfg.seed, i, self.model_cfg) for i in mine])
 
-    def train_step(self) -> tuple[float, float]:
-        """One optimizer step over the global batch; returns (loss averaged over ranks, lr)."""
+    def train_step(self) -> StepResult:
+        """One optimizer step over the global batch."""
         if self.cfg.step_time > 0:
             # Stand-in for GPU compute, so a short run lasts long enough to be interrupted.
             time.sleep(self.cfg.step_time)
@@ -286,13 +365,13 @@ class Trainer:
         for g in grads:
             g.copy_(flat[offset : offset + g.numel()].view_as(g))
             offset += g.numel()
-        torch.nn.utils.clip_grad_norm_(params, self.cfg.clip_grad)
-        lr = float(self.scheduler.get_last_lr()[0])
+        grad_norm = torch.nn.utils.clip_grad_norm_(params, self.cfg.clip_grad)
+        lr = float(self.optimizer.param_groups[0]["lr"])  # what this update uses
         self.optimizer.step()
         self.scheduler.step()
         self.iteration += 1
         self.consumed_samples += self.global_batch_size
-        return float(flat[-1]), lr
+        return StepResult(loss=float(flat[-1]), learning_rate=lr, grad_norm=float(grad_norm))
 
     def _rng_key(self) -> str:
         return f"rng_rank{self.rank}"
@@ -304,6 +383,7 @@ class Trainer:
             "world_size": self.world_size,
             "seed": self.cfg.seed,
             "micro_batch_size": self.cfg.micro_batch_size,
+            "data_samples": self.cfg.data_samples,
         }
 
     def checkpoint_state(self) -> dict[str, Any]:
@@ -313,12 +393,26 @@ class Trainer:
             "model": model_sd,
             "optimizer": optim_sd,
             "scheduler": self.scheduler.state_dict(),
+            "data": self.sampler.state_dict(),
             "progress": {"iteration": self.iteration, "consumed_samples": self.consumed_samples},
             "config": self._fingerprint(),
             self._rng_key(): {"torch": torch.get_rng_state()},
         }
 
-    def load(self, checkpoint_dir: Path, iteration: int, group: dist.ProcessGroup) -> None:
+    def load(
+        self,
+        checkpoint_dir: Path,
+        iteration: int,
+        group: dist.ProcessGroup,
+        skip: Collection[str] = (),
+    ) -> tuple[str, ...]:
+        """Restore the checkpoint of ``iteration``; returns the parts restored, in
+        RESTORED_PARTS order. A part in ``skip`` is left as a fresh start has it (fresh AdamW,
+        schedule at its start, fresh-start RNG, data order from its beginning); the iteration
+        and ``consumed_samples`` counters are always restored."""
+        unknown = set(skip) - set(BREAKABLE_PARTS)
+        if unknown:
+            raise ValueError(f"cannot skip {sorted(unknown)}; breakable: {BREAKABLE_PARTS}")
         path = checkpoint_dir / iteration_dir_name(iteration)
         if not (path / ".metadata").is_file():
             raise LoadError(f"tracker names iteration {iteration} but {path}/.metadata is missing")
@@ -336,16 +430,37 @@ class Trainer:
             raise LoadError(
                 f"{path} holds iteration {state['progress']['iteration']}, not {iteration}"
             )
-        set_state_dict(
-            self.model,
-            self.optimizer,
-            model_state_dict=state["model"],
-            optim_state_dict=state["optimizer"],
-        )
-        self.scheduler.load_state_dict(state["scheduler"])
-        torch.set_rng_state(state[self._rng_key()]["torch"])
+        set_model_state_dict(self.model, state["model"])
+        if "optimizer" in skip:
+            # DCP loaded the template in place, into this optimizer's own state: replace it.
+            self.optimizer = self._new_optimizer()
+            self.scheduler = self._new_scheduler()
+        else:
+            set_optimizer_state_dict(self.model, self.optimizer, state["optimizer"])
+        if "scheduler" in skip:
+            self.scheduler = self._new_scheduler()
+        else:
+            self.scheduler.load_state_dict(state["scheduler"])
+            # As Megatron's scheduler on load: the LR comes from the schedule, whatever the
+            # optimizer's param groups held (the same value when both were restored).
+            for param_group, lr in zip(
+                self.optimizer.param_groups, self.scheduler.get_last_lr(), strict=True
+            ):
+                param_group["lr"] = lr
+        if "rng" not in skip:
+            torch.set_rng_state(state[self._rng_key()]["torch"])
+        else:
+            self._seed_rng()
+        if "data" not in skip:
+            try:
+                self.sampler.load_state_dict(state["data"])
+            except ValueError as exc:
+                raise LoadError(f"{path}: {exc}") from None
+        else:
+            self.sampler = ShuffledSampler(self.cfg.data_samples, self.cfg.seed)
         self.iteration = int(state["progress"]["iteration"])
         self.consumed_samples = int(state["progress"]["consumed_samples"])
+        return tuple(p for p in RESTORED_PARTS if p not in skip)
 
 
 # --- checkpoints ---------------------------------------------------------------------------------
@@ -501,6 +616,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--seed", type=int, default=TrainConfig.seed, help="weights, dropout and mock data"
     )
     t.add_argument(
+        "--data-samples",
+        type=_positive_int,
+        default=TrainConfig.data_samples,
+        help="mock dataset size: each epoch reads a new seeded permutation of it",
+    )
+    t.add_argument(
         "--log-interval", type=_positive_int, default=1, help="iteration line every N iterations"
     )
     t.add_argument(
@@ -521,6 +642,17 @@ def build_parser() -> argparse.ArgumentParser:
         "--save-interval", type=_positive_int, help="async save every N iterations (with --save)"
     )
     c.add_argument("--load", type=Path, help="checkpoint root to resume from (its tracker)")
+    c.add_argument(
+        "--break-restore",
+        action="append",
+        choices=BREAKABLE_PARTS,
+        default=[],
+        metavar="PART",
+        help="in a replacement only (restart count >= 1, from $"
+        + RESTART_COUNT_ENV
+        + "), do not restore this part of the checkpoint; repeatable; one of "
+        + ", ".join(BREAKABLE_PARTS),
+    )
     m = p.add_argument_group("model")
     m.add_argument(
         "--vocab-size", type=_positive_int, default=ModelConfig.vocab_size, help="tokens"
@@ -580,10 +712,26 @@ def _env_int(name: str) -> int:
         ) from None
 
 
+def restart_count(environ: Mapping[str, str]) -> int:
+    """Which cycle this worker belongs to: 0 for the first, N after N restarts (ft_launcher and
+    torchelastic set it in every worker; absent, e.g. a plain process in a test: 0)."""
+    text = environ.get(RESTART_COUNT_ENV, "0").strip() or "0"
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise SystemExit(
+            f"reference workload: {RESTART_COUNT_ENV}={text!r} is not a non-negative integer"
+        )
+    return value
+
+
 def run(args: argparse.Namespace) -> int:
     rank, world_size = _env_int("RANK"), _env_int("WORLD_SIZE")
+    restarts = restart_count(os.environ)
     log = EventLog(rank)
-    log(f"started pid {os.getpid()} world_size {world_size}")
+    log(f"started pid {os.getpid()} world_size {world_size} restart_count {restarts}")
     torch.set_num_threads(1)
     monitor: FtMonitor | NullMonitor
     try:
@@ -599,7 +747,7 @@ def run(args: argparse.Namespace) -> int:
     monitor.start_section("setup")  # as Megatron: opened before distributed init
     dist.init_process_group("gloo", timeout=timedelta(minutes=args.distributed_timeout_minutes))
     try:
-        code = _train(args, monitor, log)
+        code = _train(args, monitor, log, restarts)
     except Exception as exc:
         log(f"aborted {type(exc).__name__}: {_first_line(exc)}")
         raise
@@ -615,7 +763,9 @@ def _first_line(exc: BaseException) -> str:
     return lines[0] if lines else "(no message)"
 
 
-def _train(args: argparse.Namespace, monitor: Monitor, log: EventLog) -> int:
+def _train(
+    args: argparse.Namespace, monitor: Monitor, log: Callable[[str], None], restarts: int
+) -> int:
     # Checkpoint I/O runs in a background thread: give it its own group so its collectives
     # never interleave with the training all-reduces on the default group.
     ckpt_group = dist.new_group(backend="gloo")
@@ -636,11 +786,15 @@ def _train(args: argparse.Namespace, monitor: Monitor, log: EventLog) -> int:
         min_lr=args.min_lr,
         lr_warmup_iters=args.lr_warmup_iters,
         step_time=args.step_time,
+        data_samples=args.data_samples,
     )
     trainer = Trainer(model_cfg, cfg)
     if args.load is not None:
         try:
-            load_checkpoint(trainer, args.load, ckpt_group, log)
+            # --break-restore acts in replacements only: cycle 0 has nothing to resume anyway,
+            # and a first cycle that resumes a previous run's checkpoint is not a replacement.
+            skip = tuple(args.break_restore) if restarts >= 1 else ()
+            load_checkpoint(trainer, args.load, ckpt_group, log, skip=skip, restarts=restarts)
         except LoadError as exc:
             log(f"load failed: {exc}")
             return 1
@@ -654,13 +808,10 @@ def _train(args: argparse.Namespace, monitor: Monitor, log: EventLog) -> int:
     try:
         while trainer.iteration < cfg.train_iters:
             with section(monitor, "step"):
-                loss, lr = trainer.train_step()
+                step = trainer.train_step()
             it = trainer.iteration
             if trainer.rank == 0 and (it % args.log_interval == 0 or it == cfg.train_iters):
-                log(
-                    f"iteration {it}/{cfg.train_iters} consumed_samples "
-                    f"{trainer.consumed_samples} loss {loss:.4f} lr {lr:.3e}"
-                )
+                log(iteration_event(it, cfg.train_iters, trainer.consumed_samples, step))
             if checkpointer is not None and it % args.save_interval == 0:
                 checkpointer.save(it, trainer.checkpoint_state)
         if checkpointer is not None:
@@ -675,19 +826,44 @@ def _train(args: argparse.Namespace, monitor: Monitor, log: EventLog) -> int:
     return 0
 
 
+def iteration_event(iteration: int, train_iters: int, consumed: int, step: StepResult) -> str:
+    """The iteration line's event. Floats are printed with ``repr``: the shortest text that
+    reads back as the same float, so two lines print the same text exactly when the values are
+    bitwise equal (an exact replay prints the same line)."""
+    return (
+        f"iteration {iteration}/{train_iters} consumed_samples {consumed} "
+        f"loss {step.loss!r} lr {step.learning_rate!r} grad_norm {step.grad_norm!r}"
+    )
+
+
 def load_checkpoint(
-    trainer: Trainer, checkpoint_dir: Path, group: dist.ProcessGroup, log: Callable[[str], None]
+    trainer: Trainer,
+    checkpoint_dir: Path,
+    group: dist.ProcessGroup,
+    log: Callable[[str], None],
+    *,
+    skip: Sequence[str] = (),
+    restarts: int = 0,
 ) -> int | None:
-    """Restore from the tracker's iteration; returns it, or None when starting from scratch."""
+    """Restore from the tracker's iteration; returns it, or None when starting from scratch.
+
+    The load line lists only the parts restored; each part in ``skip`` is left out and one
+    more line says so (``restore skipped ...``)."""
     iteration = agreed_tracker(checkpoint_dir)
     if iteration is None:
         log(f"no checkpoint found at {checkpoint_dir / TRACKER_NAME}, starting from scratch")
         return None
-    trainer.load(checkpoint_dir, iteration, group)
+    parts = trainer.load(checkpoint_dir, iteration, group, skip=skip)
     log(
-        f"load checkpoint iteration {iteration} ({LOADED_PARTS}) consumed_samples "
+        f"load checkpoint iteration {iteration} ({', '.join(parts)}) consumed_samples "
         f"{trainer.consumed_samples} path {checkpoint_dir / iteration_dir_name(iteration)}"
     )
+    skipped = [p for p in BREAKABLE_PARTS if p in skip]
+    if skipped:
+        log(
+            f"restore skipped {', '.join(skipped)} of iteration {iteration} on purpose "
+            f"(--break-restore, restart_count {restarts})"
+        )
     return iteration
 
 
