@@ -1,0 +1,58 @@
+"""The recovery criteria of the NVRx GPT walkthrough ("Verify recovery"), as pure functions.
+
+Each criterion takes the parsed :class:`~pytest_nvrx.evidence.RunEvidence` (and what fault was
+expected) and returns a :class:`Verdict` that quotes the lines proving it. They consume only
+normalized evidence (launcher events, cycle records, workload events from an adapter, the
+marker, the tracker, checkpoint metadata): never our own wrapper's log lines, never absolute
+paths. The full semantics, including the baseline (fault=none) rules, are in docs/criteria.md.
+
+Entry points: :func:`judge_run_dir` (path in, :class:`Judgement` out) and :func:`judge` (for
+evidence already loaded); each criterion is also callable on its own.
+
+Layout: one module per criterion, each with ``check(ctx: JudgeContext) -> Verdict`` (``ctx`` is
+built once per judgement, ``context.py``) and its public ``name(run, expected=None)``;
+``verdict.py`` holds :class:`Verdict` and the criterion ids, ``registry.py`` the ordered
+:data:`CRITERIA`, ``judgement.py`` :func:`judge`. A new criterion is a module, its id in
+:data:`CriterionId` and its entry in :data:`CRITERIA`.
+"""
+
+from __future__ import annotations
+
+from pytest_nvrx.criteria.context import JudgeContext, RestoreTarget
+from pytest_nvrx.criteria.expected import (
+    FAULT_CHOICES,
+    ExpectedFault,
+    FaultExpectation,
+    expected_fault,
+)
+from pytest_nvrx.criteria.judgement import Judgement, judge, judge_run_dir
+from pytest_nvrx.criteria.no_repeat_injection import no_repeat_injection
+from pytest_nvrx.criteria.optimizer_state_load import OPTIMIZER_PART, optimizer_state_load
+from pytest_nvrx.criteria.prior_checkpoint import prior_checkpoint
+from pytest_nvrx.criteria.progress_past_restore import progress_past_restore
+from pytest_nvrx.criteria.registry import CRITERIA, Check
+from pytest_nvrx.criteria.replaced_cycle import replaced_cycle
+from pytest_nvrx.criteria.verdict import CRITERIA_IDS, CriterionId, Verdict
+
+__all__ = [
+    "CRITERIA",
+    "CRITERIA_IDS",
+    "FAULT_CHOICES",
+    "OPTIMIZER_PART",
+    "Check",
+    "CriterionId",
+    "ExpectedFault",
+    "FaultExpectation",
+    "JudgeContext",
+    "Judgement",
+    "RestoreTarget",
+    "Verdict",
+    "expected_fault",
+    "judge",
+    "judge_run_dir",
+    "no_repeat_injection",
+    "optimizer_state_load",
+    "prior_checkpoint",
+    "progress_past_restore",
+    "replaced_cycle",
+]

@@ -1,0 +1,77 @@
+"""One :class:`JudgeContext` per judgement: the evidence and what several criteria derive from it.
+
+The timeline is built once here (it was rebuilt by every criterion); facts that more than one
+criterion needs are computed on first use and then kept.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+from pytest_nvrx.criteria.expected import ExpectedFault, expected_fault
+from pytest_nvrx.criteria.helpers import launcher_outcome
+from pytest_nvrx.evidence.cycle_log import CycleLog
+from pytest_nvrx.evidence.refs import EvidenceRef
+from pytest_nvrx.evidence.rundir import RunEvidence
+from pytest_nvrx.evidence.timeline import Timeline, build_timeline, saves_before_failure
+from pytest_nvrx.evidence.workload import SaveCompleted, SaveScheduled
+
+
+@dataclass(frozen=True, slots=True)
+class RestoreTarget:
+    """The iteration a replacement must restore, and the save that proves it was completed."""
+
+    iteration: int | None
+    save: SaveCompleted | None  # None: the iteration is the marker's tracker iteration, or unknown
+
+
+# Nothing to restore against (a baseline that resumes an existing checkpoint).
+NO_TARGET = RestoreTarget(None, None)
+
+
+@dataclass(frozen=True)
+class JudgeContext:
+    """What every criterion of one judgement reads; build it with :meth:`build`."""
+
+    run: RunEvidence
+    expected: ExpectedFault
+    timeline: Timeline
+    # the fault the marker says happened (kill|hang), else the expected kind
+    observed_fault: str
+
+    @classmethod
+    def build(cls, run: RunEvidence, expected: ExpectedFault | None = None) -> JudgeContext:
+        exp = expected if expected is not None else expected_fault(run)
+        marker = run.marker
+        observed = marker.fault if marker is not None and marker.ok and marker.fault else exp.kind
+        return cls(run, exp, build_timeline(run), observed)
+
+    @cached_property
+    def completed_before_failure(self) -> tuple[SaveCompleted, ...]:
+        return tuple(saves_before_failure(self.run, self.timeline, SaveCompleted))
+
+    @cached_property
+    def scheduled_before_failure(self) -> tuple[SaveScheduled, ...]:
+        return tuple(saves_before_failure(self.run, self.timeline, SaveScheduled))
+
+    @cached_property
+    def restore_target(self) -> RestoreTarget:
+        """The newest save completed before the failure, else the marker's tracker iteration."""
+        newest = max(self.completed_before_failure, key=lambda e: e.iteration, default=None)
+        if newest is not None:
+            return RestoreTarget(newest.iteration, newest)
+        marker = self.run.marker
+        if marker is not None and marker.ok:
+            return RestoreTarget(marker.tracker_iteration, None)
+        return NO_TARGET
+
+    @cached_property
+    def replacement_log(self) -> CycleLog | None:
+        """The application log of the replacement cycle (None: no replacement, or no log)."""
+        cycle = self.timeline.replacement_cycle
+        return self.run.cycle_log(cycle) if cycle is not None else None
+
+    @cached_property
+    def launcher_outcome(self) -> EvidenceRef:
+        return launcher_outcome(self.run)

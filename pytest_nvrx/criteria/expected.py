@@ -1,0 +1,55 @@
+"""Which fault a run was meant to see, and where that was learned: what the criteria judge by."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from pytest_nvrx.evidence.refs import EvidenceRef
+from pytest_nvrx.evidence.rundir import RunEvidence
+from pytest_nvrx.layout import MANIFEST_NAME, MARKER_NAME
+
+FaultExpectation = Literal["kill", "hang", "none", "any"]
+FAULT_CHOICES = ("kill", "hang", "none")
+
+
+@dataclass(frozen=True, slots=True)
+class ExpectedFault:
+    """Which fault the run was supposed to see, and where that was learned."""
+
+    kind: FaultExpectation
+    source: str
+    ref: EvidenceRef
+
+    @property
+    def baseline(self) -> bool:
+        return self.kind == "none"
+
+
+def expected_fault(
+    run: RunEvidence, override: str | None = None, source: str = "caller"
+) -> ExpectedFault:
+    """An explicit ``override`` > run.json's ``config.fault`` > the marker's ``fault`` >
+    "some fault" (verify exists to judge fault runs; a baseline must say so)."""
+    if override is not None:
+        if override not in FAULT_CHOICES:
+            raise ValueError(
+                f"expected fault {override!r}: choose one of {', '.join(FAULT_CHOICES)}"
+            )
+        kind: FaultExpectation = override  # type: ignore[assignment]
+        return ExpectedFault(
+            kind, source, EvidenceRef(f"({source})", None, f"expected fault: {kind}")
+        )
+    manifest = run.manifest
+    if manifest is not None and manifest.fault is not None:
+        value = manifest.fault.value
+        if value in FAULT_CHOICES:
+            return ExpectedFault(value, MANIFEST_NAME, manifest.fault.ref)
+    marker = run.marker
+    if marker is not None and marker.ok and marker.fault in ("kill", "hang"):
+        return ExpectedFault(marker.fault, MARKER_NAME, marker.ref("fault"))  # type: ignore[arg-type]
+    return ExpectedFault(
+        "any",
+        "default",
+        EvidenceRef(MANIFEST_NAME, None, "(no run.json fault setting: a fault run is expected)"),
+    )

@@ -1,0 +1,39 @@
+"""Evidence that several criteria quote: clock times, the marker, the launcher's last word."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from pytest_nvrx.evidence.launcher_log import LauncherEventKind
+from pytest_nvrx.evidence.refs import EvidenceRef, absent
+from pytest_nvrx.evidence.rundir import RunEvidence
+from pytest_nvrx.layout import MARKER_NAME
+
+
+def clock(value: datetime | None) -> str:
+    """``11:56:22.787``: the time of day the logs show, to the millisecond ("?" when unknown)."""
+    return value.strftime("%H:%M:%S.%f")[:-3] if value is not None else "?"
+
+
+def marker_ref(run: RunEvidence, key: str | None = None) -> EvidenceRef:
+    """The marker's line for ``key`` (its file when no key); its absence when there is none."""
+    if run.marker is None:
+        return absent(MARKER_NAME, "absent: no fault was injected")
+    return run.marker.ref(key)
+
+
+def launcher_outcome(run: RunEvidence) -> EvidenceRef:
+    """The launcher's last word: its success/failure line, else its last timestamped line."""
+    finals = run.launcher.of_kind(
+        LauncherEventKind.RUN_OK,
+        LauncherEventKind.GROUP_SUCCEEDED,
+        LauncherEventKind.AGENT_EXIT,
+        LauncherEventKind.RUN_FAILED,
+        LauncherEventKind.NO_RESTART,
+        LauncherEventKind.EARLY_TERMINATION,
+    )
+    if finals:
+        return finals[-1].ref
+    if run.launcher.last_ref is not None:
+        return run.launcher.last_ref
+    return absent(run.launcher.file)

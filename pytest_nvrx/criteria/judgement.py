@@ -1,0 +1,79 @@
+"""A whole judgement: every criterion over one :class:`JudgeContext`, plus what the report needs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pytest_nvrx.criteria.context import JudgeContext
+from pytest_nvrx.criteria.expected import ExpectedFault, expected_fault
+from pytest_nvrx.criteria.registry import CRITERIA
+from pytest_nvrx.criteria.verdict import CRITERIA_IDS, Verdict
+from pytest_nvrx.evidence.refs import Problem
+from pytest_nvrx.evidence.rundir import RunEvidence, load_run
+from pytest_nvrx.evidence.timeline import timings
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """All verdicts of one run, plus what the report needs (stack, timings, problems)."""
+
+    run_dir: Path
+    checkpoint_dir: Path
+    expected: ExpectedFault
+    verdicts: tuple[Verdict, ...]
+    problems: tuple[Problem, ...]
+    timings: dict[str, float]
+    stack: dict[str, Any]
+
+    @property
+    def judgeable(self) -> bool:
+        """False when the artifacts are too broken to judge (verify exits 2)."""
+        return not any(p.severity == "fatal" for p in self.problems)
+
+    @property
+    def passed(self) -> bool:
+        return self.judgeable and all(v.passed for v in self.verdicts)
+
+    def verdict(self, criterion: str) -> Verdict:
+        for v in self.verdicts:
+            if v.id == criterion:
+                return v
+        raise KeyError(f"unknown criterion {criterion!r}; known: {', '.join(CRITERIA_IDS)}")
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "run_dir": str(self.run_dir),
+            "checkpoint_dir": str(self.checkpoint_dir),
+            "expected_fault": {"kind": self.expected.kind, "source": self.expected.source},
+            "criteria": [v.as_dict() for v in self.verdicts],
+            "passed": self.passed,
+            "problems": [{"severity": p.severity, "message": p.message} for p in self.problems],
+            "stack": self.stack,
+            "timings": self.timings,
+        }
+
+
+def judge(
+    run: RunEvidence, expect_fault: str | None = None, *, source: str = "caller"
+) -> Judgement:
+    """Judge loaded evidence by every criterion (``expect_fault`` overrides run.json;
+    ``source`` names where it came from in the report)."""
+    ctx = JudgeContext.build(run, expected_fault(run, expect_fault, source))
+    return Judgement(
+        run_dir=run.run_dir,
+        checkpoint_dir=run.checkpoint_dir,
+        expected=ctx.expected,
+        verdicts=tuple(CRITERIA[cid](ctx) for cid in CRITERIA_IDS),
+        problems=run.problems,
+        timings=timings(run, ctx.timeline),
+        stack=run.stack(),
+    )
+
+
+def judge_run_dir(
+    run_dir: Path, checkpoint_dir: Path | None = None, *, expect_fault: str | None = None
+) -> Judgement:
+    """Load and judge a run directory. Raises RunDirError if it is not a directory."""
+    return judge(load_run(Path(run_dir), checkpoint_dir), expect_fault)

@@ -1,0 +1,161 @@
+"""Criterion 5: the launcher finished successfully after exactly one injected failure: no second
+failure, no no-progress stop (EARLY TERMINATION / exit code 93); a baseline, in one cycle with
+none at all."""
+
+from __future__ import annotations
+
+from pytest_nvrx.criteria.context import JudgeContext
+from pytest_nvrx.criteria.expected import ExpectedFault
+from pytest_nvrx.criteria.helpers import marker_ref
+from pytest_nvrx.criteria.verdict import CriterionId, Verdict, failing, passing
+from pytest_nvrx.evidence.launcher_log import LauncherEventKind
+from pytest_nvrx.evidence.refs import EvidenceRef
+from pytest_nvrx.evidence.rundir import RunEvidence
+from pytest_nvrx.evidence.timeline import logs_from
+from pytest_nvrx.evidence.workload import LOAD_FAILURES, WorkloadError
+
+ID: CriterionId = "no_repeat_injection"
+
+
+def no_repeat_injection(run: RunEvidence, expected: ExpectedFault | None = None) -> Verdict:
+    """The launcher finished successfully after exactly one injected failure: no second failure,
+    no no-progress stop (EARLY TERMINATION / exit code 93)."""
+    return check(JudgeContext.build(run, expected))
+
+
+def _workload_failures(run: RunEvidence, from_cycle: int | None) -> list[EvidenceRef]:
+    """Errors and load failures the workload itself logged, in cycles from ``from_cycle`` on."""
+    return [
+        e.ref
+        for log in logs_from(run, from_cycle)
+        for e in log.events
+        if isinstance(e, (WorkloadError, *LOAD_FAILURES))
+    ]
+
+
+def check(ctx: JudgeContext) -> Verdict:
+    run, timeline = ctx.run, ctx.timeline
+    launcher = run.launcher
+    manifest = run.manifest
+    exit_code = manifest.exit_code if manifest is not None else None
+    stops = launcher.of_kind(
+        LauncherEventKind.EARLY_TERMINATION,
+        LauncherEventKind.NO_RESTART,
+        LauncherEventKind.RUN_FAILED,
+    )
+    bad_exits = [
+        e for e in launcher.of_kind(LauncherEventKind.AGENT_EXIT) if e.exit_code not in (None, 0)
+    ]
+    if stops or bad_exits:
+        first = (stops or tuple(bad_exits))[0]
+        what = (
+            "no-progress stop"
+            if first.kind is LauncherEventKind.EARLY_TERMINATION
+            else "failed run"
+        )
+        return failing(
+            ID,
+            f"launcher stopped ({what}): {first.ref.text.split('] ')[-1].strip()}",
+            [e.ref for e in (*stops, *bad_exits)][:4],
+            exit_code.ref if exit_code else None,
+        )
+    if exit_code is not None and exit_code.value != 0:
+        why = " (no-progress stop)" if exit_code.value == 93 else ""
+        return failing(
+            ID,
+            f"launcher exited with code {exit_code.value}{why}",
+            exit_code.ref,
+            ctx.launcher_outcome,
+        )
+    finished = launcher.of_kind(LauncherEventKind.RUN_OK, LauncherEventKind.GROUP_SUCCEEDED)
+    clean_exits = [e for e in launcher.of_kind(LauncherEventKind.AGENT_EXIT) if e.exit_code == 0]
+    successes = (*finished, *clean_exits)
+    if not successes and exit_code is None:
+        return failing(ID, "the launcher recorded no successful finish", ctx.launcher_outcome)
+    success_refs = [e.ref for e in successes][-1:] + ([exit_code.ref] if exit_code else [])
+    marker = run.marker
+    if ctx.expected.baseline:
+        failures = [*timeline.failure_events, *timeline.other_failures]
+        if marker is not None:
+            return failing(ID, "baseline run (fault=none) has an injection marker", marker.ref())
+        if failures:
+            return failing(
+                ID,
+                f"baseline run recorded a worker failure: {failures[0].ref.text.strip()}",
+                [e.ref for e in failures[:3]],
+            )
+        if len(run.cycles) > 1:
+            return failing(
+                ID,
+                f"baseline run needed {len(run.cycles)} cycles: it was restarted",
+                [r.ref for r in run.cycles],
+            )
+        reported = _workload_failures(run, None)
+        if reported:
+            return failing(
+                ID,
+                f"baseline run's workload reported a failure: {reported[0].text.strip()}",
+                reported[:3],
+                success_refs,
+            )
+        return passing(
+            ID,
+            "baseline finished successfully in one cycle with no injection and no failure",
+            success_refs,
+            ctx.expected.ref,
+            run.cycles[0].ref if run.cycles else None,
+        )
+    if marker is None:
+        return failing(
+            ID,
+            "no injection happened (no marker): exactly one was requested",
+            marker_ref(run),
+            success_refs,
+        )
+    if not marker.ok:
+        return failing(ID, f"injection marker unusable: {marker.error}", marker.ref())
+    started = timeline.replacement_started
+    if timeline.other_failures:
+        e = timeline.other_failures[0]
+        when = (
+            "after the replacement started"
+            if started is not None
+            and e.ref.line is not None
+            and started.ref.line is not None
+            and e.ref.line > started.ref.line
+            else "besides the injected one"
+        )
+        return failing(
+            ID,
+            f"a second failure {when}: {e.ref.text.split('] ')[-1].strip()}",
+            [x.ref for x in timeline.other_failures[:3]],
+            started.ref if started else None,
+        )
+    replacement = timeline.replacement_cycle
+    extra = [r for r in run.cycles if replacement is not None and r.cycle > replacement]
+    if extra:
+        return failing(
+            ID,
+            f"the launcher started cycle {extra[0].cycle} after the replacement cycle"
+            f" {replacement}: the job failed again",
+            [r.ref for r in extra[:2]],
+        )
+    reported = _workload_failures(run, replacement) if replacement is not None else []
+    if reported:
+        # the launcher saw no second failure, but the workload says it failed again
+        return failing(
+            ID,
+            "the workload reported a failure after the replacement started:"
+            f" {reported[0].text.strip()}",
+            reported[:3],
+            started.ref if started else None,
+            success_refs,
+        )
+    return passing(
+        ID,
+        f"launcher finished successfully after exactly one injected {marker.fault}; no later"
+        " failure, no no-progress stop",
+        success_refs,
+        marker.ref("time"),
+        started.ref if started else None,
+    )

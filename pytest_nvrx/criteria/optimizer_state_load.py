@@ -1,0 +1,307 @@
+"""Criterion 3: the replacement loaded the newest checkpoint completed before the failure, with
+its optimizer state, and not an in-flight save, iteration 0 or a random init.
+
+The load is judged in steps, each returning a failing verdict or nothing: find the load in the
+cycle's log, check its iteration against the restore target, check that training resumed after
+it, check its optimizer state; what is left is a pass.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pytest_nvrx.criteria.context import NO_TARGET, JudgeContext, RestoreTarget
+from pytest_nvrx.criteria.expected import ExpectedFault
+from pytest_nvrx.criteria.helpers import marker_ref
+from pytest_nvrx.criteria.verdict import CriterionId, Verdict, failing, not_applicable, passing
+from pytest_nvrx.criteria.workload_errors import (
+    describe,
+    died_loading,
+    error_refs,
+    errors_before_training,
+    load_death,
+)
+from pytest_nvrx.evidence.checkpoint import CheckpointMetadata, OptimizerState
+from pytest_nvrx.evidence.cycle_log import CycleLog
+from pytest_nvrx.evidence.refs import absent
+from pytest_nvrx.evidence.rundir import RunEvidence
+from pytest_nvrx.evidence.workload import (
+    LOAD_FAILURES,
+    IterationCommitted,
+    LoadCompleted,
+    LoadStarted,
+    StartedFromScratch,
+    WorkloadError,
+)
+
+ID: CriterionId = "optimizer_state_load"
+
+# The name a workload uses for optimizer state among the parts it reports restored.
+OPTIMIZER_PART = "optimizer"
+
+
+def optimizer_state_load(run: RunEvidence, expected: ExpectedFault | None = None) -> Verdict:
+    """The replacement loaded the newest checkpoint completed before the failure, with its
+    optimizer state, and not an in-flight save, iteration 0 or a random init."""
+    return check(JudgeContext.build(run, expected))
+
+
+def check(ctx: JudgeContext) -> Verdict:
+    run, timeline = ctx.run, ctx.timeline
+    if ctx.expected.baseline:
+        first = run.cycle_logs[0] if run.cycle_logs else None
+        loads = first.of_type(LoadCompleted) if first is not None else ()
+        if first is None or not loads:
+            scratch = first.of_type(StartedFromScratch) if first is not None else ()
+            return not_applicable(
+                ID,
+                "baseline run restores nothing",
+                ctx.expected.ref,
+                scratch[0].ref if scratch else None,
+            )
+        # a baseline that resumes an existing checkpoint: judge that load
+        return _judge_load(ctx, first.cycle, first, NO_TARGET)
+    if timeline.replacement_cycle is None:
+        return failing(
+            ID,
+            "no replacement cycle: nothing was restored",
+            marker_ref(run, "time"),
+            [r.ref for r in run.cycles],
+        )
+    return _judge_load(ctx, timeline.replacement_cycle, ctx.replacement_log, ctx.restore_target)
+
+
+@dataclass(frozen=True, slots=True)
+class _Restore:
+    """What one cycle's log shows about its restore."""
+
+    log: CycleLog
+    loads: tuple[LoadCompleted, ...]  # one per rank that loaded
+    starts: tuple[LoadStarted, ...]
+    scratch: tuple[StartedFromScratch, ...]  # ranks that found no checkpoint
+    first_iteration: IterationCommitted | None
+    setup_errors: list[WorkloadError]  # errors before the first committed iteration
+
+    @property
+    def cycle(self) -> int:
+        return self.log.cycle
+
+    @property
+    def reported(self) -> list[LoadCompleted]:
+        """The loads that list the parts they restored (LoadCompleted.parts)."""
+        return [e for e in self.loads if e.parts is not None]
+
+
+def _judge_load(
+    ctx: JudgeContext, cycle: int, log: CycleLog | None, target: RestoreTarget
+) -> Verdict:
+    """Judge the checkpoint load of ``cycle`` (whose log is ``log``) against ``target``."""
+    if log is None or not log.exists:
+        name = log.file if log is not None else f"logs/ (cycle {cycle})"
+        return failing(ID, f"no application log for cycle {cycle}", absent(name))
+    restore = _Restore(
+        log=log,
+        loads=log.of_type(LoadCompleted),
+        starts=log.of_type(LoadStarted),
+        scratch=log.of_type(StartedFromScratch),
+        first_iteration=log.first_iteration,
+        setup_errors=errors_before_training(log),
+    )
+    load = _find_load(ctx.run, restore, target)
+    if isinstance(load, Verdict):
+        return load
+    meta = ctx.run.checkpoint(load.iteration)
+    failed = (
+        _check_iteration(ctx, restore, load, target)
+        or _check_resumed(restore, load)
+        or _check_optimizer_state(restore, load, meta)
+    )
+    return failed or _passed(restore, load, target, meta)
+
+
+def _find_load(
+    run: RunEvidence, restore: _Restore, target: RestoreTarget
+) -> LoadCompleted | Verdict:
+    """The first rank's completed load; else why there is none (a failed, mixed or absent load)."""
+    cycle, loads, scratch = restore.cycle, restore.loads, restore.scratch
+    failures = [e for e in restore.log.events if isinstance(e, LOAD_FAILURES)]
+    if failures:
+        return failing(
+            ID,
+            f"cycle {cycle} could not restore its state: {failures[0].ref.text.strip()}",
+            [e.ref for e in failures[:3]],
+            loads[0].ref if loads else None,
+        )
+    if loads and scratch:
+        # ranks of one cycle disagree: some restored, some start from random initialization
+        return failing(
+            ID,
+            f"cycle {cycle} loaded iteration {loads[0].iteration} on some rank(s) but started"
+            " from random initialization on others",
+            scratch[0].ref,
+            loads[0].ref,
+        )
+    if not loads:
+        return _no_load(run, restore, target)
+    return loads[0]
+
+
+def _no_load(run: RunEvidence, restore: _Restore, target: RestoreTarget) -> Verdict:
+    """Why a cycle completed no load: it died loading, started from scratch, never finished the
+    load, failed before loading, or shows no load at all."""
+    cycle, log, starts = restore.cycle, restore.log, restore.starts
+    first_trained = restore.first_iteration
+    died = load_death(restore.setup_errors, starts)
+    if died is not None:
+        return failing(
+            ID,
+            died_loading(run, log, died, target.iteration),
+            error_refs(died),
+            starts[0].ref if starts else target.save.ref if target.save else None,
+        )
+    if restore.scratch:
+        return failing(
+            ID,
+            f"cycle {cycle} found no checkpoint and started from random initialization",
+            restore.scratch[0].ref,
+            first_trained.ref if first_trained else None,
+        )
+    if starts:
+        return failing(
+            ID,
+            f"cycle {cycle} began loading iteration {starts[0].iteration} but never finished",
+            starts[0].ref,
+            log.last_line,
+        )
+    if restore.setup_errors:
+        error = restore.setup_errors[0]
+        return failing(
+            ID,
+            f"cycle {cycle} failed before loading any checkpoint: {describe(error)}",
+            error_refs(error),
+        )
+    return failing(
+        ID,
+        f"cycle {cycle} shows no checkpoint load at all",
+        log.first_line or absent(log.file, "empty"),
+        first_trained.ref if first_trained else None,
+    )
+
+
+def _check_iteration(
+    ctx: JudgeContext, restore: _Restore, load: LoadCompleted, target: RestoreTarget
+) -> Verdict | None:
+    """A trained checkpoint, the target's: not iteration 0, an in-flight save or an older one."""
+    cycle, loaded, expected, newest = restore.cycle, load.iteration, target.iteration, target.save
+    if loaded <= 0:
+        return failing(
+            ID, f"cycle {cycle} loaded iteration {loaded}, not a trained checkpoint", load.ref
+        )
+    if expected is None or loaded == expected:
+        return None
+    if loaded < expected:
+        return failing(
+            ID,
+            f"cycle {cycle} loaded iteration {loaded}, older than the newest checkpoint completed"
+            f" before the failure ({expected})",
+            load.ref,
+            newest.ref if newest else None,
+        )
+    in_flight = [e for e in ctx.scheduled_before_failure if e.iteration == loaded]
+    what = (
+        "a save only scheduled before the failure, never finalized (in flight)"
+        if in_flight
+        else "never completed before the failure"
+    )
+    return failing(
+        ID,
+        f"cycle {cycle} loaded iteration {loaded}, {what}; the newest completed checkpoint"
+        f" was {expected}",
+        load.ref,
+        [e.ref for e in in_flight[:1]],
+        newest.ref if newest else None,
+    )
+
+
+def _check_resumed(restore: _Restore, load: LoadCompleted) -> Verdict | None:
+    """No error while restoring, and training went on after the loaded iteration."""
+    cycle, loaded, first_trained = restore.cycle, load.iteration, restore.first_iteration
+    if restore.setup_errors:
+        error = restore.setup_errors[0]
+        return failing(
+            ID,
+            f"error while cycle {cycle} restored: {describe(error)}",
+            error_refs(error),
+            load.ref,
+        )
+    if first_trained is not None and first_trained.iteration <= loaded:
+        return failing(
+            ID,
+            f"cycle {cycle} loaded iteration {loaded} but then trained iteration"
+            f" {first_trained.iteration}: the training state was not resumed",
+            load.ref,
+            first_trained.ref,
+        )
+    return None
+
+
+def _check_optimizer_state(
+    restore: _Restore, load: LoadCompleted, meta: CheckpointMetadata | None
+) -> Verdict | None:
+    """The checkpoint on disk holds optimizer state (when it is still there), and every rank that
+    lists what it restored lists the optimizer."""
+    if meta is not None and meta.state in (OptimizerState.MISSING, OptimizerState.UNREADABLE):
+        return failing(
+            ID,
+            f"checkpoint {load.iteration} on disk: {meta.detail}",
+            meta.ref,
+            load.ref,
+        )
+    # A workload that lists what it restored (LoadCompleted.parts) must list the optimizer on
+    # every rank that says so; one that does not say is judged from failures and metadata.
+    partial = next((e for e in restore.reported if OPTIMIZER_PART not in (e.parts or ())), None)
+    if partial is not None:
+        return failing(
+            ID,
+            f"cycle {restore.cycle} restored iteration {partial.iteration} without optimizer"
+            f" state: the workload reports only ({', '.join(partial.parts or ()) or 'nothing'})",
+            partial.ref,
+            meta.ref if meta is not None else None,
+        )
+    return None
+
+
+def _passed(
+    restore: _Restore, load: LoadCompleted, target: RestoreTarget, meta: CheckpointMetadata | None
+) -> Verdict:
+    """A load that survived every check: say against what target and how the optimizer state
+    is known to be back."""
+    reported = restore.reported
+    if meta is not None and meta.state is OptimizerState.PRESENT:
+        how = (
+            f"optimizer state confirmed in the checkpoint ({meta.optimizer_keys}/{meta.keys} keys)"
+        )
+    elif reported:
+        how = (
+            f"the workload reports optimizer state restored on {len(reported)} rank(s)"
+            f" ({', '.join(reported[0].parts or ())})"
+        )
+    else:
+        how = "no optimizer/RNG load failure logged (checkpoint files pruned: judged from logs)"
+    what = (
+        "the newest completed before the failure"
+        if target.iteration is not None and target.save is not None
+        else "the marker's tracker iteration"
+        if target.iteration is not None
+        else "the resumed checkpoint"
+    )
+    start = next((s for s in restore.starts if s.iteration == load.iteration), None)
+    return passing(
+        ID,
+        f"cycle {restore.cycle} loaded checkpoint iteration {load.iteration}, {what}; {how}",
+        start.ref if start else None,
+        load.ref,
+        [e.ref for e in reported[:8]],
+        target.save.ref if target.save else None,
+        meta.ref if meta is not None else None,
+    )

@@ -1,0 +1,94 @@
+"""Criterion 1: a checkpoint was *completed* (finalized, tracker advanced) before the failure."""
+
+from __future__ import annotations
+
+from pytest_nvrx.criteria.context import JudgeContext
+from pytest_nvrx.criteria.expected import ExpectedFault
+from pytest_nvrx.criteria.helpers import clock, marker_ref
+from pytest_nvrx.criteria.verdict import CriterionId, Verdict, failing, not_applicable, passing
+from pytest_nvrx.evidence.refs import EvidenceRef
+from pytest_nvrx.evidence.rundir import RunEvidence
+from pytest_nvrx.evidence.workload import SaveCompleted
+
+ID: CriterionId = "prior_checkpoint"
+
+
+def prior_checkpoint(run: RunEvidence, expected: ExpectedFault | None = None) -> Verdict:
+    """A checkpoint was *completed* (finalized, tracker advanced) before the injected failure."""
+    return check(JudgeContext.build(run, expected))
+
+
+def check(ctx: JudgeContext) -> Verdict:
+    run, exp, timeline = ctx.run, ctx.expected, ctx.timeline
+    marker = run.marker
+    if exp.baseline:
+        return not_applicable(
+            ID, f"baseline run (fault=none, from {exp.source}) has no fault to precede", exp.ref
+        )
+    if marker is None:
+        asked = (
+            "a fault run was expected" if exp.kind == "any" else f"fault {exp.kind} was requested"
+        )
+        return failing(
+            ID,
+            f"no injection marker: {asked} ({exp.source}) but it never happened",
+            marker_ref(run),
+            exp.ref,
+            ctx.launcher_outcome,
+        )
+    if not marker.ok:
+        return failing(ID, f"injection marker unusable: {marker.error}", marker.ref())
+    if exp.kind in ("kill", "hang") and marker.fault != exp.kind:
+        return failing(
+            ID,
+            f"marker records fault {marker.fault!r} but {exp.kind!r} was expected ({exp.source})",
+            marker.ref("fault"),
+            exp.ref,
+        )
+    tracked = marker.tracker_iteration
+    if tracked is None:
+        return failing(ID, "marker records no tracker_iteration", marker.ref())
+    base = marker.baseline_iteration or 0
+    if tracked <= base:
+        return failing(
+            ID,
+            f"marker records tracker iteration {tracked} (baseline {base}): the fault came before"
+            " any checkpoint completed",
+            marker.ref("tracker_iteration"),
+            marker.ref("baseline_iteration"),
+        )
+    completed = [e for e in ctx.completed_before_failure if e.iteration == tracked]
+    if not completed:
+        later = [
+            e
+            for log in run.cycle_logs
+            for e in log.of_type(SaveCompleted)
+            if e.iteration == tracked and e not in completed
+        ]
+        scheduled = [e for e in ctx.scheduled_before_failure if e.iteration == tracked]
+        if later:
+            reason = (
+                f"checkpoint {tracked} was finalized only at {clock(later[0].time)}, after the"
+                f" failure ({clock(timeline.save_bound)})"
+            )
+            proof: list[EvidenceRef] = [later[0].ref]
+        elif scheduled:
+            reason = (
+                f"the save of iteration {tracked} was only scheduled before the failure, never"
+                " finalized ('successfully saved' missing)"
+            )
+            proof = [scheduled[0].ref]
+        else:
+            reason = f"no completed save of iteration {tracked} in the logs before the failure"
+            proof = [e.ref for e in ctx.completed_before_failure[-1:]]
+        return failing(ID, reason, marker.ref("tracker_iteration"), proof, marker.ref("time"))
+    save = completed[0]
+    signal = f" ({marker.signal})" if marker.signal else ""
+    return passing(
+        ID,
+        f"checkpoint iteration {tracked} was finalized at {clock(save.time)}, before the"
+        f" {marker.fault}{signal} of rank {marker.rank} at {clock(marker.time)}",
+        marker.ref("tracker_iteration"),
+        save.ref,
+        marker.ref("time"),
+    )

@@ -1,0 +1,133 @@
+"""Criterion 4: after the restore, training committed steps beyond it, completed a later
+checkpoint and reached the final iteration."""
+
+from __future__ import annotations
+
+from pytest_nvrx.criteria.context import JudgeContext
+from pytest_nvrx.criteria.expected import ExpectedFault
+from pytest_nvrx.criteria.helpers import clock, marker_ref
+from pytest_nvrx.criteria.verdict import CriterionId, Verdict, failing, passing
+from pytest_nvrx.criteria.workload_errors import died_loading, errors_before_training, load_death
+from pytest_nvrx.evidence.launcher_log import LauncherEventKind
+from pytest_nvrx.evidence.refs import EvidenceRef
+from pytest_nvrx.evidence.rundir import RunEvidence
+from pytest_nvrx.evidence.timeline import logs_from
+from pytest_nvrx.evidence.workload import (
+    IterationCommitted,
+    LoadCompleted,
+    LoadStarted,
+    SaveCompleted,
+    SaveScheduled,
+)
+
+ID: CriterionId = "progress_past_restore"
+
+
+def progress_past_restore(run: RunEvidence, expected: ExpectedFault | None = None) -> Verdict:
+    """After the restore: steps beyond it, a later checkpoint completed, final iteration reached."""
+    return check(JudgeContext.build(run, expected))
+
+
+def check(ctx: JudgeContext) -> Verdict:
+    run = ctx.run
+    if ctx.expected.baseline:
+        logs = logs_from(run, None)
+        start_cycle = logs[0].cycle if logs else None
+        first_log = run.cycle_log(start_cycle) if start_cycle is not None else None
+    else:
+        if ctx.timeline.replacement_cycle is None:
+            return failing(
+                ID,
+                "no replacement cycle: nothing trained after a restore",
+                marker_ref(run, "time"),
+                ctx.launcher_outcome,
+            )
+        logs = logs_from(run, ctx.timeline.replacement_cycle)
+        first_log = ctx.replacement_log
+    loads = first_log.of_type(LoadCompleted) if first_log is not None else ()
+    restored = loads[0].iteration if loads else 0
+    restored_text = f"iteration {restored}" if loads else "a fresh start (no checkpoint loaded)"
+    its = [log.max_iteration for log in logs if log.max_iteration is not None]
+    top: IterationCommitted | None = max(its, key=lambda e: e.iteration, default=None)
+    first = next((log.first_iteration for log in logs if log.first_iteration is not None), None)
+    if top is None or top.iteration <= restored:
+        died = (
+            load_death(errors_before_training(first_log), first_log.of_type(LoadStarted))
+            if first_log is not None and not loads
+            else None
+        )
+        if died is not None and first_log is not None:
+            # say why: the restore itself failed (criterion 3 has the details)
+            target = None if ctx.expected.baseline else ctx.restore_target.iteration
+            return failing(
+                ID,
+                "no iteration was committed after the restore: "
+                + died_loading(run, first_log, died, target, code=False),
+                died.ref,
+                [e.ref for e in run.launcher.of_kind(LauncherEventKind.NO_PROGRESS)][:3],
+                top.ref if top else None,
+            )
+        return failing(
+            ID,
+            f"no iteration beyond {restored_text} was committed after the restore",
+            loads[0].ref if loads else None,
+            top.ref if top else None,
+            (first_log.last_line if first_log else None) or ctx.launcher_outcome,
+        )
+    later = [e for log in logs for e in log.of_type(SaveCompleted) if e.iteration > restored]
+    if not later:
+        scheduled = [
+            e for log in logs for e in log.of_type(SaveScheduled) if e.iteration > restored
+        ]
+        return failing(
+            ID,
+            f"no checkpoint beyond {restored_text} completed after the restore"
+            + (" (saves were scheduled but never finalized)" if scheduled else ""),
+            [e.ref for e in scheduled[:2]],
+            top.ref,
+        )
+    final_ref: EvidenceRef | None = None
+    final: int | None = None
+    manifest = run.manifest
+    if manifest is not None and manifest.train_iters is not None:
+        value = manifest.train_iters.value
+        if isinstance(value, int) and not isinstance(value, bool):
+            final, final_ref = value, manifest.train_iters.ref
+    source = "run.json"
+    if final is None:
+        last = max(
+            (log.last_iteration for log in logs if log.last_iteration is not None),
+            key=lambda e: e.ref.line or 0,
+            default=None,
+        )
+        if last is not None and last.total is not None:
+            final, final_ref, source = last.total, last.ref, "the iteration lines"
+    if final is None:
+        return failing(ID, "the final iteration is unknown (no run.json, no N/M)", top.ref)
+    if top.iteration < final:
+        return failing(
+            ID,
+            f"training stopped at iteration {top.iteration}, before the final iteration {final}"
+            f" (from {source})",
+            top.ref,
+            final_ref,
+            later[-1].ref,
+        )
+    tracker = run.tracker
+    tracker_ref = (
+        tracker.ref
+        if tracker.iteration is not None and tracker.iteration > restored and tracker.ref
+        else None
+    )
+    return passing(
+        ID,
+        f"after {restored_text}, committed iterations {first.iteration if first else '?'}"
+        f"..{top.iteration}, checkpoint {later[0].iteration} completed at {clock(later[0].time)},"
+        f" final iteration {final} (from {source}) reached",
+        first.ref if first else None,
+        later[0].ref,
+        top.ref,
+        later[-1].ref if later[-1] is not later[0] else None,
+        final_ref if final_ref is not top.ref else None,
+        tracker_ref,
+    )

@@ -1,0 +1,204 @@
+"""Criterion 2: the launcher recorded the failed cycle (for the injected rank) and started a
+replacement cycle whose workers ran."""
+
+from __future__ import annotations
+
+from pytest_nvrx.criteria.context import JudgeContext
+from pytest_nvrx.criteria.expected import ExpectedFault
+from pytest_nvrx.criteria.helpers import clock, marker_ref
+from pytest_nvrx.criteria.verdict import CriterionId, Verdict, failing, not_applicable, passing
+from pytest_nvrx.evidence.launcher_log import LauncherEvent, LauncherEventKind
+from pytest_nvrx.evidence.refs import EvidenceRef, absent
+from pytest_nvrx.evidence.rundir import RunEvidence
+
+ID: CriterionId = "replaced_cycle"
+
+# The exit code a worker killed by the marker's signal reports is minus its number.
+_SIGNAL_NUMBERS = {"SIGKILL": 9, "SIGTERM": 15, "SIGSTOP": 19, "SIGABRT": 6, "SIGSEGV": 11}
+
+
+def replaced_cycle(run: RunEvidence, expected: ExpectedFault | None = None) -> Verdict:
+    """The launcher recorded the failed cycle (for the injected rank) and started a replacement."""
+    return check(JudgeContext.build(run, expected))
+
+
+def _expected_local_rank(run: RunEvidence) -> int | None:
+    """The marker rank as the launcher logs it (torchelastic and rank monitors use local ranks)."""
+    marker = run.marker
+    if marker is None or marker.rank is None:
+        return None
+    if marker.local_rank is not None:
+        return marker.local_rank
+    nproc = run.launcher.nproc_per_node
+    if run.manifest is not None and run.manifest.gpus_per_node is not None:
+        value = run.manifest.gpus_per_node.value
+        nproc = value if isinstance(value, int) and value > 0 else nproc
+    return marker.rank % nproc if nproc else marker.rank
+
+
+def _world_size(run: RunEvidence) -> tuple[int | None, list[EvidenceRef]]:
+    """Ranks the launcher ran: nproc_per_node x max_nodes from its launch configs."""
+    launcher = run.launcher
+    nproc = launcher.nproc_per_node
+    nodes = launcher.config.get("max_nodes", "")
+    if nproc is None or not nodes.isdigit():
+        return None, []
+    refs = [
+        launcher.config_refs[k]
+        for k in ("nproc_per_node", "max_nodes")
+        if k in launcher.config_refs
+    ]
+    return nproc * int(nodes), refs
+
+
+def check(ctx: JudgeContext) -> Verdict:
+    run, timeline = ctx.run, ctx.timeline
+    if ctx.expected.baseline:
+        first = run.cycles[0].ref if run.cycles else None
+        return not_applicable(
+            ID,
+            "baseline run has no failed cycle to replace (no-failure is judged by"
+            " no_repeat_injection)",
+            ctx.expected.ref,
+            first,
+        )
+    marker = run.marker
+    if marker is None or not marker.ok:
+        return failing(
+            ID,
+            "no usable injection marker: no injected failure to correlate with the launcher's"
+            " records",
+            marker_ref(run),
+            [e.ref for e in run.launcher.events if e.kind is LauncherEventKind.WORKER_FAILED][:3],
+        )
+    if not run.cycle_infos.exists:
+        return failing(
+            ID,
+            f"{run.cycle_infos.dir}/ is missing: the launcher recorded no cycles",
+            absent(run.cycle_infos.dir),
+        )
+    if not timeline.failure_events:
+        return failing(
+            ID,
+            "the launcher recorded no worker failure at or after the fault"
+            f" ({clock(timeline.fault_time)})",
+            marker.ref("time"),
+            ctx.launcher_outcome,
+        )
+    world, world_refs = _world_size(run)
+    if world is not None and marker.rank is not None and marker.rank >= world:
+        return failing(
+            ID,
+            f"the marker claims rank {marker.rank}, but the launcher ran a world of {world}"
+            " rank(s)",
+            marker.ref("rank"),
+            world_refs,
+        )
+    local = _expected_local_rank(run)
+    rank_text = f"rank {marker.rank}" + (f" (local {local})" if local != marker.rank else "")
+    failed = [e for e in timeline.failure_events if e.kind is LauncherEventKind.WORKER_FAILED]
+    timeouts = [
+        e
+        for e in timeline.failure_events
+        if e.kind in (LauncherEventKind.SECTION_TIMEOUT, LauncherEventKind.HEARTBEAT_TIMEOUT)
+    ]
+
+    def matches(e: LauncherEvent) -> bool:
+        if marker.pid is not None and e.pid is not None and e.pid != marker.pid:
+            return False
+        return local is None or e.rank is None or e.rank == local
+
+    proof: list[EvidenceRef] = []
+    if ctx.observed_fault == "hang":
+        matching = [e for e in timeouts if e.rank == local or (e.rank is None and local is None)]
+        if not matching:
+            if timeouts:
+                reason = (
+                    f"the section-timeout message names local rank {timeouts[0].rank}, but the"
+                    f" marker claims {rank_text}"
+                )
+            else:
+                reason = f"no section-timeout message for {rank_text}: the hang was not detected"
+            return failing(ID, reason, [e.ref for e in timeouts[:2]], marker.ref("rank"))
+        proof.append(matching[0].ref)
+        how = f"timed out in section {matching[0].name!r}"
+        proof += [e.ref for e in failed if matches(e)][:1]
+    else:
+        matching = [e for e in failed if matches(e)]
+        if not matching:
+            if failed:
+                e = failed[0]
+                reason = (
+                    f"the launcher recorded the failure of local_rank {e.rank} (pid {e.pid}), but"
+                    f" the marker claims {rank_text} (pid {marker.pid})"
+                )
+                return failing(ID, reason, e.ref, marker.ref("rank"), marker.ref("pid"))
+            return failing(
+                ID,
+                f"no worker-failure record for {rank_text}"
+                f" (only: {timeline.failure_events[0].kind})",
+                timeline.failure_events[0].ref,
+                marker.ref("rank"),
+            )
+        hit = matching[0]
+        signum = _SIGNAL_NUMBERS.get(marker.signal or "")
+        if signum is not None and hit.exit_code is not None and hit.exit_code != -signum:
+            return failing(
+                ID,
+                f"{rank_text} failed with exit code {hit.exit_code}, not the {-signum} that"
+                f" {marker.signal} gives: it did not die of the injected fault",
+                hit.ref,
+                marker.ref("signal"),
+            )
+        proof.append(hit.ref)
+        how = f"failed with exit code {hit.exit_code}"
+    if timeline.detected is not None and timeline.detected.ref not in proof:
+        proof.append(timeline.detected.ref)
+    if timeline.restart_decision is None:
+        return failing(
+            ID,
+            "the launcher recorded the failure but no decision to restart the worker group",
+            proof,
+            ctx.launcher_outcome,
+        )
+    proof.append(timeline.restart_decision.ref)
+    cycles = ", ".join(str(r.cycle) for r in run.cycles) or "none"
+    replacement = (
+        run.cycle_infos.by_cycle(timeline.replacement_cycle)
+        if timeline.replacement_cycle is not None
+        else None
+    )
+    if replacement is None or (
+        replacement.start is not None
+        and timeline.fault_time is not None
+        and replacement.start < timeline.fault_time
+    ):
+        return failing(
+            ID,
+            f"no replacement cycle record after the failure of cycle {timeline.failed_cycle}"
+            f" ({run.cycle_infos.dir}/ has cycles: {cycles})",
+            proof,
+            [r.ref for r in run.cycles],
+        )
+    # the replacement's record is for timeline.replacement_cycle: its log is the context's
+    log = ctx.replacement_log
+    if log is None or not log.exists or log.line_count == 0 or log.first_line is None:
+        name = log.file if log is not None else f"cycle {replacement.cycle} log"
+        return failing(
+            ID,
+            f"replacement cycle {replacement.cycle} has no application log ({name} missing or"
+            " empty): no replacement worker ran",
+            replacement.ref,
+            absent(name, "missing or empty"),
+        )
+    started = timeline.replacement_started
+    return passing(
+        ID,
+        f"launcher recorded {rank_text} {how} in cycle {timeline.failed_cycle} and started"
+        f" replacement cycle {replacement.cycle} at"
+        f" {clock(started.time if started else replacement.start)}",
+        proof,
+        replacement.ref,
+        started.ref if started else None,
+        log.first_line,
+    )
