@@ -157,9 +157,9 @@ class MegatronLogAdapter:
             return None
         if " ...." in text:
             m = _SETTING.match(text)
-            if m is not None and m["name"] in SETTINGS:
-                return SettingReported(m["name"], m["value"], at.ref())
-            return None
+            if m is not None:
+                name = m["name"]
+                return SettingReported(name, m["value"], at.ref()) if name in SETTINGS else None
         if "checkpoint" in text:
             event = self._checkpoint_line(text, at)
             if event is not None:
