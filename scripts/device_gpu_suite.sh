@@ -2,6 +2,9 @@
 # Runs ON the GPU device machine, from the repo root (see docs/device.md):
 #
 #   scripts/device_gpu_suite.sh --smoke          validate the carried environment
+#   scripts/device_gpu_suite.sh --cli-runs [--common 'ARGS'] 'RUN ARGS' ...
+#                                                 our CLI (`python -m pytest_nvrx run`), one run
+#                                                 per RUN ARGS, one after another
 #   scripts/device_gpu_suite.sh [PYTEST ARGS]    run pytest with our plugin
 #
 # Needs .whl/ and .megatron/ from scripts/prepare_device.sh, carried with the tree
@@ -12,10 +15,12 @@
 # Everything that comes back is written to $OUT (the run tool's folder; a temp dir elsewhere):
 #   smoke:  smoke.log, stack.json
 #   pytest: pytest.log, junit.xml, runs.tar.gz (run dirs without checkpoint shards)
+#   cli-runs: cli-runs.log, cli-runs.tsv (run, exit status, seconds), runs.tar.gz
 # The device tool returns at most 8 files, 2 folders deep, 16 MiB each.
 #
 # Environment: NVRX_DEVICE_LIMIT_S (default 600: the run tool's limit for one command; pytest
-# is interrupted with SIGINT early enough to pack the results), NVRX_WORK_DIR (default
+# is interrupted with SIGINT early enough to pack the results; a CLI run that would not get
+# NVRX_CLI_MIN_S (default 150) seconds before that point is skipped), NVRX_WORK_DIR (default
 # /tmp/nvrx-work), MEGATRON_PATH (default .megatron), PYTHON (default python3), SITE.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -261,8 +266,54 @@ sys.exit(0 if any(e.value.startswith("pytest_nvrx") for e in m.entry_points(grou
     return "$rc"
 }
 
+# --cli-runs: `python -m pytest_nvrx run --work-dir $NVRX_WORK_DIR --timeout T COMMON RUN` for
+# each RUN argument, one after another. COMMON and RUN are shell-quoted option strings (split as
+# the shell would, quotes honoured); Megatron extras go after `--` in RUN, so COMMON holds none.
+# T is what is left before the packing reserve; a run with less than NVRX_CLI_MIN_S left is not
+# started (`skipped` in cli-runs.tsv). Each run's CLI output goes to cli-runs.log; its run
+# directory ($NVRX_WORK_DIR/runs/<run id>) is packed into runs.tar.gz at the end.
+run_cli() {
+    local -a common=() args=()
+    local spec left rc t0 worst=0 min_s="${NVRX_CLI_MIN_S:-150}"
+    if [[ "${1:-}" == "--common" ]]; then
+        eval "common=(${2:?--common needs an option string})"
+        shift 2
+    fi
+    (($#)) || die "--cli-runs needs at least one run's options"
+    mkdir -p "$NVRX_WORK_DIR"
+    printf 'run\texit\tseconds\n' >"$OUT/cli-runs.tsv"
+    for spec in "$@"; do
+        eval "args=($spec)"
+        left=$((LIMIT_S - SECONDS - PACK_RESERVE_S))
+        if ((left < min_s)); then
+            echo "device_gpu_suite: skipped (${left}s left, NVRX_CLI_MIN_S=$min_s): $spec"
+            printf '%s\tskipped\t0\n' "$spec" >>"$OUT/cli-runs.tsv"
+            worst=1
+            continue
+        fi
+        echo "device_gpu_suite: ===== $(date -u +%FT%TZ) run (timeout ${left}s): ${common[*]} $spec"
+        t0=$SECONDS
+        # The CLI kills its launcher tree at --timeout; SIGINT (Ctrl-C: the same teardown) 10 s
+        # later and SIGKILL 20 s after that are the backstops.
+        timeout -s INT -k 20 $((left + 10)) "$PY" -m pytest_nvrx run \
+            --work-dir "$NVRX_WORK_DIR" --timeout "$left" "${common[@]}" "${args[@]}"
+        rc=$?
+        echo "device_gpu_suite: ===== exit $rc after $((SECONDS - t0)) s: $spec"
+        printf '%s\t%s\t%s\n' "$spec" "$rc" "$((SECONDS - t0))" >>"$OUT/cli-runs.tsv"
+        ((rc != 0)) && worst=1
+    done
+    pack_runs || echo "device_gpu_suite: packing the run dirs failed" >&2
+    return "$worst"
+}
+
 {
     install_wheels
+    if [[ "${1:-}" == "--cli-runs" ]]; then
+        shift
+        print_stack 2>&1 | tee "$OUT/cli-runs.log"
+        run_cli "$@" 2>&1 | tee -a "$OUT/cli-runs.log"
+        exit "${PIPESTATUS[0]}"
+    fi
     if [[ "${1:-}" == "--smoke" ]]; then
         smoke 2>&1 | tee "$OUT/smoke.log"
         exit "${PIPESTATUS[0]}"
