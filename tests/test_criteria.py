@@ -97,7 +97,12 @@ def test_real_baseline_judged_as_baseline_passes() -> None:
     j = judged(BASELINE_RUN, "none")
     assert j.passed
     na = {v.id for v in j.verdicts if v.not_applicable}
-    assert na == {"prior_checkpoint", "replaced_cycle", "optimizer_state_load"}
+    assert na == {
+        "prior_checkpoint",
+        "replaced_cycle",
+        "optimizer_state_load",
+        "training_continuity",
+    }
     c4 = j.verdict("progress_past_restore")
     assert "final iteration 20" in c4.reason and not c4.not_applicable
     assert j.verdict("no_repeat_injection").passed

@@ -122,6 +122,7 @@ def test_baseline_passes_as_a_baseline() -> None:
         "optimizer_state_load": "N/A",
         "progress_past_restore": "PASS",
         "no_repeat_injection": "PASS",
+        "training_continuity": "N/A",
     }
     c4 = j.verdict("progress_past_restore")
     assert c4.reason.startswith("after a fresh start (no checkpoint loaded), committed iterations")
@@ -139,7 +140,12 @@ def test_distopt_run_fails_the_load_quoting_the_assertion() -> None:
         "optimizer_state_load",
         "progress_past_restore",
         "no_repeat_injection",
+        "training_continuity",
     ]
+    c6 = j.verdict("training_continuity")
+    assert c6.reason == (
+        "replacement cycle 1 committed no iteration: nothing shows the training continued"
+    )
     c3 = j.verdict("optimizer_state_load")
     assert c3.reason == (
         "cycle 1 died loading checkpoint iteration 5: AssertionError at"
@@ -276,6 +282,7 @@ def test_distopt_rerun_rejudged_here_with_result_json() -> None:
         "optimizer_state_load": False,
         "progress_past_restore": False,
         "no_repeat_injection": False,
+        "training_continuity": False,
     }
     c3 = j.verdict("optimizer_state_load")
     quoted = [ref.render() for ref in c3.evidence]

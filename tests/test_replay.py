@@ -129,9 +129,10 @@ def test_compare_fails_on_a_fifth_significant_digit_and_names_both_lines() -> No
         "7.133384E+00",
     )
     assert bad.actual_ref.line == 8 and bad.expected_refs[0].line == 8
-    assert bad.describe(
-        "cycle 1", "cycle 0"
-    ) == "iteration 8 loss 7.133484E+00 in cycle 1 vs 7.133384E+00 in cycle 0"
+    assert (
+        bad.describe("cycle 1", "cycle 0")
+        == "iteration 8 loss 7.133484E+00 in cycle 1 vs 7.133384E+00 in cycle 0"
+    )
     # a tolerance admits it, and the largest relative difference is reported
     loose = compare(ref, cand, MEGATRON_MODEL, rtol=1e-4)
     assert loose.passed and 1e-5 < loose.max_relative < 2e-5

@@ -44,7 +44,7 @@ def test_kill_run_prints_five_pass_lines_with_evidence_and_exits_0() -> None:
         "    logs/train_cycle0.log:1057: 0:   [2026-11-29 11:03:55.958385] successfully saved"
         in out
     )
-    assert out.rstrip().endswith("verify: PASSED (5 of 5)")
+    assert out.rstrip().endswith("verify: PASSED (6 of 6)")
     assert err == ""
 
 
@@ -60,9 +60,9 @@ def test_baseline_declared_passes_with_not_applicable() -> None:
     code, out, _ = run_verify(BASELINE_RUN, "--expect-fault", "none")
     assert code == 0
     statuses = [m[1] for m in verdict_lines(out)]
-    assert statuses == ["N/A", "N/A", "N/A", "PASS", "PASS"]
+    assert statuses == ["N/A", "N/A", "N/A", "PASS", "PASS", "N/A"]
     assert "expected fault none (from --expect-fault)" in out
-    assert out.rstrip().endswith("verify: PASSED (2 of 5, 3 not applicable)")
+    assert out.rstrip().endswith("verify: PASSED (2 of 6, 4 not applicable)")
 
 
 def test_kill_run_with_expect_fault_hang_fails(kill: Doctor) -> None:
@@ -163,7 +163,7 @@ def test_binary_junk_logs_do_not_crash(kill: Doctor) -> None:
     for rel in ("logs/launcher.log", "logs/train_cycle0.log", CYCLE1):
         kill.path(rel).write_bytes(bytes(range(256)) * 64)
     code, out, _ = run_verify(kill.root)
-    assert code == 1 and len(verdict_lines(out)) == 5
+    assert code == 1 and len(verdict_lines(out)) == len(CRITERIA_IDS)
 
 
 def test_module_entry_point() -> None:
@@ -174,4 +174,4 @@ def test_module_entry_point() -> None:
         timeout=120,
     )
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.count("\nPASS ") + proc.stdout.startswith("PASS ") == 5
+    assert proc.stdout.count("\nPASS ") + proc.stdout.startswith("PASS ") == len(CRITERIA_IDS)

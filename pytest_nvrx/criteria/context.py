@@ -39,13 +39,26 @@ class JudgeContext:
     timeline: Timeline
     # the fault the marker says happened (kill|hang), else the expected kind
     observed_fault: str
+    # an uninterrupted run of the same configuration, for training_continuity (None: replay only)
+    baseline: RunEvidence | None = None
+    # relative tolerance of training_continuity's comparisons (0: exact)
+    continuity_rtol: float = 0.0
 
     @classmethod
-    def build(cls, run: RunEvidence, expected: ExpectedFault | None = None) -> JudgeContext:
+    def build(
+        cls,
+        run: RunEvidence,
+        expected: ExpectedFault | None = None,
+        *,
+        baseline: RunEvidence | None = None,
+        continuity_rtol: float = 0.0,
+    ) -> JudgeContext:
         exp = expected if expected is not None else expected_fault(run)
         marker = run.marker
         observed = marker.fault if marker is not None and marker.ok and marker.fault else exp.kind
-        return cls(run, exp, build_timeline(run), observed)
+        if not (continuity_rtol >= 0.0 and continuity_rtol < 1.0):  # also rejects nan
+            raise ValueError(f"continuity rtol {continuity_rtol!r}: need 0 <= rtol < 1")
+        return cls(run, exp, build_timeline(run), observed, baseline, continuity_rtol)
 
     @cached_property
     def completed_before_failure(self) -> tuple[SaveCompleted, ...]:

@@ -56,11 +56,22 @@ class Judgement:
 
 
 def judge(
-    run: RunEvidence, expect_fault: str | None = None, *, source: str = "caller"
+    run: RunEvidence,
+    expect_fault: str | None = None,
+    *,
+    source: str = "caller",
+    baseline: RunEvidence | None = None,
+    continuity_rtol: float = 0.0,
 ) -> Judgement:
     """Judge loaded evidence by every criterion (``expect_fault`` overrides run.json;
-    ``source`` names where it came from in the report)."""
-    ctx = JudgeContext.build(run, expected_fault(run, expect_fault, source))
+    ``source`` names where it came from in the report; ``baseline``, an uninterrupted run of the
+    same configuration, and ``continuity_rtol`` are for training_continuity)."""
+    ctx = JudgeContext.build(
+        run,
+        expected_fault(run, expect_fault, source),
+        baseline=baseline,
+        continuity_rtol=continuity_rtol,
+    )
     return Judgement(
         run_dir=run.run_dir,
         checkpoint_dir=run.checkpoint_dir,
@@ -73,7 +84,21 @@ def judge(
 
 
 def judge_run_dir(
-    run_dir: Path, checkpoint_dir: Path | None = None, *, expect_fault: str | None = None
+    run_dir: Path,
+    checkpoint_dir: Path | None = None,
+    *,
+    expect_fault: str | None = None,
+    baseline: RunEvidence | Path | None = None,
+    continuity_rtol: float = 0.0,
 ) -> Judgement:
-    """Load and judge a run directory. Raises RunDirError if it is not a directory."""
-    return judge(load_run(Path(run_dir), checkpoint_dir), expect_fault)
+    """Load and judge a run directory (``baseline``: evidence or a run directory to load).
+    Raises RunDirError if a directory is not one."""
+    base = (
+        load_run(Path(baseline), read_checkpoints=False) if isinstance(baseline, Path) else baseline
+    )
+    return judge(
+        load_run(Path(run_dir), checkpoint_dir),
+        expect_fault,
+        baseline=base,
+        continuity_rtol=continuity_rtol,
+    )

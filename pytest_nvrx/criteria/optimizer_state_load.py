@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pytest_nvrx.criteria.context import NO_TARGET, JudgeContext, RestoreTarget
 from pytest_nvrx.criteria.expected import ExpectedFault
 from pytest_nvrx.criteria.helpers import marker_ref
+from pytest_nvrx.criteria.resume_settings import resume_settings_problem
 from pytest_nvrx.criteria.verdict import CriterionId, Verdict, failing, not_applicable, passing
 from pytest_nvrx.criteria.workload_errors import (
     describe,
@@ -68,7 +69,25 @@ def check(ctx: JudgeContext) -> Verdict:
             marker_ref(run, "time"),
             [r.ref for r in run.cycles],
         )
+    told = _check_settings(ctx)
+    if told is not None:
+        return told
     return _judge_load(ctx, timeline.replacement_cycle, ctx.replacement_log, ctx.restore_target)
+
+
+def _check_settings(ctx: JudgeContext) -> Verdict | None:
+    """The replacement was started to skip optimizer state, to finetune, to load from elsewhere
+    than the failed cycle saved to, or on another world size / parallel shape: Megatron prints
+    no load line that says so, only its startup argument dump."""
+    failed = ctx.timeline.failed_cycle
+    replacement = ctx.replacement_log
+    problem = resume_settings_problem(
+        ctx.run.cycle_log(failed) if failed is not None else None, replacement
+    )
+    if problem is None:
+        return None
+    loads = replacement.of_type(LoadCompleted) if replacement is not None else ()
+    return failing(ID, problem.reason, problem.refs, loads[0].ref if loads else None)
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,6 +14,7 @@ from pytest_nvrx.criteria.optimizer_state_load import check as check_optimizer_s
 from pytest_nvrx.criteria.prior_checkpoint import check as check_prior_checkpoint
 from pytest_nvrx.criteria.progress_past_restore import check as check_progress_past_restore
 from pytest_nvrx.criteria.replaced_cycle import check as check_replaced_cycle
+from pytest_nvrx.criteria.training_continuity import check as check_training_continuity
 from pytest_nvrx.criteria.verdict import CRITERIA_IDS, CriterionId, Verdict
 
 Check = Callable[[JudgeContext], Verdict]
@@ -24,6 +25,7 @@ CRITERIA: dict[CriterionId, Check] = {
     "optimizer_state_load": check_optimizer_state_load,
     "progress_past_restore": check_progress_past_restore,
     "no_repeat_injection": check_no_repeat_injection,
+    "training_continuity": check_training_continuity,
 }
 
 if tuple(CRITERIA) != CRITERIA_IDS:

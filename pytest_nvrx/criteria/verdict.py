@@ -16,6 +16,7 @@ CriterionId = Literal[
     "optimizer_state_load",
     "progress_past_restore",
     "no_repeat_injection",
+    "training_continuity",
 ]
 CRITERIA_IDS: tuple[CriterionId, ...] = get_args(CriterionId)
 

@@ -231,22 +231,21 @@ class MegatronLogAdapter:
         if votes and all(v == votes[0] for v in votes):
             resets = votes[0]
             basis = (
-                "the second line of a process's log "
-                + ("is its own window" if resets else "averages its first two windows")
-                + " (read from its elapsed time per iteration"
-                + (f" in {len(votes)} cycles)" if len(votes) > 1 else ")")
+                "a process's second line "
+                + ("is its own window" if resets else "averages its first two (#6237)")
+                + ", read from the timers"
             )
         else:
             resets = False
             basis = (
-                "a process's first line does not reset the loss accumulators (Megatron core"
-                " <= 0.19, issue #6237; not readable from the timers of this run)"
+                "a process's second line averages its first two (#6237, as in Megatron core"
+                " <= 0.19: the timers do not tell)"
             )
         return PrintModel(
             averaged=frozenset({"loss"}),
             log_interval=interval,
             first_print_resets=resets,
-            basis=f"losses are means over the logging window; {basis}",
+            basis=f"losses are window means; {basis}",
         )
 
 

@@ -206,7 +206,8 @@ def compare(
     ``rtol`` 0 means exact: values printed for the same window must be equal numbers as printed
     (``1.0`` equals ``1.00``); a mean derived from reference lines must agree within the
     rounding of the printed digits (half a unit in the last digit of each print and of the
-    mean's print, and half a float32 ulp per addition of the sum). With ``rtol`` > 0 a relative difference up to ``rtol`` is accepted as well.
+    mean's print, and half a float32 ulp per addition of the sum). With ``rtol`` > 0 a relative
+    difference up to ``rtol`` is accepted as well.
     """
     wanted = None if names is None else frozenset(names)
     by_window = {p.window: p for p in reference}

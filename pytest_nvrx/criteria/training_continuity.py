@@ -1,0 +1,197 @@
+"""6. training_continuity: the replacement reproduced the interrupted training.
+
+The iterations between the restored checkpoint and the fault were computed twice, by the failed
+cycle and by its replacement: a resume that brought back the weights, optimizer, scheduler, RNG
+and data position prints the same values for them (bitwise on a deterministic stack). When an
+uninterrupted run of the same configuration is at hand (the session's baseline scenario, or
+``verify --baseline``), every iteration after the restore must also match it. How a workload's
+lines relate to its iterations (Megatron prints losses as means over a logging window, and a
+process's second line as the mean of its first two: Megatron-LM #6237) comes from the workload's
+adapter (:meth:`print_model`); the comparison itself is :mod:`pytest_nvrx.evidence.replay`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pytest_nvrx.criteria.context import JudgeContext
+from pytest_nvrx.criteria.helpers import marker_ref
+from pytest_nvrx.criteria.resume_settings import settings_of
+from pytest_nvrx.criteria.verdict import CriterionId, Verdict, failing, not_applicable, passing
+from pytest_nvrx.evidence.cycle_log import CycleLog
+from pytest_nvrx.evidence.refs import EvidenceRef, absent
+from pytest_nvrx.evidence.replay import Comparison, Printed, PrintModel, compare, windows
+from pytest_nvrx.evidence.rundir import RunEvidence
+from pytest_nvrx.evidence.timeline import logs_from
+from pytest_nvrx.evidence.workload import LoadCompleted, get_adapter
+
+CID: CriterionId = "training_continuity"
+
+
+def print_model(run: RunEvidence) -> PrintModel:
+    """The run's workload's print model, read from its own cycles (plain lines if the adapter
+    does not say)."""
+    try:
+        adapter = get_adapter(run.workload)
+    except KeyError:
+        return PrintModel()
+    method = getattr(adapter, "print_model", None)
+    if method is None:
+        return PrintModel()
+    settings: dict[str, str] = {}
+    for log in run.cycle_logs:
+        for name, event in settings_of(log).items():
+            settings.setdefault(name, event.value)
+    model = method([log.iterations for log in run.cycle_logs], settings)
+    return model if isinstance(model, PrintModel) else PrintModel()
+
+
+def printed(logs: Sequence[CycleLog], model: PrintModel) -> list[Printed]:
+    """Every kept iteration line of ``logs``, each cycle a process lifetime of its own."""
+    out: list[Printed] = []
+    for log in logs:
+        out += windows(log.iterations, model, log.cycle)
+    return out
+
+
+def _summary(result: Comparison, what: str, verb: str) -> str:
+    text = f"{what} {result.span()} {verb}, {len(result.equal)}/{len(result.compared)} equal"
+    if result.derived:
+        means = ", ".join(
+            f"{d.iteration} printed as the mean of {' and '.join(map(str, d.parts))}"
+            for d in result.derived
+        )
+        text += f" ({means})"
+    return text
+
+
+def _tolerance(result: Sequence[Comparison], rtol: float) -> str:
+    if rtol <= 0:
+        return ""
+    worst = max((r.max_relative for r in result), default=0.0)
+    return f"; rtol {rtol:g} (largest relative difference admitted {worst:.3g})"
+
+
+def check(ctx: JudgeContext) -> Verdict:
+    run, tl = ctx.run, ctx.timeline
+    if ctx.expected.baseline:
+        return not_applicable(
+            CID,
+            f"baseline run (fault=none, from {ctx.expected.source}) has no restore to replay",
+            ctx.expected.ref,
+        )
+    failed, replacement = tl.failed_cycle, tl.replacement_cycle
+    if failed is None or replacement is None:
+        return failing(
+            CID,
+            "no replacement cycle: nothing resumed the training",
+            marker_ref(run, "time"),
+            [r.ref for r in run.cycles],
+            ctx.launcher_outcome,
+        )
+    failed_log = run.cycle_log(failed)
+    replacement_log = run.cycle_log(replacement)
+    if replacement_log is None or not replacement_log.iterations:
+        name = replacement_log.file if replacement_log is not None else f"cycle {replacement}"
+        last = replacement_log.last_line if replacement_log is not None else None
+        return failing(
+            CID,
+            f"replacement cycle {replacement} committed no iteration: nothing shows the training"
+            " continued",
+            last or absent(name, "no iteration line"),
+            ctx.launcher_outcome,
+        )
+    model = print_model(run)
+    rtol = ctx.continuity_rtol
+    reference = printed([failed_log], model) if failed_log is not None else []
+    top = max((p.iteration for p in reference), default=None)
+    candidate = printed([replacement_log], model)
+    replayed = [p for p in candidate if top is not None and p.iteration <= top]
+    replay = compare(reference, replayed, model, rtol=rtol)
+    loads = replacement_log.of_type(LoadCompleted)
+    restored = f"restored iteration {loads[0].iteration}" if loads else "no checkpoint load"
+    cycles = f"cycle {replacement} vs cycle {failed}"
+    comparisons = [replay]
+    if not replay.passed:
+        bad = replay.mismatches[0]
+        return failing(
+            CID,
+            f"replayed {bad.describe(f'cycle {replacement}', f'cycle {failed}')}"
+            f" ({_summary(replay, 'iterations', 'replayed')} after {restored})",
+            bad.actual_ref,
+            bad.expected_refs,
+            loads[0].ref if loads else None,
+        )
+    baseline_text = ""
+    baseline_refs: list[EvidenceRef | None] = []
+    if ctx.baseline is not None:
+        base = ctx.baseline
+        after = logs_from(run, replacement)
+        result = compare(printed(base.cycle_logs, model), printed(after, model), model, rtol=rtol)
+        comparisons.append(result)
+        base_name = base.run_dir.name
+        if not result.passed:
+            bad = result.mismatches[0]
+            where = f"cycle {bad_cycle(after, bad.iteration)}"
+            return failing(
+                CID,
+                f"{bad.describe(where, f'baseline {base_name}')}"
+                f" (after {restored}: {_summary(result, 'iterations', 'compared')})",
+                bad.actual_ref,
+                [_in_baseline(ref, base_name) for ref in bad.expected_refs],
+                loads[0].ref if loads else None,
+            )
+        if not result.compared:
+            return failing(
+                CID,
+                f"baseline {base_name} printed none of the iterations after the restore: it is"
+                " not a run of the same configuration",
+                [log.first_line for log in base.cycle_logs][:1] or absent(base_name),
+                candidate[0].event.ref,
+            )
+        baseline_text = f"; baseline {base_name}: {_summary(result, 'iterations', 'compared')}"
+        if result.not_comparable:
+            baseline_text += f" ({len(result.not_comparable)} line(s) without a baseline match)"
+        first_equal = result.equal[0]
+        baseline_refs = [
+            next(p.event.ref for p in printed(after, model) if p.iteration == first_equal)
+        ]
+    if not replay.compared and ctx.baseline is None:
+        last = reference[-1].event.ref if reference else None
+        return not_applicable(
+            CID,
+            f"the failed cycle {failed} committed no iteration that cycle {replacement} trained"
+            f" again ({restored}, failed cycle printed up to {top if top is not None else 'none'})"
+            ": nothing was computed twice; a baseline run would give a reference",
+            last,
+            candidate[0].event.ref,
+        )
+    replay_text = (
+        _summary(replay, "iterations", "replayed") if replay.compared else "no iteration replayed"
+    )
+    names = ", ".join(n.replace("_", " ") for n in replay.names) or "nothing"
+    proof = [p.event.ref for p in replayed if p.iteration in replay.compared][:1]
+    proof += [
+        p.event.ref for p in reference if replay.compared and p.iteration == replay.compared[0]
+    ]
+    return passing(
+        CID,
+        f"{cycles}: {replay_text} ({names}){baseline_text}{_tolerance(comparisons, rtol)};"
+        f" {model.basis}",
+        proof,
+        baseline_refs,
+        loads[0].ref if loads else None,
+        candidate[0].event.ref,
+    )
+
+
+def bad_cycle(logs: Sequence[CycleLog], iteration: int) -> str:
+    for log in logs:
+        if any(e.iteration == iteration for e in log.iterations):
+            return str(log.cycle)
+    return "?"
+
+
+def _in_baseline(ref: EvidenceRef, name: str) -> EvidenceRef:
+    """A baseline line, its file named as in the baseline run (``<baseline>/logs/...``)."""
+    return EvidenceRef(f"{name}/{ref.file}", ref.line, ref.text)
