@@ -1,10 +1,14 @@
-"""``python -m pytest_nvrx verify RUN_DIR``: judge an existing run directory by the five criteria.
+"""``python -m pytest_nvrx verify RUN_DIR``: judge an existing run directory by the six criteria.
 
 A thin command over :mod:`pytest_nvrx.criteria` (no judgement here, no pytest). Prints one line
 per criterion, ``PASS|FAIL|N/A <id>: <reason> [<file:line>]``, with the evidence lines indented
 under it. ``N/A`` appears only for a baseline (fault=none) and counts as holding.
 
-Exit status: 0 when all five criteria hold, 1 when any fails, 2 when the run cannot be judged
+``--baseline RUN_DIR`` names an uninterrupted run of the same configuration: training_continuity
+then also compares every iteration after the restore with it. ``--continuity-rtol`` admits a
+relative difference in that criterion's comparisons (default 0: exact).
+
+Exit status: 0 when all criteria hold, 1 when any fails, 2 when the run cannot be judged
 (no such directory, unusable marker or run.json, missing --checkpoint-dir, bad arguments).
 """
 
@@ -27,7 +31,7 @@ EXIT_USAGE = 2
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m pytest_nvrx verify",
-        description="Judge a finished run directory (walkthrough layout) by the five recovery "
+        description="Judge a finished run directory (walkthrough layout) by the six recovery "
         "criteria and quote the log lines that prove each verdict.",
         epilog="Exit status: 0 all criteria hold, 1 a criterion fails, 2 the run cannot be "
         "judged (missing directory, unusable marker/run.json, bad arguments).",
@@ -53,7 +57,34 @@ def build_parser() -> argparse.ArgumentParser:
         help="the fault the run was meant to see; default: run.json's config.fault, else the "
         "injection marker's, else a fault run is expected (a baseline must say 'none')",
     )
+    parser.add_argument(
+        "--baseline",
+        metavar="RUN_DIR",
+        type=Path,
+        default=None,
+        help="an uninterrupted run of the same configuration: training_continuity also "
+        "compares every iteration after the restore with it",
+    )
+    parser.add_argument(
+        "--continuity-rtol",
+        metavar="RTOL",
+        type=_rtol,
+        default=0.0,
+        help="relative tolerance of training_continuity's comparisons, for stacks that are not "
+        "bitwise deterministic (default 0: exact)",
+    )
     return parser
+
+
+def _rtol(text: str) -> float:
+    """argparse type: a relative tolerance 0 <= rtol < 1."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0.0 <= value < 1.0:  # also rejects nan
+        raise argparse.ArgumentTypeError(f"{text!r}: need 0 <= rtol < 1 (0 means exact)")
+    return value
 
 
 def _write_json(target: str, data: dict[str, Any], out: TextIO) -> str | None:
@@ -103,11 +134,22 @@ def verify_main(argv: list[str], stdout: TextIO | None = None, stderr: TextIO | 
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
     try:
         run = load_run(args.run_dir, args.checkpoint_dir)
+        baseline = (
+            load_run(args.baseline, read_checkpoints=False) if args.baseline is not None else None
+        )
     except RunDirError as exc:
         err.write(f"verify: error: {exc}\n")
         return EXIT_USAGE
+    if baseline is not None and baseline.fatal_problems:
+        why = baseline.fatal_problems[0].message
+        err.write(f"verify: error: cannot use --baseline {args.baseline}: {why}\n")
+        return EXIT_USAGE
     judgement = judge(
-        run, args.expect_fault, source="--expect-fault" if args.expect_fault else "caller"
+        run,
+        args.expect_fault,
+        source="--expect-fault" if args.expect_fault else "caller",
+        baseline=baseline,
+        continuity_rtol=args.continuity_rtol,
     )
     report(judgement, out)
     status = EXIT_PASSED if judgement.passed else EXIT_FAILED

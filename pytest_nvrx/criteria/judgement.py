@@ -26,6 +26,9 @@ class Judgement:
     problems: tuple[Problem, ...]
     timings: dict[str, float]
     stack: dict[str, Any]
+    # training_continuity's references and tolerance
+    baseline_dir: Path | None = None
+    continuity_rtol: float = 0.0
 
     @property
     def judgeable(self) -> bool:
@@ -52,6 +55,10 @@ class Judgement:
             "problems": [{"severity": p.severity, "message": p.message} for p in self.problems],
             "stack": self.stack,
             "timings": self.timings,
+            "continuity": {
+                "baseline": str(self.baseline_dir) if self.baseline_dir is not None else None,
+                "rtol": self.continuity_rtol,
+            },
         }
 
 
@@ -80,6 +87,8 @@ def judge(
         problems=run.problems,
         timings=timings(run, ctx.timeline),
         stack=run.stack(),
+        baseline_dir=baseline.run_dir if baseline is not None else None,
+        continuity_rtol=continuity_rtol,
     )
 
 

@@ -117,7 +117,7 @@ def check(ctx: JudgeContext) -> Verdict:
         return failing(
             CID,
             f"replayed {bad.describe(f'cycle {replacement}', f'cycle {failed}')}"
-            f" ({_summary(replay, 'iterations', 'replayed')} after {restored})",
+            f"; after {restored}: {_summary(replay, 'iterations', 'replayed')}",
             bad.actual_ref,
             bad.expected_refs,
             loads[0].ref if loads else None,
@@ -136,7 +136,7 @@ def check(ctx: JudgeContext) -> Verdict:
             return failing(
                 CID,
                 f"{bad.describe(where, f'baseline {base_name}')}"
-                f" (after {restored}: {_summary(result, 'iterations', 'compared')})",
+                f"; after {restored}: {_summary(result, 'iterations', 'compared')}",
                 bad.actual_ref,
                 [_in_baseline(ref, base_name) for ref in bad.expected_refs],
                 loads[0].ref if loads else None,

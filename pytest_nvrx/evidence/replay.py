@@ -133,11 +133,11 @@ class Mismatch:
 
     def describe(self, candidate: str, reference: str) -> str:
         what = f"iteration {self.iteration} {self.name.replace('_', ' ')}"
-        ref_text = self.expected
         if self.derived_from:
             parts = " and ".join(str(i) for i in self.derived_from)
-            ref_text = f"{self.expected} (mean of {reference}'s {parts})"
-        return f"{what} {self.actual} in {candidate} vs {ref_text} in {reference}"
+            mean = f"{self.expected}, the mean of {parts}"
+            return f"{what} {self.actual} in {candidate} vs {mean} in {reference}"
+        return f"{what} {self.actual} in {candidate} vs {self.expected} in {reference}"
 
 
 @dataclass(frozen=True, slots=True)
