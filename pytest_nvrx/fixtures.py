@@ -1,9 +1,13 @@
-"""Fixtures: one launched run per scenario, shared by the five criteria tests. Thin glue.
+"""Fixtures: one launched run per scenario, shared by its criteria tests. Thin glue.
 
 The run happens in the session-scoped ``nvrx_scenario_run`` fixture (parametrized by the plugin
 with ``indirect=True, scope="session"``, so pytest groups a scenario's tests and launches it
 once). GPU scenarios hold a host-wide file lock, so they never run concurrently (xdist workers or
 two pytest sessions on one host serialize instead of fighting over the GPUs).
+
+A baseline scenario that passed becomes the reference of the same workload's kill and hang
+scenarios judged after it in the session (training_continuity compares every iteration after the
+restore with it); its parsed evidence is kept in memory, so its run dir may be removed.
 """
 
 from __future__ import annotations
@@ -20,7 +24,8 @@ from typing import Any
 import pytest
 from filelock import FileLock
 
-from pytest_nvrx.criteria import Judgement, judge_run_dir
+from pytest_nvrx.criteria import Judgement, judge, judge_run_dir
+from pytest_nvrx.evidence.rundir import RunEvidence, load_run
 from pytest_nvrx.launch import Launch, RunResult, RunTimeout, tail_text
 from pytest_nvrx.layout import RunLayout
 from pytest_nvrx.plugin import (
@@ -35,6 +40,8 @@ from pytest_nvrx.scenarios import DEFAULTS, RUN_TIMEOUTS, Scenario
 from pytest_nvrx.settings import ConfigError, RunConfig, resolve
 
 GPU_LOCK = Path("/tmp/pytest-nvrx-gpu.lock")
+# workload -> the evidence of this session's passed baseline scenario
+BASELINES_KEY = pytest.StashKey[dict[str, RunEvidence]]()
 
 
 @dataclass
@@ -171,7 +178,19 @@ def _run_scenario(
             lock.release()
     if result is not None:
         write(f"nvrx {scenario.id}: launcher exit {result.exit_code} after {result.wall_s:.1f}s")
-    judgement = judge_run_dir(layout.run_dir, layout.checkpoint_dir, expect_fault=scenario.fault)
+    evidence = load_run(layout.run_dir, layout.checkpoint_dir)
+    baselines = config.stash.setdefault(BASELINES_KEY, {})
+    reference = baselines.get(scenario.workload) if scenario.fault != "none" else None
+    judgement = judge(
+        evidence,
+        scenario.fault,
+        baseline=reference,
+        continuity_rtol=settings.continuity_rtol,
+    )
+    if scenario.fault == "none" and judgement.passed:
+        baselines[scenario.workload] = evidence
+    if reference is not None:
+        write(f"nvrx {scenario.id}: continuity also checked against {reference.run_dir.name}")
     run = ScenarioRun(
         key=scenario.id,
         scenario=scenario,
@@ -195,7 +214,9 @@ def nvrx_scenario_run(request: pytest.FixtureRequest) -> Iterator[ScenarioRun]:
     scenario: Scenario | None = request.param
     if scenario is None:
         assert settings.run_dir is not None
-        judgement = judge_run_dir(settings.run_dir, None, expect_fault=None)
+        judgement = judge_run_dir(
+            settings.run_dir, None, expect_fault=None, continuity_rtol=settings.continuity_rtol
+        )
         layout = RunLayout.for_run(settings.run_dir, judgement.checkpoint_dir)
         run = ScenarioRun(
             key="existing-run",

@@ -86,6 +86,11 @@ OPTIONS: tuple[Option, ...] = (
     Option("run-dir", "judge this existing run directory instead of launching"),
     Option("run-timeout", "seconds before a scenario run is killed (megatron 1800, reference 600)"),
     Option("keep", "keep the run dirs of passed scenarios too", flag=True),
+    Option(
+        "continuity-rtol",
+        "relative tolerance of training_continuity for stacks that are not bitwise "
+        "deterministic (default 0: exact)",
+    ),
 )
 
 
@@ -100,12 +105,24 @@ class NvrxSettings:
     run_dir: Path | None = None
     run_timeout: float | None = None
     keep: bool = False
+    continuity_rtol: float = 0.0
 
     def scenarios(self) -> list[Scenario]:
         return [s for s in SCENARIOS if s.workload in self.workloads]
 
 
 SETTINGS_KEY = pytest.StashKey[NvrxSettings]()
+
+
+def parse_rtol(text: str, source: str) -> float:
+    """A relative tolerance 0 <= rtol < 1 (0: exact), or a ConfigError naming ``source``."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise ConfigError(f"{source}: {text!r} is not a number") from None
+    if not 0.0 <= value < 1.0:  # also rejects nan
+        raise ConfigError(f"{source}: {text!r}: need 0 <= rtol < 1 (0 means exact)")
+    return value
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -189,6 +206,8 @@ def resolve_settings(config: pytest.Config) -> NvrxSettings:
                 s.run_timeout = parse_value("out_of_section_timeout", value, source)
             elif opt.name == "keep":
                 s.keep = value
+            elif opt.name == "continuity-rtol":
+                s.continuity_rtol = parse_rtol(value, source)
             elif opt.name == "no-distributed-optimizer" and value:
                 s.overrides["distributed_optimizer"] = False
         if "section_timeouts" in s.overrides:

@@ -1,6 +1,6 @@
 """Qualification scenarios (workload x fault) and their default settings. No pytest here.
 
-A scenario is launched once and judged by all five criteria. Defaults differ by workload: the
+A scenario is launched once and judged by all the criteria. Defaults differ by workload: the
 Megatron ones are the walkthrough's (with a hang-friendly step timeout); the CPU reference ones
 are short so that a whole baseline + kill + hang qualification fits in minutes on 2 cores.
 """

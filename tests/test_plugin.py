@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from pytest_nvrx.criteria import CRITERIA_IDS
+
 pytest_plugins = ["pytester"]
 
 DATA = Path(__file__).parent / "data"
@@ -90,8 +92,11 @@ def test_collect_only_needs_no_gpu(pytester: pytest.Pytester, clean_env: None) -
         "megatron-kill",
         "megatron-hang",
     ):
-        assert f"test_recovery_criterion[{scenario}-optimizer_state_load]" in out
-    assert "36 tests collected" in out
+        # one test per criterion and scenario: six criteria each, with their ids
+        for criterion in CRITERIA_IDS:
+            assert f"test_recovery_criterion[{scenario}-{criterion}]" in out
+    assert len(CRITERIA_IDS) == 6 and "training_continuity" in CRITERIA_IDS
+    assert "42 tests collected" in out
 
 
 @pytest.mark.parametrize(
@@ -117,14 +122,14 @@ def test_marker_expressions_select_matrices(
 
 def test_gpu_scenarios_skip_with_reason(pytester: pytest.Pytester, clean_env: None) -> None:
     result = pytester.runpytest(*SUITE_ARGS, "-m", "gpu and kill", "-rs")
-    result.assert_outcomes(skipped=6)
+    result.assert_outcomes(skipped=1 + len(CRITERIA_IDS))
     result.stdout.fnmatch_lines(["*gpu scenario: give --nvrx-megatron-path*"])
 
 
 def test_workload_option_limits_scenarios(pytester: pytest.Pytester, clean_env: None) -> None:
     result = pytester.runpytest(*SUITE_ARGS, "--collect-only", "-q", "--nvrx-workload", "megatron")
     assert "reference-" not in result.stdout.str()
-    assert "18 tests collected" in result.stdout.str()
+    assert "21 tests collected" in result.stdout.str()
 
 
 @pytest.mark.parametrize(
@@ -136,6 +141,9 @@ def test_workload_option_limits_scenarios(pytester: pytest.Pytester, clean_env: 
         (["--nvrx-section-timeouts", "step:5"], {}, "", "missing setup, checkpointing"),
         (["--nvrx-megatron-path", "/nonexistent"], {}, "", "pretrain_gpt.py not found"),
         (["--nvrx-run-dir", "/nonexistent"], {}, "", "is not a directory"),
+        (["--nvrx-continuity-rtol", "nan"], {}, "", "need 0 <= rtol < 1"),
+        (["--nvrx-continuity-rtol", "-0.1"], {}, "", "need 0 <= rtol < 1"),
+        ([], {}, "nvrx_continuity_rtol = tight", "ini value nvrx_continuity_rtol: 'tight' is not"),
         ([], {"TP": "x"}, "", "environment variable TP must be a positive integer"),
         ([], {}, "nvrx_train_iters = many", "ini value nvrx_train_iters must be a positive"),
     ],
@@ -194,10 +202,11 @@ def test_existing_real_run_passes_all_criteria(
     shutil.copytree(GPU_KILL, run)
     junit = tmp_path / "junit.xml"
     result = pytester.runpytest(*SUITE_ARGS, "--nvrx-run-dir", str(run), f"--junitxml={junit}")
-    result.assert_outcomes(passed=6)
+    result.assert_outcomes(passed=7)
     result.stdout.fnmatch_lines(
         ["*= nvrx verdicts =*", "existing-run: *", "  PASS prior_checkpoint: *[[]*:*[]]"]
     )
+    result.stdout.fnmatch_lines(["  PASS training_continuity: cycle 1 vs cycle 0: iterations *"])
     props = {p.get("name"): p.get("value") for p in ET.parse(junit).getroot().iter("property")}
     assert props["nvrx_run_dir"] == str(run)
     assert "nvrx_timing_failure_to_detected_s" in props

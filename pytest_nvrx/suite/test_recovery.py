@@ -1,4 +1,4 @@
-"""The five recovery criteria, judged for every selected scenario.
+"""The recovery criteria, judged for every selected scenario.
 
 Each scenario (``reference-kill``, ``megatron-hang``, ...) is launched once by the
 ``nvrx_scenario_run`` fixture; these tests only read its verdicts. Select matrices with markers:
