@@ -37,10 +37,12 @@ def test_run_reference_kill_then_verify(tmp_path: Path) -> None:
         capture_output=True, text=True,
     )  # fmt: skip
     assert verify.returncode == 0, verify.stdout + verify.stderr
-    assert verify.stdout.count("PASS ") == 5
+    assert verify.stdout.count("PASS ") == 6
     verdicts = json.loads(report.read_text())
     assert [c["id"] for c in verdicts["criteria"] if c["passed"]] == [
         "prior_checkpoint", "replaced_cycle", "optimizer_state_load",
-        "progress_past_restore", "no_repeat_injection",
+        "progress_past_restore", "no_repeat_injection", "training_continuity",
     ]  # fmt: skip
+    continuity = verdicts["criteria"][-1]
+    assert not continuity["not_applicable"] and "replayed" in continuity["reason"]
     assert verdicts["stack"]
