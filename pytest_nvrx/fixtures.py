@@ -132,7 +132,14 @@ def _run_scenario(
             pytest.skip("gpu scenario: give --nvrx-megatron-path (or MEGATRON_PATH)")
         reason = gpu_available()
         if reason is not None:
-            pytest.skip(f"gpu scenario: {reason}")
+            # The user asked for a GPU qualification: a host that cannot run it is an error,
+            # never a green "skipped" (a CI runner that lost its GPUs must go red).
+            pytest.fail(
+                f"pytest-nvrx: scenario {scenario.id}: a Megatron checkout was given"
+                f" ({settings.megatron_path}) but this host cannot run GPU scenarios: {reason}"
+                " (probed with nvidia-smi -L)",
+                pytrace=False,
+            )
     if settings.work_dir is not None:
         work_dir = settings.work_dir
     else:

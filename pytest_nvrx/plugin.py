@@ -308,6 +308,38 @@ def pytest_runtest_makereport(
 
 #: Judged runs in the order they finished, for the terminal summary.
 JUDGED_KEY = pytest.StashKey[list[Any]]()
+#: Scenario ids selected to run in this session (after -m/-k deselection).
+SELECTED_KEY = pytest.StashKey[list[str]]()
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    selected: list[str] = []
+    for item in session.items:
+        callspec = getattr(item, "callspec", None)
+        if callspec is None or SCENARIO_FIXTURE not in callspec.params:
+            continue
+        scenario = callspec.params[SCENARIO_FIXTURE]
+        key = "existing-run" if scenario is None else scenario.id
+        if key not in selected:
+            selected.append(key)
+    session.config.stash[SELECTED_KEY] = selected
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """A session that selected scenarios but ran none of them qualified nothing: not green."""
+    config = session.config
+    selected = config.stash.get(SELECTED_KEY, [])
+    if not selected or config.option.collectonly or exitstatus != pytest.ExitCode.OK:
+        return
+    if config.stash.get(JUDGED_KEY, []):
+        return
+    write = terminal_writer(config)
+    write(
+        f"pytest-nvrx: every selected scenario was skipped ({', '.join(selected)}): nothing was"
+        " qualified; exit status 5"
+    )
+    session.exitstatus = pytest.ExitCode.NO_TESTS_COLLECTED
 
 
 def record_judged(config: pytest.Config, run: Any) -> None:

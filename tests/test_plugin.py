@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from pytest_nvrx.criteria import CRITERIA_IDS
+from pytest_nvrx.fixtures import gpu_available
 
 pytest_plugins = ["pytester"]
 
@@ -121,9 +122,51 @@ def test_marker_expressions_select_matrices(
 
 
 def test_gpu_scenarios_skip_with_reason(pytester: pytest.Pytester, clean_env: None) -> None:
+    """No Megatron checkout given: GPU scenarios skip, but a session that qualified nothing is
+    not green (exit 5, said in one line)."""
     result = pytester.runpytest(*SUITE_ARGS, "-m", "gpu and kill", "-rs")
     result.assert_outcomes(skipped=1 + len(CRITERIA_IDS))
     result.stdout.fnmatch_lines(["*gpu scenario: give --nvrx-megatron-path*"])
+    result.stdout.fnmatch_lines(
+        ["pytest-nvrx: every selected scenario was skipped (megatron-kill): nothing was qualified*"]
+    )
+    assert result.ret == pytest.ExitCode.NO_TESTS_COLLECTED
+
+
+@pytest.mark.skipif(gpu_available() is None, reason="this host has a GPU")
+def test_gpu_selected_with_megatron_on_a_gpu_less_host_is_an_error(
+    pytester: pytest.Pytester,
+    clean_env: None,
+    megatron_stub: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The user named a checkout and selected GPU scenarios: no GPU is an error, not a skip
+    (a CI runner that cannot see its GPUs must go red), with what was probed."""
+    result = pytester.runpytest(
+        *SUITE_ARGS, "-m", "gpu and kill", "--nvrx-megatron-path", str(megatron_stub)
+    )
+    result.assert_outcomes(errors=1 + len(CRITERIA_IDS))
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(
+        [
+            "*pytest-nvrx: scenario megatron-kill: a Megatron checkout was given*but this host"
+            " cannot run GPU scenarios: *(probed with nvidia-smi -L)*"
+        ]
+    )
+    # the same through the environment variable
+    monkeypatch.setenv("MEGATRON_PATH", str(megatron_stub))
+    result = pytester.runpytest(*SUITE_ARGS, "-m", "gpu and kill")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+
+
+def test_a_session_that_ran_some_scenarios_is_judged_normally(
+    pytester: pytest.Pytester, clean_env: None, tmp_path: Path
+) -> None:
+    run = tmp_path / "run"
+    shutil.copytree(GPU_KILL, run)
+    result = pytester.runpytest(*SUITE_ARGS, "--nvrx-run-dir", str(run))
+    assert result.ret == pytest.ExitCode.OK
+    assert "nothing was qualified" not in result.stdout.str()
 
 
 def test_workload_option_limits_scenarios(pytester: pytest.Pytester, clean_env: None) -> None:
