@@ -7,7 +7,9 @@ completed checkpoint it waited for), ``baseline_iteration``, ``time`` (ISO-8601)
 ``local_rank`` and more (pytest_nvrx.injector.build_marker_record).
 
 A marker that exists but cannot be read is evidence of a problem, reported as
-:attr:`Marker.error`, never raised.
+:attr:`Marker.error`, never raised. So is a field of the wrong type (``evidence/fields.py``): a
+``time`` without its timezone, a ``rank`` that is not a non-negative integer, a ``fault`` other
+than kill/hang, a ``pid`` or ``tracker_iteration`` that is not an integer.
 """
 
 from __future__ import annotations
@@ -16,12 +18,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
+from pytest_nvrx.evidence.fields import Fields, int_field, str_field, time_field
 from pytest_nvrx.evidence.refs import (
     EvidenceRef,
     JsonFile,
     display_path,
     json_key_ref,
-    parse_iso_utc,
     read_json_file,
 )
 
@@ -52,8 +54,9 @@ class Marker:
         return json_key_ref(self.file, self.doc, key)
 
 
-def _int(value: object) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
+# What a marker records; a field of the wrong type makes the marker unusable (issue #9: typed
+# fields). Required: fault, rank, time (with its timezone); the rest may be absent or null.
+FAULTS = ("kill", "hang")
 
 
 def read_marker(path: Path, run_dir: Path) -> Marker | None:
@@ -68,27 +71,29 @@ def read_marker(path: Path, run_dir: Path) -> Marker | None:
     data = doc.data
     if not isinstance(data, dict):
         return Marker(file, error=f"{file} is not a JSON object", doc=doc)
-    problems: list[str] = []
-    fault = data.get("fault")
-    if not isinstance(fault, str):
-        problems.append("no 'fault'")
-    time = parse_iso_utc(data.get("time"))
-    if time is None:
-        problems.append("no valid 'time'")
-    rank = _int(data.get("rank"))
-    if rank is None:
-        problems.append("no integer 'rank'")
+    fields = Fields(data)
+    fault = fields.get(str_field, "fault", required=True, choices=FAULTS)
+    time = fields.get(time_field, "time", required=True)
+    rank = fields.get(int_field, "rank", required=True, minimum=0)
+    local_rank = fields.get(int_field, "local_rank", minimum=0)
+    pid = fields.get(int_field, "pid", minimum=1)
+    host = fields.get(str_field, "host")
+    signal = fields.get(str_field, "signal")
+    tracker_iteration = fields.get(int_field, "tracker_iteration", minimum=0)
+    baseline_iteration = fields.get(int_field, "baseline_iteration", minimum=0)
+    fields.get(int_field, "world_size", minimum=1)
+    problems = fields.problems
     return Marker(
         file=file,
         error=f"{file}: " + ", ".join(problems) if problems else None,
-        fault=fault if isinstance(fault, str) else None,
+        fault=fault,
         rank=rank,
-        local_rank=_int(data.get("local_rank")),
-        pid=_int(data.get("pid")),
-        host=data.get("host") if isinstance(data.get("host"), str) else None,
-        signal=data.get("signal") if isinstance(data.get("signal"), str) else None,
-        tracker_iteration=_int(data.get("tracker_iteration")),
-        baseline_iteration=_int(data.get("baseline_iteration")),
+        local_rank=local_rank,
+        pid=pid,
+        host=host,
+        signal=signal,
+        tracker_iteration=tracker_iteration,
+        baseline_iteration=baseline_iteration,
         time=time,
         doc=doc,
     )
