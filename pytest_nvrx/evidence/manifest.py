@@ -8,29 +8,33 @@ and the criteria fall back to the logs. Keys read here::
                  config.gpus_per_node, config.nnodes, start_time, stack
     result.json  exit_code, start_time, end_time, timed_out, interrupted
 
-Top-level ``fault``/``train_iters``/``workload``/``exit_code`` are accepted as well.
+Top-level ``fault``/``train_iters``/``workload``/``exit_code`` are accepted as well. Each is
+typed (``evidence/fields.py``): ``exit_code`` an integer (``"0"`` and ``true`` are not), times
+ISO-8601 with their timezone, ``train_iters``/``gpus_per_node`` positive integers, ``fault`` one
+of kill/hang/none; null means "not recorded". A value of another type makes the file unusable.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from pytest_nvrx.evidence.fields import FieldError, Fields, int_field, str_field, time_field
 from pytest_nvrx.evidence.refs import (
     EvidenceRef,
     JsonFile,
     display_path,
     json_key_ref,
-    parse_iso_utc,
     read_json_file,
 )
 from pytest_nvrx.layout import RESULT_NAME
 
 
 class ManifestError(ValueError):
-    """run.json or result.json exists but cannot be used."""
+    """run.json or result.json exists but cannot be used; the message says which and why."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,16 +61,34 @@ class Manifest:
     result_start_time: datetime | None = None
 
 
-def _lookup(doc: JsonFile, file: str, key: str) -> Setting | None:
-    """``config.<key>`` or top-level ``key``; the ref points at the key's line."""
-    data = doc.data if isinstance(doc.data, dict) else {}
+# run.json keys read here (config.<key> or top level) and the type each must have.
+_TYPED: dict[str, tuple[Callable[..., object], dict[str, Any]]] = {
+    "fault": (str_field, {"choices": ("kill", "hang", "none")}),
+    "fault_rank": (int_field, {"minimum": 0}),
+    "train_iters": (int_field, {"minimum": 1}),
+    "workload": (str_field, {}),
+    "gpus_per_node": (int_field, {"minimum": 1}),
+}
+
+
+def _lookup(data: dict[str, Any], key: str, *, doc: JsonFile, file: str) -> Setting | None:
+    """``config.<key>`` or top-level ``key``; the ref points at the key's line.
+
+    Raises :class:`~pytest_nvrx.evidence.fields.FieldError` when the value has the wrong type.
+    """
     config = data.get("config")
-    if isinstance(config, dict) and key in config and config[key] is not None:
+    where, source = "", data
+    if isinstance(config, dict) and config.get(key) is not None:
         # the first '"key":' line: for recipe.manifest's flat config object, the config entry
-        return Setting(config[key], json_key_ref(file, doc, key))
-    if key in data and data[key] is not None:
-        return Setting(data[key], json_key_ref(file, doc, key))
-    return None
+        where, source = " (in config)", config
+    elif data.get(key) is None:
+        return None
+    read, kwargs = _TYPED[key]
+    try:
+        read(source, key, **kwargs)
+    except FieldError as exc:
+        raise FieldError(f"{exc}{where}") from None
+    return Setting(source[key], json_key_ref(file, doc, key))
 
 
 def _load(path: Path, run_dir: Path) -> tuple[JsonFile, str] | None:
@@ -85,8 +107,9 @@ def _load(path: Path, run_dir: Path) -> tuple[JsonFile, str] | None:
 def read_manifest(path: Path, run_dir: Path, result_path: Path | None = None) -> Manifest | None:
     """The manifest (merged with result.json when there is one); None if neither exists.
 
-    Raises :class:`ManifestError` when a file exists but is not a usable JSON object: the run's
-    own statement of what it was cannot be ignored silently.
+    Raises :class:`ManifestError` when a file exists but is not a usable JSON object, or a field
+    it holds has the wrong type: the run's own statement of what it was and how it ended cannot
+    be ignored silently.
     """
     result_path = result_path if result_path is not None else path.with_name(RESULT_NAME)
     manifest = _load(path, run_dir)
@@ -97,23 +120,31 @@ def read_manifest(path: Path, run_dir: Path, result_path: Path | None = None) ->
     if manifest is not None:
         doc, file = manifest
         data: dict[str, Any] = doc.data  # type: ignore[assignment]
-        for key in ("fault", "fault_rank", "train_iters", "workload", "gpus_per_node"):
-            out[key] = _lookup(doc, file, key)
-        out["start_time"] = parse_iso_utc(data.get("start_time"))
+        fields = Fields(data)
+        for key in _TYPED:
+            out[key] = fields.get(_lookup, key, doc=doc, file=file)
+        out["start_time"] = fields.get(time_field, "start_time")
         stack = data.get("stack")
         out["stack"] = dict(stack) if isinstance(stack, dict) else {}
+        if result is None:
+            # a manifest that records the exit code itself
+            out["exit_code"] = _exit_code(fields, doc, file)
+        _raise_if_wrong(file, fields)
     if result is not None:
         rdoc, rfile = result
-        rdata: dict[str, Any] = rdoc.data  # type: ignore[assignment]
-        code = rdata.get("exit_code")
-        if isinstance(code, int) and not isinstance(code, bool):
-            out["exit_code"] = Setting(code, json_key_ref(rfile, rdoc, "exit_code"))
-        out["end_time"] = parse_iso_utc(rdata.get("end_time"))
-        out["result_start_time"] = parse_iso_utc(rdata.get("start_time"))
-    elif manifest is not None:
-        # a manifest that records the exit code itself
-        doc, file = manifest
-        code = doc.data.get("exit_code") if isinstance(doc.data, dict) else None
-        if isinstance(code, int) and not isinstance(code, bool):
-            out["exit_code"] = Setting(code, json_key_ref(file, doc, "exit_code"))
+        rfields = Fields(rdoc.data)  # type: ignore[arg-type]
+        out["exit_code"] = _exit_code(rfields, rdoc, rfile)
+        out["end_time"] = rfields.get(time_field, "end_time")
+        out["result_start_time"] = rfields.get(time_field, "start_time")
+        _raise_if_wrong(rfile, rfields)
     return Manifest(**out)
+
+
+def _exit_code(fields: Fields, doc: JsonFile, file: str) -> Setting | None:
+    code = fields.get(int_field, "exit_code")
+    return Setting(code, json_key_ref(file, doc, "exit_code")) if code is not None else None
+
+
+def _raise_if_wrong(file: str, fields: Fields) -> None:
+    if fields.problems:
+        raise ManifestError(f"{file}: " + ", ".join(fields.problems))

@@ -133,7 +133,9 @@ def load_run(
     try:
         manifest = read_manifest(layout.manifest, run_dir)
     except ManifestError as exc:
-        problems.append(Problem("fatal", f"{exc}: cannot tell what this run was asked to do"))
+        problems.append(
+            Problem("fatal", f"{exc}: cannot tell what this run was asked to do or how it ended")
+        )
     try:
         workload_adapter = _adapter_for(manifest, adapter)
     except KeyError as exc:
