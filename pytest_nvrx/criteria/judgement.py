@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pytest_nvrx.criteria.consistency import evidence_problems
 from pytest_nvrx.criteria.context import JudgeContext
 from pytest_nvrx.criteria.expected import ExpectedFault, expected_fault
 from pytest_nvrx.criteria.registry import CRITERIA
@@ -84,7 +85,7 @@ def judge(
         checkpoint_dir=run.checkpoint_dir,
         expected=ctx.expected,
         verdicts=tuple(CRITERIA[cid](ctx) for cid in CRITERIA_IDS),
-        problems=run.problems,
+        problems=run.problems + evidence_problems(run),
         timings=timings(run, ctx.timeline),
         stack=run.stack(),
         baseline_dir=baseline.run_dir if baseline is not None else None,

@@ -140,6 +140,24 @@ def check(ctx: JudgeContext) -> Verdict:
             f" {replacement}: the job failed again",
             [r.ref for r in extra[:2]],
         )
+    # a later cycle's log without a cycle record: the workers ran again all the same
+    ran_again = [
+        log
+        for log in run.cycle_logs
+        if replacement is not None
+        and log.cycle > replacement
+        and log.exists
+        and log.first_line is not None
+    ]
+    if ran_again:
+        log = ran_again[0]
+        return failing(
+            ID,
+            f"{log.file} shows cycle {log.cycle} ran after the replacement cycle {replacement}"
+            " (the launcher's records have no such cycle): the job ran again",
+            log.first_line,
+            log.last_line,
+        )
     reported = _workload_failures(run, replacement) if replacement is not None else []
     if reported:
         # the launcher saw no second failure, but the workload says it failed again

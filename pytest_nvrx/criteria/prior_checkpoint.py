@@ -1,4 +1,8 @@
-"""Criterion 1: a checkpoint was *completed* (finalized, tracker advanced) before the failure."""
+"""Criterion 1: a checkpoint was *completed* (finalized, tracker advanced) before the failure.
+
+The fault time is the marker's: the checkpoint it names must have been finalized by then (the
+launcher's later detection only bounds which saves count as before the failure at all).
+"""
 
 from __future__ import annotations
 
@@ -6,8 +10,9 @@ from pytest_nvrx.criteria.context import JudgeContext
 from pytest_nvrx.criteria.expected import ExpectedFault
 from pytest_nvrx.criteria.helpers import clock, marker_ref
 from pytest_nvrx.criteria.verdict import CriterionId, Verdict, failing, not_applicable, passing
-from pytest_nvrx.evidence.refs import EvidenceRef
+from pytest_nvrx.evidence.refs import EvidenceRef, seconds_between
 from pytest_nvrx.evidence.rundir import RunEvidence
+from pytest_nvrx.evidence.timeline import FINALIZED_BEFORE_FAULT_SLACK
 from pytest_nvrx.evidence.workload import SaveCompleted
 
 ID: CriterionId = "prior_checkpoint"
@@ -82,8 +87,28 @@ def check(ctx: JudgeContext) -> Verdict:
             reason = f"no completed save of iteration {tracked} in the logs before the failure"
             proof = [e.ref for e in ctx.completed_before_failure[-1:]]
         return failing(ID, reason, marker.ref("tracker_iteration"), proof, marker.ref("time"))
+    # the earliest line that reports it finalized (each rank may print one)
     save = completed[0]
+    for other in completed[1:]:
+        if other.time is not None and (save.time is None or other.time < save.time):
+            save = other
     signal = f" ({marker.signal})" if marker.signal else ""
+    if (
+        save.time is not None
+        and marker.time is not None
+        and save.time > marker.time + FINALIZED_BEFORE_FAULT_SLACK
+    ):
+        # the marker says the fault followed this checkpoint; its own time says otherwise
+        return failing(
+            ID,
+            f"checkpoint iteration {tracked} was finalized at {clock(save.time)},"
+            f" {seconds_between(marker.time, save.time):.3f} s after the {marker.fault}{signal} of"
+            f" rank {marker.rank} at {clock(marker.time)}: the marker names a checkpoint that"
+            " had not completed when it says the fault came",
+            marker.ref("time"),
+            save.ref,
+            marker.ref("tracker_iteration"),
+        )
     return passing(
         ID,
         f"checkpoint iteration {tracked} was finalized at {clock(save.time)}, before the"

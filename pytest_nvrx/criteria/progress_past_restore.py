@@ -113,6 +113,9 @@ def check(ctx: JudgeContext) -> Verdict:
             final_ref,
             later[-1].ref,
         )
+    backwards = _tracker_went_backwards(ctx, restored, loads[0].ref if loads else None)
+    if backwards is not None:
+        return backwards
     tracker = run.tracker
     tracker_ref = (
         tracker.ref
@@ -130,4 +133,50 @@ def check(ctx: JudgeContext) -> Verdict:
         later[-1].ref if later[-1] is not later[0] else None,
         final_ref if final_ref is not top.ref else None,
         tracker_ref,
+    )
+
+
+def _tracker_went_backwards(
+    ctx: JudgeContext, restored: int, restored_ref: EvidenceRef | None
+) -> Verdict | None:
+    """The tracker only moves forward: at the end it holds at least the restored iteration, the
+    marker's tracker reading and the newest checkpoint the logs report finalized."""
+    run = ctx.run
+    tracker = run.tracker
+    if tracker.iteration is None or tracker.ref is None:
+        return None  # absent, release or unreadable: nothing to compare
+    marker = run.marker
+    readings: list[tuple[str, EvidenceRef | None]] = []
+    if restored > tracker.iteration:
+        readings.append((f"iteration {restored} was restored", restored_ref))
+    if (
+        not ctx.expected.baseline
+        and marker is not None
+        and marker.ok
+        and marker.tracker_iteration is not None
+        and marker.tracker_iteration > tracker.iteration
+    ):
+        readings.append(
+            (f"the marker read {marker.tracker_iteration}", marker.ref("tracker_iteration"))
+        )
+    newest = max(
+        (e for log in run.cycle_logs for e in log.of_type(SaveCompleted)),
+        key=lambda e: e.iteration,
+        default=None,
+    )
+    if newest is not None and newest.iteration > tracker.iteration:
+        readings.append(
+            (
+                f"checkpoint {newest.iteration} was finalized at {clock(newest.time)}",
+                newest.ref,
+            )
+        )
+    if not readings:
+        return None
+    return failing(
+        ID,
+        f"the checkpoint tracker went backwards: {tracker.file} holds {tracker.iteration} at the"
+        f" end, although {' and '.join(text for text, _ in readings)}",
+        tracker.ref,
+        [ref for _, ref in readings],
     )

@@ -22,6 +22,15 @@ def replaced_cycle(run: RunEvidence, expected: ExpectedFault | None = None) -> V
     return check(JudgeContext.build(run, expected))
 
 
+def _nproc_per_node(run: RunEvidence) -> int | None:
+    """Ranks per node: run.json's gpus_per_node, else the launcher's nproc_per_node."""
+    nproc = run.launcher.nproc_per_node
+    if run.manifest is not None and run.manifest.gpus_per_node is not None:
+        value = run.manifest.gpus_per_node.value
+        nproc = value if isinstance(value, int) and value > 0 else nproc
+    return nproc
+
+
 def _expected_local_rank(run: RunEvidence) -> int | None:
     """The marker rank as the launcher logs it (torchelastic and rank monitors use local ranks)."""
     marker = run.marker
@@ -29,11 +38,36 @@ def _expected_local_rank(run: RunEvidence) -> int | None:
         return None
     if marker.local_rank is not None:
         return marker.local_rank
-    nproc = run.launcher.nproc_per_node
-    if run.manifest is not None and run.manifest.gpus_per_node is not None:
-        value = run.manifest.gpus_per_node.value
-        nproc = value if isinstance(value, int) and value > 0 else nproc
+    nproc = _nproc_per_node(run)
     return marker.rank % nproc if nproc else marker.rank
+
+
+def _rank_contradiction(ctx: JudgeContext) -> Verdict | None:
+    """A marker whose rank and local_rank cannot both be true (every node runs the same number of
+    ranks: rank = node * nproc_per_node + local_rank), quoted with the failure the launcher saw."""
+    marker = ctx.run.marker
+    nproc = _nproc_per_node(ctx.run)
+    if marker is None or marker.rank is None or marker.local_rank is None or not nproc:
+        return None
+    if marker.rank % nproc == marker.local_rank:
+        return None
+    seen = [
+        e for e in ctx.timeline.failure_events if e.kind is LauncherEventKind.WORKER_FAILED
+    ] or list(ctx.timeline.failure_events)
+    launcher = (
+        f"; the launcher recorded the failure of local_rank {seen[0].rank} (pid {seen[0].pid})"
+        if seen and seen[0].rank is not None
+        else ""
+    )
+    return failing(
+        ID,
+        f"the marker claims rank {marker.rank} with local_rank {marker.local_rank}, but with"
+        f" {nproc} rank(s) per node rank {marker.rank} is local rank {marker.rank % nproc}:"
+        f" the marker contradicts itself{launcher}",
+        marker.ref("rank"),
+        marker.ref("local_rank"),
+        seen[0].ref if seen else None,
+    )
 
 
 def _world_size(run: RunEvidence) -> tuple[int | None, list[EvidenceRef]]:
@@ -94,6 +128,9 @@ def check(ctx: JudgeContext) -> Verdict:
             marker.ref("rank"),
             world_refs,
         )
+    contradiction = _rank_contradiction(ctx)
+    if contradiction is not None:
+        return contradiction
     local = _expected_local_rank(run)
     rank_text = f"rank {marker.rank}" + (f" (local {local})" if local != marker.rank else "")
     failed = [e for e in timeline.failure_events if e.kind is LauncherEventKind.WORKER_FAILED]
