@@ -204,3 +204,121 @@ def test_a_cycle_record_that_ends_before_it_starts_cannot_be_judged(ref: Doctor)
     fatal = [p.message for p in j.problems if p.severity == "fatal"]
     assert fatal and "cycle 1" in fatal[0] and "ends before it starts" in fatal[0], fatal
     assert verify(ref.root)[0] == 2
+
+
+# ---------------------------------------------------------------------------------------------
+# the edges of each check: what still passes, what the same check catches elsewhere
+
+
+@pytest.mark.parametrize(
+    ("marker_time", "passes"),
+    [
+        ("2026-11-29T11:52:40.186000+00:00", True),  # 1 ms before the line: the marker's resolution
+        ("2026-11-29T11:52:40.185900+00:00", False),  # 1.1 ms before it
+    ],
+)
+def test_finalization_slack_is_one_millisecond(ref: Doctor, marker_time: str, passes: bool) -> None:
+    ref.replace(MARKER, "2026-11-29T11:52:40.198270+00:00", marker_time)
+    assert judged(ref.root).verdict("prior_checkpoint").passed is passes
+
+
+def test_marker_time_before_finalization_fails_on_a_megatron_run(tmp_path: Path) -> None:
+    # the walkthrough's own GPU run: saved at 11:03:55.958385, the marker 2.2 s earlier
+    kill = copy_run(DATA / "gpu" / "gpu-kill-100", tmp_path / "gpu-kill-100")
+    kill.replace(MARKER, "2026-11-29T11:03:55.960+00:00", "2026-11-29T11:03:53.760+00:00")
+    v = judged(kill.root).verdict("prior_checkpoint")
+    assert not v.passed
+    assert "finalized at 11:03:55.958, 2.198 s after the kill (SIGKILL) of rank 0" in v.reason
+
+
+def test_a_marker_whose_local_rank_matches_its_rank_still_passes(ref: Doctor) -> None:
+    # rank 1 of 2 per node is local rank 1: consistent, and the launcher saw local rank 1 die
+    assert judged(ref.root).verdict("replaced_cycle").passed
+    ref.set_json(MARKER, local_rank=None)  # the walkthrough's marker has none: rank % nproc
+    assert judged(ref.root).verdict("replaced_cycle").passed
+
+
+def test_a_hang_marker_whose_rank_contradicts_its_local_rank_fails(tmp_path: Path) -> None:
+    hang = copy_run(DATA / "cpu" / "reference-hang", tmp_path / "reference-hang")
+    assert judged(hang.root).passed
+    hang.replace(MARKER, '"rank": 1,', '"rank": 0,')
+    v = judged(hang.root).verdict("replaced_cycle")
+    assert not v.passed
+    assert "rank 0 with local_rank 1" in v.reason and "contradicts itself" in v.reason
+
+
+def test_final_tracker_below_the_newest_finalized_save_fails(ref: Doctor) -> None:
+    # above the restored 10, but checkpoints 20, 30 and 40 were finalized after it
+    ref.path(TRACKER).write_text("20\n")
+    v = judged(ref.root).verdict("progress_past_restore")
+    assert not v.passed
+    assert "holds 20 at the end, although checkpoint 40 was finalized at" in v.reason
+    assert "iteration 10 was restored" not in v.reason
+
+
+def test_an_empty_later_cycle_log_is_flagged_but_shows_no_second_run(ref: Doctor) -> None:
+    ref.path("logs/train_cycle2.log").write_bytes(b"")
+    j = judged(ref.root)
+    assert [p.severity for p in j.problems if "train_cycle2.log" in p.message] == ["warning"]
+    assert j.verdict("no_repeat_injection").passed and j.passed
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"rank": True}, "no integer 'rank'"),
+        ({"rank": -1}, "'rank' must be at least 0"),
+        ({"fault": "explode"}, "'fault' must be one of kill, hang, not the string 'explode'"),
+        ({"pid": "14181"}, "'pid' must be an integer, not the string '14181'"),
+        ({"local_rank": 1.0}, "'local_rank' must be an integer, not the number 1.0"),
+        ({"tracker_iteration": "10"}, "'tracker_iteration' must be an integer"),
+        ({"signal": 9}, "'signal' must be a string, not the number 9"),
+        ({"time": "2026-11-29 11:52:40"}, "'time' has no timezone"),
+        ({"time": 1764417160}, "no valid 'time'"),
+    ],
+)
+def test_marker_fields_of_the_wrong_type_make_it_unusable(
+    ref: Doctor, changes: dict[str, object], message: str
+) -> None:
+    ref.set_json(MARKER, **changes)
+    j = judged(ref.root)
+    assert not j.judgeable and not j.passed
+    fatal = [p.message for p in j.problems if p.severity == "fatal"]
+    assert fatal and message in fatal[0], fatal
+
+
+@pytest.mark.parametrize(
+    ("rel", "where", "changes", "message"),
+    [
+        ("run.json", "config", {"train_iters": "40"}, "'train_iters' must be an integer"),
+        ("run.json", "config", {"fault": "explode"}, "'fault' must be one of kill, hang, none"),
+        ("run.json", "", {"start_time": "2026-11-29T11:52:17"}, "'start_time' has no timezone"),
+        (RESULT, "", {"end_time": "2026-11-29T11:53:06"}, "'end_time' has no timezone"),
+        (RESULT, "", {"exit_code": 0.0}, "'exit_code' must be an integer, not the number 0.0"),
+    ],
+)
+def test_manifest_fields_of_the_wrong_type_cannot_be_judged(
+    ref: Doctor, rel: str, where: str, changes: dict[str, object], message: str
+) -> None:
+    if where:
+        ref.set_json(rel, **{where: {**ref.json(rel)[where], **changes}})
+    else:
+        ref.set_json(rel, **changes)
+    j = judged(ref.root)
+    assert not j.judgeable and not j.passed
+    fatal = [p.message for p in j.problems if p.severity == "fatal"]
+    assert fatal and message in fatal[0] and fatal[0].startswith(rel), fatal
+
+
+def test_a_null_exit_code_is_not_recorded_rather_than_wrong(ref: Doctor) -> None:
+    # an interrupted launch writes exit_code null: nothing recorded, the launcher log decides
+    ref.set_json(RESULT, exit_code=None)
+    j = judged(ref.root)
+    assert j.judgeable and j.passed
+
+
+def test_a_huge_bad_value_is_not_echoed(ref: Doctor) -> None:
+    ref.set_json(RESULT, exit_code="9" * 100_000)
+    fatal = [p.message for p in judged(ref.root).problems if p.severity == "fatal"]
+    assert fatal and "the string '999" in fatal[0]
+    assert len(fatal[0]) < 200 and "9" * 40 not in fatal[0]
