@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pytest_nvrx.recipe import NO_TE_PROFILE, Recipe, build_recipe
-from pytest_nvrx.settings import RunConfig
+from pytest_nvrx.settings import RunConfig, check_port
 from pytest_nvrx.stack import (
     MegatronFlags,
     MegatronSourceError,
@@ -51,7 +51,9 @@ def plan_run(
     probe: bool = True,
 ) -> Plan:
     """Build the recipe. ``probe=False`` (dry runs) skips the ~6 s stack probe: then only an
-    explicit profile choice applies."""
+    explicit profile choice applies. A bad ``port`` is a ConfigError before anything is probed."""
+    if port is not None:
+        check_port(port, "--log-server-port")
     notes: list[str] = []
     stack: Stack | None = None
     flags_report: dict[str, Any] = {}
@@ -63,7 +65,7 @@ def plan_run(
     if config.workload == "megatron" and config.megatron_path is not None:
         try:
             flags = probe_megatron_flags(config.megatron_path)
-        except MegatronSourceError as exc:
+        except (MegatronSourceError, OSError) as exc:
             # The walkthrough only requires pretrain_gpt.py; Megatron itself will complain
             # about a broken checkout. Without its options we cannot filter the profile.
             notes.append(f"could not read the checkout's options ({exc}); flags unfiltered")

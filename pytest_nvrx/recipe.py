@@ -11,6 +11,7 @@ import json
 import os
 import shlex
 import socket
+import stat
 import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -19,7 +20,7 @@ from typing import Any
 
 from pytest_nvrx import __version__
 from pytest_nvrx.layout import RunLayout
-from pytest_nvrx.settings import ConfigError, RunConfig, format_seconds, validate
+from pytest_nvrx.settings import ConfigError, RunConfig, check_port, format_seconds, validate
 
 INJECTOR_PATH = Path(__file__).resolve().parent / "injector.py"
 REFERENCE_MODULE = "pytest_nvrx.workloads.reference"
@@ -191,7 +192,7 @@ def build_recipe(
         work = megatron_args(config, layout, profile_flags)
     else:
         work = reference_args(config, layout)
-    port = log_server_port_for(config) if port is None else port
+    port = log_server_port_for(config) if port is None else check_port(port, "--log-server-port")
     env = {"TMPDIR": str(layout.tmp), "NVRX_RUN_ID": config.run_id, "PYTHONUNBUFFERED": "1"}
     return Recipe(
         config=config,
@@ -205,6 +206,27 @@ def build_recipe(
     )
 
 
+def _holds_anything(path: Path, *, folder: bool) -> bool:
+    """Anything at ``path`` (a file, a link, a FIFO, ...); where a ``folder`` is expected, an
+    empty directory does not count (a dry run leaves those).
+
+    Never follows a link, never opens what is there; a path that cannot be read is a
+    ConfigError (not a traceback), like every other file-system error before the launch.
+    """
+    try:
+        st = os.lstat(path)
+        if not (folder and stat.S_ISDIR(st.st_mode)):
+            return True
+        with os.scandir(path) as entries:
+            return next(entries, None) is not None
+    except FileNotFoundError:
+        return False
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot read {path}: {exc.strerror or exc}; use a new run ID or a work dir you own"
+        ) from None
+
+
 def check_fresh_run_dir(layout: RunLayout) -> None:
     """Refuse a run directory that already holds another launch's artifacts.
 
@@ -212,9 +234,13 @@ def check_fresh_run_dir(layout: RunLayout) -> None:
     records or a manifest mean the run ID was used before and its evidence would be mixed in.
     """
     used = [
-        p
-        for p in (layout.manifest, layout.logs, layout.cycle_infos)
-        if p.is_file() or (p.is_dir() and any(p.iterdir()))
+        path
+        for path, folder in (
+            (layout.manifest, False),
+            (layout.logs, True),
+            (layout.cycle_infos, True),
+        )
+        if _holds_anything(path, folder=folder)
     ]
     if used:
         raise ConfigError(

@@ -7,10 +7,13 @@ user's file system exactly as it was.
 
 from __future__ import annotations
 
+import errno
+import math
 import os
 import re
+import stat
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Literal, cast, get_args
@@ -27,10 +30,90 @@ MODEL_LAYERS = 4
 MODEL_HEADS = 8
 SECTION_NAMES = ("setup", "step", "checkpointing")
 RUN_ID_PATTERN = re.compile(r"^[A-Za-z0-9_-]+$")
+#: The run ID names the run's directory: one path component.
+RUN_ID_MAX = 255
+
+#: Integers go to ft_launcher, torch and Megatron, which hold them in 64 bits.
+INT64_MAX = 2**63 - 1
+#: Seconds that still fit in 64-bit nanoseconds (threading.TIMEOUT_MAX, time.sleep).
+MAX_SECONDS = INT64_MAX // 10**9
+#: Linux limits: a whole path (with its NUL), one path component.
+PATH_MAX = 4096
+NAME_MAX = 255
+#: Bytes kept free below PATH_MAX for what a run writes inside its run and checkpoint dirs
+#: (``iter_0000005/__0_0.distcp``, ``logs/train_cycle12.log``, ``.run.json.<pid>.tmp``).
+ARTIFACT_ROOM = 256
+#: No message quotes more than this many characters of a value the user gave.
+QUOTE_MAX = 80
+
+#: File systems that hold no files of ours: mkdir there fails or, worse, does something else
+#: (a directory in a cgroup file system is a new cgroup).
+PSEUDO_FILE_SYSTEMS = frozenset(
+    {
+        "autofs",
+        "binfmt_misc",
+        "bpf",
+        "cgroup",
+        "cgroup2",
+        "configfs",
+        "debugfs",
+        "devpts",
+        "devtmpfs",
+        "efivarfs",
+        "fusectl",
+        "hugetlbfs",
+        "mqueue",
+        "nsfs",
+        "proc",
+        "pstore",
+        "rpc_pipefs",
+        "securityfs",
+        "selinuxfs",
+        "sysfs",
+        "tracefs",
+    }
+)
+MOUNTS_FILE = Path("/proc/self/mounts")
+
+#: Workload arguments the recipe sets itself, with the option that sets each. An extra argument
+#: may not override one: the injector watches the recipe's tracker and the criteria judge the
+#: recipe's values, so ``-- --save=/elsewhere`` would make a run that injects nothing.
+RECIPE_OWNED_ARGS: dict[str, tuple[str, str]] = {
+    "--save": ("--save", "--checkpoint-dir (NVRX_CHECKPOINT_DIR)"),
+    "--load": ("--load", "--checkpoint-dir (NVRX_CHECKPOINT_DIR)"),
+    "--save-interval": ("--save-interval", "--save-interval (SAVE_INTERVAL)"),
+    # Megatron's alias of --save-interval
+    "--persistent-save-interval": ("--save-interval", "--save-interval (SAVE_INTERVAL)"),
+    "--train-iters": ("--train-iters", "--train-iters (TRAIN_ITERS)"),
+    "--tensor-model-parallel-size": ("--tensor-model-parallel-size", "--tp (TP)"),
+    # Megatron's deprecated spelling, still copied into the tensor-parallel size
+    "--model-parallel-size": ("--tensor-model-parallel-size", "--tp (TP)"),
+    "--pipeline-model-parallel-size": ("--pipeline-model-parallel-size", "--pp (PP)"),
+}
+
+#: The one reading of a boolean text value (environment variables, ini values).
+TRUE_WORDS = ("1", "true", "yes", "on")
+FALSE_WORDS = ("0", "false", "no", "off", "")
 
 
 class ConfigError(ValueError):
     """A setting is invalid; the message says which one and how to fix it."""
+
+
+def quote(text: str, limit: int = QUOTE_MAX) -> str:
+    """``repr(text)``, cut to ``limit`` characters: no message echoes a huge value back."""
+    shown = repr(text)
+    if len(shown) <= limit:
+        return shown
+    return f"{shown[: limit - 3]}... ({len(text)} characters)"
+
+
+def show_path(path: Path | str, limit: int = 200) -> str:
+    """A path for a message: whole when reasonable, else its start and end and its length."""
+    text = str(path)
+    if len(text) <= limit:
+        return text
+    return f"{text[: limit // 2]}...{text[-limit // 4 :]} ({len(os.fsencode(text))} bytes)"
 
 
 @dataclass(frozen=True)
@@ -49,15 +132,15 @@ class SectionTimeouts:
             name, sep, raw = part.strip().partition(":")
             if not sep or name not in SECTION_NAMES:
                 raise ConfigError(
-                    f"section timeouts {text!r}: expected name:seconds pairs for "
+                    f"section timeouts {quote(text)}: expected name:seconds pairs for "
                     f"{', '.join(SECTION_NAMES)}, e.g. setup:900,step:120,checkpointing:600"
                 )
             if name in values:
-                raise ConfigError(f"section timeouts {text!r}: {name!r} given twice")
-            values[name] = _positive_float(raw, f"section timeout {name!r}")
+                raise ConfigError(f"section timeouts {quote(text)}: {name!r} given twice")
+            values[name] = parse_seconds(raw, f"section timeout {name!r}")
         missing = [n for n in SECTION_NAMES if n not in values]
         if missing:
-            raise ConfigError(f"section timeouts {text!r}: missing {', '.join(missing)}")
+            raise ConfigError(f"section timeouts {quote(text)}: missing {', '.join(missing)}")
         return cls(**values)
 
     def render(self) -> str:
@@ -145,28 +228,57 @@ ENV_VARS: dict[str, str] = {
 DRY_RUN_ENV = "NVRX_DRY_RUN"
 
 
-def _positive_int(raw: str, what: str) -> int:
+def _int64(raw: str, what: str, pattern: str, kind: str) -> int:
+    """ASCII digits only; the length is checked before ``int()`` (which refuses over 4300
+    digits with a ValueError) so a 5000-digit value is a ConfigError like any other."""
     text = raw.strip()
-    if not re.fullmatch(r"[1-9][0-9]*", text):
-        raise ConfigError(f"{what} must be a positive integer, got {raw!r}")
+    if not re.fullmatch(pattern, text):
+        raise ConfigError(f"{what} must be a {kind} integer, got {quote(raw)}")
+    if len(text) > len(str(INT64_MAX)) or int(text) > INT64_MAX:
+        raise ConfigError(f"{what} must be at most {INT64_MAX} (64 bits), got {quote(raw)}")
     return int(text)
+
+
+def _positive_int(raw: str, what: str) -> int:
+    return _int64(raw, what, r"[1-9][0-9]*", "positive")
 
 
 def _non_negative_int(raw: str, what: str) -> int:
-    text = raw.strip()
-    if not re.fullmatch(r"0|[1-9][0-9]*", text):
-        raise ConfigError(f"{what} must be a non-negative integer, got {raw!r}")
-    return int(text)
+    return _int64(raw, what, r"0|[1-9][0-9]*", "non-negative")
 
 
-def _positive_float(raw: str, what: str) -> float:
+def parse_seconds(raw: str, what: str) -> float:
+    """A positive, finite number of seconds that fits in 64-bit nanoseconds."""
     try:
         value = float(raw)
     except ValueError:
-        raise ConfigError(f"{what} must be a positive number of seconds, got {raw!r}") from None
-    if not value > 0 or value == float("inf"):
-        raise ConfigError(f"{what} must be a positive number of seconds, got {raw!r}")
+        value = math.nan
+    if not (value > 0 and math.isfinite(value)):
+        raise ConfigError(f"{what} must be a positive number of seconds, got {quote(raw)}")
+    if value > MAX_SECONDS:
+        raise ConfigError(
+            f"{what} must be at most {MAX_SECONDS} seconds (64-bit nanoseconds), got {quote(raw)}"
+        )
     return value
+
+
+def parse_port(raw: str, what: str) -> int:
+    """A TCP port we connect to or listen on: 1-65535 (0 would be a random one)."""
+    text = raw.strip()
+    if not re.fullmatch(r"[0-9]{1,5}", text) or not 1 <= int(text) <= 65535:
+        raise ConfigError(f"{what} must be a port number from 1 to 65535, got {quote(raw)}")
+    return int(text)
+
+
+def check_port(port: int, what: str) -> int:
+    """:func:`parse_port` for a value that is already an int (API callers)."""
+    if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
+        if isinstance(port, int) and abs(port) <= INT64_MAX:
+            shown = str(port)
+        else:  # str() of a huge int raises ValueError (over 4300 digits)
+            shown = "an integer beyond 64 bits" if isinstance(port, int) else quote(repr(port))
+        raise ConfigError(f"{what} must be a port number from 1 to 65535, got {shown}")
+    return port
 
 
 def format_seconds(value: float) -> str:
@@ -177,7 +289,7 @@ def format_seconds(value: float) -> str:
 def _choice(choices: tuple[str, ...]) -> Callable[[str, str], str]:
     def parse(raw: str, what: str) -> str:
         if raw not in choices:
-            raise ConfigError(f"{what} must be one of {', '.join(choices)}, got {raw!r}")
+            raise ConfigError(f"{what} must be one of {', '.join(choices)}, got {quote(raw)}")
         return raw
 
     return parse
@@ -193,13 +305,28 @@ def _text(raw: str, what: str) -> str:
     return raw
 
 
-def _bool(raw: str, what: str) -> bool:
+def parse_bool(raw: str, what: str) -> bool:
+    """The one boolean parser: 1/true/yes/on, 0/false/no/off or empty (any case, spaces
+    ignored); anything else is an error that names ``what`` (e.g. the variable)."""
     lowered = raw.strip().lower()
-    if lowered in {"1", "true", "yes", "on"}:
+    if lowered in TRUE_WORDS:
         return True
-    if lowered in {"0", "false", "no", "off"}:
+    if lowered in FALSE_WORDS:
         return False
-    raise ConfigError(f"{what} must be true or false, got {raw!r}")
+    raise ConfigError(
+        f"{what} must be one of {'/'.join(TRUE_WORDS)} (true) or "
+        f"{'/'.join(FALSE_WORDS[:-1])} or empty (false), got {quote(raw)}"
+    )
+
+
+def env_flag(environ: Mapping[str, str], var: str) -> bool:
+    """A boolean environment variable, unset = false; errors name the variable."""
+    return parse_bool(environ.get(var, ""), f"environment variable {var}")
+
+
+def dry_run_requested(environ: Mapping[str, str]) -> bool:
+    """``NVRX_DRY_RUN``: true/yes/on/1 ask for a dry run, like ``--dry-run``."""
+    return env_flag(environ, DRY_RUN_ENV)
 
 
 #: How a text value (from the environment, an ini file or a CLI string) becomes a field value.
@@ -219,11 +346,11 @@ PARSERS: dict[str, Callable[[str, str], Any]] = {
     "checkpoint_dir": _path,
     "rdzv_endpoint": _text,
     "section_timeouts": lambda raw, what: SectionTimeouts.parse(raw),
-    "out_of_section_timeout": _positive_float,
+    "out_of_section_timeout": parse_seconds,
     "max_restarts": _non_negative_int,
-    "workload_check_interval": _positive_float,
-    "distributed_optimizer": _bool,
-    "no_te_profile": _bool,
+    "workload_check_interval": parse_seconds,
+    "distributed_optimizer": parse_bool,
+    "no_te_profile": parse_bool,
 }
 
 
@@ -282,23 +409,50 @@ def resolve(
 
 
 def validate(config: RunConfig) -> None:
-    """Check every rule of the walkthrough; raise ConfigError with a fix-it message."""
+    """Check every rule of the walkthrough; raise ConfigError with a fix-it message.
+
+    Reads the file system (stat, access, the mount table) but never writes: every reason a
+    later ``mkdir`` or the launch would fail is found here, so a refused run leaves no trace.
+    """
     for name in ("nnodes", "gpus_per_node", "tp", "pp", "train_iters", "save_interval"):
         value = getattr(config, name)
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ConfigError(f"{name} must be a positive integer, got {value!r}")
-    if config.max_restarts < 0:
-        raise ConfigError(f"max_restarts must be >= 0, got {config.max_restarts!r}")
+            raise ConfigError(f"{name} must be a positive integer, got {quote(repr(value))}")
+        if value > INT64_MAX:
+            raise ConfigError(f"{name} must be at most {INT64_MAX} (64 bits)")
+    for name in ("max_restarts", "fault_rank"):
+        value = getattr(config, name)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise ConfigError(f"{name} must be >= 0, got {quote(repr(value))}")
+        if value > INT64_MAX:
+            raise ConfigError(f"{name} must be at most {INT64_MAX} (64 bits)")
     if config.fault not in FAULT_KINDS:
-        raise ConfigError(f"fault must be one of {', '.join(FAULT_KINDS)}, got {config.fault!r}")
+        raise ConfigError(
+            f"fault must be one of {', '.join(FAULT_KINDS)}, got {quote(repr(config.fault))}"
+        )
     if config.workload not in WORKLOAD_KINDS:
         raise ConfigError(
-            f"workload must be one of {', '.join(WORKLOAD_KINDS)}, got {config.workload!r}"
+            f"workload must be one of {', '.join(WORKLOAD_KINDS)}, "
+            f"got {quote(repr(config.workload))}"
         )
-    if config.out_of_section_timeout <= 0:
-        raise ConfigError("out-of-section timeout must be a positive number of seconds")
+    seconds = {
+        "out-of-section timeout": config.out_of_section_timeout,
+        "workload check interval": config.workload_check_interval,
+        **{f"section timeout {n!r}": getattr(config.section_timeouts, n) for n in SECTION_NAMES},
+    }
+    for what, value in seconds.items():
+        if value is not None and not (0 < value <= MAX_SECONDS):  # also refuses nan
+            raise ConfigError(
+                f"{what} must be a positive number of seconds (at most {MAX_SECONDS}), "
+                f"got {value!r}"
+            )
 
     world = config.world_size
+    if world > INT64_MAX:
+        raise ConfigError(
+            f"world size (nnodes {config.nnodes} x gpus per node {config.gpus_per_node}) is "
+            f"beyond 64 bits; give the real number of nodes and processes per node"
+        )
     if world % (config.tp * config.pp) != 0:
         raise ConfigError(
             f"world size {world} (nnodes {config.nnodes} x gpus per node "
@@ -318,22 +472,32 @@ def validate(config: RunConfig) -> None:
             "the CPU reference workload needs at least 2 ranks: set GPUS_PER_NODE=2 "
             "(processes per node) or more"
         )
+    if config.fault != "none" and config.save_interval >= config.train_iters:
+        raise ConfigError(
+            f"save interval {config.save_interval} >= train iterations {config.train_iters}: "
+            f"no checkpoint is saved before training ends, so the {config.fault} fault would "
+            "never be injected; use a save interval below the train iterations "
+            f"(e.g. --save-interval {max(1, config.train_iters // 2)}, SAVE_INTERVAL) or more "
+            "train iterations"
+        )
 
     if not config.work_dir.is_absolute():
-        raise ConfigError(f"work dir must be an absolute path, got {str(config.work_dir)!r}")
+        raise ConfigError(f"work dir must be an absolute path, got {quote(str(config.work_dir))}")
     if config.checkpoint_dir is not None and not config.checkpoint_dir.is_absolute():
         raise ConfigError(
-            f"checkpoint dir must be an absolute path, got {str(config.checkpoint_dir)!r}"
+            f"checkpoint dir must be an absolute path, got {quote(str(config.checkpoint_dir))}"
         )
     if not RUN_ID_PATTERN.fullmatch(config.run_id):
         raise ConfigError(
-            f"run ID {config.run_id!r}: use only letters, digits, underscores or hyphens"
+            f"run ID {quote(config.run_id)}: use only letters, digits, underscores or hyphens"
         )
-    if config.nnodes > 1 and config.rdzv_endpoint in ("", "localhost:0"):
+    if len(config.run_id) > RUN_ID_MAX:
         raise ConfigError(
-            "a multinode run needs a rendezvous endpoint reachable from all nodes: "
-            "set RDZV_ENDPOINT=host:port"
+            f"run ID {quote(config.run_id)} names a directory: use at most {RUN_ID_MAX} "
+            f"characters, not {len(config.run_id)}"
         )
+    check_rdzv_endpoint(config.rdzv_endpoint, config.nnodes)
+    check_extra_args(config.extra_args)
 
     if config.workload == "megatron":
         if config.megatron_path is None:
@@ -341,21 +505,228 @@ def validate(config: RunConfig) -> None:
                 "the megatron workload needs a Megatron-LM checkout: set MEGATRON_PATH or pass "
                 "--megatron-path (or use --workload reference on a machine without GPUs)"
             )
-        if not (config.megatron_path / "pretrain_gpt.py").is_file():
-            raise ConfigError(f"pretrain_gpt.py not found in Megatron path {config.megatron_path}")
+        megatron = config.megatron_path
+        if not megatron.is_absolute():
+            raise ConfigError(
+                f"Megatron path must be an absolute path, got {quote(str(megatron))} (with a "
+                f"relative one the workers fail after starting); use "
+                f"{show_path(_absolute(megatron))}"
+            )
+        _check_path_length(megatron, "Megatron path")
+        if not _is_regular_file(megatron / "pretrain_gpt.py"):
+            raise ConfigError(f"pretrain_gpt.py not found in Megatron path {show_path(megatron)}")
 
     layout = config.layout
-    if layout.marker.exists() or layout.marker.is_symlink():
+    _check_writable_dir(config.work_dir, "work dir", "pass another --work-dir (NVRX_WORK_DIR)")
+    _check_writable_dir(layout.run_dir, "run dir", "use another run ID or work dir")
+    _check_writable_dir(
+        layout.checkpoint_dir,
+        "checkpoint dir",
+        "pass another --checkpoint-dir (NVRX_CHECKPOINT_DIR)",
+    )
+    if _lexists(layout.marker):
         raise ConfigError(
             f"run ID {config.run_id!r} already has an injection marker ({layout.marker}); "
             "use a new run ID"
         )
-    if layout.ft_state.exists() or layout.ft_state.is_symlink():
+    if _lexists(layout.ft_state):
         raise ConfigError(
             f"checkpoint dir {layout.checkpoint_dir} holds a calculated {layout.ft_state.name}; "
             "the fixed-timeout recipe needs a directory without it (archive it deliberately)"
         )
     read_baseline(layout.tracker)
+
+
+_HOST = re.compile(r"[A-Za-z0-9_.-]+|\[[0-9A-Fa-f:.]+\]")
+
+
+def check_rdzv_endpoint(endpoint: str, nnodes: int) -> None:
+    """``host:port`` as torch's c10d rendezvous reads it; several nodes need a real port.
+
+    One node may keep torch's forms (empty, a host alone, port 0: any free port); every node of
+    a multinode run must reach the same explicit ``host:port``.
+    """
+    multinode = nnodes > 1
+    if multinode and endpoint in ("", "localhost:0"):
+        raise ConfigError(
+            "a multinode run needs a rendezvous endpoint reachable from all nodes: "
+            "set RDZV_ENDPOINT=host:port"
+        )
+    if not multinode and endpoint == "":
+        return
+    host, sep, port = endpoint.rpartition(":")
+    if not sep and not multinode:
+        host, port = endpoint, "0"
+    if not (_HOST.fullmatch(host) and re.fullmatch(r"[0-9]{1,5}", port)):
+        raise ConfigError(
+            f"rendezvous endpoint {quote(endpoint)} is not host:port (a host name or IPv4 "
+            "address, or an IPv6 address in brackets: [addr]:port), e.g. RDZV_ENDPOINT="
+            "node001:29400"
+        )
+    lowest = 1 if multinode else 0
+    if not lowest <= int(port) <= 65535:
+        why = " for a multinode run (every node must find the same port)" if multinode else ""
+        raise ConfigError(
+            f"rendezvous endpoint {quote(endpoint)}: the port must be from {lowest} to 65535{why}"
+        )
+
+
+def check_extra_args(extra_args: Sequence[str]) -> None:
+    """Extra workload arguments may add to the recipe but not override what it sets."""
+    for arg in extra_args:
+        flag = arg.partition("=")[0]
+        if flag in RECIPE_OWNED_ARGS:
+            owned, option = RECIPE_OWNED_ARGS[flag]
+            raise ConfigError(
+                f"extra argument {quote(arg)} overrides the recipe's {owned} (the fault "
+                f"injector and the criteria follow the recipe's value); set it with {option} "
+                "instead"
+            )
+
+
+# --------------------------------------------------------------------------------------------
+# The file system, read only: what a later mkdir or write would fail on
+
+
+def _absolute(path: Path) -> Path:
+    try:
+        return Path(os.path.abspath(path))
+    except OSError:  # the current directory is gone
+        return path
+
+
+def _lexists(path: Path) -> bool:
+    """Whether anything (a dangling link too) is at ``path``; unreadable counts as present."""
+    try:
+        os.lstat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    except (OSError, ValueError):
+        return True
+    return True
+
+
+def _is_regular_file(path: Path) -> bool:
+    try:
+        return stat.S_ISREG(os.stat(path).st_mode)
+    except (OSError, ValueError):
+        return False
+
+
+def _check_path_length(path: Path, what: str, room: int = 0) -> None:
+    size = len(os.fsencode(path))
+    if size + room >= PATH_MAX:
+        limit = PATH_MAX - 1 - room
+        raise ConfigError(
+            f"{what} {show_path(path)} is too long: {size} bytes, at most {limit} allowed "
+            f"(PATH_MAX {PATH_MAX}{', less room for the files of a run' if room else ''}): "
+            "use a shorter path"
+        )
+    for part in path.parts:
+        if len(os.fsencode(part)) > NAME_MAX:
+            raise ConfigError(
+                f"{what} {show_path(path)} has a path component of {len(os.fsencode(part))} "
+                f"bytes; each must be at most {NAME_MAX} bytes: use shorter names"
+            )
+
+
+def _kind(mode: int) -> str:
+    for test, name in (
+        (stat.S_ISREG, "a regular file"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISSOCK, "a socket"),
+    ):
+        if test(mode):
+            return name
+    return "of another kind"
+
+
+def _unescape_mount_field(text: str) -> str:
+    """/proc/self/mounts writes space, tab, newline and backslash as octal escapes."""
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), text)
+
+
+def file_system_at(path: str, mounts: str) -> tuple[str, str] | None:
+    """(mount point, file system type) of the mount that holds ``path`` (absolute, resolved),
+    from the text of ``/proc/self/mounts``; the last of equal mount points wins (it is on top)."""
+    best: tuple[str, str] | None = None
+    for line in mounts.splitlines():
+        fields_ = line.split()
+        if len(fields_) < 3:
+            continue
+        point, fs_type = _unescape_mount_field(fields_[1]), fields_[2]
+        inside = path == point or path.startswith(point.rstrip("/") + "/")
+        if inside and (best is None or len(point) >= len(best[0])):
+            best = (point, fs_type)
+    return best
+
+
+def _pseudo_file_system(path: Path) -> tuple[str, str] | None:
+    """The pseudo file system (mount point, type) holding ``path``, if it is on one."""
+    real = os.path.realpath(path)
+    try:
+        with open(MOUNTS_FILE, encoding="utf-8", errors="replace") as fh:
+            mounts = fh.read(1 << 20)
+    except OSError:
+        mounts = ""
+    found = file_system_at(real, mounts)
+    if found is None:  # no mount table: the usual places
+        for point, fs_type in (("/dev/shm", ""), ("/proc", "proc"), ("/sys", "sysfs")):
+            if real == point or real.startswith(point + "/"):
+                return (point, fs_type) if fs_type else None
+        if real == "/dev" or real.startswith("/dev/"):
+            return ("/dev", "devtmpfs")
+        return None
+    return found if found[1] in PSEUDO_FILE_SYSTEMS else None
+
+
+def _check_writable_dir(path: Path, what: str, fix: str) -> None:
+    """``path`` is a directory we write into, or one ``mkdir -p`` will create: refuse now what
+    would make that fail (a file in the way, a link loop or dangling link, a path too long, a
+    pseudo file system, no write permission, a read-only or immutable directory)."""
+    _check_path_length(path, what, ARTIFACT_ROOM)
+    shown = show_path(path)
+    existing = path
+    while True:
+        try:
+            st = os.stat(existing)
+            break
+        except (FileNotFoundError, NotADirectoryError):
+            if os.path.islink(existing):
+                raise ConfigError(
+                    f"{what} {shown}: {show_path(existing)} is a dangling symbolic link; "
+                    f"remove it or {fix}"
+                ) from None
+            if existing == existing.parent:
+                raise ConfigError(f"{what} {shown}: the file system root is missing") from None
+            existing = existing.parent
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise ConfigError(
+                    f"{what} {shown} runs into a symbolic link loop (too many levels of "
+                    f"symbolic links); {fix}"
+                ) from None
+            raise ConfigError(f"{what} {shown}: {exc.strerror or exc}; {fix}") from None
+        except ValueError as exc:  # an embedded NUL
+            raise ConfigError(f"{what} {quote(str(path))}: {exc}") from None
+    if not stat.S_ISDIR(st.st_mode):
+        where = "" if existing == path else f": {show_path(existing)}"
+        raise ConfigError(f"{what} {shown}{where} is {_kind(st.st_mode)}, not a directory; {fix}")
+    pseudo = _pseudo_file_system(existing)
+    if pseudo is not None:
+        point, fs_type = pseudo
+        raise ConfigError(
+            f"{what} {shown} is on a {fs_type} pseudo file system (mounted at {point}), which "
+            f"holds no files of a run; {fix}"
+        )
+    if not os.access(existing, os.W_OK | os.X_OK):
+        action = "write in it" if existing == path else f"create it in {show_path(existing)}"
+        raise ConfigError(
+            f"{what} {shown}: cannot {action}: not writable (permissions, a read-only file "
+            f"system or the immutable attribute); {fix}"
+        )
 
 
 def read_baseline(tracker: Path) -> int:

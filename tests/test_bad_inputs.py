@@ -275,6 +275,36 @@ GOOD: list[Case] = [
 ]
 
 
+#: Rows whose value only cli.py reads (``--timeout``, ``--log-server-port``, ``NVRX_DRY_RUN``):
+#: refused once cli.py parses them with settings.parse_seconds / parse_port /
+#: dry_run_requested (the change is described in the issue #9 item 6 report; cli.py has another
+#: owner). Strict: when cli.py has it these rows pass, fail as XPASS, and this set must go.
+NEEDS_CLI_CHANGE = {
+    "timeout-negative",
+    "timeout-zero",
+    "timeout-nan",
+    "timeout-inf",
+    "log-port-negative",
+    "log-port-70000",
+    "log-port-zero",
+    "log-port-5000-digits",
+    "dry-run-env-maybe",
+    "dry-run-env-2",
+    "dry-run-env-true",
+    "dry-run-env-yes",
+    "dry-run-env-on-upper",
+}
+
+
+def _params(cases: list[Case]) -> list[Any]:
+    pending = pytest.mark.xfail(
+        strict=True, reason="cli.py does not yet parse this value through settings"
+    )
+    return [
+        pytest.param(c, id=c.id, marks=[pending] if c.id in NEEDS_CLI_CHANGE else []) for c in cases
+    ]
+
+
 # --------------------------------------------------------------------------------------------
 # the file-system situations
 
@@ -346,6 +376,7 @@ def launched(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
     monkeypatch.setattr(pytest_nvrx.planning, "detect_stack", guard("the stack probe"))
     monkeypatch.setattr(pytest_nvrx.launch, "Launch", guard("the launcher"))
+    monkeypatch.setattr(cli, "Launch", guard("the launcher"), raising=False)
     return reached
 
 
@@ -389,7 +420,7 @@ def run_cli(
     return status, captured.out, captured.err
 
 
-@pytest.mark.parametrize("case", BAD, ids=[c.id for c in BAD])
+@pytest.mark.parametrize("case", _params(BAD))
 def test_bad_input_is_refused_before_anything_is_written(
     case: Case,
     tmp_path: Path,
@@ -412,7 +443,7 @@ def test_bad_input_is_refused_before_anything_is_written(
     assert snapshot(tmp_path) == before
 
 
-@pytest.mark.parametrize("case", GOOD, ids=[c.id for c in GOOD])
+@pytest.mark.parametrize("case", _params(GOOD))
 def test_good_input_passes(
     case: Case,
     tmp_path: Path,

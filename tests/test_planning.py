@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
+import pytest
+
+import pytest_nvrx.planning
 from pytest_nvrx.planning import plan_run
-from pytest_nvrx.settings import RunConfig
+from pytest_nvrx.settings import ConfigError, RunConfig
 
 ARGUMENTS = """
 def _add_misc_args(parser):
@@ -57,3 +61,16 @@ def test_default_profile_without_probe(tmp_path: Path) -> None:
     config = RunConfig(work_dir=tmp_path, run_id="r", megatron_path=meg)
     plan = plan_run(config, launcher_exe="ft_launcher", port=1, probe=False)
     assert plan.recipe.profile == "default" and plan.recipe.profile_flags == ()
+
+
+@pytest.mark.parametrize("port", [0, 70000])
+def test_bad_port_refused_before_the_stack_probe(
+    tmp_path: Path, megatron_stub: Path, monkeypatch: pytest.MonkeyPatch, port: int
+) -> None:
+    def no_probe(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("probed the stack for a bad port")
+
+    monkeypatch.setattr(pytest_nvrx.planning, "detect_stack", no_probe)
+    config = RunConfig(work_dir=tmp_path, run_id="r", megatron_path=megatron_stub)
+    with pytest.raises(ConfigError, match="--log-server-port must be a port number"):
+        plan_run(config, launcher_exe="ft_launcher", port=port, probe=True)

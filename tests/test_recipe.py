@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import subprocess
 import sys
@@ -12,8 +13,14 @@ from typing import Any
 import pytest
 
 from pytest_nvrx import cli
-from pytest_nvrx.recipe import INJECTOR_PATH, NO_TE_PROFILE, build_recipe, manifest
-from pytest_nvrx.settings import RunConfig
+from pytest_nvrx.recipe import (
+    INJECTOR_PATH,
+    NO_TE_PROFILE,
+    build_recipe,
+    check_fresh_run_dir,
+    manifest,
+)
+from pytest_nvrx.settings import ConfigError, RunConfig
 from tests.conftest import snapshot
 
 
@@ -314,3 +321,39 @@ def test_module_entry_point_dry_run(tmp_path: Path, megatron_stub: Path) -> None
         text=True,
     )
     assert bad.returncode == 2 and "--save-interval must be a positive integer" in bad.stderr
+
+
+# --- issue #9: file-system errors are ConfigErrors, bad ports refused ----------------------------
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dangling-link", "empty-dir"])
+def test_anything_at_run_json_means_used(tmp_path: Path, kind: str) -> None:
+    """A FIFO, a link or a folder where run.json goes is another launch's leftover, not a
+    fresh run dir (before: only a regular file counted, and the launch failed later)."""
+    layout = RunConfig(work_dir=tmp_path, run_id="r").layout
+    layout.run_dir.mkdir(parents=True)
+    if kind == "fifo":
+        os.mkfifo(layout.manifest)
+    elif kind == "dangling-link":
+        layout.manifest.symlink_to(tmp_path / "nowhere")
+    else:
+        layout.manifest.mkdir()
+    with pytest.raises(ConfigError, match=r"was used before \(run\.json\)"):
+        check_fresh_run_dir(layout)
+
+
+def test_empty_artifact_dirs_are_fresh(tmp_path: Path) -> None:
+    layout = RunConfig(work_dir=tmp_path, run_id="r").layout
+    for d in (layout.logs, layout.cycle_infos):
+        d.mkdir(parents=True)
+    check_fresh_run_dir(layout)
+    (layout.logs / "train_cycle0.log").write_text("x")
+    with pytest.raises(ConfigError, match=r"was used before \(logs\)"):
+        check_fresh_run_dir(layout)
+
+
+@pytest.mark.parametrize("port", [0, -1, 65536, 70000])
+def test_bad_log_server_port_refused(tmp_path: Path, megatron_stub: Path, port: int) -> None:
+    config = RunConfig(work_dir=tmp_path, run_id="r", megatron_path=megatron_stub)
+    with pytest.raises(ConfigError, match="--log-server-port must be a port number from 1 to"):
+        build_recipe(config, port=port)

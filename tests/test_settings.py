@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 from typing import Any
@@ -10,9 +11,20 @@ import pytest
 
 from pytest_nvrx.recipe import prepare_run_dir
 from pytest_nvrx.settings import (
+    INT64_MAX,
     ConfigError,
     RunConfig,
     SectionTimeouts,
+    check_extra_args,
+    check_port,
+    check_rdzv_endpoint,
+    dry_run_requested,
+    file_system_at,
+    parse_bool,
+    parse_port,
+    parse_seconds,
+    parse_value,
+    quote,
     read_baseline,
     resolve,
     validate,
@@ -67,6 +79,19 @@ def test_defaults_are_the_walkthroughs(tmp_path: Path, megatron_stub: Path) -> N
         ({"workload": "reference", "gpus_per_node": 1, "fault": "none"}, "at least 2 ranks"),
         ({"out_of_section_timeout": 0.0}, "out-of-section timeout"),
         ({"max_restarts": -1}, "max_restarts must be >= 0"),
+        # issue #9: numbers beyond 64 bits, seconds that are not finite, rules between values
+        ({"train_iters": 2**63}, "train_iters must be at most 9223372036854775807"),
+        ({"fault_rank": 2**70}, "fault_rank must be at most"),
+        ({"nnodes": 2**62, "gpus_per_node": 4, "rdzv_endpoint": "h:1"}, "beyond 64 bits"),
+        ({"out_of_section_timeout": math.nan}, "out-of-section timeout must be a positive"),
+        ({"workload_check_interval": 0.0}, "workload check interval must be a positive"),
+        ({"section_timeouts": SectionTimeouts(step=math.inf)}, "section timeout 'step'"),
+        ({"save_interval": 100}, "save interval 100 >= train iterations 100"),
+        ({"save_interval": 7, "train_iters": 3, "fault": "hang"}, "the hang fault would never"),
+        ({"run_id": "r" * 256}, "use at most 255 characters, not 256"),
+        ({"nnodes": 2, "rdzv_endpoint": "node1"}, "is not host:port"),
+        ({"extra_args": ("--seed", "1", "--load", "/x")}, "overrides the recipe's --load"),
+        ({"megatron_path": Path("Megatron-LM")}, "Megatron path must be an absolute path"),
     ],
 )
 def test_bad_settings_are_refused_without_writing(
@@ -278,3 +303,181 @@ def test_bad_section_timeouts(text: str) -> None:
 def test_section_timeouts_round_trip() -> None:
     t = SectionTimeouts.parse("step:30,setup:600,checkpointing:300.5")
     assert t.render() == "setup:600,step:30,checkpointing:300.5"
+
+
+# --- issue #9: one parser per kind of value, bounded messages ---------------------------------
+
+
+@pytest.mark.parametrize("word", ["1", "true", "yes", "on", "TRUE", " Yes ", "On"])
+def test_one_boolean_parser_true(word: str) -> None:
+    assert parse_bool(word, "X") is True
+    assert dry_run_requested({"NVRX_DRY_RUN": word}) is True
+
+
+@pytest.mark.parametrize("word", ["0", "false", "no", "off", "", " OFF "])
+def test_one_boolean_parser_false(word: str) -> None:
+    assert parse_bool(word, "X") is False
+    assert dry_run_requested({"NVRX_DRY_RUN": word}) is False
+    assert dry_run_requested({}) is False
+
+
+@pytest.mark.parametrize("word", ["maybe", "2", "y", "t", "enable", "1.0"])
+def test_one_boolean_parser_refuses_the_rest(word: str) -> None:
+    with pytest.raises(ConfigError, match="environment variable NVRX_DRY_RUN must be one of"):
+        dry_run_requested({"NVRX_DRY_RUN": word})
+    with pytest.raises(ConfigError, match=r"^--x must be one of 1/true/yes/on"):
+        parse_bool(word, "--x")
+
+
+def test_quote_is_bounded() -> None:
+    assert quote("abc") == "'abc'"
+    long = quote("7" * 5000)
+    assert len(long) <= 80 + len(" (5000 characters)") and long.endswith("(5000 characters)")
+
+
+@pytest.mark.parametrize(
+    ("name", "raw", "message"),
+    [
+        ("tp", "7" * 5000, "at most 9223372036854775807 (64 bits), got '777"),
+        ("train_iters", str(INT64_MAX + 1), "at most 9223372036854775807"),
+        ("fault_rank", "1" + "0" * 19, "at most 9223372036854775807"),
+        ("max_restarts", "\u0663", "must be a non-negative integer"),
+        ("out_of_section_timeout", "1e12", "at most 9223372036 seconds"),
+        ("out_of_section_timeout", "7" * 5000, "must be a positive number of seconds"),
+        ("workload_check_interval", "-inf", "must be a positive number of seconds"),
+    ],
+)
+def test_numbers_are_bounded(name: str, raw: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")) as e:
+        parse_value(name, raw, "X")
+    assert len(str(e.value)) < 200
+
+
+def test_numbers_within_64_bits() -> None:
+    assert parse_value("train_iters", str(INT64_MAX), "X") == INT64_MAX
+    assert parse_value("fault_rank", " 0 ", "X") == 0
+    assert parse_seconds("9223372036", "X") == 9223372036.0
+
+
+@pytest.mark.parametrize("raw", ["-1", "0", "65536", "70000", "http", "", "7" * 5000, "1.5"])
+def test_bad_ports(raw: str) -> None:
+    with pytest.raises(ConfigError, match="must be a port number from 1 to 65535"):
+        parse_port(raw, "--log-server-port")
+
+
+@pytest.mark.parametrize("port", [0, -1, 65536, 2**5000, True])
+def test_bad_port_values(port: int) -> None:
+    with pytest.raises(ConfigError, match="from 1 to 65535") as e:
+        check_port(port, "port")
+    assert len(str(e.value)) < 100
+
+
+def test_good_ports() -> None:
+    assert parse_port(" 1 ", "p") == 1 and parse_port("65535", "p") == 65535
+    assert check_port(50051, "p") == 50051
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "nnodes"),
+    [
+        ("localhost:0", 1),
+        ("", 1),
+        ("node1", 1),  # torch's own default port
+        ("node-1.cluster:29400", 2),
+        ("10.0.0.1:1", 8),
+        ("[fe80::1]:29400", 2),
+    ],
+)
+def test_good_rendezvous_endpoints(endpoint: str, nnodes: int) -> None:
+    check_rdzv_endpoint(endpoint, nnodes)
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "nnodes", "message"),
+    [
+        ("localhost:0", 2, "reachable from all nodes"),
+        ("node1", 2, "is not host:port"),
+        ("node1:", 2, "is not host:port"),
+        (":29400", 1, "is not host:port"),
+        ("node1:http", 1, "is not host:port"),
+        ("node 1:29400", 2, "is not host:port"),
+        ("fe80::1:29400", 2, r"in brackets: \[addr\]:port"),
+        ("node1:0", 2, "from 1 to 65535 for a multinode run"),
+        ("node1:65536", 1, "from 0 to 65535"),
+        ("n" * 5000 + ":x", 2, r"\(5002 characters\)"),
+    ],
+)
+def test_bad_rendezvous_endpoints(endpoint: str, nnodes: int, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        check_rdzv_endpoint(endpoint, nnodes)
+
+
+@pytest.mark.parametrize(
+    ("extra", "owned"),
+    [
+        (["--save=/x"], "--save"),
+        (["--seed", "3", "--save", "/x"], "--save"),
+        (["--load=/x"], "--load"),
+        (["--save-interval", "2"], "--save-interval"),
+        (["--persistent-save-interval=2"], "--save-interval"),
+        (["--train-iters=7"], "--train-iters"),
+        (["--tensor-model-parallel-size", "2"], "--tensor-model-parallel-size"),
+        (["--model-parallel-size=2"], "--tensor-model-parallel-size"),
+        (["--pipeline-model-parallel-size=2"], "--pipeline-model-parallel-size"),
+    ],
+)
+def test_extra_args_may_not_override_the_recipe(extra: list[str], owned: str) -> None:
+    with pytest.raises(ConfigError, match=f"overrides the recipe's {owned} "):
+        check_extra_args(extra)
+
+
+def test_extra_args_that_only_look_alike_pass() -> None:
+    check_extra_args(["--save-retain-interval", "3", "--load-main-params-from-ckpt", "--seed=1"])
+    check_extra_args(["--saveX", "--loads", "--train-iters-extra"])
+
+
+MOUNTS = """\
+/dev/vda / ext4 rw,relatime 0 0
+proc /proc proc rw,relatime 0 0
+sysfs /sys sysfs rw,relatime 0 0
+tmpfs /sys/fs/cgroup tmpfs rw,relatime,mode=755 0 0
+cgroup /sys/fs/cgroup/pids cgroup rw,relatime,pids 0 0
+udev /dev devtmpfs rw,relatime 0 0
+tmpfs /dev/shm tmpfs rw,relatime 0 0
+/dev/vdb /mnt/my\\040disk xfs rw 0 0
+/dev/vdc /mnt/my\\040disk ext4 rw 0 0
+"""
+
+
+@pytest.mark.parametrize(
+    ("path", "found"),
+    [
+        ("/", ("/", "ext4")),
+        ("/work/main", ("/", "ext4")),
+        ("/proc", ("/proc", "proc")),
+        ("/proc/self/x", ("/proc", "proc")),
+        ("/processes", ("/", "ext4")),
+        ("/sys/kernel", ("/sys", "sysfs")),
+        ("/sys/fs/cgroup/pids/runs", ("/sys/fs/cgroup/pids", "cgroup")),
+        ("/dev/x", ("/dev", "devtmpfs")),
+        ("/dev/shm/work", ("/dev/shm", "tmpfs")),
+        ("/mnt/my disk/w", ("/mnt/my disk", "ext4")),  # the mount on top wins
+    ],
+)
+def test_file_system_at(path: str, found: tuple[str, str]) -> None:
+    assert file_system_at(path, MOUNTS) == found
+
+
+def test_fifo_as_work_dir_refused(tmp_path: Path, megatron_stub: Path) -> None:
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    before = snapshot(tmp_path)
+    with pytest.raises(ConfigError, match=r"work dir .*/fifo is a FIFO, not a directory"):
+        prepare_run_dir(make(tmp_path, megatron_stub, work_dir=fifo))
+    assert snapshot(tmp_path) == before
+
+
+def test_checkpoint_dir_through_a_link_is_fine(tmp_path: Path, megatron_stub: Path) -> None:
+    (tmp_path / "real-ck").mkdir()
+    (tmp_path / "ck").symlink_to(tmp_path / "real-ck")
+    validate(make(tmp_path, megatron_stub, checkpoint_dir=tmp_path / "ck"))
