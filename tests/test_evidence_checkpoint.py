@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import warnings
 from pathlib import Path
@@ -96,3 +97,85 @@ def test_checkpoint_dir_elsewhere(dcp_checkpoints: dict[str, Path], tmp_path: Pa
     v = judge_run_dir(root, elsewhere).verdict("optimizer_state_load")
     assert not v.passed
     assert v.evidence[0].location == f"{elsewhere}/iter_0000005/.metadata"
+
+
+# ---- untrusted metadata (issue #9 item 1): nothing in a judged run is executed ------------------
+
+RECORDED_METADATA = sorted((Path(__file__).parent / "data").rglob("checkpoints/iter_*/.metadata"))
+
+
+def _touching_pickles(target: Path) -> dict[str, bytes]:
+    """Three ways a pickle can name a callable (each runs ``touch target`` when unpickled)."""
+    command = f"touch {target}".encode()
+    return {
+        # protocol 0/2 GLOBAL + REDUCE
+        "global-reduce": b"cposix\nsystem\n(V" + command + b"\ntR.",
+        # protocol 4 STACK_GLOBAL + REDUCE
+        "stack-global": b"\x80\x04\x8c\x05posix\x8c\x06system\x93\x8c"
+        + bytes([len(command)])
+        + command
+        + b"\x85R.",
+        # protocol 0 INST (calls the class with the marked arguments)
+        "inst": b"(V" + command + b"\niposix\nsystem\n.",
+    }
+
+
+@pytest.mark.parametrize("shape", ["global-reduce", "stack-global", "inst"])
+def test_malicious_metadata_is_refused_not_run(tmp_path: Path, shape: str) -> None:
+    proof = tmp_path / "code-ran"
+    directory = tmp_path / "iter_0000005"
+    directory.mkdir()
+    (directory / ".metadata").write_bytes(_touching_pickles(proof)[shape])
+    meta = read_checkpoint_metadata(directory, 5, tmp_path)
+    assert not proof.exists(), "reading the metadata executed a command"
+    assert meta.state is OptimizerState.UNREADABLE
+    assert "refused global posix.system" in meta.detail
+
+
+@pytest.mark.parametrize("path", RECORDED_METADATA, ids=lambda p: str(p.parent.parent.parent.name))
+def test_recorded_metadata_reads_as_torch_reads_it(path: Path) -> None:
+    """The restricted reader sees the same keys torch's own reader sees (our recorded runs)."""
+    dcp = pytest.importorskip("torch.distributed.checkpoint")
+    expected = [
+        str(k) for k in dcp.FileSystemReader(str(path.parent)).read_metadata().state_dict_metadata
+    ]
+    meta = read_checkpoint_metadata(path.parent, 5, path.parent.parent)
+    optimizer = [k for k in expected if k.startswith("optimizer.")]
+    assert (meta.keys, meta.optimizer_keys) == (len(expected), len(optimizer))
+    assert meta.state is (OptimizerState.PRESENT if optimizer else OptimizerState.MISSING)
+
+
+def test_recorded_metadata_counts() -> None:
+    """Today's figures of one recorded run (what verify prints for megatron-kill-40)."""
+    directory = Path(__file__).parent / "data/gpu-recipe/megatron-kill-40/checkpoints/iter_0000005"
+    meta = read_checkpoint_metadata(directory, 5, directory.parent.parent)
+    assert (meta.state, meta.optimizer_keys, meta.keys) == (OptimizerState.PRESENT, 48, 83)
+    assert meta.example == "optimizer.state.exp_avg.decoder.final_layernorm.bias"
+
+
+def test_metadata_fifo_is_not_evidence(tmp_path: Path) -> None:
+    directory = tmp_path / "iter_0000005"
+    directory.mkdir()
+    os.mkfifo(directory / ".metadata")
+    meta = read_checkpoint_metadata(directory, 5, tmp_path)
+    assert meta.state is OptimizerState.UNREADABLE
+    assert meta.not_evidence is not None and "is a FIFO" in meta.not_evidence
+
+
+def test_checkpoint_iteration_dir_that_is_a_file_is_not_evidence(tmp_path: Path) -> None:
+    (tmp_path / "iter_0000005").write_text("not a directory")
+    meta = read_checkpoint_metadata(tmp_path / "iter_0000005", 5, tmp_path)
+    assert meta.state is OptimizerState.UNREADABLE
+    assert meta.not_evidence is not None and "not a directory" in meta.not_evidence
+
+
+def test_oversized_metadata_is_not_read(tmp_path: Path) -> None:
+    from pytest_nvrx.evidence.checkpoint import MAX_METADATA_BYTES
+
+    directory = tmp_path / "iter_0000005"
+    directory.mkdir()
+    with (directory / ".metadata").open("wb") as f:
+        f.truncate(MAX_METADATA_BYTES + 1)  # sparse: no disk used
+    meta = read_checkpoint_metadata(directory, 5, tmp_path)
+    assert meta.state is OptimizerState.UNKNOWN  # the criteria fall back to the logs
+    assert "over the" in meta.detail and "read cap" in meta.detail

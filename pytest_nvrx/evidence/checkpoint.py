@@ -2,23 +2,44 @@
 
 Megatron prints no positive "optimizer loaded" line, so where the checkpoint is still on disk its
 torch DCP metadata (``iter_0000005/.metadata``) is the positive proof: optimizer state is stored
-under ``optimizer.*`` keys (``optimizer.state.exp_avg.*`` for Adam). torch is imported only when
-such a file exists (it takes seconds). Shards are often pruned after a run (tests/data/gpu kept
-only the tracker); the criteria then judge from logs and tracker.
+under ``optimizer.*`` keys (``optimizer.state.exp_avg.*`` for Adam). Shards are often pruned after
+a run (tests/data/gpu kept only the tracker); the criteria then judge from logs and tracker.
+
+``.metadata`` is a pickle, and a run directory is untrusted: torch's own reader
+(``FileSystemReader.read_metadata``) would run whatever the pickle names. :func:`dcp_metadata_keys`
+unpickles it with a restricted unpickler instead: the few globals DCP metadata names (its own
+classes, ``torch.Size``, dtypes, layouts) become inert stand-ins that only record what the pickle
+passes them, and any other global is refused, so nothing from the file is ever called, and torch
+is not even imported.
 """
 
 from __future__ import annotations
 
+import io
+import pickle
+import re
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import ClassVar
 
-from pytest_nvrx.evidence.refs import EvidenceRef, display_path
+from pytest_nvrx.evidence.refs import (
+    MAX_EXCERPT_CHARS,
+    EvidenceRef,
+    FileTooLarge,
+    display_path,
+    file_refusal,
+    read_capped,
+)
 
 DCP_METADATA = ".metadata"
 COMMON_PT = "common.pt"
 OPTIMIZER_PREFIX = "optimizer."
+#: A larger .metadata is not read (the criteria then judge from the logs). Real ones are tens of
+#: KiB for small models and grow with the number of tensor shards; a crafted pickle can expand
+#: to a few dozen times its size in memory, so the cap also bounds memory.
+MAX_METADATA_BYTES = 64 << 20
+_METADATA_CLASS = "torch.distributed.checkpoint.metadata.Metadata"
 
 
 class OptimizerState(StrEnum):
@@ -38,6 +59,9 @@ class CheckpointMetadata:
     optimizer_keys: int = 0
     example: str | None = None
     detail: str = ""
+    # set when what is on disk is no checkpoint at all (a file as the iteration directory, a
+    # FIFO as .metadata): the run cannot be judged
+    not_evidence: str | None = None
 
     @property
     def ref(self) -> EvidenceRef:
@@ -48,17 +72,139 @@ class CheckpointMetadata:
         return EvidenceRef(name, None, self.detail)
 
 
-def _dcp_keys(directory: Path) -> list[str]:
-    # slow import (seconds): only when a checkpoint is on disk
-    from torch.distributed.checkpoint import FileSystemReader  # type: ignore[attr-defined]
+class MetadataRefused(pickle.UnpicklingError):
+    """The metadata pickle names something DCP metadata never needs."""
 
-    metadata: Any = FileSystemReader(str(directory)).read_metadata()
-    return [str(k) for k in metadata.state_dict_metadata]
+
+class _Inert:
+    """Stand-in for an admitted global: records what the pickle passes it, runs nothing."""
+
+    __slots__ = ("args", "state")
+    qualname: ClassVar[str] = ""
+    args: tuple[object, ...]
+    state: object
+
+    def __new__(cls, *args: object) -> _Inert:
+        # NEWOBJ calls __new__ only, REDUCE the class: both leave a complete stand-in
+        self = super().__new__(cls)
+        self.args = args
+        self.state = None
+        return self
+
+    def __init__(self, *args: object) -> None:
+        pass
+
+    def __setstate__(self, state: object) -> None:
+        self.state = state
+
+
+# What real .metadata files name (torch 2.x, checked on every recorded run in tests/data):
+# torch.distributed.checkpoint.{metadata,filesystem} classes, torch.Size, dtypes, and the
+# layout helper torch.serialization._get_layout; torch's own dcp.save adds the checkpoint's
+# path (StorageMeta.checkpoint_id, a pathlib path). torch.distributed._shard held some of these
+# classes in older torch.
+_ADMITTED_PACKAGES = ("torch.distributed.checkpoint.", "torch.distributed._shard.")
+_ADMITTED_TORCH = re.compile(
+    r"Size|bool|half|double|long|short|int|cfloat|cdouble|chalf|strided|sparse_\w+"
+    r"|(?:b?float|u?int|q?u?int|complex|bits)\w*"
+    r"|contiguous_format|channels_last(?:_3d)?|preserve_format"
+)
+_PATH_MODULES = ("pathlib", "pathlib._local")  # pathlib._local: Python 3.13+
+_PATH_CLASSES = ("PosixPath", "PurePosixPath", "WindowsPath", "PureWindowsPath")
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _admitted(module: str, name: str) -> bool:
+    if not _IDENTIFIER.fullmatch(name):
+        return False  # dotted names reach attributes of attributes
+    if module.startswith(_ADMITTED_PACKAGES):
+        return all(_IDENTIFIER.fullmatch(part) for part in module.split("."))
+    if module == "torch":
+        return _ADMITTED_TORCH.fullmatch(name) is not None
+    if module in _PATH_MODULES:
+        return name in _PATH_CLASSES
+    return (module, name) == ("torch.serialization", "_get_layout")
+
+
+class _RestrictedUnpickler(pickle.Unpickler):
+    """Every global of the pickle goes through :meth:`find_class` (GLOBAL, STACK_GLOBAL, INST,
+    OBJ, EXT*); persistent ids are refused by the base class."""
+
+    def __init__(self, data: bytes) -> None:
+        super().__init__(io.BytesIO(data))
+        self._stand_ins: dict[str, type[_Inert]] = {}
+
+    def find_class(self, module: str, name: str) -> type[_Inert]:
+        qualname = f"{module}.{name}"
+        if not _admitted(module, name):
+            shown = qualname if len(qualname) <= MAX_EXCERPT_CHARS else qualname[:79] + "…"
+            raise MetadataRefused(
+                f"refused global {shown}: DCP metadata names only torch.distributed.checkpoint"
+                " classes, torch.Size, dtypes and paths"
+            )
+        cls = self._stand_ins.get(qualname)
+        if cls is None:
+            cls = type(name, (_Inert,), {"__slots__": (), "qualname": qualname})
+            self._stand_ins[qualname] = cls
+        return cls
+
+
+def _fields(obj: _Inert) -> dict[object, object]:
+    """A dataclass stand-in's fields: BUILD state (dict, or (dict, slots) for slots classes)."""
+    state = obj.state
+    if isinstance(state, tuple) and len(state) == 2:
+        merged: dict[object, object] = {}
+        for part in state:
+            if isinstance(part, dict):
+                merged.update(part)
+        return merged
+    return state if isinstance(state, dict) else {}
+
+
+def dcp_metadata_keys(data: bytes) -> list[str]:
+    """The state-dict keys of a torch DCP ``.metadata`` pickle, without running any of it.
+
+    Raises :class:`MetadataRefused` for a global DCP metadata never names, ``ValueError`` for
+    a pickle that is not DCP metadata, and whatever a corrupt pickle makes the unpickler raise.
+    """
+    root = _RestrictedUnpickler(data).load()
+    if not isinstance(root, _Inert) or root.qualname != _METADATA_CLASS:
+        what = root.qualname if isinstance(root, _Inert) else type(root).__name__
+        raise ValueError(f"the pickle holds {what[:MAX_EXCERPT_CHARS]}, not {_METADATA_CLASS}")
+    fields = _fields(root)
+    entries = fields.get("state_dict_metadata", root.args[0] if root.args else None)
+    if not isinstance(entries, dict) or not all(isinstance(k, str) for k in entries):
+        raise ValueError("its state_dict_metadata is not a mapping of key names")
+    return list(entries)
+
+
+def _why_unreadable(exc: BaseException) -> str:
+    """The error, quoting at most MAX_EXCERPT_CHARS of it (a parse error can echo the file)."""
+    if isinstance(exc, MetadataRefused):
+        return str(exc)  # our own text; the global's name in it is already cut short
+    text = str(exc)
+    if len(text) > MAX_EXCERPT_CHARS:
+        text = text[: MAX_EXCERPT_CHARS - 1] + "…"
+    return f"{type(exc).__name__}: {text}"
 
 
 def read_checkpoint_metadata(directory: Path, iteration: int, run_dir: Path) -> CheckpointMetadata:
-    """What the checkpoint directory of ``iteration`` says about optimizer state."""
+    """What the checkpoint directory of ``iteration`` says about optimizer state.
+
+    A checkpoint directory that is not a directory, or a ``.metadata`` that is not a regular
+    file (or links out of its directory), is reported in ``not_evidence``: the run cannot be
+    judged. A pickle that names anything DCP metadata does not is UNREADABLE.
+    """
     shown = display_path(directory, run_dir)
+    why = file_refusal(directory, want_dir=True)
+    if why is not None:
+        return CheckpointMetadata(
+            iteration,
+            shown,
+            OptimizerState.UNREADABLE,
+            detail=f"{shown} {why}",
+            not_evidence=f"{shown} {why}",
+        )
     if not directory.is_dir():
         return CheckpointMetadata(
             iteration,
@@ -67,15 +213,33 @@ def read_checkpoint_metadata(directory: Path, iteration: int, run_dir: Path) -> 
             detail="(absent: shards pruned or never written)",
         )
     meta = directory / DCP_METADATA
+    meta_shown = f"{shown}/{DCP_METADATA}"
+    why = file_refusal(meta, directory)
+    if why is not None:
+        return CheckpointMetadata(
+            iteration,
+            shown,
+            OptimizerState.UNREADABLE,
+            detail=f"torch DCP metadata unreadable: {meta_shown} {why}",
+            not_evidence=f"{meta_shown} {why}",
+        )
     if meta.is_file():
         try:
-            keys = _dcp_keys(directory)
+            keys = dcp_metadata_keys(read_capped(meta, MAX_METADATA_BYTES, directory))
+        except FileTooLarge as exc:
+            return CheckpointMetadata(
+                iteration,
+                shown,
+                OptimizerState.UNKNOWN,
+                detail=f"cannot tell optimizer state: {DCP_METADATA} is {exc.size} bytes,"
+                f" over the {exc.limit}-byte read cap",
+            )
         except Exception as exc:  # a corrupt pickle can raise anything
             return CheckpointMetadata(
                 iteration,
                 shown,
                 OptimizerState.UNREADABLE,
-                detail=f"torch DCP metadata unreadable: {type(exc).__name__}: {exc}",
+                detail=f"torch DCP metadata unreadable: {_why_unreadable(exc)}",
             )
         optimizer = sorted(k for k in keys if k.startswith(OPTIMIZER_PREFIX))
         example = next(

@@ -4,11 +4,19 @@ Every fact a parser extracts carries an :class:`EvidenceRef` (file relative to t
 1-based line, the raw line) so that a verdict can quote the line that proves it. Logs can be many
 gigabytes, truncated by a kill, or contain junk: :func:`iter_lines` reads them in bounded chunks,
 caps overlong lines and decodes each line with ``errors="replace"``.
+
+A run directory is untrusted input. Every read goes through :func:`open_regular`: a FIFO, device,
+socket or directory where a file is expected is refused before it is read (opened, if at all,
+with ``O_NONBLOCK`` so that nothing blocks), and so is a symlink leaving the directory the file
+belongs to. Whole-file reads are capped (:func:`read_capped`), and a message quotes at most
+:data:`MAX_EXCERPT_CHARS` of what a file holds (:func:`excerpt`).
 """
 
 from __future__ import annotations
 
 import json
+import os
+import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, tzinfo
@@ -19,6 +27,8 @@ from typing import BinaryIO, Literal
 MAX_LINE_BYTES = 64 * 1024
 # How much of a line a reference keeps: enough to quote, bounded for memory.
 MAX_QUOTE_CHARS = 400
+# How much of a file's content an error message may echo (a link to /etc/passwd, a 200 MB tracker).
+MAX_EXCERPT_CHARS = 80
 _CHUNK_BYTES = 1 << 20
 
 
@@ -68,6 +78,118 @@ def quote(text: str) -> str:
     return text if len(text) <= MAX_QUOTE_CHARS else text[: MAX_QUOTE_CHARS - 1] + "…"
 
 
+def excerpt(text: str) -> str:
+    """Untrusted content for an error message: ``repr`` of at most MAX_EXCERPT_CHARS of it."""
+    if len(text) > MAX_EXCERPT_CHARS:
+        text = text[: MAX_EXCERPT_CHARS - 1] + "…"
+    return repr(text)
+
+
+class RefusedFile(OSError):
+    """A path that is not read as evidence; the message says why, naming the path."""
+
+
+_KINDS = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISREG, "a regular file"),
+)
+
+
+def file_kind(mode: int) -> str:
+    """``"a FIFO"``, ``"a directory"``, ...: what ``stat`` says a path is."""
+    return next((name for test, name in _KINDS if test(mode)), "a special file")
+
+
+def _inside(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
+
+
+def file_refusal(path: Path, root: Path | None = None, *, want_dir: bool = False) -> str | None:
+    """Why ``path`` cannot be read as evidence, or None when it can be (or does not exist).
+
+    Refused: anything but a regular file (a directory with ``want_dir``), a symlink to nothing,
+    and a symlink whose target lies outside ``root`` (a file of the run must not be another
+    user's file). Only ``stat`` is used: nothing is opened, so a FIFO or device has no effect.
+    The reason is a phrase to put after the path ("is a FIFO, not a regular file").
+    """
+    try:
+        link = os.lstat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return None  # absent (a parent that is not a directory is reported as itself)
+    except OSError as exc:
+        return f"cannot be examined ({exc.strerror})"
+    st = link
+    if stat.S_ISLNK(link.st_mode):
+        try:
+            st = os.stat(path)
+        except OSError as exc:
+            return f"is a symlink to nothing usable ({exc.strerror})"
+        if root is not None:
+            target = os.path.realpath(path)
+            if not _inside(target, os.path.realpath(root)):
+                return f"is a symlink leaving {root.name or root}/ (to {excerpt(target)})"
+    if want_dir:
+        return None if stat.S_ISDIR(st.st_mode) else f"is {file_kind(st.st_mode)}, not a directory"
+    if stat.S_ISREG(st.st_mode):
+        return None
+    return f"is {file_kind(st.st_mode)}, not a regular file"
+
+
+_OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0)
+
+
+def open_regular(path: Path, root: Path | None = None, *, shown: str | None = None) -> BinaryIO:
+    """Open a regular file for reading; raise :class:`RefusedFile` for anything else.
+
+    Checked before opening (:func:`file_refusal`, so a device is never opened) and again on the
+    open descriptor (``O_NONBLOCK`` + ``fstat``), so a path swapped for a FIFO in between
+    cannot block the reader. ``shown`` is the name the message uses (default: the path).
+    """
+    name = shown if shown is not None else str(path)
+    why = file_refusal(path, root)
+    if why is not None:
+        raise RefusedFile(f"{name} {why}")
+    fd = os.open(path, _OPEN_FLAGS)
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise RefusedFile(f"{name} is {file_kind(mode)}, not a regular file")
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+class FileTooLarge(ValueError):
+    """A file over the read cap of its kind."""
+
+    def __init__(self, name: str, size: int, limit: int) -> None:
+        super().__init__(f"{name} is {size} bytes, over the {limit}-byte cap")
+        self.size = size
+        self.limit = limit
+
+
+def read_capped(
+    path: Path, limit: int, root: Path | None = None, *, shown: str | None = None
+) -> bytes:
+    """A regular file's bytes; :class:`FileTooLarge` for one longer than ``limit``.
+
+    Reads at most ``limit + 1`` bytes whatever ``stat`` claimed, so a file that grows meanwhile
+    costs no more memory than the cap.
+    """
+    with open_regular(path, root, shown=shown) as f:
+        size = os.fstat(f.fileno()).st_size
+        data = f.read(limit + 1)
+    if size > limit or len(data) > limit:
+        raise FileTooLarge(shown if shown is not None else str(path), max(size, len(data)), limit)
+    return data
+
+
 def display_path(path: Path, run_dir: Path) -> str:
     """``path`` relative to the run directory when inside it, else as given (absolute)."""
     try:
@@ -111,9 +233,12 @@ def decode_line(raw: bytes) -> str:
     return text[:-1] if text.endswith("\r") else text
 
 
-def iter_lines(path: Path) -> Iterator[tuple[int, str]]:
-    """``(line number, text)`` for each line of a file, streamed (see :func:`iter_raw_lines`)."""
-    with path.open("rb") as f:
+def iter_lines(path: Path, root: Path | None = None) -> Iterator[tuple[int, str]]:
+    """``(line number, text)`` for each line of a file, streamed (see :func:`iter_raw_lines`).
+
+    Raises :class:`RefusedFile` (an ``OSError``) for anything but a regular file.
+    """
+    with open_regular(path, root) as f:
         for lineno, raw in enumerate(iter_raw_lines(f), start=1):
             yield lineno, decode_line(raw)
 
@@ -188,16 +313,18 @@ class JsonFile:
 MAX_JSON_BYTES = 1 << 20
 
 
-def read_json_file(path: Path) -> JsonFile:
+def read_json_file(path: Path, root: Path | None = None, *, shown: str | None = None) -> JsonFile:
     """Parse a small JSON file; raises ``ValueError`` saying what is wrong with it.
 
-    Line numbers of keys come from a plain text scan (``"key":``) because ``json`` keeps none;
-    good enough for the flat objects NVRx, the injector and the manifest write.
+    Raises :class:`RefusedFile` (an ``OSError`` whose message names the file as ``shown``) for
+    anything but a regular file or for a symlink leaving ``root``. Line numbers of keys come
+    from a plain text scan (``"key":``) because ``json`` keeps none; good enough for the flat
+    objects NVRx, the injector and the manifest write.
     """
-    size = path.stat().st_size
-    if size > MAX_JSON_BYTES:
-        raise ValueError(f"{size} bytes, too large for a JSON record")
-    raw = path.read_bytes()
+    try:
+        raw = read_capped(path, MAX_JSON_BYTES, root, shown=shown)
+    except FileTooLarge as exc:
+        raise ValueError(f"{exc.size} bytes, too large for a JSON record") from None
     if not raw.strip():
         raise ValueError("empty file")
     try:
