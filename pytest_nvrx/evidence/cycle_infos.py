@@ -18,6 +18,7 @@ from pytest_nvrx.evidence.refs import (
     EvidenceRef,
     Problem,
     display_path,
+    file_refusal,
     json_key_ref,
     parse_iso_utc,
     read_json_file,
@@ -54,7 +55,12 @@ class CycleInfos:
 
 
 def read_cycle_infos(directory: Path, run_dir: Path) -> CycleInfos:
-    """All cycle records, ordered by (attempt, cycle); bad files become warnings."""
+    """All cycle records, ordered by (attempt, cycle); bad files become warnings.
+
+    A record name held by a FIFO, device or directory is a fatal problem: only regular files
+    are evidence (it is never opened). Symlinks are skipped, as before: NVRx writes records as
+    regular files and only its ``.current`` pointer as a link.
+    """
     shown = display_path(directory, run_dir)
     if not directory.is_dir():
         return CycleInfos(shown, exists=False)
@@ -62,11 +68,17 @@ def read_cycle_infos(directory: Path, run_dir: Path) -> CycleInfos:
     problems: list[Problem] = []
     for path in sorted(directory.iterdir()):
         m = _NAME.fullmatch(path.name)
-        if m is None or path.is_symlink() or not path.is_file():
+        if m is None or path.is_symlink():
             continue  # ".current" pointer, temp files of the atomic writer, strays
         file = display_path(path, run_dir)
+        why = file_refusal(path, run_dir)
+        if why is not None:
+            problems.append(
+                Problem("fatal", f"cycle record {file} {why}", EvidenceRef(file, None, f"({why})"))
+            )
+            continue
         try:
-            doc = read_json_file(path)
+            doc = read_json_file(path, run_dir, shown=file)
         except (OSError, ValueError) as exc:
             problems.append(
                 Problem(

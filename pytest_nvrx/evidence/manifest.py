@@ -26,6 +26,7 @@ from pytest_nvrx.evidence.fields import FieldError, Fields, int_field, str_field
 from pytest_nvrx.evidence.refs import (
     EvidenceRef,
     JsonFile,
+    RefusedFile,
     display_path,
     json_key_ref,
     read_json_file,
@@ -92,11 +93,13 @@ def _lookup(data: dict[str, Any], key: str, *, doc: JsonFile, file: str) -> Sett
 
 
 def _load(path: Path, run_dir: Path) -> tuple[JsonFile, str] | None:
-    if not path.exists():
+    if not path.exists() and not path.is_symlink():
         return None
     file = display_path(path, run_dir)
     try:
-        doc = read_json_file(path)
+        doc = read_json_file(path, run_dir, shown=file)
+    except RefusedFile as exc:  # a FIFO, device, directory, or a link out of the run dir
+        raise ManifestError(str(exc)) from None
     except (OSError, ValueError) as exc:
         raise ManifestError(f"{file} is unreadable: {exc}") from None
     if not isinstance(doc.data, dict):

@@ -22,6 +22,7 @@ from pytest_nvrx.evidence.fields import Fields, int_field, str_field, time_field
 from pytest_nvrx.evidence.refs import (
     EvidenceRef,
     JsonFile,
+    RefusedFile,
     display_path,
     json_key_ref,
     read_json_file,
@@ -60,12 +61,18 @@ FAULTS = ("kill", "hang")
 
 
 def read_marker(path: Path, run_dir: Path) -> Marker | None:
-    """The marker, ``None`` when there is none, or a Marker whose ``error`` says what is wrong."""
+    """The marker, ``None`` when there is none, or a Marker whose ``error`` says what is wrong.
+
+    Only a regular file in the run directory is a marker: a FIFO, device or directory, or a
+    symlink leaving ``run_dir``, is an error (never opened for reading).
+    """
     file = display_path(path, run_dir)
     if not path.exists() and not path.is_symlink():
         return None
     try:
-        doc = read_json_file(path)
+        doc = read_json_file(path, run_dir, shown=file)
+    except RefusedFile as exc:
+        return Marker(file, error=str(exc))
     except (OSError, ValueError) as exc:
         return Marker(file, error=f"{file} is unreadable: {exc}")
     data = doc.data

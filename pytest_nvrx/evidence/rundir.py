@@ -20,7 +20,7 @@ from pytest_nvrx.evidence.launcher_log import LauncherLog, parse_launcher_log
 from pytest_nvrx.evidence.manifest import Manifest, ManifestError, read_manifest
 from pytest_nvrx.evidence.marker import Marker, read_marker
 from pytest_nvrx.evidence.megatron import MEGATRON
-from pytest_nvrx.evidence.refs import EvidenceRef, Problem, display_path
+from pytest_nvrx.evidence.refs import EvidenceRef, Problem, display_path, file_refusal
 from pytest_nvrx.evidence.tracker import Tracker, read_tracker
 from pytest_nvrx.evidence.workload import (
     LoadCompleted,
@@ -124,7 +124,12 @@ def load_run(
         run_dir, Path(checkpoint_dir) if checkpoint_dir is not None else None
     )
     problems: list[Problem] = []
-    if checkpoint_dir is not None and not layout.checkpoint_dir.is_dir():
+    # Only a directory is a directory of evidence: a file (or FIFO, ...) in its place is no run.
+    for directory in (layout.checkpoint_dir, layout.cycle_infos, layout.logs):
+        why = file_refusal(directory, want_dir=True)
+        if why is not None:
+            problems.append(Problem("fatal", f"{display_path(directory, run_dir)} {why}"))
+    if checkpoint_dir is not None and not layout.checkpoint_dir.exists():
         problems.append(
             Problem("fatal", f"checkpoint directory {layout.checkpoint_dir} does not exist")
         )
@@ -148,12 +153,16 @@ def load_run(
             Problem("fatal", f"injection marker unusable: {marker.error}", marker.ref())
         )
 
-    launcher = parse_launcher_log(
-        layout.launcher_log, file=display_path(layout.launcher_log, run_dir)
+    launcher_file = display_path(layout.launcher_log, run_dir)
+    refused = _refuse(layout.launcher_log, run_dir, launcher_file, problems)
+    launcher = (
+        LauncherLog(launcher_file, exists=True, read_error=refused)
+        if refused is not None
+        else parse_launcher_log(layout.launcher_log, file=launcher_file)
     )
     if not launcher.exists:
         problems.append(Problem("warning", f"{launcher.file} is missing"))
-    elif launcher.read_error:
+    elif launcher.read_error and refused is None:
         problems.append(Problem("warning", f"{launcher.file} unreadable: {launcher.read_error}"))
     # Megatron's naive timestamps are in the same host zone as the launcher's.
     zone: tzinfo = timezone(launcher.utc_offset) if launcher.utc_offset is not None else UTC
@@ -177,7 +186,11 @@ def load_run(
         )
 
     tracker = read_tracker(layout.tracker, run_dir)
-    if tracker.error:
+    if tracker.refused:
+        problems.append(
+            Problem("fatal", f"checkpoint tracker {tracker.file} {tracker.error}", tracker.ref)
+        )
+    elif tracker.error:
         problems.append(Problem("warning", f"tracker {tracker.file}: {tracker.error}", tracker.ref))
 
     checkpoints: list[CheckpointMetadata] = []
@@ -192,7 +205,10 @@ def load_run(
         )
         for iteration in loaded:
             path = workload_adapter.checkpoint_path(layout.checkpoint_dir, iteration)
-            checkpoints.append(read_checkpoint_metadata(path, iteration, run_dir))
+            meta = read_checkpoint_metadata(path, iteration, run_dir)
+            if meta.not_evidence is not None:
+                problems.append(Problem("fatal", f"checkpoint {meta.not_evidence}", meta.ref))
+            checkpoints.append(meta)
 
     return RunEvidence(
         run_dir=run_dir,
@@ -233,7 +249,12 @@ def _read_cycle_logs(
     logs: list[CycleLog] = []
     for cycle in sorted(paths):
         path = paths[cycle]
-        log = parse_cycle_log(path, cycle, adapter, file=display_path(path, run_dir), tz=zone)
+        file = display_path(path, run_dir)
+        refused = _refuse(path, run_dir, file, problems)
+        if refused is not None:
+            logs.append(CycleLog(cycle, file, exists=True, read_error=refused))
+            continue
+        log = parse_cycle_log(path, cycle, adapter, file=file, tz=zone)
         if not log.exists:
             problems.append(
                 Problem("warning", f"{log.file} is missing (cycle {cycle} is in {infos.dir}/)")
@@ -242,6 +263,15 @@ def _read_cycle_logs(
             problems.append(Problem("warning", f"{log.file} unreadable: {log.read_error}"))
         logs.append(log)
     return tuple(logs)
+
+
+def _refuse(path: Path, run_dir: Path, file: str, problems: list[Problem]) -> str | None:
+    """Why a log cannot be evidence (FIFO, device, directory, link out of the run dir), recorded
+    as a fatal problem; None when it can be read (or is absent)."""
+    why = file_refusal(path, run_dir)
+    if why is not None:
+        problems.append(Problem("fatal", f"{file} {why}", EvidenceRef(file, None, f"({why})")))
+    return why
 
 
 __all__ = ["EvidenceRef", "RunDirError", "RunEvidence", "load_run"]

@@ -10,7 +10,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from pytest_nvrx.evidence.refs import EvidenceRef, display_path, quote
+from pytest_nvrx.evidence.refs import (
+    EvidenceRef,
+    FileTooLarge,
+    display_path,
+    excerpt,
+    file_refusal,
+    quote,
+    read_capped,
+)
 
 _MAX_BYTES = 4096
 
@@ -23,15 +31,28 @@ class Tracker:
     release: bool = False
     error: str | None = None  # set when it exists but holds no iteration
     ref: EvidenceRef | None = None
+    # not read at all: not a regular file, a link out of its directory, or over the size cap
+    refused: bool = False
+
+
+def _refused(file: str, why: str) -> Tracker:
+    return Tracker(
+        file, exists=True, error=why, ref=EvidenceRef(file, None, f"({why})"), refused=True
+    )
 
 
 def read_tracker(path: Path, run_dir: Path) -> Tracker:
+    """The tracker; only a small regular file in the checkpoint directory is read."""
     file = display_path(path, run_dir)
-    if not path.is_file():
+    if not path.exists() and not path.is_symlink():
         return Tracker(file, exists=False, ref=EvidenceRef(file, None, "(absent)"))
+    why = file_refusal(path, path.parent)
+    if why is not None:
+        return _refused(file, why)
     try:
-        with path.open("rb") as f:
-            raw = f.read(_MAX_BYTES)
+        raw = read_capped(path, _MAX_BYTES, path.parent, shown=file)
+    except FileTooLarge as exc:
+        return _refused(file, f"is {exc.size} bytes, over the {exc.limit}-byte cap of a tracker")
     except OSError as exc:
         return Tracker(file, exists=True, error=str(exc), ref=EvidenceRef(file, None, str(exc)))
     text = raw.decode("utf-8", "replace").strip()
@@ -40,5 +61,5 @@ def read_tracker(path: Path, run_dir: Path) -> Tracker:
         return Tracker(file, exists=True, release=True, ref=ref)
     if text.isascii() and text.isdigit():  # not str.isdigit alone: it accepts '²', int() not
         return Tracker(file, exists=True, iteration=int(text), ref=ref)
-    what = "empty" if not text else f"not an iteration: {quote(text)!r}"
+    what = "empty" if not text else f"not an iteration: {excerpt(text)}"
     return Tracker(file, exists=True, error=what, ref=ref)
