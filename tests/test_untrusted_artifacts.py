@@ -290,3 +290,25 @@ def test_open_regular_refuses_a_link_leaving_its_root(tmp_path: Path) -> None:
     with pytest.raises(OSError, match="symlink to nothing"):
         open_regular(tmp_path / "dangling", root=tmp_path)
     assert file_refusal(tmp_path / "absent") is None
+
+
+def test_cycle_log_swapped_for_a_fifo_after_the_check_does_not_block(tmp_path: Path) -> None:
+    """The race between parse_cycle_log's is_file() and its open: the open itself refuses."""
+    fifo = tmp_path / "train_cycle0.log"
+    os.mkfifo(fifo)
+    code = (
+        "import pathlib, sys\n"
+        "pathlib.Path.is_file = lambda self: True  # the path was a file when checked\n"
+        "from pytest_nvrx.evidence.cycle_log import parse_cycle_log\n"
+        "from pytest_nvrx.evidence.megatron import MEGATRON\n"
+        "print(parse_cycle_log(pathlib.Path(sys.argv[1]), 0, MEGATRON).read_error)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(fifo)],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "is a FIFO, not a regular file" in done.stdout

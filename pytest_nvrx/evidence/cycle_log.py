@@ -23,6 +23,7 @@ from pytest_nvrx.evidence.refs import (
     EvidenceRef,
     LineCursor,
     iter_raw_lines,
+    open_regular,
     quote,
 )
 from pytest_nvrx.evidence.tracebacks import HEAD, TracebackAssembler
@@ -122,7 +123,7 @@ def parse_cycle_log(
     lineno = 0
     text = ""
     try:
-        with path.open("rb") as f:
+        with open_regular(path) as f:  # O_NONBLOCK + fstat: a FIFO swapped in never blocks
             for raw in iter_raw_lines(f):
                 lineno += 1
                 text = raw.decode("utf-8", "replace")
