@@ -1,62 +1,94 @@
-"""Ctrl-C during a scenario run: pytest stops, the whole launched tree goes with it.
+"""Stop signals during a scenario run: pytest stops, the whole launched tree goes with it.
 
 A real subprocess (signals matter here): the shipped suite launches the reference kill scenario
-through the real ft_launcher; SIGINT arrives while the workers train.
+through the real ft_launcher; the signal arrives while the workers train. SIGTERM (CI cancel,
+Slurm timeout) and SIGHUP act like Ctrl-C: pytest exits 2 (interrupted), result.json names the
+signal, nothing of the run survives, its TMPDIR is gone. pytest is started with default signal
+dispositions, or with SIGINT ignored as a script's background job is (``./check &``, some CI
+runners): Ctrl-C must still stop it, not let it run on to a green exit.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from tests.processes import (
+    dispositions,
+    kill_marked,
+    marked,
+    marked_env,
+    new_mark,
+    wait_none_marked,
+)
 
-def processes_mentioning(text: str) -> list[str]:
-    found = []
-    for pid_dir in Path("/proc").iterdir():
-        if not pid_dir.name.isdigit() or int(pid_dir.name) == os.getpid():
-            continue
-        try:
-            cmd = (pid_dir / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            state = (pid_dir / "stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if text in cmd and state != "Z":
-            found.append(f"{pid_dir.name}: {cmd[:120]}")
-    return found
+
+def outcome(work: Path, returncode: int | None, left: dict[int, str]) -> Any:
+    (run_dir,) = work.glob("runs/*")
+    result = run_dir / "result.json"
+    tmpdir = Path(json.loads((run_dir / "run.json").read_text())["env"]["TMPDIR"])
+    return {
+        "exit": returncode,
+        "processes left": len(left),
+        "interrupted": json.loads(result.read_text())["interrupted"]
+        if result.is_file()
+        else "(no result.json)",
+        "TMPDIR left": tmpdir.exists(),
+    }
 
 
 @pytest.mark.timeout(300)
-def test_ctrl_c_kills_the_run_tree(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("sig", "parent_sigint", "repeat"),
+    [
+        pytest.param(signal.SIGINT, "default", False, id="SIGINT"),
+        pytest.param(signal.SIGINT, "ignored", False, id="SIGINT-sigint-ignored"),
+        pytest.param(signal.SIGTERM, "default", False, id="SIGTERM"),
+        pytest.param(signal.SIGHUP, "ignored", False, id="SIGHUP-sigint-ignored"),
+        pytest.param(signal.SIGTERM, "ignored", True, id="SIGTERM-repeated"),
+    ],
+)
+def test_stop_signal_kills_the_run_tree(
+    tmp_path: Path, sig: signal.Signals, parent_sigint: str, repeat: bool
+) -> None:
     work = tmp_path / "work"
-    console = (tmp_path / "pytest.out").open("wb")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "pytest", "--pyargs", "pytest_nvrx.suite", "-p",
-         "no:cacheprovider", "-k", "reference-kill", "--nvrx-work-dir", str(work)],
-        stdout=console, stderr=subprocess.STDOUT, start_new_session=True,
-    )  # fmt: skip
+    mark = new_mark()
+    out = tmp_path / "pytest.out"
+    with out.open("wb") as console:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "pytest", "--pyargs", "pytest_nvrx.suite", "-p",
+             "no:cacheprovider", "-k", "reference-kill", "--nvrx-work-dir", str(work)],
+            stdout=console, stderr=subprocess.STDOUT, env=marked_env(mark),
+            start_new_session=True, preexec_fn=dispositions(parent_sigint),
+        )  # fmt: skip
     try:
         deadline = time.monotonic() + 180
         while not list(work.glob("runs/*/logs/train_cycle0.log")):
-            assert proc.poll() is None, (tmp_path / "pytest.out").read_text()
+            assert proc.poll() is None, out.read_text(errors="replace")
             assert time.monotonic() < deadline, "the scenario never started training"
             time.sleep(0.5)
-        assert processes_mentioning(str(work)), "nothing running to interrupt"
-        os.kill(proc.pid, signal.SIGINT)
-        assert proc.wait(timeout=90) == pytest.ExitCode.INTERRUPTED
+        assert len(marked(mark)) >= 4, "expected pytest, the launcher and two workers running"
+        proc.send_signal(sig)
+        deadline = time.monotonic() + 90
+        while proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+            if repeat:
+                proc.send_signal(sig)  # more of the same while the run is cleaned up
+        returncode = proc.poll()
+        left = wait_none_marked(mark, timeout=5.0)
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-        console.close()
-    deadline = time.monotonic() + 15
-    while processes_mentioning(str(work)) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert processes_mentioning(str(work)) == []
-    (run_dir,) = work.glob("runs/*")
-    assert json.loads((run_dir / "result.json").read_text())["interrupted"] is True
+        kill_marked(mark)
+    got = outcome(work, returncode, left)
+    assert got == {
+        "exit": pytest.ExitCode.INTERRUPTED,
+        "processes left": 0,
+        "interrupted": sig.name,
+        "TMPDIR left": False,
+    }, f"left: {sorted(left.values())}\n" + out.read_text(errors="replace")[-3000:]
