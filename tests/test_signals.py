@@ -115,3 +115,29 @@ def test_stop_signal_stops_the_whole_run(
         "traceback": False,
         "interrupted lines": 1,
     }, f"left: {sorted(left.values())}\n" + err.read_text(errors="replace")[-3000:]
+
+
+@pytest.mark.timeout(120)
+def test_run_timeout_is_reported_without_traceback(tmp_path: Path) -> None:
+    """``--timeout`` kills the tree and says so with a hint; exit 124, as timeout(1) does."""
+    work = tmp_path / "work"
+    mark = new_mark()
+    argv = [a if a != "300" else "8" for a in CLI_RUN]  # --timeout 8: still in setup or training
+    try:
+        run = subprocess.run(
+            [*argv, "--work-dir", str(work), "--run-id", "slow", *STEP_TIME],
+            capture_output=True,
+            text=True,
+            env=marked_env(mark),
+            timeout=100,
+            preexec_fn=dispositions("default"),
+        )
+        left = wait_none_marked(mark, timeout=5.0)
+    finally:
+        kill_marked(mark)
+    assert "Traceback" not in run.stderr, run.stderr[-3000:]
+    assert run.returncode == 124, run.stderr[-3000:]
+    assert "did not finish within 8s" in run.stderr and "Hint:" in run.stderr
+    assert left == {}
+    result = json.loads((work / "runs" / "slow" / "result.json").read_text())
+    assert result["timed_out"] is True and result["interrupted"] is None
