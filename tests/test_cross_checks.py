@@ -139,6 +139,9 @@ def test_special_files_where_evidence_is_expected_cannot_be_judged(
     fatal = [p.message for p in j.problems if p.severity == "fatal"]
     assert fatal and any("checkpoint" in m for m in fatal), fatal
     assert not any("root:" in p.message for p in j.problems)  # /etc/passwd is not echoed
+    # no criterion passes on a run that cannot be judged (those that are N/A stay N/A)
+    assert [v.status for v in j.verdicts] == ["FAIL"] * 6
+    assert j.verdict("prior_checkpoint").reason.startswith(f"cannot judge: {fatal[0]}")
     status, text = verify(ref.root)
     assert status == 2, text
     assert "root:x:" not in text
@@ -203,6 +206,7 @@ def test_a_cycle_record_that_ends_before_it_starts_cannot_be_judged(ref: Doctor)
     assert not j.judgeable and not j.passed
     fatal = [p.message for p in j.problems if p.severity == "fatal"]
     assert fatal and "cycle 1" in fatal[0] and "ends before it starts" in fatal[0], fatal
+    assert not any(v.passed for v in j.verdicts)
     assert verify(ref.root)[0] == 2
 
 

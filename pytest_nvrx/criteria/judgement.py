@@ -10,7 +10,7 @@ from pytest_nvrx.criteria.consistency import evidence_problems
 from pytest_nvrx.criteria.context import JudgeContext
 from pytest_nvrx.criteria.expected import ExpectedFault, expected_fault
 from pytest_nvrx.criteria.registry import CRITERIA
-from pytest_nvrx.criteria.verdict import CRITERIA_IDS, Verdict
+from pytest_nvrx.criteria.verdict import CRITERIA_IDS, Verdict, failing
 from pytest_nvrx.evidence.refs import Problem
 from pytest_nvrx.evidence.rundir import RunEvidence, load_run
 from pytest_nvrx.evidence.timeline import timings
@@ -80,16 +80,34 @@ def judge(
         baseline=baseline,
         continuity_rtol=continuity_rtol,
     )
+    problems = run.problems + evidence_problems(run)
+    verdicts = tuple(CRITERIA[cid](ctx) for cid in CRITERIA_IDS)
+    fatal = [p for p in problems if p.severity == "fatal"]
+    if fatal:
+        verdicts = tuple(_unjudgeable(v, fatal[0]) for v in verdicts)
     return Judgement(
         run_dir=run.run_dir,
         checkpoint_dir=run.checkpoint_dir,
         expected=ctx.expected,
-        verdicts=tuple(CRITERIA[cid](ctx) for cid in CRITERIA_IDS),
-        problems=run.problems + evidence_problems(run),
+        verdicts=verdicts,
+        problems=problems,
         timings=timings(run, ctx.timeline),
         stack=run.stack(),
         baseline_dir=baseline.run_dir if baseline is not None else None,
         continuity_rtol=continuity_rtol,
+    )
+
+
+def _unjudgeable(verdict: Verdict, problem: Problem) -> Verdict:
+    """A verdict that would pass on evidence the run cannot be judged by does not pass: the
+    tracker a FIFO, a marker without timezone, ... (N/A and failing verdicts stay as they are)."""
+    if not verdict.passed or verdict.not_applicable:
+        return verdict
+    return failing(
+        verdict.id,
+        f"cannot judge: {problem.message} (the rest of the evidence would pass)",
+        problem.ref,
+        verdict.evidence,
     )
 
 
