@@ -1,6 +1,9 @@
 """``python -m pytest_nvrx run | verify``: the core without pytest.
 
-Exit status: the launcher's own for ``run`` (0 = the run finished), 2 for bad input.
+Exit status of ``run``: the launcher's own (0 = the run finished); 2 for bad input (nothing
+launched); 124 when ``--timeout`` killed the run; 128 + N when signal N (SIGINT 130, SIGTERM 143,
+SIGHUP 129) stopped it, after the whole tree was stopped and result.json written; 1 when the
+launcher could not be started.
 """
 
 from __future__ import annotations
@@ -13,6 +16,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from pytest_nvrx.launch import Launch, RunTimeout, interrupt_on_stop_signals, interrupt_signal
+from pytest_nvrx.layout import RESULT_NAME
 from pytest_nvrx.planning import Plan, plan_run
 from pytest_nvrx.recipe import prepare_run_dir
 from pytest_nvrx.settings import (
@@ -26,6 +31,10 @@ from pytest_nvrx.settings import (
 )
 
 USAGE_ERROR = 2
+#: ``run`` killed by its own --timeout (what coreutils' timeout(1) returns)
+TIMED_OUT = 124
+#: the launcher could not be started
+LAUNCH_ERROR = 1
 
 
 def find_launcher() -> str:
@@ -138,14 +147,37 @@ def config_from_args(args: argparse.Namespace, environ: Mapping[str, str]) -> Ru
 def plan(args: argparse.Namespace, environ: Mapping[str, str]) -> Plan:
     """Resolve, validate, create the run dirs and build the recipe (nothing launched)."""
     config = config_from_args(args, environ)
-    prepare_run_dir(config)
+    prepare_run_dir(config, claim=not args.dry_run)
     launcher = "ft_launcher" if args.dry_run else find_launcher()
     return plan_run(
         config, launcher_exe=launcher, port=args.log_server_port, probe=not args.dry_run
     )
 
 
+def interrupted(exc: BaseException, run_dir: Path | None = None) -> int:
+    """One line for a stop signal (never a traceback); 128 + the signal's number."""
+    sig = interrupt_signal(exc)
+    if run_dir is None:
+        where = "; nothing was launched"
+    else:
+        where = "; the run's processes were stopped"
+        if (run_dir / RESULT_NAME).is_file():
+            where += f", result.json is in {run_dir}"
+    print(f"pytest-nvrx run: interrupted by {sig.name}{where}", file=sys.stderr, flush=True)
+    return 128 + int(sig)
+
+
 def cmd_run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
+    # SIGTERM (CI cancel, Slurm) and SIGHUP stop a run like Ctrl-C, and Ctrl-C works even where
+    # this process was started with SIGINT ignored.
+    with interrupt_on_stop_signals():
+        try:
+            return _cmd_run(args, environ)
+        except KeyboardInterrupt as exc:
+            return interrupted(exc)
+
+
+def _cmd_run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     if environ.get(DRY_RUN_ENV, "0") == "1":
         args.dry_run = True
     try:
@@ -159,7 +191,6 @@ def cmd_run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     if args.dry_run:
         print(recipe.shell_command())
         return 0
-    from pytest_nvrx.launch import Launch
     from pytest_nvrx.stack import format_stack_line
 
     if planned.stack is not None:
@@ -170,8 +201,17 @@ def cmd_run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     def show(progress: Any) -> None:
         print(progress.describe(), flush=True)
 
-    with Launch(recipe, stack=planned.manifest_stack()) as launch:
-        result = launch.wait(args.timeout, on_progress=show)
+    try:
+        with Launch(recipe, stack=planned.manifest_stack()) as launch:
+            result = launch.wait(args.timeout, on_progress=show)
+    except KeyboardInterrupt as exc:
+        return interrupted(exc, recipe.layout.run_dir)
+    except RunTimeout as exc:
+        print(f"pytest-nvrx run: {exc}", file=sys.stderr)
+        return TIMED_OUT
+    except (RuntimeError, OSError) as exc:
+        print(f"pytest-nvrx run: error: {exc}", file=sys.stderr)
+        return LAUNCH_ERROR
     print(f"ft_launcher exited with {result.exit_code} after {result.wall_s:.1f}s")
     return result.exit_code if result.exit_code is not None else 1
 

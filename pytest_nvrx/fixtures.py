@@ -26,7 +26,13 @@ from filelock import FileLock
 
 from pytest_nvrx.criteria import Judgement, judge, judge_run_dir
 from pytest_nvrx.evidence.rundir import RunEvidence, load_run
-from pytest_nvrx.launch import Launch, RunResult, RunTimeout, tail_text
+from pytest_nvrx.launch import (
+    Launch,
+    RunResult,
+    RunTimeout,
+    interrupt_on_stop_signals,
+    tail_text,
+)
 from pytest_nvrx.layout import RunLayout
 from pytest_nvrx.plugin import (
     SETTINGS_KEY,
@@ -155,34 +161,38 @@ def _run_scenario(
     from pytest_nvrx.stack import format_stack_line
 
     write = terminal_writer(config)
-    try:
-        planned = plan_run(run_config, launcher_exe=find_launcher())
-    except ConfigError as exc:
-        pytest.fail(f"pytest-nvrx: scenario {scenario.id}: {exc}", pytrace=False)
-    recipe = planned.recipe
-    stack_dict: dict[str, Any] = planned.manifest_stack() or {}
-    if planned.stack is not None:
-        write(f"nvrx {scenario.id}: {format_stack_line(planned.stack)}")
-    for note in planned.notes:
-        write(f"nvrx {scenario.id}: note: {note}")
-    write(f"nvrx {scenario.id}: launching in {layout.run_dir}")
-    timeout = settings.run_timeout or RUN_TIMEOUTS[scenario.workload]
-    result: RunResult | None = None
-    error: str | None = None
-    lock = FileLock(str(GPU_LOCK)) if scenario.needs_gpu else None
-    if lock is not None:
-        lock.acquire()
-    try:
-        with Launch(recipe, stack=stack_dict) as launch:
-            try:
-                result = launch.wait(
-                    timeout, on_progress=lambda p: write(f"nvrx {scenario.id}: {p.describe()}")
-                )
-            except RunTimeout as exc:
-                error = str(exc)
-    finally:
+    # SIGTERM (CI cancel, Slurm) and SIGHUP stop the session like Ctrl-C (pytest exits 2) after
+    # the run's whole tree is stopped and result.json written; Ctrl-C works even where pytest was
+    # started with SIGINT ignored (a background job).
+    with interrupt_on_stop_signals():
+        try:
+            planned = plan_run(run_config, launcher_exe=find_launcher())
+        except ConfigError as exc:
+            pytest.fail(f"pytest-nvrx: scenario {scenario.id}: {exc}", pytrace=False)
+        recipe = planned.recipe
+        stack_dict: dict[str, Any] = planned.manifest_stack() or {}
+        if planned.stack is not None:
+            write(f"nvrx {scenario.id}: {format_stack_line(planned.stack)}")
+        for note in planned.notes:
+            write(f"nvrx {scenario.id}: note: {note}")
+        write(f"nvrx {scenario.id}: launching in {layout.run_dir}")
+        timeout = settings.run_timeout or RUN_TIMEOUTS[scenario.workload]
+        result: RunResult | None = None
+        error: str | None = None
+        lock = FileLock(str(GPU_LOCK)) if scenario.needs_gpu else None
         if lock is not None:
-            lock.release()
+            lock.acquire()
+        try:
+            with Launch(recipe, stack=stack_dict) as launch:
+                try:
+                    result = launch.wait(
+                        timeout, on_progress=lambda p: write(f"nvrx {scenario.id}: {p.describe()}")
+                    )
+                except RunTimeout as exc:
+                    error = str(exc)
+        finally:
+            if lock is not None:
+                lock.release()
     if result is not None:
         write(f"nvrx {scenario.id}: launcher exit {result.exit_code} after {result.wall_s:.1f}s")
     evidence = load_run(layout.run_dir, layout.checkpoint_dir)

@@ -4,16 +4,23 @@ ft_launcher starts its workers in new sessions and a gRPC log server beside them
 launcher's PID nor its process group covers everything it started. Every process of a run
 inherits a unique tag in its environment; cleanup signals the launcher's group, the groups of
 all descendants, and every process still carrying the tag (orphans included).
+
+SIGTERM (CI cancel, Slurm timeout) and SIGHUP (a closed terminal) stop a run like Ctrl-C: inside
+:func:`interrupt_on_stop_signals` each raises :class:`Interrupted`, a ``KeyboardInterrupt``. A
+launch's cleanup runs with those signals held back (:func:`deferred_stop_signals`), so a second
+one cannot cut it short.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import re
 import shutil
 import signal
 import subprocess
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
@@ -23,7 +30,7 @@ from typing import IO, Any
 
 from pytest_nvrx.layout import RESULT_NAME as RESULT_NAME  # re-exported: launch.RESULT_NAME
 from pytest_nvrx.layout import RunLayout
-from pytest_nvrx.recipe import Recipe, manifest, utc_now, write_json_atomic
+from pytest_nvrx.recipe import Recipe, make_run_tmpdir, manifest, utc_now, write_json_atomic
 
 TAG_VAR = "PYTEST_NVRX_RUN_TAG"
 CONSOLE_LOG_NAME = "launcher.console.log"
@@ -32,6 +39,122 @@ _ITERATION = re.compile(rb"iteration\s+(\d+)\s*/\s*(\d+)")
 
 class RunTimeout(RuntimeError):
     """The run outlived its deadline; the tree was killed. The message carries a hint."""
+
+
+# ---------------------------------------------------------------------------------------------
+# stop signals
+
+#: Signals that stop a run the way Ctrl-C does.
+STOP_SIGNALS: tuple[signal.Signals, ...] = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+class Interrupted(KeyboardInterrupt):
+    """A stop signal arrived. A ``KeyboardInterrupt``, so pytest (exit 2, teardown and report)
+    and every ``except KeyboardInterrupt`` treat SIGTERM and SIGHUP like Ctrl-C."""
+
+    def __init__(self, signum: int) -> None:
+        self.signal = signal.Signals(signum)
+        super().__init__(self.signal.name)
+
+    @property
+    def exit_status(self) -> int:
+        """What a shell reports for a process ended by this signal: 128 + its number."""
+        return 128 + int(self.signal)
+
+
+def interrupt_signal(exc: BaseException) -> signal.Signals:
+    """The signal behind an interruption (a plain KeyboardInterrupt is SIGINT)."""
+    return exc.signal if isinstance(exc, Interrupted) else signal.SIGINT
+
+
+@dataclass
+class _StopSignalState:
+    """Process-wide: signal handlers are process-wide too."""
+
+    installed: bool = False
+    #: the signal that interrupted, once one did: later ones are absorbed
+    interrupted: int | None = None
+    #: open deferred_stop_signals blocks, and a signal that arrived in one
+    defer_depth: int = 0
+    held: int | None = None
+
+
+_STATE = _StopSignalState()
+
+
+def _on_stop_signal(signum: int, frame: object) -> None:
+    if _STATE.interrupted is not None:
+        return  # the first one's cleanup is under way: never cut it short
+    if _STATE.defer_depth:
+        # only reached when another thread took the signal (the main thread blocks them)
+        _STATE.held = _STATE.held or signum
+        return
+    _interrupt(signum)
+
+
+def _interrupt(signum: int) -> None:
+    """The first stop signal: from now on the process is stopping. Further stop signals are
+    ignored by the kernel itself, which also holds while the interpreter shuts down (it resets
+    Python-level handlers to the default action, which would end a cleanly stopped process
+    by the signal after all)."""
+    _STATE.interrupted = signum
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, signal.SIG_IGN)
+    raise Interrupted(signum)
+
+
+@contextlib.contextmanager
+def interrupt_on_stop_signals() -> Iterator[None]:
+    """While the block runs, SIGINT, SIGTERM and SIGHUP raise :class:`Interrupted`.
+
+    The handlers are installed whatever this process inherited: started with SIGINT ignored (a
+    script's background job, some CI runners), it still stops on SIGINT. Children started in the
+    block get default dispositions for these signals (a handled signal is reset on exec, an
+    ignored one would stay ignored). Only the first signal raises; from then on the stop signals
+    are ignored, also after the block ends: what follows (result.json, pytest's teardown and
+    report, the CLI's last line, the interpreter's exit) is cleanup too, and the process is on
+    its way out. Without an interruption the previous handlers come back. A no-op outside the
+    main thread or when already active.
+    """
+    if _STATE.installed or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    _STATE.interrupted = _STATE.held = None
+    previous = {sig: signal.signal(sig, _on_stop_signal) for sig in STOP_SIGNALS}
+    _STATE.installed = True
+    try:
+        yield
+    finally:
+        with deferred_stop_signals():
+            if _STATE.interrupted is None:
+                for sig, handler in previous.items():
+                    signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+            _STATE.installed = False
+
+
+@contextlib.contextmanager
+def deferred_stop_signals() -> Iterator[None]:
+    """Hold SIGINT, SIGTERM and SIGHUP back while the block runs (a run's cleanup must finish);
+    one that arrived meanwhile acts when the block ends.
+
+    Blocked in the main thread (so a default handler cannot fire either); never around starting
+    a child, which would inherit the blocked mask.
+    """
+    main = threading.current_thread() is threading.main_thread()
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS) if main else None
+    _STATE.defer_depth += 1
+    try:
+        yield
+    finally:
+        if old is not None:
+            # a pending signal is handled here, while defer_depth still holds it back
+            signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        _STATE.defer_depth -= 1
+        held = _STATE.held if not _STATE.defer_depth else None
+        if held is not None:
+            _STATE.held = None
+            if _STATE.installed and _STATE.interrupted is None:
+                _interrupt(held)
 
 
 @dataclass(frozen=True)
@@ -55,7 +178,8 @@ class RunResult:
     exit_code: int | None
     wall_s: float
     timed_out: bool
-    interrupted: bool
+    #: the stop signal's name (``"SIGTERM"``), None when the run was not interrupted
+    interrupted: str | None
     start_time: str
     end_time: str
 
@@ -229,13 +353,18 @@ def tail_text(path: Path, lines: int = 40) -> str:
 
 
 class Launch:
-    """A launched recipe. Use as a context manager: leaving it always kills the whole tree."""
+    """A launched recipe. Use as a context manager: leaving it always kills the whole tree,
+    removes the launch's TMPDIR and leaves a result.json."""
 
     def __init__(self, recipe: Recipe, *, stack: Mapping[str, Any] | None = None) -> None:
         self.recipe = recipe
         self.layout = recipe.layout
         self.tag = uuid.uuid4().hex
         self.console = self.layout.logs / CONSOLE_LOG_NAME
+        #: the launcher's TMPDIR, made fresh by start() (recipe.make_run_tmpdir)
+        self.tmpdir: Path | None = None
+        #: how the launch ended, once result.json is written
+        self.result: RunResult | None = None
         self._stack = stack
         self._popen: subprocess.Popen[bytes] | None = None
         self._console_fh: IO[bytes] | None = None
@@ -247,39 +376,54 @@ class Launch:
         return self._popen.pid if self._popen is not None else None
 
     def start(self) -> Launch:
-        man = manifest(self.recipe, stack=self._stack)
-        target = self.layout.manifest
-        if self.recipe.config.nnodes > 1 and target.exists():
-            # another node of this run wrote run.json first: keep ours beside it
-            target = target.with_name(f"run.{man['host']}.json")
-        write_json_atomic(target, man)
-        env = dict(os.environ)
-        env.update(self.recipe.env)
-        env[TAG_VAR] = self.tag
-        self.layout.tmp.mkdir(mode=0o700, parents=True, exist_ok=True)
-        self._console_fh = self.console.open("ab")
-        self._start_time = utc_now()
-        self._t0 = time.monotonic()
+        # A new private TMPDIR for this launch; run.json records it (a dry run shows the
+        # recipe's stand-in name).
+        self.tmpdir = make_run_tmpdir(self.recipe.config.run_id)
+        self.recipe = dataclasses.replace(
+            self.recipe, env={**self.recipe.env, "TMPDIR": str(self.tmpdir)}
+        )
         try:
-            self._popen = subprocess.Popen(
-                self.recipe.argv,
-                stdin=subprocess.DEVNULL,
-                stdout=self._console_fh,
-                stderr=subprocess.STDOUT,
-                env=env,
-                cwd=str(self.layout.run_dir),
-                start_new_session=True,
-            )
-        except OSError as exc:
-            self._console_fh.close()
-            raise RuntimeError(f"cannot start {self.recipe.argv[0]!r}: {exc}") from exc
+            man = manifest(self.recipe, stack=self._stack)
+            target = self.layout.manifest
+            if self.recipe.config.nnodes > 1 and target.exists():
+                # another node of this run wrote run.json first: keep ours beside it
+                target = target.with_name(f"run.{man['host']}.json")
+            write_json_atomic(target, man)
+            env = dict(os.environ)
+            env.update(self.recipe.env)
+            env[TAG_VAR] = self.tag
+            self._console_fh = self.console.open("ab")
+            self._start_time = utc_now()
+            self._t0 = time.monotonic()
+            try:
+                self._popen = subprocess.Popen(
+                    self.recipe.argv,
+                    stdin=subprocess.DEVNULL,
+                    stdout=self._console_fh,
+                    stderr=subprocess.STDOUT,
+                    env=env,
+                    cwd=str(self.layout.run_dir),
+                    start_new_session=True,
+                )
+            except OSError as exc:
+                raise RuntimeError(f"cannot start {self.recipe.argv[0]!r}: {exc}") from exc
+        except BaseException:
+            # __exit__ does not run when __enter__ fails: clean up here (a signal may have
+            # arrived just after the launcher started, so look for its tag too)
+            with deferred_stop_signals():
+                self.stop(grace_s=2.0)
+            raise
         return self
 
     def __enter__(self) -> Launch:
         return self.start() if self._popen is None else self
 
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+    def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
+        with deferred_stop_signals():
+            self.stop()
+            if self._popen is not None and self.result is None:
+                stopped_by = interrupt_signal(exc) if isinstance(exc, KeyboardInterrupt) else None
+                self._record(timed_out=False, interrupted=stopped_by)
 
     def stop(self, grace_s: float = 5.0) -> None:
         kill_tree(self.pid, self.tag, grace_s=grace_s)
@@ -289,9 +433,23 @@ class Launch:
         if self._console_fh is not None:
             self._console_fh.close()
             self._console_fh = None
-        if self._popen is not None:
-            # the per-run TMPDIR holds only the launcher's sockets and scratch files
-            shutil.rmtree(self.layout.tmp, ignore_errors=True)
+        if self.tmpdir is not None:
+            # the launcher's sockets and scratch files; we made it, nobody else uses it
+            shutil.rmtree(self.tmpdir, ignore_errors=True)
+
+    def _record(self, *, timed_out: bool, interrupted: signal.Signals | None) -> RunResult:
+        """Write result.json (once): how the launcher ended."""
+        assert self._popen is not None
+        self.result = RunResult(
+            exit_code=self._popen.poll(),
+            wall_s=time.monotonic() - self._t0,
+            timed_out=timed_out,
+            interrupted=interrupted.name if interrupted is not None else None,
+            start_time=self._start_time,
+            end_time=utc_now(),
+        )
+        write_json_atomic(self.layout.run_dir / RESULT_NAME, self.result.as_dict())
+        return self.result
 
     def progress(self) -> Progress:
         return read_progress(self.layout, time.monotonic() - self._t0)
@@ -305,11 +463,16 @@ class Launch:
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
     ) -> RunResult:
-        """Wait for the launcher to exit; on timeout or Ctrl-C kill the tree and say so."""
+        """Wait for the launcher to exit; on timeout or a stop signal kill the tree and say so.
+
+        A stop signal (:class:`Interrupted`, or Ctrl-C's KeyboardInterrupt) propagates after the
+        tree is stopped and result.json names it.
+        """
         assert self._popen is not None, "start() first"
         deadline = clock() + timeout_s
         last: tuple[int, int | None, bool] | None = None
-        timed_out = interrupted = False
+        timed_out = False
+        interrupted: signal.Signals | None = None
         try:
             while self._popen.poll() is None:
                 if clock() >= deadline:
@@ -322,23 +485,17 @@ class Launch:
                         last = key
                         on_progress(prog)
                 sleep(poll_s)
-        except KeyboardInterrupt:
-            interrupted = True
+        except KeyboardInterrupt as exc:
+            interrupted = interrupt_signal(exc)
             raise
         finally:
-            if timed_out or interrupted or self._popen.poll() is None:
-                self.stop()
-            result = RunResult(
-                exit_code=self._popen.poll(),
-                wall_s=time.monotonic() - self._t0,
-                timed_out=timed_out,
-                interrupted=interrupted,
-                start_time=self._start_time,
-                end_time=utc_now(),
-            )
-            write_json_atomic(self.layout.run_dir / RESULT_NAME, result.as_dict())
+            with deferred_stop_signals():
+                if timed_out or interrupted is not None or self._popen.poll() is None:
+                    self.stop()
+                result = self._record(timed_out=timed_out, interrupted=interrupted)
         # The launcher exited: its workers, monitors and log server must be gone too.
-        self.stop(grace_s=2.0)
+        with deferred_stop_signals():
+            self.stop(grace_s=2.0)
         if timed_out:
             raise RunTimeout(
                 f"run {self.recipe.config.run_id} did not finish within {timeout_s:.0f}s; "

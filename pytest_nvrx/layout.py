@@ -86,7 +86,8 @@ class RunLayout:
 
         Not inside the run dir: a socket path must fit in 108 bytes, and ft_launcher appends
         ~40 bytes (``_ft_launcher<pid>_rmon<rank>.socket``) to TMPDIR. With a long work dir the
-        launcher cannot bind its sockets and stalls (seen with pytest's tmp paths). A short,
-        per-run directory derived from the run dir keeps runs apart and dry runs exact.
+        launcher cannot bind its sockets and stalls (seen with pytest's tmp paths). This name
+        is only the recipe's stand-in (what a dry run prints): each launch makes a fresh one
+        with ``mkdtemp`` (``recipe.make_run_tmpdir``), never reusing a guessable path.
         """
         return TMP_ROOT / f"nvrx-{zlib.crc32(str(self.run_dir).encode()):08x}"

@@ -1,7 +1,8 @@
 """The GPT recovery recipe: ft_launcher argv, workload argv, run directory and manifest.
 
-What the walkthrough's ``run_megatron_gpt.sh`` does, as data. The only I/O here is creating the
-run's artifact directories and writing ``run.json``; launching is :mod:`pytest_nvrx.launch`.
+What the walkthrough's ``run_megatron_gpt.sh`` does, as data. The only I/O here is claiming the
+run directory, creating its artifact directories and a launch's TMPDIR, and writing ``run.json``;
+launching is :mod:`pytest_nvrx.launch`.
 """
 
 from __future__ import annotations
@@ -9,9 +10,11 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import os
+import re
 import shlex
 import socket
 import stat
+import tempfile
 import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -19,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_nvrx import __version__
-from pytest_nvrx.layout import RunLayout
+from pytest_nvrx.layout import TMP_ROOT, RunLayout
 from pytest_nvrx.settings import ConfigError, RunConfig, check_port, format_seconds, validate
 
 INJECTOR_PATH = Path(__file__).resolve().parent / "injector.py"
@@ -249,14 +252,89 @@ def check_fresh_run_dir(layout: RunLayout) -> None:
         )
 
 
-def prepare_run_dir(config: RunConfig) -> RunLayout:
-    """Validate everything, then create the artifact directories (as the walkthrough does)."""
+#: Largest claim file read back to name its holder.
+_CLAIM_READ_MAX = 4096
+
+
+def claim_file(layout: RunLayout, *, nnodes: int, host: str) -> Path:
+    """``run.claim``; on several nodes, which share the run dir, one per host."""
+    return layout.run_dir / ("run.claim" if nnodes == 1 else f"run.{host}.claim")
+
+
+def _claim_holder(path: Path) -> str:
+    """Who holds a claim, from its file (read bounded, never through a link or a FIFO)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return "another run"
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return "another run"
+        data = json.loads(os.read(fd, _CLAIM_READ_MAX))
+        pid, host, since = data["pid"], data["host"], data["time"]
+        if not (isinstance(pid, int) and isinstance(host, str) and isinstance(since, str)):
+            return "another run"
+        return f"pid {pid} on host {host[:64]} since {since[:40]}"
+    except (OSError, ValueError, KeyError, TypeError):
+        return "another run"  # e.g. being written right now
+    finally:
+        os.close(fd)
+
+
+def claim_run_dir(layout: RunLayout, *, nnodes: int, host: str | None = None) -> Path:
+    """Claim the run dir for one launch, atomically, before anything else is written in it.
+
+    The claim file is created with ``O_EXCL`` (never through a planted link), so of two starts
+    of one run ID exactly one wins; the other is refused before it writes anything. The claim
+    stays: one run dir holds one run. Returns the claim file.
+    """
+    host = socket.gethostname() if host is None else host
+    path = claim_file(layout, nnodes=nnodes, host=host)
+    try:
+        layout.run_dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    except FileExistsError:
+        raise ConfigError(
+            f"run dir {layout.run_dir} is already claimed by {_claim_holder(path)} "
+            f"({path.name}): one run dir holds one run; use a new run ID"
+        ) from None
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot claim run dir {layout.run_dir}: {exc.strerror or exc}; "
+            "choose a work dir you can write to"
+        ) from None
+    record = {"pid": os.getpid(), "host": host, "time": utc_now(), "tool": __version__}
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(json.dumps(record) + "\n")
+    return path
+
+
+def make_run_tmpdir(run_id: str) -> Path:
+    """A fresh TMPDIR for one launch of ft_launcher (its Unix sockets, torchelastic's files).
+
+    ``mkdtemp``: a new random name made with mode 0700 by ``mkdir``, which fails on any existing
+    path, so nothing planted at a guessable name (a link to another user's directory) is reused
+    or followed, and two launches never share one. Short on purpose: ft_launcher appends ~40
+    bytes (``_ft_launcher<pid>_rmon<rank>.socket``) and a socket path must fit in 108; with a
+    long TMPDIR the launcher cannot bind its sockets and stalls. ``/tmp/nvrx-<run id, 16
+    characters at most>-<8 random>`` is at most 35 bytes.
+    """
+    label = re.sub(r"[^A-Za-z0-9_-]", "", run_id)[:16]
+    return Path(tempfile.mkdtemp(prefix=f"nvrx-{label}-", dir=TMP_ROOT))
+
+
+def prepare_run_dir(config: RunConfig, *, claim: bool = True) -> RunLayout:
+    """Validate everything, claim the run dir, then create the artifact directories (as the
+    walkthrough does). ``claim=False`` for a dry run: it launches nothing, so the run of that
+    ID may still follow it."""
     validate(config)
     layout = config.layout
     if config.nnodes == 1:
         # On several nodes every node's launch prepares the same shared run dir; the first one
         # may already have written there, so only the walkthrough's marker check applies.
         check_fresh_run_dir(layout)
+    if claim:
+        claim_run_dir(layout, nnodes=config.nnodes)
     for d in (layout.logs, layout.cycle_infos, layout.checkpoint_dir):
         d.mkdir(parents=True, exist_ok=True)
     return layout

@@ -4,13 +4,25 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from pytest_nvrx.launch import Launch, Progress, RunTimeout, kill_tree
+from pytest_nvrx.launch import (
+    STOP_SIGNALS,
+    Interrupted,
+    Launch,
+    Progress,
+    RunTimeout,
+    interrupt_on_stop_signals,
+    kill_tree,
+)
+from pytest_nvrx.layout import TMP_ROOT
 from pytest_nvrx.recipe import Recipe, prepare_run_dir
 from pytest_nvrx.settings import RunConfig
 
@@ -34,11 +46,14 @@ def wait_gone(pids: list[int], timeout: float = 10.0) -> bool:
     return False
 
 
-def fake_recipe(tmp_path: Path, mode: str) -> tuple[Recipe, Path]:
+def fake_recipe(
+    tmp_path: Path, mode: str, argv: tuple[str, ...] | None = None
+) -> tuple[Recipe, Path]:
     config = RunConfig(work_dir=tmp_path, run_id=f"fake-{mode}", workload="reference")
     layout = prepare_run_dir(config)
     pidfile = tmp_path / f"{mode}.pids"
-    argv = (sys.executable, str(SPAWNER), mode, str(pidfile), str(layout.run_dir))
+    if argv is None:
+        argv = (sys.executable, str(SPAWNER), mode, str(pidfile), str(layout.run_dir))
     recipe = Recipe(
         config=config,
         layout=layout,
@@ -67,7 +82,7 @@ def test_orphans_in_other_sessions_are_killed_after_exit(tmp_path: Path) -> None
     pids = read_pids(pidfile)
     assert result.exit_code == 0
     assert wait_gone(pids), "orphaned children in their own sessions survived"
-    assert not recipe.layout.tmp.exists(), "per-run TMPDIR left behind"
+    assert launch.tmpdir is not None and not launch.tmpdir.exists(), "per-run TMPDIR left behind"
     saved = json.loads((recipe.layout.run_dir / "result.json").read_text())
     assert saved["exit_code"] == 0 and saved["timed_out"] is False
     assert json.loads(recipe.layout.manifest.read_text())["run_id"] == "fake-exit-orphans"
@@ -102,7 +117,9 @@ def test_keyboard_interrupt_kills_tree(tmp_path: Path) -> None:
         read_pids(pidfile)
         launch.wait(30, sleep=interrupt)
     assert wait_gone([launch.pid or -1, *read_pids(pidfile)])
-    assert json.loads((recipe.layout.run_dir / "result.json").read_text())["interrupted"]
+    assert (
+        json.loads((recipe.layout.run_dir / "result.json").read_text())["interrupted"] == "SIGINT"
+    )
 
 
 def test_stopped_process_is_killed(tmp_path: Path) -> None:
@@ -125,3 +142,99 @@ def test_progress_is_reported(tmp_path: Path) -> None:
 
 def test_kill_tree_with_nothing_to_kill() -> None:
     assert kill_tree(None, "no-such-tag", grace_s=0.1) == set()
+
+
+@pytest.fixture
+def own_signal_handlers() -> Iterator[None]:
+    """These tests change this process's handlers for the stop signals: put them back."""
+    saved = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
+    yield
+    for sig, handler in saved.items():
+        signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+
+
+@pytest.mark.usefixtures("own_signal_handlers")
+def test_sigterm_stops_tree_records_it_and_removes_tmpdir(tmp_path: Path) -> None:
+    recipe, pidfile = fake_recipe(tmp_path, "hang")
+
+    def terminate(_: float) -> None:
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(1)  # the handler raises in here
+
+    with pytest.raises(Interrupted) as info, interrupt_on_stop_signals(), Launch(recipe) as launch:
+        read_pids(pidfile)
+        launch.wait(30, sleep=terminate)
+    assert info.value.signal == signal.SIGTERM and info.value.exit_status == 143
+    assert wait_gone([launch.pid or -1, *read_pids(pidfile)])
+    saved = json.loads((recipe.layout.run_dir / "result.json").read_text())
+    assert saved["interrupted"] == "SIGTERM"
+    assert launch.tmpdir is not None and not launch.tmpdir.exists()
+
+
+@pytest.mark.usefixtures("own_signal_handlers")
+def test_signals_during_cleanup_do_not_cut_it_short(tmp_path: Path) -> None:
+    """A signal every few milliseconds from the first one on: the tree still goes, result.json
+    is still written, and only one Interrupted comes out."""
+    recipe, pidfile = fake_recipe(tmp_path, "hang")
+    done = threading.Event()
+
+    def keep_signalling() -> None:
+        while not done.is_set():
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.005)
+
+    pinger = threading.Thread(target=keep_signalling)
+    try:
+        with pytest.raises(Interrupted), interrupt_on_stop_signals(), Launch(recipe) as launch:
+            pids = read_pids(pidfile)
+            pinger.start()
+            launch.wait(30, poll_s=0.01)
+        time.sleep(0.2)  # absorbed after the cleanup too
+    finally:
+        done.set()
+        if pinger.is_alive():
+            pinger.join()
+    assert wait_gone([launch.pid or -1, *pids], timeout=2.0)
+    assert json.loads((recipe.layout.run_dir / "result.json").read_text())["interrupted"] == (
+        "SIGTERM"
+    )
+    assert launch.tmpdir is not None and not launch.tmpdir.exists()
+
+
+# A child that reports which of the stop signals it starts with ignored (/proc's SigIgn mask).
+REPORT_IGNORED = """
+import signal, sys
+mask = int(next(l for l in open("/proc/self/status") if l.startswith("SigIgn:")).split()[1], 16)
+names = [s.name for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP) if mask >> (s - 1) & 1]
+open(sys.argv[1], "w").write(" ".join(names))
+"""
+
+
+@pytest.mark.usefixtures("own_signal_handlers")
+def test_children_start_with_default_dispositions_and_ignored_sigint_still_stops(
+    tmp_path: Path,
+) -> None:
+    """Started with SIGINT and SIGHUP ignored (a script's background job under nohup): the
+    launcher is not left deaf to them, and SIGINT still interrupts us."""
+    report = tmp_path / "ignored.txt"
+    recipe, _ = fake_recipe(tmp_path, "report", (sys.executable, "-c", REPORT_IGNORED, str(report)))
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    with interrupt_on_stop_signals():
+        with Launch(recipe) as launch:
+            launch.wait(30, poll_s=0.05)
+        assert report.read_text() == ""
+    with pytest.raises(Interrupted) as info, interrupt_on_stop_signals():
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(5)
+    assert info.value.signal == signal.SIGINT
+
+
+def test_failed_start_leaves_no_tmpdir(tmp_path: Path) -> None:
+    recipe, _ = fake_recipe(tmp_path, "nostart", (str(tmp_path / "no-such-launcher"),))
+    launch = Launch(recipe)
+    with pytest.raises(RuntimeError, match="cannot start"), launch:
+        pass
+    assert not recipe.layout.tmp.exists()
+    assert launch.tmpdir is None or not launch.tmpdir.exists()
+    assert not list(TMP_ROOT.glob("nvrx-fake-nostart-*"))
