@@ -219,8 +219,10 @@ def test_reused_run_dir_refused(tmp_path: Path, megatron_stub: Path) -> None:
 
 def test_dry_run_dirs_can_be_reused(tmp_path: Path, megatron_stub: Path) -> None:
     config = make(tmp_path, megatron_stub)
-    prepare_run_dir(config)
+    prepare_run_dir(config, claim=False)  # a dry run
     prepare_run_dir(config)  # empty artifact dirs from a dry run are fine
+    with pytest.raises(ConfigError, match="already claimed"):
+        prepare_run_dir(config)  # but one run dir holds one run (#9 item 7)
 
 
 # --- resolution -------------------------------------------------------------------------------
