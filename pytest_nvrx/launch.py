@@ -107,10 +107,12 @@ def _interrupt(signum: int) -> None:
 def interrupt_on_stop_signals() -> Iterator[None]:
     """While the block runs, SIGINT, SIGTERM and SIGHUP raise :class:`Interrupted`.
 
-    The handlers are installed whatever this process inherited: started with SIGINT ignored (a
-    script's background job, some CI runners), it still stops on SIGINT. Children started in the
-    block get default dispositions for these signals (a handled signal is reset on exec, an
-    ignored one would stay ignored). Only the first signal raises; from then on the stop signals
+    SIGINT is handled whatever this process inherited: started with SIGINT ignored (a script's
+    background job and some CI runners ignore it without anyone asking), it still stops on
+    SIGINT. SIGTERM and SIGHUP inherited as ignored stay ignored: that is a request (``nohup``:
+    survive the terminal's hangup) and the launched tree inherits it. Children started in the
+    block get default dispositions for the handled signals (a handled signal is reset on exec,
+    an ignored one would stay ignored). Only the first signal raises; from then on the stop signals
     are ignored, also after the block ends: what follows (result.json, pytest's teardown and
     report, the CLI's last line, the interpreter's exit) is cleanup too, and the process is on
     its way out. Without an interruption the previous handlers come back. A no-op outside the
@@ -120,7 +122,11 @@ def interrupt_on_stop_signals() -> Iterator[None]:
         yield
         return
     _STATE.interrupted = _STATE.held = None
-    previous = {sig: signal.signal(sig, _on_stop_signal) for sig in STOP_SIGNALS}
+    previous = {
+        sig: signal.signal(sig, _on_stop_signal)
+        for sig in STOP_SIGNALS
+        if sig == signal.SIGINT or signal.getsignal(sig) != signal.SIG_IGN
+    }
     _STATE.installed = True
     try:
         yield
