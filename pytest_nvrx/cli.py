@@ -12,7 +12,7 @@ import argparse
 import os
 import shutil
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,9 @@ from pytest_nvrx.settings import (
     ConfigError,
     RunConfig,
     SectionTimeouts,
+    dry_run_requested,
+    parse_port,
+    parse_seconds,
     resolve,
 )
 
@@ -49,6 +52,18 @@ def find_launcher() -> str:
             "nvidia-resiliency-ext 0.7.x into this environment"
         )
     return found
+
+
+def _checked(parse: Callable[[str, str], Any], option: str) -> Callable[[str], Any]:
+    """An argparse ``type`` from a settings parser: one parser, errors exit 2 before anything."""
+
+    def convert(text: str) -> Any:
+        try:
+            return parse(text, option)
+        except ConfigError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    return convert
 
 
 def _section_timeouts(text: str) -> SectionTimeouts:
@@ -79,7 +94,11 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     p("--out-of-section-timeout", help="seconds out of any section [180]")
     p("--max-restarts", help="launcher restarts [3]")
     p("--workload-check-interval", help="ft_launcher's workload check interval, seconds")
-    p("--log-server-port", type=int, help="ft_launcher log server port [a free one]")
+    p(
+        "--log-server-port",
+        type=_checked(parse_port, "--log-server-port"),
+        help="ft_launcher log server port [a free one]",
+    )
     p(
         "--no-distributed-optimizer",
         action="store_true",
@@ -100,8 +119,17 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
         const=False,
         help="force the walkthrough's flags even where TE/Apex are missing",
     )
-    p("--dry-run", action="store_true", help=f"print the command and stop [{DRY_RUN_ENV}=1]")
-    p("--timeout", type=float, default=3600.0, help="kill the run after this many seconds")
+    p(
+        "--dry-run",
+        action="store_true",
+        help=f"print the command and stop [{DRY_RUN_ENV}=1/true/yes/on]",
+    )
+    p(
+        "--timeout",
+        type=_checked(parse_seconds, "--timeout"),
+        default=3600.0,
+        help="kill the run after this many seconds",
+    )
     p("extra", nargs="*", help="extra workload arguments (after --)")
 
 
@@ -178,9 +206,9 @@ def cmd_run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
 
 
 def _cmd_run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
-    if environ.get(DRY_RUN_ENV, "0") == "1":
-        args.dry_run = True
     try:
+        if dry_run_requested(environ):
+            args.dry_run = True
         planned = plan(args, environ)
     except ConfigError as exc:
         print(f"pytest-nvrx run: error: {exc}", file=sys.stderr)

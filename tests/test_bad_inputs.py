@@ -275,34 +275,8 @@ GOOD: list[Case] = [
 ]
 
 
-#: Rows whose value only cli.py reads (``--timeout``, ``--log-server-port``, ``NVRX_DRY_RUN``):
-#: refused once cli.py parses them with settings.parse_seconds / parse_port /
-#: dry_run_requested (the change is described in the issue #9 item 6 report; cli.py has another
-#: owner). Strict: when cli.py has it these rows pass, fail as XPASS, and this set must go.
-NEEDS_CLI_CHANGE = {
-    "timeout-negative",
-    "timeout-zero",
-    "timeout-nan",
-    "timeout-inf",
-    "log-port-negative",
-    "log-port-70000",
-    "log-port-zero",
-    "log-port-5000-digits",
-    "dry-run-env-maybe",
-    "dry-run-env-2",
-    "dry-run-env-true",
-    "dry-run-env-yes",
-    "dry-run-env-on-upper",
-}
-
-
 def _params(cases: list[Case]) -> list[Any]:
-    pending = pytest.mark.xfail(
-        strict=True, reason="cli.py does not yet parse this value through settings"
-    )
-    return [
-        pytest.param(c, id=c.id, marks=[pending] if c.id in NEEDS_CLI_CHANGE else []) for c in cases
-    ]
+    return [pytest.param(c, id=c.id) for c in cases]
 
 
 # --------------------------------------------------------------------------------------------
