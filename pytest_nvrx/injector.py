@@ -207,30 +207,53 @@ def claim_marker(path: str, record: Mapping[str, Any]) -> bool:
     """Create the marker exclusively and make it durable; False when someone else holds it.
 
     O_EXCL refuses any existing path, a symlink included (dangling or not), and O_NOFOLLOW makes
-    sure no link is ever followed. A symlink or other non-regular file at the path raises
-    MarkerPathError: it is not a marker, and nothing was written through it. An OSError while
-    writing leaves the claimed (possibly partial) file behind and propagates.
+    sure no link is ever followed: not at the path, and not at its directory, which is opened
+    with O_NOFOLLOW first and the marker created relative to it (a symlinked run dir would send
+    the marker into someone else's directory). A symlink or other non-regular file at the path,
+    or a directory that is a symlink, raises MarkerPathError: nothing was written through it. An
+    OSError while writing leaves the claimed (possibly partial) file behind and propagates.
     """
+    parent = os.path.dirname(path) or "."
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
-    except FileExistsError:
-        marker_exists(path)  # raises unless a regular file is there
-        return False
+        dir_fd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
     except OSError as exc:
-        if exc.errno == errno.ELOOP:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR) and os.path.islink(parent):
             raise MarkerPathError(
-                f"marker path {path} is a symbolic link; not following it"
+                f"the marker's directory {parent} is a symbolic link; not following it"
             ) from exc
         raise
     try:
-        data = (json.dumps(dict(record), indent=2, sort_keys=True) + "\n").encode()
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-        os.fsync(fd)
+        try:
+            fd = os.open(
+                os.path.basename(path),
+                os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW,
+                0o644,
+                dir_fd=dir_fd,
+            )
+        except FileExistsError:
+            marker_exists(path)  # raises unless a regular file is there
+            return False
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise MarkerPathError(
+                    f"marker path {path} is a symbolic link; not following it"
+                ) from exc
+            raise
+        try:
+            data = (json.dumps(dict(record), indent=2, sort_keys=True) + "\n").encode()
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        try:
+            os.fsync(dir_fd)  # the directory entry, durable too
+        except OSError as exc:
+            # Some file systems refuse fsync on directories (EINVAL); the file itself is durable.
+            _log(None, f"warning: fsync of directory {parent} failed: {exc}")
     finally:
-        os.close(fd)
-    _fsync_dir(os.path.dirname(path) or ".")
+        os.close(dir_fd)
     return True
 
 
@@ -531,21 +554,6 @@ def _set_path0(entry: str) -> None:
         sys.path[0] = entry
     else:
         sys.path.append(entry)
-
-
-def _fsync_dir(path: str) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    except OSError as exc:
-        _log(None, f"warning: cannot open {path} to fsync the marker's directory entry: {exc}")
-        return
-    try:
-        os.fsync(fd)
-    except OSError as exc:
-        # Some file systems refuse fsync on directories (EINVAL); the file itself is durable.
-        _log(None, f"warning: fsync of directory {path} failed: {exc}")
-    finally:
-        os.close(fd)
 
 
 def _file_kind(mode: int) -> str:

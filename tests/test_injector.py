@@ -745,6 +745,18 @@ def test_claim_marker_never_follows_a_symlink(tmp_path: Path, dangling: bool) ->
         assert target.read_text() == "precious"
 
 
+def test_claim_marker_never_writes_through_a_symlinked_directory(tmp_path: Path) -> None:
+    """#9: a symlinked parent of the marker was followed: the marker landed in another
+    directory (someone else's). The marker's own directory must be a real one."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    run_dir = tmp_path / "run"
+    run_dir.symlink_to(elsewhere, target_is_directory=True)
+    with pytest.raises(MarkerPathError, match=r"directory .* is a symbolic link"):
+        claim_marker(str(run_dir / MARKER_NAME), {"x": 1})
+    assert list(elsewhere.iterdir()) == []
+
+
 def test_claim_marker_refuses_a_directory(tmp_path: Path) -> None:
     marker = tmp_path / MARKER_NAME
     marker.mkdir()
