@@ -10,7 +10,8 @@ Every rank runs the workload unmodified, in-process, through :mod:`runpy`. On th
 checkpoint tracker. Once the tracker moves past the iteration seen at start, the thread claims the
 marker file exclusively (shared storage makes the claim visible to replacement workers, which then
 never inject again), makes it durable, and only then signals its own process: SIGKILL for
-``kill``, SIGSTOP for ``hang``.
+``kill``, SIGSTOP for ``hang``, SIGTERM for ``term``, SIGSEGV for ``segv`` (with core dumps
+switched off first: the crash is ours, its core file would only fill the disk).
 
 This file must stay stdlib-only and runnable as a plain script (ft_launcher runs it with
 ``python -u``), so it imports nothing from pytest_nvrx and repeats the one file name it needs
@@ -32,6 +33,7 @@ import errno
 import json
 import os
 import re
+import resource
 import runpy
 import signal
 import socket
@@ -62,11 +64,18 @@ TRACKER_MAX_BYTES: Final = 4096
 EXIT_USAGE: Final = 2
 EXIT_FAULT_NOT_INJECTED: Final = 3
 
-FAULTS: Final = ("none", "kill", "hang")
+FAULTS: Final = ("none", "kill", "hang", "term", "segv")
+# Every fault is a signal to the selected rank's own pid. SIGTERM's default action ends the
+# process (a workload that handles it decides itself); SIGSEGV's ends it as a native crash would,
+# and a faulthandler the workload enabled dumps the stacks and re-raises it.
 FAULT_SIGNALS: Final[Mapping[str, signal.Signals]] = {
     "kill": signal.SIGKILL,
     "hang": signal.SIGSTOP,
+    "term": signal.SIGTERM,
+    "segv": signal.SIGSEGV,
 }
+# Signals whose default action writes a core file; the injector switches that off before sending.
+CORE_DUMPING_SIGNALS: Final = frozenset({signal.SIGSEGV})
 
 _ITERATION_RE: Final = re.compile(r"[0-9]+")
 
@@ -270,6 +279,21 @@ def marker_exists(path: str) -> bool:
     return True
 
 
+def disable_core_dumps() -> str | None:
+    """Lower this process's soft core-file limit to 0; the reason when that fails, else None.
+
+    The kernel then writes no core file for the injected SIGSEGV (a core_pattern pipe helper
+    receives the limit and is expected to honour it). The hard limit stays, so nothing the
+    process could do before is taken away for good.
+    """
+    try:
+        _, hard = resource.getrlimit(resource.RLIMIT_CORE)
+        resource.setrlimit(resource.RLIMIT_CORE, (0, hard))
+    except (OSError, ValueError) as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return None
+
+
 def parse_args(argv: Sequence[str]) -> Options:
     """Parse the injector's options; everything after the first ``--`` belongs to the workload."""
     args = list(argv)
@@ -405,14 +429,29 @@ class Watcher:
             )
             return
         self.injected = True
+        if signal.getsignal(sig) == signal.SIG_IGN:
+            _log(self.rank, f"warning: the workload ignores {sig.name}; it will have no effect")
+        if sig in CORE_DUMPING_SIGNALS:
+            problem = disable_core_dumps()
+            if problem is not None:
+                _log(self.rank, f"warning: core dumps stay enabled: {problem}")
         _log(
             self.rank,
             f"tracker {opts.tracker} advanced {self.baseline} -> {iteration}; "
             f"marker {opts.fault_marker} written; sending {sig.name} to pid {os.getpid()}",
         )
-        os.kill(os.getpid(), sig)
-        # Only a continued SIGSTOP gets here.
-        _log(self.rank, f"resumed after {sig.name}")
+        if sig in (signal.SIGKILL, signal.SIGSTOP):
+            os.kill(os.getpid(), sig)  # act on the whole process at once, whichever thread
+        else:
+            # Directed at this thread, so a default action ends the process before the call
+            # returns; sent to the pid, the kernel may pick a thread that runs on, and this
+            # one would go on for a moment (and log that the process is still running).
+            signal.pthread_kill(threading.get_ident(), sig)
+        # Only a continued SIGSTOP, or a SIGTERM the workload handles, gets here.
+        if sig is signal.SIGSTOP:
+            _log(self.rank, f"resumed after {sig.name}")
+        else:
+            _log(self.rank, f"still running after {sig.name}: the workload handles or ignores it")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -496,6 +535,14 @@ def _prepare_watcher(opts: Options, rank: int) -> Watcher | None:
             return None
     except MarkerPathError as exc:
         raise _StartupError(f"{exc}; refusing to run (use a fresh run directory)") from exc
+    sig = FAULT_SIGNALS[opts.fault]
+    if signal.getsignal(sig) == signal.SIG_IGN:
+        # Inherited as ignored (the workload has not run yet): sending it would change nothing.
+        raise _StartupError(
+            f"{sig.name} is ignored in this process (inherited from whoever started the "
+            f"launcher), so the {opts.fault} fault could not end it; start the run with "
+            f"{sig.name} at its default disposition"
+        )
     marker_dir = os.path.dirname(opts.fault_marker)
     if not os.path.isdir(marker_dir):
         raise _StartupError(f"marker directory {marker_dir} does not exist")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -268,6 +269,73 @@ def test_hang_stops_the_process(launcher: Launcher, sc: Scenario) -> None:
     os.killpg(run.proc.pid, signal.SIGKILL)
     assert run.wait() == -signal.SIGKILL
     assert not sc.finished.exists()
+
+
+@pytest.mark.parametrize(
+    ("fault", "sig", "env"),
+    [
+        ("term", signal.SIGTERM, {}),
+        ("segv", signal.SIGSEGV, {}),
+        # A workload with faulthandler on: it dumps the stacks, re-raises, and the rank still dies.
+        ("segv", signal.SIGSEGV, {"PYTHONFAULTHANDLER": "1"}),
+    ],
+    ids=["term", "segv", "segv-faulthandler"],
+)
+def test_signal_faults_end_the_process_with_their_signal(
+    launcher: Launcher, sc: Scenario, fault: str, sig: signal.Signals, env: dict[str, str]
+) -> None:
+    run = launcher.start(
+        sc,
+        fault=fault,
+        trainer=["--values", "1", "--delay", "0.2", "--hold", "20"],
+        extra_env=env,
+    )
+    assert run.wait() == -sig, run.describe()
+    record = sc.marker_record()
+    _assert_full_marker(record, fault=fault, signal_name=sig.name)
+    assert record["pid"] == run.proc.pid
+    assert record["tracker_iteration"] == 1
+    assert f"to inject {fault} ({sig.name}) once it advances" in run.stderr
+    assert f"sending {sig.name} to pid {run.proc.pid}" in run.stderr
+    assert "core dumps stay enabled" not in run.stderr
+    assert "still running after" not in run.stderr
+    assert ("Fatal Python error: Segmentation fault" in run.stderr) == bool(env)
+    assert not sc.finished.exists()
+
+
+@pytest.mark.parametrize(("fault", "sig"), [("term", signal.SIGTERM), ("segv", signal.SIGSEGV)])
+def test_signal_inherited_as_ignored_exits_2_before_training(
+    sc: Scenario,
+    monkeypatch: pytest.MonkeyPatch,
+    capfd: pytest.CaptureFixture[str],
+    fault: str,
+    sig: signal.Signals,
+) -> None:
+    monkeypatch.setenv("RANK", "1")
+    argv = _argv(sc)
+    argv[argv.index("--fault") + 1] = fault
+    previous = signal.signal(sig, signal.SIG_IGN)
+    try:
+        assert injector.main(argv) == injector.EXIT_USAGE
+    finally:
+        signal.signal(sig, previous)
+    err = capfd.readouterr().err
+    assert f"{sig.name} is ignored in this process" in err
+    assert f"the {fault} fault could not end it" in err
+    assert not sc.started.exists()
+    assert not sc.marker.exists()
+
+
+def test_disable_core_dumps_lowers_only_the_soft_limit() -> None:
+    soft, hard = resource.getrlimit(resource.RLIMIT_CORE)
+    if hard == 0:
+        pytest.skip("the hard core-file limit is already 0: nothing to lower")
+    resource.setrlimit(resource.RLIMIT_CORE, (hard, hard))
+    try:
+        assert injector.disable_core_dumps() is None
+        assert resource.getrlimit(resource.RLIMIT_CORE) == (0, hard)
+    finally:
+        resource.setrlimit(resource.RLIMIT_CORE, (soft, hard))
 
 
 def test_fault_none_never_injects(launcher: Launcher, sc: Scenario) -> None:
@@ -691,6 +759,28 @@ def test_advance_detector_needs_two_agreeing_reads_past_the_baseline() -> None:
     assert det.baseline == 20  # ...but never the baseline
     assert det.observe(ok(25)) is None
     assert det.observe(ok(25)) == 25
+
+
+@pytest.mark.parametrize(
+    ("fault", "signal_name"),
+    [("kill", "SIGKILL"), ("hang", "SIGSTOP"), ("term", "SIGTERM"), ("segv", "SIGSEGV")],
+)
+def test_every_fault_is_a_signal_recorded_by_name(fault: str, signal_name: str) -> None:
+    assert fault in injector.FAULTS
+    rec = build_marker_record(
+        fault=fault,
+        rank=1,
+        tracker_iteration=2,
+        baseline_iteration=0,
+        tracker="/c/t",
+        argv=["train.py"],
+        env={},
+        pid=5,
+        host="h",
+        now=datetime(2026, 1, 2, tzinfo=UTC),
+    )
+    assert (rec["fault"], rec["signal"]) == (fault, signal_name)
+    assert set(injector.FAULTS) == {"none", *injector.FAULT_SIGNALS}
 
 
 def test_build_marker_record() -> None:
