@@ -12,6 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 MARKER_NAME = "fault_injected.json"
+#: The faults the injector can deliver (and a marker can record); as pytest_nvrx.injector.FAULTS
+#: without "none". kill = SIGKILL, hang = SIGSTOP, term = SIGTERM, segv = SIGSEGV.
+INJECTED_FAULTS = ("kill", "hang", "term", "segv")
 MANIFEST_NAME = "run.json"
 # written by pytest_nvrx.launch next to run.json when the launcher exits
 RESULT_NAME = "result.json"

@@ -20,7 +20,7 @@ from typing import Any, Literal, cast, get_args
 
 from pytest_nvrx.layout import RunLayout
 
-FaultKind = Literal["none", "kill", "hang"]
+FaultKind = Literal["none", "kill", "hang", "term", "segv"]
 WorkloadKind = Literal["megatron", "reference"]
 FAULT_KINDS: tuple[str, ...] = get_args(FaultKind)
 WORKLOAD_KINDS: tuple[str, ...] = get_args(WorkloadKind)

@@ -92,7 +92,11 @@ BAD: list[Case] = [
     bad("env-tp-zero", env={"TP": "0"}, message="environment variable TP must be a positive"),
     bad("env-iters-word", env={"TRAIN_ITERS": "ten"}, message="TRAIN_ITERS must be a positive"),
     bad("env-nnodes-float", env={"NNODES": "1.5"}, message="NNODES must be a positive integer"),
-    bad("env-fault", env={"NVRX_DEMO_FAULT": "segv"}, message="must be one of none, kill, hang"),
+    bad(
+        "env-fault",
+        env={"NVRX_DEMO_FAULT": "explode"},
+        message="must be one of none, kill, hang, term, segv",
+    ),
     bad("env-fault-rank", env={"NVRX_FAULT_RANK": "-1"}, message="NVRX_FAULT_RANK must be a"),
     # --- integers beyond 64 bits ---------------------------------------------------------
     bad("tp-5000-digits", ["--tp", DIGITS_5000], "--tp must be at most 9223372036854775807"),

@@ -272,7 +272,10 @@ def test_an_empty_later_cycle_log_is_flagged_but_shows_no_second_run(ref: Doctor
     [
         ({"rank": True}, "no integer 'rank'"),
         ({"rank": -1}, "'rank' must be at least 0"),
-        ({"fault": "explode"}, "'fault' must be one of kill, hang, not the string 'explode'"),
+        (
+            {"fault": "explode"},
+            "'fault' must be one of kill, hang, term, segv, not the string 'explode'",
+        ),
         ({"pid": "14181"}, "'pid' must be an integer, not the string '14181'"),
         ({"local_rank": 1.0}, "'local_rank' must be an integer, not the number 1.0"),
         ({"tracker_iteration": "10"}, "'tracker_iteration' must be an integer"),
@@ -295,7 +298,12 @@ def test_marker_fields_of_the_wrong_type_make_it_unusable(
     ("rel", "where", "changes", "message"),
     [
         ("run.json", "config", {"train_iters": "40"}, "'train_iters' must be an integer"),
-        ("run.json", "config", {"fault": "explode"}, "'fault' must be one of kill, hang, none"),
+        (
+            "run.json",
+            "config",
+            {"fault": "explode"},
+            "'fault' must be one of kill, hang, term, segv, none",
+        ),
         ("run.json", "", {"start_time": "2026-11-29T11:52:17"}, "'start_time' has no timezone"),
         (RESULT, "", {"end_time": "2026-11-29T11:53:06"}, "'end_time' has no timezone"),
         (RESULT, "", {"exit_code": 0.0}, "'exit_code' must be an integer, not the number 0.0"),

@@ -257,7 +257,11 @@ def test_env_is_read_and_explicit_wins(tmp_path: Path, megatron_stub: Path) -> N
         ("TP", "0", "environment variable TP must be a positive integer"),
         ("TRAIN_ITERS", "ten", "environment variable TRAIN_ITERS must be a positive integer"),
         ("NNODES", "1.5", "environment variable NNODES must be a positive integer"),
-        ("NVRX_DEMO_FAULT", "segv", "NVRX_DEMO_FAULT must be one of none, kill, hang"),
+        (
+            "NVRX_DEMO_FAULT",
+            "explode",
+            "NVRX_DEMO_FAULT must be one of none, kill, hang, term, segv",
+        ),
         ("NVRX_FAULT_RANK", "-1", "NVRX_FAULT_RANK must be a non-negative integer"),
     ],
 )

@@ -144,7 +144,7 @@ def test_missing_checkpoint_dir_exits_2(kill: Doctor, tmp_path: Path) -> None:
 
 def test_bad_arguments_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert verify_main([]) == 2
-    assert verify_main([str(KILL_RUN), "--expect-fault", "segv"]) == 2
+    assert verify_main([str(KILL_RUN), "--expect-fault", "explode"]) == 2
     assert "invalid choice" in capsys.readouterr().err
 
 

@@ -7,10 +7,10 @@ from typing import Literal
 
 from pytest_nvrx.evidence.refs import EvidenceRef
 from pytest_nvrx.evidence.rundir import RunEvidence
-from pytest_nvrx.layout import MANIFEST_NAME, MARKER_NAME
+from pytest_nvrx.layout import INJECTED_FAULTS, MANIFEST_NAME, MARKER_NAME
 
-FaultExpectation = Literal["kill", "hang", "none", "any"]
-FAULT_CHOICES = ("kill", "hang", "none")
+FaultExpectation = Literal["kill", "hang", "term", "segv", "none", "any"]
+FAULT_CHOICES = (*INJECTED_FAULTS, "none")
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,7 +46,7 @@ def expected_fault(
         if value in FAULT_CHOICES:
             return ExpectedFault(value, MANIFEST_NAME, manifest.fault.ref)
     marker = run.marker
-    if marker is not None and marker.ok and marker.fault in ("kill", "hang"):
+    if marker is not None and marker.ok and marker.fault in INJECTED_FAULTS:
         return ExpectedFault(marker.fault, MARKER_NAME, marker.ref("fault"))  # type: ignore[arg-type]
     return ExpectedFault(
         "any",

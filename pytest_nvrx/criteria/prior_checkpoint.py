@@ -14,6 +14,7 @@ from pytest_nvrx.evidence.refs import EvidenceRef, seconds_between
 from pytest_nvrx.evidence.rundir import RunEvidence
 from pytest_nvrx.evidence.timeline import FINALIZED_BEFORE_FAULT_SLACK
 from pytest_nvrx.evidence.workload import SaveCompleted
+from pytest_nvrx.layout import INJECTED_FAULTS
 
 ID: CriterionId = "prior_checkpoint"
 
@@ -43,7 +44,7 @@ def check(ctx: JudgeContext) -> Verdict:
         )
     if not marker.ok:
         return failing(ID, f"injection marker unusable: {marker.error}", marker.ref())
-    if exp.kind in ("kill", "hang") and marker.fault != exp.kind:
+    if exp.kind in INJECTED_FAULTS and marker.fault != exp.kind:
         return failing(
             ID,
             f"marker records fault {marker.fault!r} but {exp.kind!r} was expected ({exp.source})",

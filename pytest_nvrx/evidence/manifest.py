@@ -31,7 +31,7 @@ from pytest_nvrx.evidence.refs import (
     json_key_ref,
     read_json_file,
 )
-from pytest_nvrx.layout import RESULT_NAME
+from pytest_nvrx.layout import INJECTED_FAULTS, RESULT_NAME
 
 
 class ManifestError(ValueError):
@@ -64,7 +64,7 @@ class Manifest:
 
 # run.json keys read here (config.<key> or top level) and the type each must have.
 _TYPED: dict[str, tuple[Callable[..., object], dict[str, Any]]] = {
-    "fault": (str_field, {"choices": ("kill", "hang", "none")}),
+    "fault": (str_field, {"choices": (*INJECTED_FAULTS, "none")}),
     "fault_rank": (int_field, {"minimum": 0}),
     "train_iters": (int_field, {"minimum": 1}),
     "workload": (str_field, {}),

@@ -27,6 +27,7 @@ from pytest_nvrx.evidence.refs import (
     json_key_ref,
     read_json_file,
 )
+from pytest_nvrx.layout import INJECTED_FAULTS
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,7 +58,7 @@ class Marker:
 
 # What a marker records; a field of the wrong type makes the marker unusable (issue #9: typed
 # fields). Required: fault, rank, time (with its timezone); the rest may be absent or null.
-FAULTS = ("kill", "hang")
+FAULTS = INJECTED_FAULTS
 
 
 def read_marker(path: Path, run_dir: Path) -> Marker | None:
