@@ -12,7 +12,7 @@ import argparse
 import os
 import shutil
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,7 @@ from pytest_nvrx.settings import (
     ConfigError,
     RunConfig,
     SectionTimeouts,
+    argparse_type,
     dry_run_requested,
     parse_port,
     parse_seconds,
@@ -52,18 +53,6 @@ def find_launcher() -> str:
             "nvidia-resiliency-ext 0.7.x into this environment"
         )
     return found
-
-
-def _checked(parse: Callable[[str, str], Any], option: str) -> Callable[[str], Any]:
-    """An argparse ``type`` from a settings parser: one parser, errors exit 2 before anything."""
-
-    def convert(text: str) -> Any:
-        try:
-            return parse(text, option)
-        except ConfigError as exc:
-            raise argparse.ArgumentTypeError(str(exc)) from None
-
-    return convert
 
 
 def _section_timeouts(text: str) -> SectionTimeouts:
@@ -96,7 +85,7 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     p("--workload-check-interval", help="ft_launcher's workload check interval, seconds")
     p(
         "--log-server-port",
-        type=_checked(parse_port, "--log-server-port"),
+        type=argparse_type(parse_port, "--log-server-port"),
         help="ft_launcher log server port [a free one]",
     )
     p(
@@ -126,7 +115,7 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     )
     p(
         "--timeout",
-        type=_checked(parse_seconds, "--timeout"),
+        type=argparse_type(parse_seconds, "--timeout"),
         default=3600.0,
         help="kill the run after this many seconds",
     )

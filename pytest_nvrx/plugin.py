@@ -22,6 +22,7 @@ from pytest_nvrx.settings import (
     WORKLOAD_KINDS,
     ConfigError,
     SectionTimeouts,
+    parse_rtol,
     parse_value,
 )
 
@@ -112,17 +113,6 @@ class NvrxSettings:
 
 
 SETTINGS_KEY = pytest.StashKey[NvrxSettings]()
-
-
-def parse_rtol(text: str, source: str) -> float:
-    """A relative tolerance 0 <= rtol < 1 (0: exact), or a ConfigError naming ``source``."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise ConfigError(f"{source}: {text!r} is not a number") from None
-    if not 0.0 <= value < 1.0:  # also rejects nan
-        raise ConfigError(f"{source}: {text!r}: need 0 <= rtol < 1 (0 means exact)")
-    return value
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

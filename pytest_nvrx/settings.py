@@ -7,6 +7,7 @@ user's file system exactly as it was.
 
 from __future__ import annotations
 
+import argparse
 import errno
 import math
 import os
@@ -260,6 +261,30 @@ def parse_seconds(raw: str, what: str) -> float:
             f"{what} must be at most {MAX_SECONDS} seconds (64-bit nanoseconds), got {quote(raw)}"
         )
     return value
+
+
+def parse_rtol(raw: str, what: str) -> float:
+    """A relative tolerance 0 <= rtol < 1 (0: exact), or a ConfigError naming ``what``."""
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ConfigError(f"{what}: {quote(raw)} is not a number") from None
+    if not 0.0 <= value < 1.0:  # also rejects nan
+        raise ConfigError(f"{what}: {quote(raw)}: need 0 <= rtol < 1 (0 means exact)")
+    return value
+
+
+def argparse_type(parse: Callable[[str, str], Any], option: str) -> Callable[[str], Any]:
+    """An argparse ``type`` from one of these parsers: one parser for every entry point, its
+    error an argparse error (exit 2 before anything is done)."""
+
+    def convert(text: str) -> Any:
+        try:
+            return parse(text, option)
+        except ConfigError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    return convert
 
 
 def parse_port(raw: str, what: str) -> int:

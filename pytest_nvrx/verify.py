@@ -22,6 +22,7 @@ from typing import Any, TextIO
 
 from pytest_nvrx.criteria import FAULT_CHOICES, Judgement, judge
 from pytest_nvrx.evidence.rundir import RunDirError, load_run
+from pytest_nvrx.settings import argparse_type, parse_rtol
 
 EXIT_PASSED = 0
 EXIT_FAILED = 1
@@ -68,23 +69,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--continuity-rtol",
         metavar="RTOL",
-        type=_rtol,
+        type=argparse_type(parse_rtol, "--continuity-rtol"),
         default=0.0,
         help="relative tolerance of training_continuity's comparisons, for stacks that are not "
         "bitwise deterministic (default 0: exact)",
     )
     return parser
-
-
-def _rtol(text: str) -> float:
-    """argparse type: a relative tolerance 0 <= rtol < 1."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not 0.0 <= value < 1.0:  # also rejects nan
-        raise argparse.ArgumentTypeError(f"{text!r}: need 0 <= rtol < 1 (0 means exact)")
-    return value
 
 
 def _write_json(target: str, data: dict[str, Any], out: TextIO) -> str | None:

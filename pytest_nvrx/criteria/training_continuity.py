@@ -126,13 +126,13 @@ def check(ctx: JudgeContext) -> Verdict:
     baseline_refs: list[EvidenceRef | None] = []
     if ctx.baseline is not None:
         base = ctx.baseline
-        after = logs_from(run, replacement)
-        result = compare(printed(base.cycle_logs, model), printed(after, model), model, rtol=rtol)
+        after = printed(logs_from(run, replacement), model)
+        result = compare(printed(base.cycle_logs, model), after, model, rtol=rtol)
         comparisons.append(result)
         base_name = base.run_dir.name
         if not result.passed:
             bad = result.mismatches[0]
-            where = f"cycle {bad_cycle(after, bad.iteration)}"
+            where = f"cycle {next(p.cycle for p in after if p.iteration == bad.iteration)}"
             return failing(
                 CID,
                 f"{bad.describe(where, f'baseline {base_name}')}"
@@ -153,9 +153,7 @@ def check(ctx: JudgeContext) -> Verdict:
         if result.not_comparable:
             baseline_text += f" ({len(result.not_comparable)} line(s) without a baseline match)"
         first_equal = result.equal[0]
-        baseline_refs = [
-            next(p.event.ref for p in printed(after, model) if p.iteration == first_equal)
-        ]
+        baseline_refs = [next(p.event.ref for p in after if p.iteration == first_equal)]
     if not replay.compared and ctx.baseline is None:
         last = reference[-1].event.ref if reference else None
         return not_applicable(
@@ -183,13 +181,6 @@ def check(ctx: JudgeContext) -> Verdict:
         loads[0].ref if loads else None,
         candidate[0].event.ref,
     )
-
-
-def bad_cycle(logs: Sequence[CycleLog], iteration: int) -> str:
-    for log in logs:
-        if any(e.iteration == iteration for e in log.iterations):
-            return str(log.cycle)
-    return "?"
 
 
 def _in_baseline(ref: EvidenceRef, name: str) -> EvidenceRef:

@@ -100,22 +100,24 @@ def windows(
 
 def ulp(text: str) -> Decimal | None:
     """The unit in the last printed digit of a number as printed (``6.419632E+00`` → 1E-6)."""
-    try:
-        value = Decimal(text)
-    except InvalidOperation:
-        return None
-    if not value.is_finite():
-        return None
-    exponent = value.as_tuple().exponent
-    return Decimal(1).scaleb(exponent) if isinstance(exponent, int) else None
+    value = _decimal(text)
+    return None if value is None else _unit(value)
 
 
 def _decimal(text: str) -> Decimal | None:
+    """The number as printed, None for nan/inf/junk."""
     try:
         value = Decimal(text)
     except InvalidOperation:
         return None
     return value if value.is_finite() else None
+
+
+def _unit(value: Decimal) -> Decimal:
+    """The unit in the last digit of a finite Decimal (its exponent is then an int)."""
+    exponent = value.as_tuple().exponent
+    assert isinstance(exponent, int), value
+    return Decimal(1).scaleb(exponent)
 
 
 @dataclass(frozen=True, slots=True)
@@ -313,17 +315,12 @@ def _derived(
 ) -> tuple[tuple[bool, float], str]:
     """Compare a printed mean with the weighted mean of printed parts."""
     a = _decimal(actual)
-    unit_a = ulp(actual)
-    values: list[Decimal] = []
-    units: list[Decimal] = []
-    for part in parts:
-        value, unit = _decimal(part), ulp(part)
-        if value is None or unit is None:
-            return (False, math.inf), "(no finite mean)"
-        values.append(value)
-        units.append(unit)
-    if a is None or unit_a is None:
+    parsed = [_decimal(part) for part in parts]
+    values = [v for v in parsed if v is not None]
+    if a is None or len(values) != len(parsed):
         return (False, math.inf), "(no finite mean)"
+    unit_a = _unit(a)
+    units = [_unit(v) for v in values]
     total = Decimal(sum(weights))
     mean = sum((Decimal(w) * v for w, v in zip(weights, values, strict=True)), Decimal(0)) / total
     slack_parts = sum((Decimal(w) * u for w, u in zip(weights, units, strict=True)), Decimal(0)) / (
