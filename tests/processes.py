@@ -9,12 +9,15 @@ run's own tag.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
+import subprocess
 import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 MARK_VAR = "NVRX_TEST_MARK"
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -82,3 +85,32 @@ def kill_marked(mark: str) -> None:
                 os.kill(pid, signal.SIGCONT)
                 os.kill(pid, signal.SIGKILL)
         time.sleep(0.2)
+
+
+def stop(
+    proc: subprocess.Popen[bytes], sig: signal.Signals, mark: str, *, repeat: bool, within: float
+) -> tuple[int | None, dict[int, str]]:
+    """Send ``sig`` (again every 0.1 s while it runs when ``repeat``: more of the same during
+    the cleanup, as CI runners and impatient users do), wait up to ``within`` seconds for it to
+    exit; return its exit status (None: still running) and the marked processes left."""
+    proc.send_signal(sig)
+    deadline = time.monotonic() + within
+    while proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+        if repeat:
+            proc.send_signal(sig)
+    return proc.poll(), wait_none_marked(mark, timeout=5.0)
+
+
+def stopped_run(run_dir: Path, returncode: int | None, left: dict[int, str]) -> dict[str, Any]:
+    """What a stopped run left behind, as one comparable record."""
+    result = run_dir / "result.json"
+    tmpdir = Path(json.loads((run_dir / "run.json").read_text())["env"]["TMPDIR"])
+    return {
+        "exit": returncode,
+        "processes left": len(left),
+        "interrupted": json.loads(result.read_text())["interrupted"]
+        if result.is_file()
+        else "(no result.json)",
+        "TMPDIR left": tmpdir.exists(),
+    }

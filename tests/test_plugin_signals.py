@@ -10,13 +10,11 @@ runners): Ctrl-C must still stop it, not let it run on to a green exit.
 
 from __future__ import annotations
 
-import json
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -26,22 +24,9 @@ from tests.processes import (
     marked,
     marked_env,
     new_mark,
-    wait_none_marked,
+    stop,
+    stopped_run,
 )
-
-
-def outcome(work: Path, returncode: int | None, left: dict[int, str]) -> Any:
-    (run_dir,) = work.glob("runs/*")
-    result = run_dir / "result.json"
-    tmpdir = Path(json.loads((run_dir / "run.json").read_text())["env"]["TMPDIR"])
-    return {
-        "exit": returncode,
-        "processes left": len(left),
-        "interrupted": json.loads(result.read_text())["interrupted"]
-        if result.is_file()
-        else "(no result.json)",
-        "TMPDIR left": tmpdir.exists(),
-    }
 
 
 @pytest.mark.timeout(300)
@@ -75,17 +60,11 @@ def test_stop_signal_kills_the_run_tree(
             assert time.monotonic() < deadline, "the scenario never started training"
             time.sleep(0.5)
         assert len(marked(mark)) >= 4, "expected pytest, the launcher and two workers running"
-        proc.send_signal(sig)
-        deadline = time.monotonic() + 90
-        while proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.1)
-            if repeat:
-                proc.send_signal(sig)  # more of the same while the run is cleaned up
-        returncode = proc.poll()
-        left = wait_none_marked(mark, timeout=5.0)
+        returncode, left = stop(proc, sig, mark, repeat=repeat, within=90)
     finally:
         kill_marked(mark)
-    got = outcome(work, returncode, left)
+    (run_dir,) = work.glob("runs/*")
+    got = stopped_run(run_dir, returncode, left)
     assert got == {
         "exit": pytest.ExitCode.INTERRUPTED,
         "processes left": 0,

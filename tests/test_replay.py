@@ -12,6 +12,7 @@ import pytest
 from pytest_nvrx.evidence.megatron import MEGATRON
 from pytest_nvrx.evidence.refs import EvidenceRef
 from pytest_nvrx.evidence.replay import (
+    Printed,
     PrintModel,
     compare,
     ulp,
@@ -41,6 +42,12 @@ def line(
         ref=EvidenceRef("train.log", it, f"iteration {it} loss {loss}"),
         values=tuple(values),
     )
+
+
+def failed_cycle(*replayed: IterationCommitted) -> list[Printed]:
+    """A failed cycle that had been running since iteration 1 (its later lines are single
+    iterations), ending with the ``replayed`` lines."""
+    return windows([line(i, "5.0E+00") for i in range(1, 6)] + list(replayed), MEGATRON_MODEL)
 
 
 def test_windows_megatron_first_line_kept_in_accumulator() -> None:
@@ -94,12 +101,7 @@ def test_compare_exact_equal_and_derived_mean() -> None:
 
 
 def test_compare_derives_the_mean_when_windows_differ() -> None:
-    # the failed cycle had been running since 1: its lines 6, 7 are single iterations
-    ref = windows(
-        [line(i, "5.0E+00") for i in range(1, 6)]
-        + [line(6, "6.439997E+00"), line(7, "6.399268E+00"), line(8, "7.133384E+00")],
-        MEGATRON_MODEL,
-    )
+    ref = failed_cycle(line(6, "6.439997E+00"), line(7, "6.399268E+00"), line(8, "7.133384E+00"))
     cand = windows(
         [line(6, "6.439997E+00"), line(7, "6.419632E+00"), line(8, "7.133384E+00")], MEGATRON_MODEL
     )
@@ -110,11 +112,7 @@ def test_compare_derives_the_mean_when_windows_differ() -> None:
 
 
 def test_compare_fails_on_a_fifth_significant_digit_and_names_both_lines() -> None:
-    ref = windows(
-        [line(i, "5.0E+00") for i in range(1, 6)]
-        + [line(6, "6.439997E+00"), line(7, "6.399268E+00"), line(8, "7.133384E+00")],
-        MEGATRON_MODEL,
-    )
+    ref = failed_cycle(line(6, "6.439997E+00"), line(7, "6.399268E+00"), line(8, "7.133384E+00"))
     cand = windows(
         [line(6, "6.439997E+00"), line(7, "6.419632E+00"), line(8, "7.133484E+00")], MEGATRON_MODEL
     )
@@ -139,11 +137,7 @@ def test_compare_fails_on_a_fifth_significant_digit_and_names_both_lines() -> No
 
 
 def test_compare_derived_mean_outside_rounding_fails() -> None:
-    ref = windows(
-        [line(i, "5.0E+00") for i in range(1, 6)]
-        + [line(6, "6.439997E+00"), line(7, "6.399268E+00")],
-        MEGATRON_MODEL,
-    )
+    ref = failed_cycle(line(6, "6.439997E+00"), line(7, "6.399268E+00"))
     # mean is 6.4196325: 6.419634 is two units in the last digit away
     cand = windows([line(6, "6.439997E+00"), line(7, "6.419634E+00")], MEGATRON_MODEL)
     result = compare(ref, cand, MEGATRON_MODEL)

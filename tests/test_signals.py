@@ -25,6 +25,8 @@ from tests.processes import (
     marked,
     marked_env,
     new_mark,
+    stop,
+    stopped_run,
     wait_none_marked,
 )
 
@@ -48,17 +50,9 @@ def wait_training(run_dir: Path, proc: subprocess.Popen[bytes], out: Path) -> No
 
 
 def outcome(run_dir: Path, returncode: int | None, stderr: str, left: dict[int, str]) -> Any:
-    """What a stopped run left behind, as one comparable record."""
-    result = run_dir / "result.json"
-    manifest = json.loads((run_dir / "run.json").read_text())
-    tmpdir = Path(manifest["env"]["TMPDIR"])
+    """What a stopped CLI run left behind, and what it said on stderr."""
     return {
-        "exit": returncode,
-        "processes left": len(left),
-        "interrupted": json.loads(result.read_text())["interrupted"]
-        if result.is_file()
-        else "(no result.json)",
-        "TMPDIR left": tmpdir.exists(),
+        **stopped_run(run_dir, returncode, left),
         "traceback": "Traceback" in stderr,
         "interrupted lines": sum("interrupted by" in line for line in stderr.splitlines()),
     }
@@ -95,15 +89,7 @@ def test_stop_signal_stops_the_whole_run(
     try:
         wait_training(run_dir, proc, out)
         assert len(marked(mark)) >= 4, "expected the CLI, launcher and two workers running"
-        proc.send_signal(sig)
-        deadline = time.monotonic() + 60
-        while proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.1)
-            if repeat:
-                # more of the same while the CLI cleans up (CI runners and impatient users do)
-                proc.send_signal(sig)
-        returncode = proc.poll()
-        left = wait_none_marked(mark, timeout=5.0)
+        returncode, left = stop(proc, sig, mark, repeat=repeat, within=60)
     finally:
         kill_marked(mark)
     got = outcome(run_dir, returncode, err.read_text(errors="replace"), left)
