@@ -23,6 +23,7 @@ from pytest_nvrx.recipe import prepare_run_dir
 from pytest_nvrx.settings import (
     DRY_RUN_ENV,
     FAULT_KINDS,
+    FAULT_WINDOW_KINDS,
     WORKLOAD_KINDS,
     ConfigError,
     RunConfig,
@@ -76,6 +77,12 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     p("--train-iters", help="training iterations [TRAIN_ITERS, 100]")
     p("--save-interval", help="checkpoint interval [SAVE_INTERVAL, 5]")
     p("--fault", choices=FAULT_KINDS, help="fault to inject [NVRX_DEMO_FAULT, kill]")
+    p(
+        "--window",
+        choices=FAULT_WINDOW_KINDS,
+        help="where the fault lands: a training step, a save's preparation, or while its "
+        "background write is finalized [step; ckpt-worker: finalize only; none for --fault none]",
+    )
     p("--fault-rank", help="rank that receives the fault [NVRX_FAULT_RANK, 1]")
     p("--checkpoint-dir", type=Path, help="checkpoint dir [NVRX_CHECKPOINT_DIR]")
     p("--rdzv-endpoint", help="rendezvous host:port [RDZV_ENDPOINT, localhost:0]")
@@ -146,6 +153,7 @@ def config_from_args(args: argparse.Namespace, environ: Mapping[str, str]) -> Ru
         "work_dir": args.work_dir,
         "run_id": args.run_id,
         "fault": args.fault,
+        "window": args.window,
         "checkpoint_dir": args.checkpoint_dir,
         "rdzv_endpoint": args.rdzv_endpoint,
         "section_timeouts": args.section_timeouts,

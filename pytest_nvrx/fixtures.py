@@ -5,9 +5,10 @@ with ``indirect=True, scope="session"``, so pytest groups a scenario's tests and
 once). GPU scenarios hold a host-wide file lock, so they never run concurrently (xdist workers or
 two pytest sessions on one host serialize instead of fighting over the GPUs).
 
-A baseline scenario that passed becomes the reference of the same workload's kill and hang
-scenarios judged after it in the session (training_continuity compares every iteration after the
-restore with it); its parsed evidence is kept in memory, so its run dir may be removed.
+A baseline scenario that passed becomes the reference of the same workload's fault scenarios
+(every fault and window) judged after it in the session (training_continuity compares every
+iteration after the restore with it); its parsed evidence is kept in memory, so its run dir may
+be removed.
 """
 
 from __future__ import annotations
@@ -118,6 +119,7 @@ def scenario_config(settings: NvrxSettings, scenario: Scenario, work_dir: Path) 
     values.update(
         workload=scenario.workload,
         fault=scenario.fault,
+        window=scenario.window,
         work_dir=work_dir,
         run_id=run_id,
         megatron_path=settings.megatron_path,

@@ -13,8 +13,17 @@ from pathlib import Path
 
 MARKER_NAME = "fault_injected.json"
 #: The faults the injector can deliver (and a marker can record); as pytest_nvrx.injector.FAULTS
-#: without "none". kill = SIGKILL, hang = SIGSTOP, term = SIGTERM, segv = SIGSEGV.
-INJECTED_FAULTS = ("kill", "hang", "term", "segv")
+#: without "none". kill = SIGKILL, hang = SIGSTOP, term = SIGTERM, segv = SIGSEGV to the rank;
+#: exception = an InjectedFault raised on the rank's training thread; ckpt-worker = SIGKILL to
+#: the rank's persistent async checkpoint worker while a save is in flight.
+INJECTED_FAULTS = ("kill", "hang", "term", "segv", "exception", "ckpt-worker")
+#: Where in the training loop the selected rank is faulted (pytest_nvrx.injector.WINDOWS):
+#: step = a training step after a checkpoint completed; save = the preparation of checkpoint N;
+#: finalize = save N submitted, its background write in flight, not yet finalized.
+FAULT_WINDOWS = ("step", "save", "finalize")
+#: Faults that exist only in some windows (as pytest_nvrx.injector.FAULT_WINDOWS_ONLY): the
+#: persistent checkpoint worker is busy only while a save is in flight.
+FAULT_WINDOWS_ONLY: dict[str, tuple[str, ...]] = {"ckpt-worker": ("finalize",)}
 MANIFEST_NAME = "run.json"
 # written by pytest_nvrx.launch next to run.json when the launcher exits
 RESULT_NAME = "result.json"
@@ -28,6 +37,19 @@ LAUNCHER_LOG_NAME = "launcher.log"
 APPLOG_PREFIX_NAME = "train.log"
 #: Parent of the per-run TMPDIRs (short on purpose, see RunLayout.tmp).
 TMP_ROOT = Path("/tmp")
+
+
+def windows_of(fault: str) -> tuple[str, ...]:
+    """The windows ``fault`` can be injected in, in FAULT_WINDOWS order; none for ``none`` (a
+    baseline injects nothing) or an unknown fault."""
+    if fault not in INJECTED_FAULTS:
+        return ()
+    return FAULT_WINDOWS_ONLY.get(fault, FAULT_WINDOWS)
+
+
+def window_allowed(fault: str, window: str) -> bool:
+    """Whether the injector accepts ``--fault fault --window window``."""
+    return window in windows_of(fault)
 
 
 def cycle_log_name(cycle: int) -> str:

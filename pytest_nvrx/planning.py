@@ -106,6 +106,11 @@ def plan_run(
     )
     if config.no_te_profile is not None:
         notes.append(f"profile {recipe.profile} chosen explicitly")
+    if config.workload == "reference" and config.fault == "ckpt-worker":
+        notes.append(
+            "reference checkpoints written by a persistent worker process (--async-writer="
+            "process): fault ckpt-worker kills that worker"
+        )
     if config.workload == "megatron" and not config.distributed_optimizer:
         notes.append("qualifying without --use-distributed-optimizer (explicit option)")
     return Plan(recipe=recipe, stack=stack, notes=tuple(notes), megatron_flags=flags_report)

@@ -16,7 +16,15 @@ from typing import Any
 
 import pytest
 
-from pytest_nvrx.scenarios import SCENARIOS, Scenario
+from pytest_nvrx.layout import FAULT_WINDOWS, INJECTED_FAULTS, windows_of
+from pytest_nvrx.scenarios import (
+    MATRIX_ENV,
+    WINDOW_ENV,
+    Scenario,
+    matrix_scenarios,
+    parse_matrix,
+    parse_windows,
+)
 from pytest_nvrx.settings import (
     ENV_VARS,
     WORKLOAD_KINDS,
@@ -39,6 +47,7 @@ class Option:
     help: str
     field: str | None = None  # RunConfig field it sets
     flag: bool = False
+    env_var: str | None = None  # an environment variable of the plugin's own (not a field's)
 
     @property
     def dest(self) -> str:
@@ -46,6 +55,8 @@ class Option:
 
     @property
     def env(self) -> str | None:
+        if self.env_var is not None:
+            return self.env_var
         return ENV_VARS.get(self.field) if self.field else None
 
 
@@ -60,6 +71,18 @@ OPTIONS: tuple[Option, ...] = (
         "workload",
         "megatron | reference: only this workload's scenarios (default: both; "
         "megatron ones skip without a GPU and --nvrx-megatron-path)",
+    ),
+    Option(
+        "matrix",
+        "default | full: the fault scenarios per workload (default: every fault and every "
+        "window at least once; full: every fault in every window it exists in)",
+        env_var=MATRIX_ENV,
+    ),
+    Option(
+        "window",
+        "step,save,finalize (one or more, comma-separated): every fault in these windows "
+        "instead of the matrix (baselines stay)",
+        env_var=WINDOW_ENV,
     ),
     Option("nnodes", "nodes (default 1)", "nnodes"),
     Option("gpus-per-node", "processes per node (default 2; 1 for one GPU)", "gpus_per_node"),
@@ -101,6 +124,9 @@ class NvrxSettings:
 
     overrides: dict[str, Any] = field(default_factory=dict)  # RunConfig fields the user set
     workloads: tuple[str, ...] = WORKLOAD_KINDS
+    matrix: str = "default"
+    #: None: the matrix decides; else every fault in these windows
+    windows: tuple[str, ...] | None = None
     megatron_path: Path | None = None
     work_dir: Path | None = None
     run_dir: Path | None = None
@@ -109,7 +135,7 @@ class NvrxSettings:
     continuity_rtol: float = 0.0
 
     def scenarios(self) -> list[Scenario]:
-        return [s for s in SCENARIOS if s.workload in self.workloads]
+        return list(matrix_scenarios(self.matrix, self.windows, self.workloads))
 
 
 SETTINGS_KEY = pytest.StashKey[NvrxSettings]()
@@ -187,6 +213,10 @@ def resolve_settings(config: pytest.Config) -> NvrxSettings:
                         f"{source}: must be one of {', '.join(WORKLOAD_KINDS)}, got {value!r}"
                     )
                 s.workloads = (value,)
+            elif opt.name == "matrix":
+                s.matrix = parse_matrix(value, source)
+            elif opt.name == "window":
+                s.windows = parse_windows(value, source)
             elif opt.name == "run-dir":
                 path = Path(value).resolve()
                 if not path.is_dir():
@@ -207,15 +237,38 @@ def resolve_settings(config: pytest.Config) -> NvrxSettings:
     return s
 
 
+#: What one rank gets, by fault marker.
+FAULT_HELP: dict[str, str] = {
+    "kill": "SIGKILL to one rank",
+    "hang": "SIGSTOP to one rank (detected by the open section's deadline)",
+    "term": "SIGTERM to one rank",
+    "segv": "SIGSEGV to one rank (a native crash)",
+    "exception": "an uncaught InjectedFault raised on one rank's training thread",
+    "ckpt-worker": "SIGKILL to one rank's persistent checkpoint worker while a save is in flight",
+}
+#: Where the fault lands, by window marker.
+WINDOW_HELP: dict[str, str] = {
+    "step": "fault in a training step, after a checkpoint completed",
+    "save": "fault while checkpoint N is prepared (before its submit), after an earlier one "
+    "completed",
+    "finalize": "fault after save N was submitted, before its finalization advanced the tracker",
+}
+MARKERS: dict[str, str] = {
+    "gpu": "needs NVIDIA GPUs and a Megatron-LM checkout (--nvrx-megatron-path); skipped with "
+    "a reason otherwise",
+    "baseline": "uninterrupted scenario, no fault injected",
+    **{
+        fault: f"scenario with fault {fault}: {FAULT_HELP[fault]}; windows "
+        f"{', '.join(windows_of(fault))}"
+        for fault in INJECTED_FAULTS
+    },
+    **{window: f"scenario window: {WINDOW_HELP[window]}" for window in FAULT_WINDOWS},
+}
+
+
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line(
-        "markers",
-        "gpu: needs NVIDIA GPUs and a Megatron-LM checkout "
-        "(--nvrx-megatron-path); skipped with a reason otherwise",
-    )
-    config.addinivalue_line("markers", "kill: scenario that SIGKILLs one rank after a checkpoint")
-    config.addinivalue_line("markers", "hang: scenario that SIGSTOPs one rank after a checkpoint")
-    config.addinivalue_line("markers", "baseline: uninterrupted scenario, no fault injected")
+    for name, text in MARKERS.items():
+        config.addinivalue_line("markers", f"{name}: {text}")
     config.stash[SETTINGS_KEY] = resolve_settings(config)
 
 

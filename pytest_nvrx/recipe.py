@@ -23,7 +23,14 @@ from typing import Any
 
 from pytest_nvrx import __version__
 from pytest_nvrx.layout import TMP_ROOT, RunLayout
-from pytest_nvrx.settings import ConfigError, RunConfig, check_port, format_seconds, validate
+from pytest_nvrx.settings import (
+    REFERENCE_ASYNC_WRITER_FLAG,
+    ConfigError,
+    RunConfig,
+    check_port,
+    format_seconds,
+    validate,
+)
 
 INJECTOR_PATH = Path(__file__).resolve().parent / "injector.py"
 REFERENCE_MODULE = "pytest_nvrx.workloads.reference"
@@ -111,12 +118,16 @@ def injector_argv(config: RunConfig, layout: RunLayout) -> list[str]:
         entry = ["--script", str(config.megatron_path / "pretrain_gpt.py")]
     else:
         entry = ["--module", REFERENCE_MODULE]
+    window = config.fault_window
     return [
         str(INJECTOR_PATH),
         f"--checkpoint-dir={layout.checkpoint_dir}",
         f"--fault-marker={layout.marker}",
         f"--fault={config.fault}",
         f"--fault-rank={config.fault_rank}",
+        # always explicit on a fault run (the manifest's argv says where it fired); a baseline
+        # has no window
+        *([f"--window={window}"] if window is not None else []),
         *entry,
         "--",
     ]
@@ -165,13 +176,18 @@ def megatron_args(config: RunConfig, layout: RunLayout, profile_flags: Sequence[
 
 def reference_args(config: RunConfig, layout: RunLayout) -> list[str]:
     ckpt = str(layout.checkpoint_dir)
-    return [
+    args = [
         f"--train-iters={config.train_iters}",
         f"--save-interval={config.save_interval}",
         f"--save={ckpt}",
         f"--load={ckpt}",
         "--log-interval=1",
     ]
+    if config.fault == "ckpt-worker":
+        # The reference writes from a thread by default: there is no worker process to kill.
+        # Megatron always has one (--use-persistent-ckpt-worker above).
+        args.append(f"{REFERENCE_ASYNC_WRITER_FLAG}=process")
+    return args
 
 
 def build_recipe(

@@ -1,31 +1,76 @@
-"""Qualification scenarios (workload x fault) and their default settings. No pytest here.
+"""Qualification scenarios (workload x fault x window), the matrices, their default settings.
 
-A scenario is launched once and judged by all the criteria. Defaults differ by workload: the
-Megatron ones are the walkthrough's (with a hang-friendly step timeout); the CPU reference ones
-are short so that a whole baseline + kill + hang qualification fits in minutes on 2 cores.
+No pytest here. A scenario is launched once and judged by all the criteria. Its markers are the
+fault's and the window's names (``kill``, ``finalize``; ``baseline`` for no fault) plus ``gpu``
+for Megatron, so marker expressions pick matrices: ``-m "gpu and finalize"``,
+``-m "kill and not step"``.
+
+Two matrices of fault scenarios, each run after the workload's baseline: the *default* one
+covers every fault and every window at least once (six runs per workload); the *full* one is
+every fault in every window it exists in (16 runs per workload). Selecting windows (the plugin's
+``--nvrx-window``) takes every fault in those windows, whatever the matrix.
+
+Defaults differ by workload: the Megatron ones are the walkthrough's (with a hang-friendly step
+timeout); the CPU reference ones are short so that a qualification fits in minutes on 2 cores.
+Both use a 30 s ``checkpointing`` deadline: a ``hang`` in the ``save`` or ``finalize`` window
+stops the rank inside that section, and the deadline is what detects it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
-from pytest_nvrx.settings import FaultKind, SectionTimeouts, WorkloadKind
+from pytest_nvrx.layout import INJECTED_FAULTS, window_allowed, windows_of
+from pytest_nvrx.settings import (
+    FAULT_WINDOW_KINDS,
+    WORKLOAD_KINDS,
+    ConfigError,
+    FaultKind,
+    FaultWindow,
+    SectionTimeouts,
+    WorkloadKind,
+    quote,
+)
+
+#: The plugin's environment variables for the matrix and the windows (no walkthrough names).
+MATRIX_ENV = "NVRX_FAULT_MATRIX"
+WINDOW_ENV = "NVRX_FAULT_WINDOW"
+MATRICES = ("default", "full")
+#: Workloads in the order their scenarios run (the CPU one first: it fails fastest).
+WORKLOAD_ORDER: tuple[WorkloadKind, ...] = ("reference", "megatron")
 
 
 @dataclass(frozen=True)
 class Scenario:
+    """One run to qualify: a workload, a fault (``none`` for the baseline) and its window."""
+
     workload: WorkloadKind
     fault: FaultKind
+    window: FaultWindow | None = None
+
+    def __post_init__(self) -> None:
+        if self.fault == "none":
+            if self.window is not None:
+                raise ValueError(f"a baseline scenario has no window, got {self.window!r}")
+        elif self.window is None or not window_allowed(self.fault, self.window):
+            raise ValueError(
+                f"fault {self.fault!r} needs one of the windows {windows_of(self.fault)}, "
+                f"got {self.window!r}"
+            )
 
     @property
     def kind(self) -> str:
-        """The marker name of the fault: ``baseline``, ``kill`` or ``hang``."""
+        """The marker name of the fault: ``baseline``, ``kill``, ``ckpt-worker``, ..."""
         return "baseline" if self.fault == "none" else self.fault
 
     @property
     def id(self) -> str:
-        return f"{self.workload}-{self.kind}"
+        """``<workload>-<fault>-<window>``, or ``<workload>-baseline``."""
+        if self.window is None:
+            return f"{self.workload}-{self.kind}"
+        return f"{self.workload}-{self.kind}-{self.window}"
 
     @property
     def needs_gpu(self) -> bool:
@@ -33,13 +78,87 @@ class Scenario:
 
     @property
     def markers(self) -> tuple[str, ...]:
-        return ("gpu", self.kind) if self.needs_gpu else (self.kind,)
+        names = (self.kind,) if self.window is None else (self.kind, self.window)
+        return ("gpu", *names) if self.needs_gpu else names
 
 
-FAULTS: tuple[FaultKind, ...] = ("none", "kill", "hang")
-SCENARIOS: tuple[Scenario, ...] = tuple(
-    Scenario(workload, fault) for workload in ("reference", "megatron") for fault in FAULTS
+Pair = tuple[FaultKind, FaultWindow]
+
+#: Every fault once and every window at least once: save (kill), finalize (hang: detected by the
+#: checkpointing deadline; term: is the outstanding save honoured; ckpt-worker: the only window
+#: it has), step (segv, exception).
+DEFAULT_PAIRS: tuple[Pair, ...] = (
+    ("kill", "save"),
+    ("hang", "finalize"),
+    ("term", "finalize"),
+    ("segv", "step"),
+    ("exception", "step"),
+    ("ckpt-worker", "finalize"),
 )
+#: Every fault in every window it exists in.
+FULL_PAIRS: tuple[Pair, ...] = tuple(
+    (cast(FaultKind, fault), cast(FaultWindow, window))
+    for fault in INJECTED_FAULTS
+    for window in windows_of(fault)
+)
+
+
+def fault_pairs(matrix: str = "default", windows: Iterable[str] | None = None) -> tuple[Pair, ...]:
+    """The (fault, window) pairs of ``matrix``; with ``windows``, every fault in those windows."""
+    if matrix not in MATRICES:
+        raise ConfigError(f"matrix must be one of {', '.join(MATRICES)}, got {quote(matrix)}")
+    if windows is not None:
+        chosen = set(windows)
+        return tuple(pair for pair in FULL_PAIRS if pair[1] in chosen)
+    return DEFAULT_PAIRS if matrix == "default" else FULL_PAIRS
+
+
+def matrix_scenarios(
+    matrix: str = "default",
+    windows: Iterable[str] | None = None,
+    workloads: Iterable[str] = WORKLOAD_KINDS,
+) -> tuple[Scenario, ...]:
+    """Per workload its baseline first (the continuity reference of the fault scenarios judged
+    after it), then the fault scenarios of the matrix."""
+    pairs = fault_pairs(matrix, windows)
+    wanted = set(workloads)
+    out: list[Scenario] = []
+    for workload in WORKLOAD_ORDER:
+        if workload in wanted:
+            out.append(Scenario(workload, "none"))
+            out += [Scenario(workload, fault, window) for fault, window in pairs]
+    return tuple(out)
+
+
+#: The default matrix of both workloads.
+SCENARIOS: tuple[Scenario, ...] = matrix_scenarios("default")
+#: Every scenario the plugin can run (the full matrix of both workloads).
+ALL_SCENARIOS: tuple[Scenario, ...] = matrix_scenarios("full")
+
+
+def parse_matrix(raw: str, what: str) -> str:
+    """``default`` or ``full``; errors name ``what`` (the option, variable or ini value)."""
+    text = raw.strip()
+    if text not in MATRICES:
+        raise ConfigError(
+            f"{what} must be one of {', '.join(MATRICES)} (default: every fault and every window "
+            f"at least once; full: every fault in every window), got {quote(raw)}"
+        )
+    return text
+
+
+def parse_windows(raw: str, what: str) -> tuple[FaultWindow, ...]:
+    """A comma-separated list of windows, e.g. ``save,finalize`` (repeats dropped)."""
+    names = [part.strip() for part in raw.split(",")]
+    bad = [name for name in names if name not in FAULT_WINDOW_KINDS]
+    if not raw.strip() or bad:
+        shown = f"{quote(bad[0])} in {quote(raw)}" if bad and bad[0] != raw else quote(raw)
+        raise ConfigError(
+            f"{what} must be one or more of {', '.join(FAULT_WINDOW_KINDS)}, separated by "
+            f"commas (e.g. save,finalize), got {shown}"
+        )
+    return tuple(cast(FaultWindow, name) for name in dict.fromkeys(names))
+
 
 #: Settings a scenario uses unless the user gives them (option > env > ini > these).
 DEFAULTS: dict[WorkloadKind, dict[str, Any]] = {
@@ -48,14 +167,17 @@ DEFAULTS: dict[WorkloadKind, dict[str, Any]] = {
         "fault_rank": 1,
         "train_iters": 30,
         "save_interval": 5,
-        "section_timeouts": SectionTimeouts(setup=120, step=10, checkpointing=60),
+        # checkpointing 30 s: a hang in the save/finalize window is detected in ~30 s
+        "section_timeouts": SectionTimeouts(setup=120, step=10, checkpointing=30),
         "out_of_section_timeout": 60.0,
         "workload_check_interval": 1.0,
     },
     "megatron": {
         # The walkthrough's values, but a 30 s step deadline so a hang is detected in ~30 s
-        # rather than 120 s (measured on the H200: first step well under that).
-        "section_timeouts": SectionTimeouts(setup=900, step=30, checkpointing=600),
+        # rather than 120 s (measured on the H200: first step well under that), and a 30 s
+        # checkpointing deadline (the walkthrough's 600) for a hang while a save is prepared or
+        # finalized: the walkthrough model's saves take seconds.
+        "section_timeouts": SectionTimeouts(setup=900, step=30, checkpointing=30),
         "workload_check_interval": 1.0,
     },
 }

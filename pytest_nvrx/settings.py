@@ -19,11 +19,19 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Literal, cast, get_args
 
-from pytest_nvrx.layout import RunLayout
+from pytest_nvrx.layout import RunLayout, window_allowed, windows_of
 
-FaultKind = Literal["none", "kill", "hang", "term", "segv"]
+FaultKind = Literal["none", "kill", "hang", "term", "segv", "exception", "ckpt-worker"]
+#: Where the fault lands (layout.FAULT_WINDOWS): a step, a save's preparation, its finalization.
+FaultWindow = Literal["step", "save", "finalize"]
 WorkloadKind = Literal["megatron", "reference"]
 FAULT_KINDS: tuple[str, ...] = get_args(FaultKind)
+FAULT_WINDOW_KINDS: tuple[str, ...] = get_args(FaultWindow)
+#: The window when none is given (the injector's --window default), for faults that have it.
+DEFAULT_WINDOW: FaultWindow = "step"
+#: The reference workload's async-writer option; fault ckpt-worker needs its persistent worker
+#: process (the recipe adds ``--async-writer=process``).
+REFERENCE_ASYNC_WRITER_FLAG = "--async-writer"
 WORKLOAD_KINDS: tuple[str, ...] = get_args(WorkloadKind)
 
 #: The walkthrough model: four layers, eight attention heads.
@@ -163,6 +171,9 @@ class RunConfig:
     train_iters: int = 100
     save_interval: int = 5
     fault: FaultKind = "kill"
+    #: The fault's window; None = the fault's default (step; finalize for ckpt-worker) on a fault
+    #: run, no window on a baseline (see :attr:`fault_window`). One with fault none is an error.
+    window: FaultWindow | None = None
     fault_rank: int = 1
     checkpoint_dir: Path | None = None
     rdzv_endpoint: str = "localhost:0"
@@ -180,6 +191,17 @@ class RunConfig:
     @property
     def world_size(self) -> int:
         return self.nnodes * self.gpus_per_node
+
+    @property
+    def fault_window(self) -> FaultWindow | None:
+        """The window the injector is given: None for a baseline, else the chosen one or the
+        fault's default (step; finalize for ckpt-worker, its only window)."""
+        if self.window is not None or self.fault == "none":
+            return self.window
+        windows = windows_of(self.fault)
+        if DEFAULT_WINDOW in windows or not windows:
+            return DEFAULT_WINDOW
+        return cast(FaultWindow, windows[0])
 
     @property
     def run_dir(self) -> Path:
@@ -203,6 +225,8 @@ class RunConfig:
             out[f.name] = value
         out["world_size"] = self.world_size
         out["checkpoint_dir"] = str(self.layout.checkpoint_dir)
+        # the window in force (the injector's), null for a baseline: what the evidence reads
+        out["window"] = self.fault_window
         return out
 
 
@@ -367,6 +391,7 @@ PARSERS: dict[str, Callable[[str, str], Any]] = {
     "train_iters": _positive_int,
     "save_interval": _positive_int,
     "fault": _choice(FAULT_KINDS),
+    "window": _choice(FAULT_WINDOW_KINDS),
     "fault_rank": _non_negative_int,
     "checkpoint_dir": _path,
     "rdzv_endpoint": _text,
@@ -460,6 +485,7 @@ def validate(config: RunConfig) -> None:
             f"workload must be one of {', '.join(WORKLOAD_KINDS)}, "
             f"got {quote(repr(config.workload))}"
         )
+    check_window(config.fault, config.window)
     seconds = {
         "out-of-section timeout": config.out_of_section_timeout,
         "workload check interval": config.workload_check_interval,
@@ -505,6 +531,15 @@ def validate(config: RunConfig) -> None:
             f"(e.g. --save-interval {max(1, config.train_iters // 2)}, SAVE_INTERVAL) or more "
             "train iterations"
         )
+    window = config.fault_window
+    if window in ("save", "finalize") and 2 * config.save_interval > config.train_iters:
+        raise ConfigError(
+            f"window {window} needs a checkpoint completed before save N is "
+            f"{'prepared' if window == 'save' else 'finalized'}, so two saves: save interval "
+            f"{config.save_interval} x 2 > train iterations {config.train_iters}; use at least "
+            f"{2 * config.save_interval} train iterations (--train-iters, TRAIN_ITERS) or a "
+            "smaller save interval"
+        )
 
     if not config.work_dir.is_absolute():
         raise ConfigError(f"work dir must be an absolute path, got {quote(str(config.work_dir))}")
@@ -523,6 +558,14 @@ def validate(config: RunConfig) -> None:
         )
     check_rdzv_endpoint(config.rdzv_endpoint, config.nnodes)
     check_extra_args(config.extra_args)
+    if config.workload == "reference" and config.fault == "ckpt-worker":
+        for arg in config.extra_args:
+            if arg.partition("=")[0] == REFERENCE_ASYNC_WRITER_FLAG:
+                raise ConfigError(
+                    f"extra argument {quote(arg)}: fault ckpt-worker kills the reference "
+                    f"workload's persistent checkpoint worker, so the recipe sets "
+                    f"{REFERENCE_ASYNC_WRITER_FLAG}=process itself; drop the argument"
+                )
 
     if config.workload == "megatron":
         if config.megatron_path is None:
@@ -593,6 +636,32 @@ def check_rdzv_endpoint(endpoint: str, nnodes: int) -> None:
         why = " for a multinode run (every node must find the same port)" if multinode else ""
         raise ConfigError(
             f"rendezvous endpoint {quote(endpoint)}: the port must be from {lowest} to 65535{why}"
+        )
+
+
+def check_window(fault: str, window: str | None) -> None:
+    """A window only on a fault run, a known one, and one the fault exists in."""
+    if window is None:
+        return
+    if window not in FAULT_WINDOW_KINDS:
+        raise ConfigError(
+            f"window must be one of {', '.join(FAULT_WINDOW_KINDS)}, got {quote(repr(window))}"
+        )
+    if fault == "none":
+        raise ConfigError(
+            f"window {window} given for fault none: a baseline injects nothing, so it has no "
+            "window; drop --window or choose a fault (--fault, NVRX_DEMO_FAULT)"
+        )
+    if not window_allowed(fault, window):
+        allowed = windows_of(fault)
+        raise ConfigError(
+            f"fault {fault} is injected only in window {' or '.join(allowed)}, not {window}"
+            + (
+                " (it kills the persistent checkpoint worker while a save is in flight)"
+                if fault == "ckpt-worker"
+                else ""
+            )
+            + f"; use --window {allowed[0]}"
         )
 
 
@@ -802,3 +871,9 @@ def coerce_fault(value: str) -> FaultKind:
     if value not in FAULT_KINDS:
         raise ConfigError(f"fault must be one of {', '.join(FAULT_KINDS)}, got {value!r}")
     return cast(FaultKind, value)
+
+
+def coerce_window(value: str) -> FaultWindow:
+    if value not in FAULT_WINDOW_KINDS:
+        raise ConfigError(f"window must be one of {', '.join(FAULT_WINDOW_KINDS)}, got {value!r}")
+    return cast(FaultWindow, value)

@@ -95,7 +95,7 @@ BAD: list[Case] = [
     bad(
         "env-fault",
         env={"NVRX_DEMO_FAULT": "explode"},
-        message="must be one of none, kill, hang, term, segv",
+        message="must be one of none, kill, hang, term, segv, exception, ckpt-worker",
     ),
     bad("env-fault-rank", env={"NVRX_FAULT_RANK": "-1"}, message="NVRX_FAULT_RANK must be a"),
     # --- integers beyond 64 bits ---------------------------------------------------------
@@ -136,6 +136,33 @@ BAD: list[Case] = [
     # --- choices -------------------------------------------------------------------------
     bad("fault-choice", ["--fault", "crash"], "invalid choice: 'crash'"),
     bad("workload-choice", ["--workload", "bert"], "invalid choice: 'bert'"),
+    bad("window-choice", ["--window", "during"], "invalid choice: 'during'"),
+    bad("window-empty", ["--window", ""], "invalid choice: ''"),
+    # --- fault windows (issue #10) -----------------------------------------------------------
+    bad("window-for-baseline", ["--fault", "none", "--window", "save"], "given for fault none"),
+    bad(
+        "window-for-env-baseline",
+        ["--window", "step"],
+        "window step given for fault none",
+        env={"NVRX_DEMO_FAULT": "none"},
+    ),
+    bad("ckpt-worker-step", ["--fault", "ckpt-worker", "--window", "step"], "only in window fin"),
+    bad("ckpt-worker-save", ["--fault", "ckpt-worker", "--window", "save"], "--window finalize"),
+    bad(
+        "save-window-one-checkpoint",
+        ["--window", "save", "--train-iters", "9"],
+        "window save needs a checkpoint completed before save N is prepared",
+    ),
+    bad(
+        "ckpt-worker-one-checkpoint",
+        ["--fault", "ckpt-worker", "--train-iters", "8"],
+        "window finalize needs",
+    ),
+    bad(
+        "reference-ckpt-worker-thread-writer",
+        ["--workload", "reference", "--fault", "ckpt-worker", "--", "--async-writer", "thread"],
+        "the recipe sets --async-writer=process itself",
+    ),
     # --- the walkthrough's rules -----------------------------------------------------------
     bad("world-not-divisible", ["--gpus-per-node", "3", "--tp", "2"], "divisible by TP x PP"),
     bad("pp-not-dividing-layers", ["--gpus-per-node", "3", "--pp", "3"], "4 layers"),
@@ -276,6 +303,14 @@ GOOD: list[Case] = [
     good("work-dir-symlink", ["--dry-run", "--work-dir", "{tmp}/link"], setup="dir-link"),
     good("existing-ckpt-dir", ["--dry-run", "--checkpoint-dir", "{tmp}/ck"], setup="tracker-10"),
     good("reference", ["--dry-run", "--workload", "reference", "--train-iters", "12"]),
+    good("window-finalize", ["--dry-run", "--window", "finalize"]),
+    good("exception-save", ["--dry-run", "--fault", "exception", "--window", "save"]),
+    good("ckpt-worker-default-window", ["--dry-run", "--fault", "ckpt-worker"]),
+    good("save-window-two-saves", ["--dry-run", "--window", "save", "--train-iters", "10"]),
+    good(
+        "reference-ckpt-worker",
+        ["--dry-run", "--workload", "reference", "--fault", "ckpt-worker", "--window", "finalize"],
+    ),
 ]
 
 

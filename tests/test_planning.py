@@ -74,3 +74,20 @@ def test_bad_port_refused_before_the_stack_probe(
     config = RunConfig(work_dir=tmp_path, run_id="r", megatron_path=megatron_stub)
     with pytest.raises(ConfigError, match="--log-server-port must be a port number"):
         plan_run(config, launcher_exe="ft_launcher", port=port, probe=True)
+
+
+@pytest.mark.parametrize(("fault", "noted"), [("ckpt-worker", True), ("kill", False)])
+def test_reference_ckpt_worker_notes_the_process_writer(
+    tmp_path: Path, fault: str, noted: bool
+) -> None:
+    config = RunConfig(
+        work_dir=tmp_path,
+        run_id="r",
+        workload="reference",
+        fault=fault,  # type: ignore[arg-type]
+        window="finalize",
+    )
+    plan = plan_run(config, launcher_exe="ft_launcher", port=1, probe=False)
+    has_note = any("--async-writer=process" in note for note in plan.notes)
+    assert has_note is noted
+    assert ("--async-writer=process" in plan.recipe.workload_argv) is noted

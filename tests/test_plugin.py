@@ -14,6 +14,7 @@ import pytest
 
 from pytest_nvrx.criteria import CRITERIA_IDS
 from pytest_nvrx.fixtures import gpu_available
+from pytest_nvrx.layout import FAULT_WINDOWS, INJECTED_FAULTS
 
 pytest_plugins = ["pytester"]
 
@@ -21,6 +22,27 @@ DATA = Path(__file__).parent / "data"
 GPU_KILL = DATA / "gpu" / "gpu-kill-100"
 GPU_BASELINE = DATA / "gpu" / "gpu-baseline-20"
 SUITE_ARGS = ["--pyargs", "pytest_nvrx.suite", "-p", "no:cacheprovider"]
+#: The default matrix of one workload (issue #10): every fault once, every window at least once.
+DEFAULT_MATRIX = (
+    "baseline",
+    "kill-save",
+    "hang-finalize",
+    "term-finalize",
+    "segv-step",
+    "exception-step",
+    "ckpt-worker-finalize",
+)
+TESTS_PER_SCENARIO = 1 + len(CRITERIA_IDS)
+
+
+def collected_scenarios(result: pytest.RunResult) -> list[str]:
+    """Scenario ids of the collected criterion tests, in collection order, once each."""
+    ids = [
+        line.split("[", 1)[1].rsplit("-", 1)[0]
+        for line in result.stdout.lines
+        if "test_recovery_criterion[" in line
+    ]
+    return list(dict.fromkeys(ids))
 
 
 @pytest.fixture
@@ -37,6 +59,8 @@ def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
         "SAVE_INTERVAL",
         "NVRX_FAULT_RANK",
         "RDZV_ENDPOINT",
+        "NVRX_FAULT_MATRIX",
+        "NVRX_FAULT_WINDOW",
     ):
         monkeypatch.delenv(var, raising=False)
 
@@ -64,9 +88,13 @@ def test_help_lists_the_nvrx_group(pytester: pytest.Pytester, clean_env: None) -
         "section-timeouts",
         "out-of-section-timeout",
         "workload",
+        "matrix",
+        "window",
     ):
         assert f"--nvrx-{name}" in result.stdout.str()
     assert "nvrx_megatron_path" in result.stdout.str()  # ini mirror
+    flowing = " ".join(result.stdout.str().split())  # argparse wraps the help text
+    assert "[env NVRX_FAULT_MATRIX]" in flowing and "[env NVRX_FAULT_WINDOW]" in flowing
 
 
 def test_markers_are_registered(pytester: pytest.Pytester, clean_env: None) -> None:
@@ -74,61 +102,110 @@ def test_markers_are_registered(pytester: pytest.Pytester, clean_env: None) -> N
     result.stdout.fnmatch_lines(
         [
             "@pytest.mark.gpu:*--nvrx-megatron-path*",
-            "@pytest.mark.kill:*",
-            "@pytest.mark.hang:*",
             "@pytest.mark.baseline:*",
+            *(f"@pytest.mark.{fault}: scenario with fault {fault}:*" for fault in INJECTED_FAULTS),
+            *(f"@pytest.mark.{window}: scenario window:*" for window in FAULT_WINDOWS),
         ]
     )
+    result.stdout.fnmatch_lines(["@pytest.mark.ckpt-worker: *checkpoint worker*; windows finalize"])
 
 
 def test_collect_only_needs_no_gpu(pytester: pytest.Pytester, clean_env: None) -> None:
     result = pytester.runpytest(*SUITE_ARGS, "--collect-only", "-q")
     assert result.ret == 0
     out = result.stdout.str()
-    for scenario in (
-        "reference-baseline",
-        "reference-kill",
-        "reference-hang",
-        "megatron-baseline",
-        "megatron-kill",
-        "megatron-hang",
-    ):
+    scenarios = [f"{w}-{s}" for w in ("reference", "megatron") for s in DEFAULT_MATRIX]
+    assert collected_scenarios(result) == scenarios
+    for scenario in scenarios:
         # one test per criterion and scenario: six criteria each, with their ids
         for criterion in CRITERIA_IDS:
             assert f"test_recovery_criterion[{scenario}-{criterion}]" in out
     assert len(CRITERIA_IDS) == 6 and "training_continuity" in CRITERIA_IDS
-    assert "42 tests collected" in out
+    assert f"{14 * TESTS_PER_SCENARIO} tests collected" in out
 
 
 @pytest.mark.parametrize(
     ("expr", "scenarios"),
     [
-        ("gpu and kill", {"megatron-kill"}),
-        ("hang", {"reference-hang", "megatron-hang"}),
-        ("not gpu", {"reference-baseline", "reference-kill", "reference-hang"}),
+        ("gpu and kill", {"megatron-kill-save"}),
+        ("hang", {"reference-hang-finalize", "megatron-hang-finalize"}),
+        ("not gpu", {f"reference-{s}" for s in DEFAULT_MATRIX}),
         ("gpu and baseline", {"megatron-baseline"}),
+        (
+            "gpu and finalize",
+            {
+                "megatron-hang-finalize",
+                "megatron-term-finalize",
+                "megatron-ckpt-worker-finalize",
+            },
+        ),
+        ("kill and not step", {"reference-kill-save", "megatron-kill-save"}),
+        # a marker with a hyphen is one name in -m's grammar
+        ("ckpt-worker and not gpu", {"reference-ckpt-worker-finalize"}),
+        (
+            "not ckpt-worker and step",
+            {f"{w}-{f}-step" for w in ("reference", "megatron") for f in ("segv", "exception")},
+        ),
     ],
 )
 def test_marker_expressions_select_matrices(
     pytester: pytest.Pytester, clean_env: None, expr: str, scenarios: set[str]
 ) -> None:
-    result = pytester.runpytest(*SUITE_ARGS, "--collect-only", "-q", "-m", expr)
-    ids = {
-        line.split("[", 1)[1].rsplit("-", 1)[0]
-        for line in result.stdout.lines
-        if "test_recovery_criterion[" in line
-    }
-    assert ids == scenarios
+    result = pytester.runpytest(*SUITE_ARGS, "--collect-only", "-q", "--strict-markers", "-m", expr)
+    assert result.ret == pytest.ExitCode.OK
+    assert set(collected_scenarios(result)) == scenarios
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "ini", "scenarios"),
+    [
+        pytest.param(["--nvrx-matrix", "full"], {}, "", 17, id="option-full"),
+        pytest.param([], {"NVRX_FAULT_MATRIX": "full"}, "", 17, id="env-full"),
+        pytest.param([], {}, "nvrx_matrix = full", 17, id="ini-full"),
+        pytest.param(["--nvrx-matrix", "default"], {}, "nvrx_matrix = full", 7, id="option-wins"),
+        pytest.param(["--nvrx-window", "save"], {}, "", 1 + 5, id="window-save"),
+        pytest.param([], {"NVRX_FAULT_WINDOW": "step,finalize"}, "", 1 + 11, id="env-windows"),
+        pytest.param(["--nvrx-window", "finalize"], {}, "nvrx_window = save", 1 + 6, id="win-opt"),
+    ],
+)
+def test_matrix_and_window_choose_the_scenarios(
+    pytester: pytest.Pytester,
+    clean_env: None,
+    monkeypatch: pytest.MonkeyPatch,
+    args: list[str],
+    env: dict[str, str],
+    ini: str,
+    scenarios: int,
+) -> None:
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    if ini:
+        pytester.makeini(f"[pytest]\n{ini}\n")
+    result = pytester.runpytest(
+        *SUITE_ARGS, "--collect-only", "-q", "--nvrx-workload", "reference", *args
+    )
+    assert result.ret == pytest.ExitCode.OK
+    ids = collected_scenarios(result)
+    assert len(ids) == scenarios and len(set(ids)) == scenarios
+    assert ids[0] == "reference-baseline"  # the continuity reference runs first
+    assert all(i.startswith("reference-") for i in ids)
+    windows = (args[1:] if "--nvrx-window" in args else []) or [env.get("NVRX_FAULT_WINDOW", "")]
+    chosen = [w for w in windows[0].split(",") if w]
+    if chosen:  # every fault scenario lies in the chosen windows
+        assert all(i.rsplit("-", 1)[1] in chosen for i in ids[1:])
 
 
 def test_gpu_scenarios_skip_with_reason(pytester: pytest.Pytester, clean_env: None) -> None:
     """No Megatron checkout given: GPU scenarios skip, but a session that qualified nothing is
     not green (exit 5, said in one line)."""
     result = pytester.runpytest(*SUITE_ARGS, "-m", "gpu and kill", "-rs")
-    result.assert_outcomes(skipped=1 + len(CRITERIA_IDS))
+    result.assert_outcomes(skipped=TESTS_PER_SCENARIO)
     result.stdout.fnmatch_lines(["*gpu scenario: give --nvrx-megatron-path*"])
     result.stdout.fnmatch_lines(
-        ["pytest-nvrx: every selected scenario was skipped (megatron-kill): nothing was qualified*"]
+        [
+            "pytest-nvrx: every selected scenario was skipped (megatron-kill-save): nothing was "
+            "qualified*"
+        ]
     )
     assert result.ret == pytest.ExitCode.NO_TESTS_COLLECTED
 
@@ -149,7 +226,7 @@ def test_gpu_selected_with_megatron_on_a_gpu_less_host_is_an_error(
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.stdout.fnmatch_lines(
         [
-            "*pytest-nvrx: scenario megatron-kill: a Megatron checkout was given*but this host"
+            "*pytest-nvrx: scenario megatron-kill-save: a Megatron checkout was given*but this host"
             " cannot run GPU scenarios: *(probed with nvidia-smi -L)*"
         ]
     )
@@ -162,7 +239,7 @@ def test_gpu_selected_with_megatron_on_a_gpu_less_host_is_an_error(
 def test_workload_option_limits_scenarios(pytester: pytest.Pytester, clean_env: None) -> None:
     result = pytester.runpytest(*SUITE_ARGS, "--collect-only", "-q", "--nvrx-workload", "megatron")
     assert "reference-" not in result.stdout.str()
-    assert "21 tests collected" in result.stdout.str()
+    assert f"{7 * TESTS_PER_SCENARIO} tests collected" in result.stdout.str()
 
 
 @pytest.mark.parametrize(
@@ -179,6 +256,13 @@ def test_workload_option_limits_scenarios(pytester: pytest.Pytester, clean_env: 
         ([], {}, "nvrx_continuity_rtol = tight", "ini value nvrx_continuity_rtol: 'tight' is not"),
         ([], {"TP": "x"}, "", "environment variable TP must be a positive integer"),
         ([], {}, "nvrx_train_iters = many", "ini value nvrx_train_iters must be a positive"),
+        (["--nvrx-matrix", "all"], {}, "", "--nvrx-matrix must be one of default, full"),
+        ([], {"NVRX_FAULT_MATRIX": "big"}, "", "environment variable NVRX_FAULT_MATRIX must be"),
+        ([], {}, "nvrx_matrix = huge", "ini value nvrx_matrix must be one of default, full"),
+        (["--nvrx-window", "during"], {}, "", "--nvrx-window must be one or more of step, save"),
+        (["--nvrx-window", "save,"], {}, "", "--nvrx-window must be one or more of step, save"),
+        ([], {"NVRX_FAULT_WINDOW": "Step"}, "", "environment variable NVRX_FAULT_WINDOW must be"),
+        ([], {}, "nvrx_window = later", "ini value nvrx_window must be one or more of"),
     ],
 )
 def test_bad_values_are_usage_errors(

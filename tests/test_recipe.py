@@ -62,6 +62,9 @@ def walkthrough_command(
         f"--fault={fault}",
         f"--fault-rank={fault_rank}",
     ]
+    if fault != "none":
+        # our addition (issue #10): the fault's window, explicit even at its default
+        wrapper.append("--window=step")
     world = nnodes * gpus
     megatron_args = [
         "--enable-ft-package",
@@ -176,6 +179,79 @@ def test_reference_workload_argv(tmp_path: Path) -> None:
     assert f"--save={config.layout.checkpoint_dir}" in workload
 
 
+@pytest.mark.parametrize(
+    ("fault", "window", "want"),
+    [
+        ("kill", None, ["--fault=kill", "--fault-rank=1", "--window=step"]),
+        ("hang", "finalize", ["--fault=hang", "--fault-rank=1", "--window=finalize"]),
+        ("exception", "save", ["--fault=exception", "--fault-rank=1", "--window=save"]),
+        ("ckpt-worker", "finalize", ["--fault=ckpt-worker", "--fault-rank=1", "--window=finalize"]),
+        ("none", None, ["--fault=none", "--fault-rank=1"]),
+    ],
+)
+def test_injector_gets_the_window(
+    tmp_path: Path, megatron_stub: Path, fault: str, window: str | None, want: list[str]
+) -> None:
+    config = RunConfig(
+        work_dir=tmp_path,
+        run_id="r",
+        megatron_path=megatron_stub,
+        fault=fault,  # type: ignore[arg-type]
+        window=window,  # type: ignore[arg-type]
+    )
+    recipe = build_recipe(config, port=1)
+    _, wrapper, _, workload = split_ours(recipe.argv)
+    assert wrapper[2:] == want
+    # Megatron always writes through NVRx's persistent worker; the reference option is not
+    # Megatron's
+    assert "--use-persistent-ckpt-worker" in workload
+    assert not any(a.startswith("--async-writer") for a in workload)
+    assert manifest(recipe)["config"]["window"] == (None if fault == "none" else want[-1][9:])
+
+
+@pytest.mark.parametrize(
+    ("fault", "window", "writer"),
+    [
+        ("ckpt-worker", "finalize", ["--async-writer=process"]),
+        ("kill", "finalize", []),
+        ("none", None, []),
+    ],
+)
+def test_reference_writes_through_a_worker_process_for_ckpt_worker(
+    tmp_path: Path, fault: str, window: str | None, writer: list[str]
+) -> None:
+    config = RunConfig(
+        work_dir=tmp_path,
+        run_id="r",
+        workload="reference",
+        fault=fault,  # type: ignore[arg-type]
+        window=window,  # type: ignore[arg-type]
+    )
+    _, _, _, workload = split_ours(build_recipe(config, port=1).argv)
+    assert [a for a in workload if a.startswith("--async-writer")] == writer
+
+
+def test_ckpt_worker_defaults_to_its_only_window(tmp_path: Path) -> None:
+    config = RunConfig(work_dir=tmp_path, run_id="r", workload="reference", fault="ckpt-worker")
+    assert config.fault_window == "finalize"
+    assert "--window=finalize" in build_recipe(config, port=1).workload_argv
+    assert RunConfig(work_dir=tmp_path, run_id="r", fault="exception").fault_window == "step"
+    assert RunConfig(work_dir=tmp_path, run_id="r", fault="none").fault_window is None
+
+
+def test_dry_run_shows_the_window(
+    tmp_path: Path, megatron_stub: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    env = {**WALKTHROUGH_ENV, "MEGATRON_PATH": str(megatron_stub), "NVRX_WORK_DIR": str(tmp_path)}
+    argv = ["run", "--workload", "reference", "--fault", "ckpt-worker", "--window", "finalize"]
+    assert cli.main(argv, env) == 0
+    words = shlex.split(capsys.readouterr().out.splitlines()[2])
+    _, wrapper, entry, workload = split_ours(words[3:])
+    assert wrapper[2:] == ["--fault=ckpt-worker", "--fault-rank=1", "--window=finalize"]
+    assert entry == ["--module", "pytest_nvrx.workloads.reference"]
+    assert workload[-1] == "--async-writer=process"
+
+
 def test_extra_args_come_last(tmp_path: Path, megatron_stub: Path) -> None:
     config = RunConfig(
         work_dir=tmp_path, run_id="r", megatron_path=megatron_stub, extra_args=("--seed", "7")
@@ -277,6 +353,9 @@ def test_options_override_env(
         (["run", "--run-id", "a/b"], {}, "letters, digits"),
         (["run", "--gpus-per-node", "1"], {}, "set the fault rank to 0"),
         (["run", "--nnodes", "2", "--run-id", "x"], {}, "rendezvous endpoint"),
+        (["run", "--fault", "kill", "--window", "during"], {}, "invalid choice: 'during'"),
+        (["run", "--fault", "none", "--window", "save"], {}, "fault none: a baseline"),
+        (["run", "--fault", "ckpt-worker", "--window", "step"], {}, "only in window finalize"),
     ],
 )
 def test_bad_input_exits_2_and_launches_nothing(
@@ -294,9 +373,14 @@ def test_bad_input_exits_2_and_launches_nothing(
         raise AssertionError("launched despite bad input")
 
     monkeypatch.setattr(pytest_nvrx.launch, "Launch", refuse)
+    monkeypatch.setattr(cli, "Launch", refuse)
     full_env = {"MEGATRON_PATH": str(megatron_stub), "NVRX_WORK_DIR": str(tmp_path / "w"), **env}
     before = snapshot(tmp_path)
-    assert cli.main(argv, full_env) == 2
+    try:
+        status = cli.main(argv, full_env)
+    except SystemExit as exc:  # argparse's own refusals (choices)
+        status = exc.code  # type: ignore[assignment]
+    assert status == 2
     assert message in capsys.readouterr().err
     assert snapshot(tmp_path) == before
 

@@ -74,7 +74,23 @@ def test_defaults_are_the_walkthroughs(tmp_path: Path, megatron_stub: Path) -> N
         ({"fault_rank": 2}, "fault rank 2 is not a rank of a world of size 2"),
         ({"gpus_per_node": 1}, "on one GPU set the fault rank to 0"),
         ({"megatron_path": None}, "needs a Megatron-LM checkout"),
-        ({"fault": "crash"}, "fault must be one of none, kill, hang"),
+        ({"fault": "crash"}, "fault must be one of none, kill, hang, term, segv, exception, ckpt"),
+        # issue #10: windows
+        ({"window": "during"}, "window must be one of step, save, finalize, got \"'during'\""),
+        ({"fault": "none", "window": "step"}, "window step given for fault none"),
+        ({"fault": "ckpt-worker", "window": "step"}, "only in window finalize, not step"),
+        ({"fault": "ckpt-worker", "window": "save"}, "use --window finalize"),
+        ({"window": "save", "train_iters": 9}, "window save needs a checkpoint completed"),
+        ({"window": "finalize", "train_iters": 9}, "two saves: save interval 5 x 2 > train"),
+        ({"fault": "ckpt-worker", "train_iters": 9}, "window finalize needs"),
+        (
+            {
+                "workload": "reference",
+                "fault": "ckpt-worker",
+                "extra_args": ("--async-writer=thread",),
+            },
+            "the recipe sets --async-writer=process itself",
+        ),
         ({"workload": "bert"}, "workload must be one of megatron, reference"),
         ({"workload": "reference", "gpus_per_node": 1, "fault": "none"}, "at least 2 ranks"),
         ({"out_of_section_timeout": 0.0}, "out-of-section timeout"),
@@ -101,6 +117,39 @@ def test_bad_settings_are_refused_without_writing(
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
         prepare_run_dir(make(tmp_path, megatron_stub, **changes))
     assert snapshot(tmp_path) == before
+
+
+def test_window_defaults_and_records(tmp_path: Path, megatron_stub: Path) -> None:
+    """A fault run without a window gets the fault's default; run.json's config records the
+    window in force (null for a baseline)."""
+    cases: list[tuple[dict[str, Any], str | None]] = [
+        ({}, "step"),
+        ({"window": "save"}, "save"),
+        ({"fault": "exception", "window": "finalize"}, "finalize"),
+        ({"fault": "ckpt-worker"}, "finalize"),
+        ({"fault": "none"}, None),
+        # the two-saves rule is the window's: step needs one completed checkpoint only
+        ({"train_iters": 9}, "step"),
+        ({"window": "save", "train_iters": 10}, "save"),
+    ]
+    for changes, window in cases:
+        c = make(tmp_path, megatron_stub, **changes)
+        validate(c)
+        assert c.fault_window == window and c.as_dict()["window"] == window, changes
+
+
+def test_fault_and_window_lists_agree() -> None:
+    from pytest_nvrx.layout import FAULT_WINDOWS, INJECTED_FAULTS, windows_of
+    from pytest_nvrx.settings import FAULT_KINDS, FAULT_WINDOW_KINDS
+
+    assert ("none", *INJECTED_FAULTS) == FAULT_KINDS
+    assert FAULT_WINDOW_KINDS == FAULT_WINDOWS
+    assert windows_of("none") == () and windows_of("explode") == ()
+    assert windows_of("ckpt-worker") == ("finalize",)
+    assert all(windows_of(f) == FAULT_WINDOWS for f in INJECTED_FAULTS if f != "ckpt-worker")
+    assert parse_value("window", "finalize", "X") == "finalize"
+    with pytest.raises(ConfigError, match="X must be one of step, save, finalize"):
+        parse_value("window", "Finalize", "X")
 
 
 def test_baseline_ignores_fault_rank(tmp_path: Path, megatron_stub: Path) -> None:
