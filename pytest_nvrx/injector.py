@@ -27,9 +27,11 @@ Exit codes of the wrapper itself (the workload's own status passes through other
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import contextlib
 import enum
 import errno
+import functools
 import json
 import os
 import re
@@ -51,7 +53,7 @@ from typing import Any, Final
 TRACKER_NAME: Final = "latest_checkpointed_iteration.txt"
 
 LOG_PREFIX: Final = "[pytest-nvrx injector]"
-MARKER_SCHEMA_VERSION: Final = 1
+MARKER_SCHEMA_VERSION: Final = 2
 DEFAULT_POLL_INTERVAL_S: Final = 0.05
 # An advance is acted on only when a second read this much later agrees, so a marker never records
 # the prefix of a tracker caught mid-write (Megatron writes it with a plain open/write).
@@ -64,15 +66,23 @@ TRACKER_MAX_BYTES: Final = 4096
 EXIT_USAGE: Final = 2
 EXIT_FAULT_NOT_INJECTED: Final = 3
 
-FAULTS: Final = ("none", "kill", "hang", "term", "segv")
-# Every fault is a signal to the selected rank's own pid. SIGTERM's default action ends the
-# process (a workload that handles it decides itself); SIGSEGV's ends it as a native crash would,
-# and a faulthandler the workload enabled dumps the stacks and re-raises it.
+FAULTS: Final = ("none", "kill", "hang", "term", "segv", "exception", "ckpt-worker")
+# Where in the training loop the selected rank fires (pytest_nvrx.layout.FAULT_WINDOWS).
+WINDOWS: Final = ("step", "save", "finalize")
+# Faults that only make sense in some windows: the persistent checkpoint worker is busy only
+# while a save is in flight.
+FAULT_WINDOWS_ONLY: Final[Mapping[str, tuple[str, ...]]] = {"ckpt-worker": ("finalize",)}
+# The signal of each signal fault. kill/hang/term/segv go to the selected rank's own pid:
+# SIGTERM's default action ends the process (a workload that handles it decides itself);
+# SIGSEGV's ends it as a native crash would, and a faulthandler the workload enabled dumps the
+# stacks and re-raises it. ckpt-worker's SIGKILL goes to the rank's persistent checkpoint worker.
+# ``exception`` is no signal: the probe raises InjectedFault on the training thread.
 FAULT_SIGNALS: Final[Mapping[str, signal.Signals]] = {
     "kill": signal.SIGKILL,
     "hang": signal.SIGSTOP,
     "term": signal.SIGTERM,
     "segv": signal.SIGSEGV,
+    "ckpt-worker": signal.SIGKILL,
 }
 # Signals whose default action writes a core file; the injector switches that off before sending.
 CORE_DUMPING_SIGNALS: Final = frozenset({signal.SIGSEGV})
@@ -112,6 +122,7 @@ class Options:
     fault_marker: str
     fault: str
     fault_rank: int
+    window: str
     script: str | None
     module: str | None
     poll_interval: float
@@ -179,34 +190,65 @@ class AdvanceDetector:
         return None
 
 
+@dataclass(frozen=True)
+class Firing:
+    """Where and when the selected rank fires: what the marker records about the window."""
+
+    window: str
+    trigger: str
+    tracker_iteration: int
+    in_flight_iteration: int | None = None
+    section: str | None = None
+    write_done: bool | None = None
+
+    def describe(self) -> str:
+        in_flight = "none" if self.in_flight_iteration is None else self.in_flight_iteration
+        return (
+            f"window {self.window} ({self.trigger}): in-flight iteration {in_flight}, "
+            f"tracker {self.tracker_iteration}"
+        )
+
+
 def build_marker_record(
     *,
     fault: str,
     rank: int,
-    tracker_iteration: int,
+    firing: Firing,
     baseline_iteration: int,
     tracker: str,
     argv: Sequence[str],
     env: Mapping[str, str],
     pid: int,
+    rank_pid: int,
     host: str,
     now: datetime,
 ) -> dict[str, Any]:
-    """The marker's JSON content; every input is explicit so tests need no process state."""
+    """The marker's JSON content; every input is explicit so tests need no process state.
+
+    ``pid`` is the process the fault is aimed at (the rank, or its checkpoint worker for
+    ``ckpt-worker``); ``rank_pid`` is always the rank's own.
+    """
+    sig = FAULT_SIGNALS.get(fault)
     return {
         "schema_version": MARKER_SCHEMA_VERSION,
         "fault": fault,
-        "signal": FAULT_SIGNALS[fault].name,
+        "signal": sig.name if sig is not None else None,
         "rank": rank,
         "local_rank": _env_int(env, "LOCAL_RANK"),
         "world_size": _env_int(env, "WORLD_SIZE"),
         "restart_count": _env_int(env, "TORCHELASTIC_RESTART_COUNT"),
         "run_id": env.get("NVRX_RUN_ID") or None,
         "pid": pid,
+        "rank_pid": rank_pid,
         "host": host,
         "tracker": tracker,
-        "tracker_iteration": tracker_iteration,
+        "tracker_iteration": firing.tracker_iteration,
         "baseline_iteration": baseline_iteration,
+        "window": firing.window,
+        "trigger": firing.trigger,
+        "in_flight_iteration": firing.in_flight_iteration,
+        "section": firing.section,
+        "write_done": firing.write_done,
         "time": now.isoformat(),
         "argv": list(argv),
     }
@@ -311,6 +353,14 @@ def parse_args(argv: Sequence[str]) -> Options:
     parser.add_argument("--fault-marker", required=True, help="absolute path of the marker file")
     parser.add_argument("--fault", required=True, choices=FAULTS)
     parser.add_argument("--fault-rank", required=True, type=int, help="global rank to fault")
+    parser.add_argument(
+        "--window",
+        choices=WINDOWS,
+        default="step",
+        help="where the fault lands: a training step after a checkpoint completed (step), the "
+        "preparation of the next save (save), or after that save was submitted and before its "
+        "finalization advanced the tracker (finalize); default step",
+    )
     entry = parser.add_mutually_exclusive_group(required=True)
     entry.add_argument("--script", help="training script, run as __main__")
     entry.add_argument("--module", help="training module, run like python -m")
@@ -329,6 +379,9 @@ def parse_args(argv: Sequence[str]) -> Options:
         parser.error(f"--fault-rank must be >= 0, got {ns.fault_rank}")
     if not 0 < ns.poll_interval <= 60:
         parser.error(f"--poll-interval must be in (0, 60] seconds, got {ns.poll_interval}")
+    allowed = FAULT_WINDOWS_ONLY.get(ns.fault)
+    if allowed is not None and ns.window not in allowed:
+        parser.error(f"--fault {ns.fault} needs --window {' or '.join(allowed)}, got {ns.window!r}")
     if ns.script is not None and not os.path.isfile(ns.script):
         parser.error(f"--script {ns.script!r} is not a file")
     return Options(
@@ -336,6 +389,7 @@ def parse_args(argv: Sequence[str]) -> Options:
         fault_marker=ns.fault_marker,
         fault=ns.fault,
         fault_rank=ns.fault_rank,
+        window=ns.window,
         script=ns.script,
         module=ns.module,
         poll_interval=ns.poll_interval,
@@ -343,72 +397,69 @@ def parse_args(argv: Sequence[str]) -> Options:
     )
 
 
-class Watcher:
-    """The polling thread of the selected rank, and what it did."""
+class InjectedFault(RuntimeError):
+    """The ``exception`` fault: raised on the selected rank's training thread, never caught."""
+
+
+class Injection:
+    """The selected rank's once-only fault: claim the marker, then deliver the fault.
+
+    Called from the probes (training thread) and from the tracker-poll watcher (its own thread);
+    the lock and ``attempted`` make sure only the first caller ever claims.
+    """
 
     def __init__(self, opts: Options, rank: int, baseline: int) -> None:
         self.opts = opts
         self.rank = rank
         self.baseline = baseline
-        self.stop = threading.Event()
-        # Held from the claim to the signal: once main() holds it, no injection can start.
+        # Held from the claim to the fault: once main() holds it, no injection can start.
         self.lock = threading.Lock()
+        self.stopped = False
+        self.attempted = False
         self.injected = False
         self.error: str | None = None
         self.host = socket.gethostname()
-        self.thread = threading.Thread(target=self._run, name="nvrx-fault-watcher", daemon=True)
 
-    def start(self) -> None:
-        self.thread.start()
-
-    def finish(self) -> None:
-        """Stop polling; waits for an injection in progress (a resumed hang) to complete."""
-        self.stop.set()
+    def stop(self) -> None:
+        """No injection may start after this; waits for one in progress (a resumed hang)."""
         with self.lock:
-            pass
+            self.stopped = True
 
-    def _run(self) -> None:
-        try:
-            self._poll()
-        except BaseException:
-            self.error = "watcher thread crashed:\n" + traceback.format_exc()
-            _log(self.rank, self.error)
-
-    def _poll(self) -> None:
-        detector = AdvanceDetector(self.baseline)
-        delay = self.opts.poll_interval
-        # Waking up costs far more than the read (~5 us), so wait the cheapest way: time.sleep is
-        # one clock_nanosleep where Event.wait builds a Condition. Stopping lags one interval.
-        while True:
-            time.sleep(delay)
-            if self.stop.is_set():
+    def fire(self, firing: Firing) -> None:
+        """Claim the marker and deliver the fault, once. ``exception`` raises InjectedFault."""
+        with self.lock:
+            if self.stopped or self.attempted:
                 return
-            with _prompt_gil_handoff():
-                iteration = detector.observe(read_tracker(self.opts.tracker))
-                if iteration is not None:
-                    with self.lock:
-                        if not self.stop.is_set():
-                            self._claim_and_signal(iteration)
-                    return
-            pending = detector.candidate is not None
-            delay = (
-                min(CONFIRM_DELAY_S, self.opts.poll_interval)
-                if pending
-                else self.opts.poll_interval
+            self.attempted = True
+            raise_now = self._claim_and_deliver(firing)
+        if raise_now:
+            raise InjectedFault(
+                f"pytest-nvrx injected exception on rank {self.rank} in window {firing.window} "
+                f"(in-flight iteration {_or_none(firing.in_flight_iteration)}, "
+                f"tracker {firing.tracker_iteration})"
             )
 
-    def _claim_and_signal(self, iteration: int) -> None:
+    def _claim_and_deliver(self, firing: Firing) -> bool:
         opts = self.opts
-        sig = FAULT_SIGNALS[opts.fault]
+        rank_pid = os.getpid()
+        target = rank_pid
+        if opts.fault == "ckpt-worker":
+            found, why = find_checkpoint_worker(rank_pid)
+            if found is None:
+                self.error = f"no persistent checkpoint worker to kill: {why}; not injecting"
+                _log(self.rank, f"ERROR: {self.error}")
+                return False
+            target = found
         record = build_marker_record(
             fault=opts.fault,
             rank=self.rank,
-            tracker_iteration=iteration,
+            firing=firing,
             baseline_iteration=self.baseline,
             tracker=opts.tracker,
             argv=opts.workload_argv,
             env=os.environ,
-            pid=os.getpid(),
+            pid=target,
+            rank_pid=rank_pid,
             host=self.host,
             now=datetime.now(UTC),
         )
@@ -417,31 +468,43 @@ class Watcher:
         except MarkerPathError as exc:
             self.error = f"{exc}; refusing to inject"
             _log(self.rank, f"ERROR: {self.error}")
-            return
+            return False
         except OSError as exc:
             self.error = f"could not write marker {opts.fault_marker}: {exc}; not injecting"
             _log(self.rank, f"ERROR: {self.error}")
-            return
+            return False
         if not claimed:
             _log(
                 self.rank,
                 f"marker {opts.fault_marker} appeared meanwhile; another process injected",
             )
-            return
+            return False
         self.injected = True
+        head = f"{firing.describe()}; marker {opts.fault_marker} written"
+        if opts.fault == "exception":
+            _log(self.rank, f"{head}; raising InjectedFault")
+            return True
+        sig = FAULT_SIGNALS[opts.fault]
+        if opts.fault == "ckpt-worker":
+            _log(
+                self.rank,
+                f"{head}; sending {sig.name} to checkpoint worker pid {target} "
+                f"(rank pid {rank_pid})",
+            )
+            try:
+                os.kill(target, sig)
+            except OSError as exc:
+                _log(self.rank, f"ERROR: could not signal checkpoint worker {target}: {exc}")
+            return False
         if signal.getsignal(sig) == signal.SIG_IGN:
             _log(self.rank, f"warning: the workload ignores {sig.name}; it will have no effect")
         if sig in CORE_DUMPING_SIGNALS:
             problem = disable_core_dumps()
             if problem is not None:
                 _log(self.rank, f"warning: core dumps stay enabled: {problem}")
-        _log(
-            self.rank,
-            f"tracker {opts.tracker} advanced {self.baseline} -> {iteration}; "
-            f"marker {opts.fault_marker} written; sending {sig.name} to pid {os.getpid()}",
-        )
+        _log(self.rank, f"{head}; sending {sig.name} to pid {rank_pid}")
         if sig in (signal.SIGKILL, signal.SIGSTOP):
-            os.kill(os.getpid(), sig)  # act on the whole process at once, whichever thread
+            os.kill(rank_pid, sig)  # act on the whole process at once, whichever thread
         else:
             # Directed at this thread, so a default action ends the process before the call
             # returns; sent to the pid, the kernel may pick a thread that runs on, and this
@@ -452,10 +515,458 @@ class Watcher:
             _log(self.rank, f"resumed after {sig.name}")
         else:
             _log(self.rank, f"still running after {sig.name}: the workload handles or ignores it")
+        return False
+
+
+class Watcher:
+    """The tracker-poll thread: the ``step`` window of a workload without NVRx sections.
+
+    It fires only when no probe has seen a section by the time the tracker advanced; with
+    sections, the ``step`` probe fires at the start of the next step instead.
+    """
+
+    def __init__(self, injection: Injection, probes: WindowProbes) -> None:
+        self.injection = injection
+        self.probes = probes
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="nvrx-fault-watcher", daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def finish(self) -> None:
+        self.stop.set()
+
+    def _run(self) -> None:
+        try:
+            self._poll()
+        except BaseException:
+            self.injection.error = "watcher thread crashed:\n" + traceback.format_exc()
+            _log(self.injection.rank, self.injection.error)
+
+    def _poll(self) -> None:
+        opts = self.injection.opts
+        detector = AdvanceDetector(self.injection.baseline)
+        delay = opts.poll_interval
+        # Waking up costs far more than the read (~5 us), so wait the cheapest way: time.sleep is
+        # one clock_nanosleep where Event.wait builds a Condition. Stopping lags one interval.
+        while True:
+            time.sleep(delay)
+            if self.stop.is_set():
+                return
+            with _prompt_gil_handoff():
+                iteration = detector.observe(read_tracker(opts.tracker))
+                if iteration is not None:
+                    if not self.probes.sections_seen:
+                        self.injection.fire(
+                            Firing(
+                                window="step", trigger="tracker poll", tracker_iteration=iteration
+                            )
+                        )
+                    return
+            pending = detector.candidate is not None
+            delay = min(CONFIRM_DELAY_S, opts.poll_interval) if pending else opts.poll_interval
+
+
+class WindowProbes:
+    """The window logic, fed by the library probes on the selected rank's training thread.
+
+    ``section_started``/``section_ended`` follow NVRx's RankMonitorClient (after the real call
+    returned, so the rank monitor agrees on which section is open); ``submit_entry``/
+    ``submit_return`` bracket the call that submits checkpoint N (Megatron's
+    ``dist_checkpointing.save``, torch DCP's ``async_save``). A probe never changes the call it
+    observes; an error in this logic disables injection (exit 3 at the end), never the workload.
+    """
+
+    def __init__(self, injection: Injection) -> None:
+        self.injection = injection
+        self.window = injection.opts.window
+        self.baseline = injection.baseline
+        self.sections_seen = False
+        self.open_sections: list[str] = []
+        self.in_flight: int | None = None
+        self.in_flight_result: Any = None
+        self.submitted_in_section = False  # submit(N) returned inside the open checkpointing
+        self.submits: list[int] = []
+        self.highest_tracker: int | None = None
+        self.broken = False
+
+    # -- probe entry points (each wraps its logic; InjectedFault passes through) --
+
+    def section_started(self, name: str) -> None:
+        self._guarded(self._section_started, name)
+
+    def section_ended(self, name: str) -> None:
+        self._guarded(self._section_ended, name)
+
+    def submit_entry(self, path: Any) -> None:
+        self._guarded(self._submit_entry, path)
+
+    def submit_return(self, path: Any, result: Any) -> None:
+        self._guarded(self._submit_return, path, result)
+
+    def _guarded(self, fn: Any, *args: Any) -> None:
+        if self.broken or self.injection.attempted:
+            return
+        try:
+            fn(*args)
+        except InjectedFault:
+            raise
+        except Exception:
+            self.broken = True
+            self.injection.error = "window probe failed:\n" + traceback.format_exc()
+            _log(self.injection.rank, f"ERROR: {self.injection.error}")
+
+    # -- the windows --
+
+    def _section_started(self, name: str) -> None:
+        self.sections_seen = True
+        self.open_sections.append(name)
+        if name == "checkpointing":
+            self.submitted_in_section = False
+        if self.window == "step" and name == "step":
+            tracker = self._armed_tracker(below=None)
+            if tracker is not None:
+                in_flight = self._pending(tracker)
+                self.injection.fire(
+                    Firing(
+                        window="step",
+                        trigger="start_section(step)",
+                        tracker_iteration=tracker,
+                        in_flight_iteration=in_flight,
+                        section="step",
+                        write_done=self._write_done() if in_flight is not None else None,
+                    )
+                )
+        elif (
+            self.window == "finalize"
+            and name == "checkpointing"
+            and self.injection.opts.fault != "ckpt-worker"
+            and self.in_flight is not None
+        ):
+            in_flight = self.in_flight
+            tracker = self._armed_tracker(below=in_flight)
+            if tracker is not None:
+                self.injection.fire(
+                    Firing(
+                        window="finalize",
+                        trigger="start_section(checkpointing)",
+                        tracker_iteration=tracker,
+                        in_flight_iteration=in_flight,
+                        section="checkpointing",
+                        write_done=self._write_done(),
+                    )
+                )
+
+    def _section_ended(self, name: str) -> None:
+        if name in self.open_sections:
+            # remove the innermost occurrence
+            del self.open_sections[
+                len(self.open_sections) - 1 - self.open_sections[::-1].index(name)
+            ]
+        if (
+            self.window == "finalize"
+            and name == "checkpointing"
+            and self.injection.opts.fault == "ckpt-worker"
+            and self.submitted_in_section
+            and self.in_flight is not None
+        ):
+            self.submitted_in_section = False
+            in_flight = self.in_flight
+            tracker = self._armed_tracker(below=in_flight)
+            if tracker is not None:
+                self.injection.fire(
+                    Firing(
+                        window="finalize",
+                        trigger="end_section(checkpointing)",
+                        tracker_iteration=tracker,
+                        in_flight_iteration=in_flight,
+                        section=self.open_sections[-1] if self.open_sections else None,
+                        write_done=self._write_done(),
+                    )
+                )
+
+    def _submit_entry(self, path: Any) -> None:
+        iteration = checkpoint_iteration(path)
+        if iteration is None:
+            return
+        if self.window == "save":
+            tracker = self._armed_tracker(below=iteration)
+            if tracker is not None:
+                self.injection.fire(
+                    Firing(
+                        window="save",
+                        trigger="save submit",
+                        tracker_iteration=tracker,
+                        in_flight_iteration=iteration,
+                        section=self.open_sections[-1] if self.open_sections else None,
+                        write_done=None,
+                    )
+                )
+
+    def _submit_return(self, path: Any, result: Any) -> None:
+        iteration = checkpoint_iteration(path)
+        if iteration is None:
+            return
+        self.submits.append(iteration)
+        self.in_flight = iteration
+        self.in_flight_result = result
+        self.submitted_in_section = "checkpointing" in self.open_sections
+
+    # -- helpers --
+
+    def _pending(self, tracker: int) -> int | None:
+        """The submitted save not yet named by the tracker, if any."""
+        if self.in_flight is not None and tracker < self.in_flight:
+            return self.in_flight
+        return None
+
+    def _write_done(self) -> bool | None:
+        """Whether the in-flight background write completed, where that is knowable without
+        side effects (a concurrent.futures.Future, as torch DCP's async_save returns); else None.
+        """
+        result = self.in_flight_result
+        if isinstance(result, concurrent.futures.Future):
+            return result.done()
+        return None
+
+    def _armed_tracker(self, *, below: int | None) -> int | None:
+        """The tracker value if a window may fire now, else None.
+
+        Armed when the tracker names a completed checkpoint above the start-up baseline (and
+        below ``below``, the in-flight iteration, when given). The value is confirmed by a second
+        read 10 ms later (a plain open/write may be caught half-way); only at firing time.
+        """
+        first = read_tracker(self.injection.opts.tracker).iteration
+        if first is None:
+            return None
+        if self.highest_tracker is None or first > self.highest_tracker:
+            self.highest_tracker = first
+        if self.in_flight is not None and first >= self.in_flight:
+            self.in_flight = None  # finalized: nothing in flight any more
+            self.in_flight_result = None
+        if first <= self.baseline or (below is not None and first >= below):
+            return None
+        time.sleep(CONFIRM_DELAY_S)
+        second = read_tracker(self.injection.opts.tracker).iteration
+        return first if second == first else None
+
+    def never_fired(self) -> str:
+        """Why the window never opened, for the exit-3 message."""
+        seen = "NVRx sections seen" if self.sections_seen else "no NVRx section ever started"
+        submits = ", ".join(map(str, self.submits[:8])) or "none"
+        return (
+            f"window {self.window} never opened while training ran (baseline {self.baseline}, "
+            f"highest tracker read {_or_none(self.highest_tracker)}, saves submitted: {submits}; "
+            f"{seen})"
+        )
+
+
+_ITER_DIR_RE: Final = re.compile(r"iter_([0-9]+)$")
+
+
+def checkpoint_iteration(path: Any) -> int | None:
+    """The iteration of a checkpoint path ``.../iter_0000010`` (Megatron's naming), else None."""
+    if path is None:
+        return None
+    try:
+        text = os.fspath(path)
+    except TypeError:
+        return None
+    if isinstance(text, bytes):
+        text = text.decode(errors="replace")
+    match = _ITER_DIR_RE.search(text.rstrip("/"))
+    return int(match.group(1)) if match else None
+
+
+def find_checkpoint_worker(rank_pid: int) -> tuple[int | None, str]:
+    """The pid of this rank's persistent checkpoint worker, or None and why not.
+
+    Looked up where the libraries keep it (torch DCP's process executor, NVRx's persistent
+    async caller), each checked to be a live child of the rank; otherwise the rank's only child
+    started by multiprocessing's ``spawn`` (its command line runs ``spawn_main``).
+    """
+    known: list[int] = []
+    executor = sys.modules.get("torch.distributed.checkpoint._async_process_executor")
+    process = getattr(getattr(executor, "_CHECKPOINT_PROCESS", None), "_save_process", None)
+    pid = getattr(process, "pid", None)
+    if isinstance(pid, int):
+        known.append(pid)
+    core = sys.modules.get("nvidia_resiliency_ext.checkpointing.async_ckpt.core")
+    queues = getattr(getattr(core, "AsyncCallsQueue", None), "get_instances", None)
+    if callable(queues):
+        for queue in queues():
+            worker = getattr(getattr(queue, "persistent_caller", None), "process", None)
+            pid = getattr(worker, "pid", None)
+            if isinstance(pid, int):
+                known.append(pid)
+    children = _child_pids(rank_pid)
+    live = sorted({pid for pid in known if pid in children})
+    if len(live) == 1:
+        return live[0], ""
+    if len(live) > 1:
+        return None, f"several checkpoint workers {live}"
+    spawned = [pid for pid in sorted(children) if b"spawn_main" in _cmdline(pid)]
+    if len(spawned) == 1:
+        return spawned[0], ""
+    if spawned:
+        return None, f"several spawn children {spawned} and none known to a checkpoint library"
+    return None, (
+        f"rank pid {rank_pid} has no checkpoint worker child (children: {sorted(children)}); "
+        "the workload must save through a persistent worker process"
+    )
+
+
+def _child_pids(pid: int) -> set[int]:
+    children: set[int] = set()
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return children
+    for tid in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children", "rb") as f:
+                children.update(int(x) for x in f.read().split())
+        except (OSError, ValueError):
+            continue
+    return children
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read(65536)
+    except OSError:
+        return b""
+
+
+# --- probes: wrap a few library entry points at import -------------------------------------------
+
+# module -> the function that patches it right after it executed
+RANK_MONITOR_MODULE: Final = "nvidia_resiliency_ext.fault_tolerance.rank_monitor_client"
+MEGATRON_SAVE_MODULE: Final = "megatron.core.dist_checkpointing"
+DCP_SAVER_MODULE: Final = "torch.distributed.checkpoint.state_dict_saver"
+
+
+def _patch_rank_monitor(module: Any, probes: WindowProbes) -> None:
+    cls = module.RankMonitorClient
+    start, end = cls.start_section, cls.end_section
+
+    @functools.wraps(start)
+    def start_section(self: Any, section: str, *args: Any, **kwargs: Any) -> Any:
+        result = start(self, section, *args, **kwargs)
+        probes.section_started(section)
+        return result
+
+    @functools.wraps(end)
+    def end_section(self: Any, section: str, *args: Any, **kwargs: Any) -> Any:
+        result = end(self, section, *args, **kwargs)
+        probes.section_ended(section)
+        return result
+
+    cls.start_section = start_section
+    cls.end_section = end_section
+
+
+def _patch_submit(module: Any, name: str, path_of: Any, probes: WindowProbes) -> None:
+    original = getattr(module, name)
+
+    @functools.wraps(original)
+    def submit(*args: Any, **kwargs: Any) -> Any:
+        path = path_of(args, kwargs)
+        probes.submit_entry(path)
+        result = original(*args, **kwargs)
+        probes.submit_return(path, result)
+        return result
+
+    setattr(module, name, submit)
+
+
+def _megatron_save_path(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    # dist_checkpointing.save(sharded_state_dict, checkpoint_dir, ...)
+    return args[1] if len(args) > 1 else kwargs.get("checkpoint_dir")
+
+
+def _dcp_save_path(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    # async_save(state_dict, *, checkpoint_id=None, storage_writer=None, ...)
+    path = kwargs.get("checkpoint_id")
+    if path is None:
+        path = getattr(kwargs.get("storage_writer"), "path", None)
+    return path
+
+
+class ProbeFinder:
+    """A ``sys.meta_path`` finder that patches a few modules right after they executed.
+
+    It finds nothing itself: it asks the other finders for the spec and wraps the loader's
+    ``exec_module``, so the module is loaded exactly as it would be and patched before anyone
+    can bind its names.
+    """
+
+    def __init__(self, patches: Mapping[str, Any]) -> None:
+        self.patches = dict(patches)
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
+        patch = self.patches.get(fullname)
+        if patch is None:
+            return None
+        for finder in sys.meta_path:
+            if finder is self:
+                continue
+            find = getattr(finder, "find_spec", None)
+            if find is None:
+                continue
+            spec = find(fullname, path, target)
+            if spec is not None:
+                break
+        else:
+            return None
+        loader = spec.loader
+        exec_module = getattr(loader, "exec_module", None)
+        if exec_module is None:
+            return spec
+
+        def exec_and_patch(module: Any) -> None:
+            exec_module(module)
+            self._apply(fullname, module)
+
+        try:
+            loader.exec_module = exec_and_patch
+        except (AttributeError, TypeError):
+            return spec
+        return spec
+
+    def install(self) -> None:
+        for name in list(self.patches):
+            module = sys.modules.get(name)
+            if module is not None:  # imported before us (sitecustomize, ...): patch it now
+                self._apply(name, module)
+        sys.meta_path.insert(0, self)
+
+    def _apply(self, name: str, module: Any) -> None:
+        patch = self.patches.pop(name, None)
+        if patch is None:
+            return
+        try:
+            patch(module)
+        except Exception:
+            _log(None, f"warning: could not install the probe on {name}:\n{traceback.format_exc()}")
+
+
+def install_probes(probes: WindowProbes) -> ProbeFinder:
+    finder = ProbeFinder(
+        {
+            RANK_MONITOR_MODULE: lambda m: _patch_rank_monitor(m, probes),
+            MEGATRON_SAVE_MODULE: lambda m: _patch_submit(m, "save", _megatron_save_path, probes),
+            DCP_SAVER_MODULE: lambda m: _patch_submit(m, "async_save", _dcp_save_path, probes),
+        }
+    )
+    finder.install()
+    return finder
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Validate, start the watcher on the selected rank, run the workload in-process."""
+    """Validate, arm the selected rank (probes, watcher), run the workload in-process."""
     opts = parse_args(sys.argv[1:] if argv is None else argv)
 
     rank: int | None = None
@@ -477,14 +988,20 @@ def main(argv: Sequence[str] | None = None) -> int:
                 EXIT_USAGE,
             )
 
+    injection: Injection | None = None
+    probes: WindowProbes | None = None
     watcher: Watcher | None = None
     if rank is not None and rank == opts.fault_rank:
         try:
-            watcher = _prepare_watcher(opts, rank)
+            injection = _prepare_injection(opts, rank)
         except _StartupError as exc:
             return _fail(rank, str(exc), EXIT_USAGE)
-        if watcher is not None:
-            watcher.start()
+        if injection is not None:
+            probes = WindowProbes(injection)
+            install_probes(probes)
+            if opts.window == "step" and opts.fault in ("kill", "hang", "term", "segv"):
+                watcher = Watcher(injection, probes)
+                watcher.start()
 
     try:
         _run_workload(opts)
@@ -494,10 +1011,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         if watcher is not None:
             watcher.finish()
+        if injection is not None:
+            injection.stop()
 
-    if watcher is None or watcher.injected:
+    if injection is None or injection.injected:
         return 0
-    why = watcher.error
+    why = injection.error
     if why is None:
         try:
             if marker_exists(opts.fault_marker):
@@ -505,8 +1024,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                 return 0
         except MarkerPathError as exc:
             why = str(exc)
+    if why is None and probes is not None:
+        why = probes.never_fired()
     if why is None:
-        why = f"tracker {opts.tracker} never advanced beyond {watcher.baseline} while training ran"
+        why = (
+            f"tracker {opts.tracker} never advanced beyond {injection.baseline} while training ran"
+        )
     return _fail(
         rank,
         f"the requested fault ({opts.fault} on rank {opts.fault_rank}) never happened: {why}",
@@ -518,12 +1041,12 @@ class _StartupError(Exception):
     pass
 
 
-def _prepare_watcher(opts: Options, rank: int) -> Watcher | None:
+def _prepare_injection(opts: Options, rank: int) -> Injection | None:
     """The selected rank's start-up checks; None when a marker says the fault already happened.
 
     Only the selected rank validates the tracker: it alone needs the baseline, and a bad tracker
     stops Megatron's own checkpoint load on every rank anyway. A replacement worker (marker
-    present) skips the check and runs exactly like the unwrapped workload.
+    present) skips the check, installs no probe and runs exactly like the unwrapped workload.
     """
     try:
         if marker_exists(opts.fault_marker):
@@ -535,8 +1058,8 @@ def _prepare_watcher(opts: Options, rank: int) -> Watcher | None:
             return None
     except MarkerPathError as exc:
         raise _StartupError(f"{exc}; refusing to run (use a fresh run directory)") from exc
-    sig = FAULT_SIGNALS[opts.fault]
-    if signal.getsignal(sig) == signal.SIG_IGN:
+    sig = FAULT_SIGNALS.get(opts.fault)
+    if sig is not None and opts.fault != "ckpt-worker" and signal.getsignal(sig) == signal.SIG_IGN:
         # Inherited as ignored (the workload has not run yet): sending it would change nothing.
         raise _StartupError(
             f"{sig.name} is ignored in this process (inherited from whoever started the "
@@ -556,12 +1079,13 @@ def _prepare_watcher(opts: Options, rank: int) -> Watcher | None:
             f"checkpoint tracker {opts.tracker} is {read.describe()}; at start it must be "
             "absent or hold an integer iteration"
         )
+    how = sig.name if sig is not None else "InjectedFault"
     _log(
         rank,
-        f"watching {opts.tracker} (baseline {baseline}) to inject {opts.fault} "
-        f"({FAULT_SIGNALS[opts.fault].name}) once it advances",
+        f"watching {opts.tracker} (baseline {baseline}) to inject {opts.fault} ({how}) "
+        f"in window {opts.window}",
     )
-    return Watcher(opts, rank, baseline)
+    return Injection(opts, rank, baseline)
 
 
 def _run_workload(opts: Options) -> None:
@@ -629,6 +1153,10 @@ def _log(rank: int | None, message: str) -> None:
     line = f"{LOG_PREFIX} {who}pid {os.getpid()}: {message}\n"
     with contextlib.suppress(OSError):
         os.write(2, line.encode(errors="replace"))
+
+
+def _or_none(value: int | None) -> str:
+    return "none" if value is None else str(value)
 
 
 def _fail(rank: int | None, message: str, code: int) -> int:

@@ -7,8 +7,10 @@ teardown, whatever happened.
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import json
+import multiprocessing
 import os
 import resource
 import signal
@@ -26,6 +28,7 @@ import pytest
 from pytest_nvrx import injector
 from pytest_nvrx.injector import (
     AdvanceDetector,
+    Firing,
     MarkerPathError,
     TrackerRead,
     TrackerState,
@@ -57,6 +60,12 @@ MARKER_KEYS = {
     "baseline_iteration",
     "time",
     "argv",
+    "rank_pid",
+    "window",
+    "trigger",
+    "in_flight_iteration",
+    "section",
+    "write_done",
 }
 
 
@@ -295,7 +304,8 @@ def test_signal_faults_end_the_process_with_their_signal(
     _assert_full_marker(record, fault=fault, signal_name=sig.name)
     assert record["pid"] == run.proc.pid
     assert record["tracker_iteration"] == 1
-    assert f"to inject {fault} ({sig.name}) once it advances" in run.stderr
+    assert f"to inject {fault} ({sig.name}) in window step" in run.stderr
+    assert "window step (tracker poll): in-flight iteration none, tracker 1" in run.stderr
     assert f"sending {sig.name} to pid {run.proc.pid}" in run.stderr
     assert "core dumps stay enabled" not in run.stderr
     assert "still running after" not in run.stderr
@@ -763,24 +773,32 @@ def test_advance_detector_needs_two_agreeing_reads_past_the_baseline() -> None:
 
 @pytest.mark.parametrize(
     ("fault", "signal_name"),
-    [("kill", "SIGKILL"), ("hang", "SIGSTOP"), ("term", "SIGTERM"), ("segv", "SIGSEGV")],
+    [
+        ("kill", "SIGKILL"),
+        ("hang", "SIGSTOP"),
+        ("term", "SIGTERM"),
+        ("segv", "SIGSEGV"),
+        ("ckpt-worker", "SIGKILL"),
+        ("exception", None),
+    ],
 )
-def test_every_fault_is_a_signal_recorded_by_name(fault: str, signal_name: str) -> None:
+def test_every_fault_is_recorded_with_its_signal(fault: str, signal_name: str | None) -> None:
     assert fault in injector.FAULTS
     rec = build_marker_record(
         fault=fault,
         rank=1,
-        tracker_iteration=2,
+        firing=Firing(window="step", trigger="tracker poll", tracker_iteration=2),
         baseline_iteration=0,
         tracker="/c/t",
         argv=["train.py"],
         env={},
         pid=5,
+        rank_pid=5,
         host="h",
         now=datetime(2026, 1, 2, tzinfo=UTC),
     )
     assert (rec["fault"], rec["signal"]) == (fault, signal_name)
-    assert set(injector.FAULTS) == {"none", *injector.FAULT_SIGNALS}
+    assert set(injector.FAULTS) == {"none", "exception", *injector.FAULT_SIGNALS}
 
 
 def test_build_marker_record() -> None:
@@ -788,17 +806,36 @@ def test_build_marker_record() -> None:
     rec = build_marker_record(
         fault="hang",
         rank=3,
-        tracker_iteration=10,
+        firing=Firing(
+            window="finalize",
+            trigger="start_section(checkpointing)",
+            tracker_iteration=10,
+            in_flight_iteration=15,
+            section="checkpointing",
+            write_done=False,
+        ),
         baseline_iteration=5,
         tracker="/c/t",
         argv=["train.py", "--x"],
         env={"LOCAL_RANK": "1", "WORLD_SIZE": "4"},
         pid=99,
+        rank_pid=99,
         host="node7",
         now=now,
     )
     assert set(rec) == MARKER_KEYS
+    assert rec["schema_version"] == 2
     assert rec["signal"] == "SIGSTOP"
+    assert (rec["window"], rec["tracker_iteration"], rec["in_flight_iteration"]) == (
+        "finalize",
+        10,
+        15,
+    )
+    assert (rec["section"], rec["write_done"], rec["trigger"]) == (
+        "checkpointing",
+        False,
+        "start_section(checkpointing)",
+    )
     assert rec["time"] == "2026-01-02T03:04:05+00:00"
     assert (rec["local_rank"], rec["world_size"], rec["restart_count"], rec["run_id"]) == (
         1,
@@ -911,3 +948,248 @@ def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask
+
+
+# --- windows: the probe logic in-process (fault "exception" raises instead of killing us) -------
+
+
+@dataclass
+class Windows:
+    """An armed selected rank in this process: the injection, its probes and its files."""
+
+    tmp: Path
+    window: str
+    fault: str = "exception"
+    baseline: int = 0
+
+    def __post_init__(self) -> None:
+        self.tracker = self.tmp / TRACKER_NAME
+        self.marker = self.tmp / MARKER_NAME
+        opts = injector.Options(
+            checkpoint_dir=str(self.tmp),
+            fault_marker=str(self.marker),
+            fault=self.fault,
+            fault_rank=1,
+            window=self.window,
+            script=None,
+            module="train",
+            poll_interval=0.05,
+            workload_args=(),
+        )
+        self.injection = injector.Injection(opts, rank=1, baseline=self.baseline)
+        self.probes = injector.WindowProbes(self.injection)
+
+    def complete(self, iteration: int) -> None:
+        self.tracker.write_text(str(iteration))
+
+    def submit(self, iteration: int, result: Any = None) -> None:
+        path = self.tmp / f"iter_{iteration:07d}"
+        self.probes.submit_entry(path)
+        self.probes.submit_return(path, result)
+
+    def save(self, iteration: int, result: Any = None) -> None:
+        """A save as both workloads do it: the submit inside a checkpointing section."""
+        self.probes.section_started("checkpointing")
+        self.submit(iteration, result)
+        self.probes.section_ended("checkpointing")
+
+    def record(self) -> dict[str, Any]:
+        data: dict[str, Any] = json.loads(self.marker.read_text())
+        return data
+
+
+def _future(done: bool) -> concurrent.futures.Future[None]:
+    fut: concurrent.futures.Future[None] = concurrent.futures.Future()
+    if done:
+        fut.set_result(None)
+    return fut
+
+
+def test_step_window_fires_at_the_first_step_after_a_checkpoint_completed(
+    tmp_path: Path,
+) -> None:
+    w = Windows(tmp_path, "step")
+    w.probes.section_started("step")  # nothing completed yet
+    w.probes.section_ended("step")
+    w.save(5, _future(done=True))
+    w.probes.section_started("step")  # submitted, not finalized: still nothing completed
+    w.probes.section_ended("step")
+    assert not w.marker.exists()
+    w.complete(5)
+    with pytest.raises(injector.InjectedFault, match=r"rank 1 in window step \(in-flight"):
+        w.probes.section_started("step")
+    rec = w.record()
+    assert (rec["window"], rec["trigger"], rec["section"]) == (
+        "step",
+        "start_section(step)",
+        "step",
+    )
+    assert (rec["tracker_iteration"], rec["in_flight_iteration"], rec["write_done"]) == (
+        5,
+        None,
+        None,
+    )
+    assert rec["signal"] is None and rec["fault"] == "exception"
+    w.probes.section_started("step")  # once only: no second raise
+    assert w.injection.injected
+
+
+def test_save_window_fires_entering_the_submit_of_the_next_save(tmp_path: Path) -> None:
+    w = Windows(tmp_path, "save")
+    w.save(5)  # tracker absent: no earlier checkpoint completed, so not this one
+    assert not w.marker.exists()
+    w.complete(5)
+    w.probes.section_started("checkpointing")
+    with pytest.raises(injector.InjectedFault, match="window save"):
+        w.probes.submit_entry(tmp_path / "iter_0000010")
+    rec = w.record()
+    assert (rec["window"], rec["trigger"], rec["section"]) == (
+        "save",
+        "save submit",
+        "checkpointing",
+    )
+    assert (rec["tracker_iteration"], rec["in_flight_iteration"]) == (5, 10)
+
+
+def test_finalize_window_fires_when_the_rank_begins_finalizing(tmp_path: Path) -> None:
+    w = Windows(tmp_path, "finalize")
+    w.save(5, _future(done=True))
+    w.probes.section_started("checkpointing")  # finalization poll of 5: nothing completed yet
+    w.probes.section_ended("checkpointing")
+    w.complete(5)
+    w.probes.section_started("checkpointing")  # 5 is finalized now: nothing in flight
+    w.probes.section_ended("checkpointing")
+    assert not w.marker.exists()
+    w.save(10, _future(done=False))
+    with pytest.raises(injector.InjectedFault, match="window finalize"):
+        w.probes.section_started("checkpointing")
+    rec = w.record()
+    assert (rec["trigger"], rec["section"]) == ("start_section(checkpointing)", "checkpointing")
+    assert (rec["tracker_iteration"], rec["in_flight_iteration"], rec["write_done"]) == (
+        5,
+        10,
+        False,
+    )
+
+
+def test_finalize_window_misses_a_save_finalized_before_the_next_section(tmp_path: Path) -> None:
+    w = Windows(tmp_path, "finalize")
+    w.complete(5)
+    w.save(10)
+    w.complete(10)  # finalized (by another path) before the rank's next checkpointing section
+    w.probes.section_started("checkpointing")
+    assert not w.marker.exists()
+    assert "window finalize never opened" in w.probes.never_fired()
+    assert "saves submitted: 10" in w.probes.never_fired()
+
+
+def test_windows_arm_only_above_the_start_up_tracker(tmp_path: Path) -> None:
+    w = Windows(tmp_path, "save", baseline=5)
+    w.complete(5)  # the checkpoint this run resumed from is no new restore point
+    w.probes.section_started("checkpointing")
+    w.probes.submit_entry(tmp_path / "iter_0000010")
+    assert not w.marker.exists()
+    w.probes.submit_return(tmp_path / "iter_0000010", None)
+    w.probes.section_ended("checkpointing")
+    w.complete(10)
+    w.probes.section_started("checkpointing")
+    with pytest.raises(injector.InjectedFault):
+        w.probes.submit_entry(tmp_path / "iter_0000015")
+    assert (w.record()["tracker_iteration"], w.record()["baseline_iteration"]) == (10, 5)
+
+
+def test_a_tracker_caught_mid_write_never_fires(tmp_path: Path) -> None:
+    w = Windows(tmp_path, "step")
+    w.tracker.write_text("")  # a plain open/write, caught between truncate and write
+    w.probes.section_started("step")
+    assert not w.marker.exists()
+
+
+def test_a_failing_probe_disables_injection_not_the_workload(tmp_path: Path) -> None:
+    w = Windows(tmp_path, "save")
+    w.complete(5)
+    (tmp_path / MARKER_NAME).mkdir()  # claim fails as MarkerPathError inside fire: logged
+    w.probes.section_started("checkpointing")
+    w.probes.submit_entry(tmp_path / "iter_0000010")  # does not raise into the workload
+    assert not w.injection.injected
+    assert w.injection.error is not None and "refusing to inject" in w.injection.error
+    broken = Windows(tmp_path / "x", "step") if (tmp_path / "x").mkdir() is None else None
+    assert broken is not None
+    broken.probes.submit_return(object(), None)  # a path we cannot read: ignored, no error
+    assert broken.injection.error is None
+
+
+@pytest.mark.parametrize(
+    ("path", "iteration"),
+    [
+        ("/c/iter_0000010", 10),
+        ("/c/iter_0000010/", 10),
+        (Path("/c/iter_0001234"), 1234),
+        ("/c/iter_0000010/x", None),
+        ("/c/release", None),
+        (None, None),
+        (3, None),
+    ],
+)
+def test_checkpoint_iteration(path: Any, iteration: int | None) -> None:
+    assert injector.checkpoint_iteration(path) == iteration
+
+
+def test_probe_finder_patches_a_module_right_after_it_executed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    name = f"nvrx_probe_target_{os.getpid()}"
+    (tmp_path / f"{name}.py").write_text("def save(x):\n    return x * 2\nBOUND = save\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    calls: list[Any] = []
+
+    def patch(module: Any) -> None:
+        original = module.save
+        module.save = lambda x: calls.append(x) or original(x)
+
+    finder = injector.ProbeFinder({name: patch})
+    finder.install()
+    try:
+        module = __import__(name)
+        assert module.save(3) == 6 and calls == [3]
+        assert module.BOUND(4) == 8 and calls == [3]  # bound at exec time: the original
+        from importlib import import_module
+
+        assert import_module(name).save is module.save
+    finally:
+        sys.meta_path.remove(finder)
+        sys.modules.pop(name, None)
+
+
+def test_find_checkpoint_worker_finds_the_spawned_child(tmp_path: Path) -> None:
+    assert injector.find_checkpoint_worker(os.getpid())[0] is None
+    ctx = multiprocessing.get_context("spawn")
+    child = ctx.Process(target=time.sleep, args=(60,), daemon=True)
+    child.start()
+    try:
+        assert child.pid is not None
+        deadline = time.monotonic() + WAIT_S
+        # A spawn child shows its command line once exec'd (empty before, and as a zombie).
+        while b"spawn_main" not in injector._cmdline(child.pid):
+            assert child.is_alive(), f"spawned child died: exit code {child.exitcode}"
+            assert time.monotonic() < deadline, "spawned child never showed its command line"
+            time.sleep(0.01)
+        assert injector.find_checkpoint_worker(os.getpid()) == (child.pid, "")
+    finally:
+        child.kill()
+        child.join()
+
+
+def test_ckpt_worker_needs_the_finalize_window(tmp_path: Path) -> None:
+    with pytest.raises(SystemExit) as exc:
+        injector.parse_args(
+            [
+                f"--checkpoint-dir={tmp_path}",
+                f"--fault-marker={tmp_path / MARKER_NAME}",
+                "--fault=ckpt-worker",
+                "--fault-rank=1",
+                "--window=save",
+                "--module=train",
+            ]
+        )
+    assert exc.value.code == injector.EXIT_USAGE
