@@ -1145,7 +1145,12 @@ def test_probe_finder_patches_a_module_right_after_it_executed(
 
     def patch(module: Any) -> None:
         original = module.save
-        module.save = lambda x: calls.append(x) or original(x)
+
+        def save(x: Any) -> Any:
+            calls.append(x)
+            return original(x)
+
+        module.save = save
 
     finder = injector.ProbeFinder({name: patch})
     finder.install()
