@@ -1113,8 +1113,8 @@ def test_a_failing_probe_disables_injection_not_the_workload(tmp_path: Path) -> 
     w.probes.submit_entry(tmp_path / "iter_0000010")  # does not raise into the workload
     assert not w.injection.injected
     assert w.injection.error is not None and "refusing to inject" in w.injection.error
-    broken = Windows(tmp_path / "x", "step") if (tmp_path / "x").mkdir() is None else None
-    assert broken is not None
+    (tmp_path / "x").mkdir()
+    broken = Windows(tmp_path / "x", "step")
     broken.probes.submit_return(object(), None)  # a path we cannot read: ignored, no error
     assert broken.injection.error is None
 
