@@ -274,7 +274,8 @@ def test_an_empty_later_cycle_log_is_flagged_but_shows_no_second_run(ref: Doctor
         ({"rank": -1}, "'rank' must be at least 0"),
         (
             {"fault": "explode"},
-            "'fault' must be one of kill, hang, term, segv, not the string 'explode'",
+            "'fault' must be one of kill, hang, term, segv, exception, ckpt-worker, not the"
+            " string 'explode'",
         ),
         ({"pid": "14181"}, "'pid' must be an integer, not the string '14181'"),
         ({"local_rank": 1.0}, "'local_rank' must be an integer, not the number 1.0"),
@@ -302,7 +303,7 @@ def test_marker_fields_of_the_wrong_type_make_it_unusable(
             "run.json",
             "config",
             {"fault": "explode"},
-            "'fault' must be one of kill, hang, term, segv, none",
+            "'fault' must be one of kill, hang, term, segv, exception, ckpt-worker, none",
         ),
         ("run.json", "", {"start_time": "2026-11-29T11:52:17"}, "'start_time' has no timezone"),
         (RESULT, "", {"end_time": "2026-11-29T11:53:06"}, "'end_time' has no timezone"),

@@ -9,7 +9,8 @@ restore); of errors the first :data:`MAX_ERRORS`; of iteration lines the first a
 :data:`ITERATIONS_KEPT` (a replay comparison needs the iterations just before a failure and just
 after a restore; a baseline comparison all it can get). What is dropped is counted. Python
 tracebacks are assembled into one error event each (:mod:`pytest_nvrx.evidence.tracebacks`)
-before the adapter sees a line; their lines are not offered to it.
+before the adapter sees a line; their lines are not offered to it. Nor are the fault injector's
+own lines (:mod:`pytest_nvrx.evidence.injector_log`, kept in :attr:`CycleLog.injector`).
 """
 
 from __future__ import annotations
@@ -19,6 +20,12 @@ from dataclasses import dataclass
 from datetime import UTC, tzinfo
 from pathlib import Path
 
+from pytest_nvrx.evidence.injector_log import (
+    MAX_INJECTOR_LINES,
+    InjectorLine,
+    parse_injector_line,
+)
+from pytest_nvrx.evidence.injector_log import TAG as INJECTOR_TAG
 from pytest_nvrx.evidence.refs import (
     EvidenceRef,
     LineCursor,
@@ -65,6 +72,8 @@ class CycleLog:
     errors_not_kept: int = 0
     saves_not_kept: int = 0
     read_error: str | None = None
+    # the fault injector's own lines (start, fire, skip), at most MAX_INJECTOR_LINES
+    injector: tuple[InjectorLine, ...] = ()
 
     def of_type[E](self, kind: type[E]) -> tuple[E, ...]:
         return tuple(e for e in self.events if isinstance(e, kind))
@@ -110,6 +119,7 @@ def parse_cycle_log(
         SaveCompleted: deque(maxlen=SAVES_KEPT),
     }
     saves_seen = 0
+    injector: list[InjectorLine] = []
     first_line: EvidenceRef | None = None
     # Iteration lines are the bulk of a log: only their number is read in the loop; the three
     # kept (first, last, highest) become events at the end, from (line number, raw, body).
@@ -161,6 +171,12 @@ def parse_cycle_log(
                     for error in finished:
                         keep_error(error)
                     if consumed:
+                        continue
+                if body[:1] == "[" and INJECTOR_TAG in body[:40]:
+                    line = parse_injector_line(body, cursor)
+                    if line is not None:
+                        if len(injector) < MAX_INJECTOR_LINES:
+                            injector.append(line)
                         continue
                 event = parse(body, cursor)
                 if event is None:
@@ -216,4 +232,5 @@ def parse_cycle_log(
         events=tuple(events),
         errors_not_kept=errors_dropped,
         saves_not_kept=saves_seen - sum(saves_head.values()) - len(tails),
+        injector=tuple(injector),
     )

@@ -76,6 +76,18 @@ def str_field(
     return value
 
 
+def bool_field(data: Mapping[str, object], key: str, *, required: bool = False) -> bool | None:
+    """``data[key]`` as a JSON boolean (``0``/``"true"`` are not); None when absent or null."""
+    value = data.get(key)
+    if value is None:
+        if required:
+            raise FieldError(f"no boolean {key!r}")
+        return None
+    if not isinstance(value, bool):
+        raise FieldError(f"{key!r} must be a boolean, not {shown(value)}")
+    return value
+
+
 def time_field(data: Mapping[str, object], key: str, *, required: bool = False) -> datetime | None:
     """``data[key]``, an ISO-8601 time *with* its timezone (``Z`` or an offset), in UTC.
 

@@ -4,14 +4,16 @@ Both are written by our launcher (:mod:`pytest_nvrx.recipe`, :mod:`pytest_nvrx.l
 made by hand (the walkthrough's script, tests/data/gpu) have neither, so every field is optional
 and the criteria fall back to the logs. Keys read here::
 
-    run.json     config.fault, config.fault_rank, config.train_iters, config.workload,
-                 config.gpus_per_node, config.nnodes, start_time, stack
+    run.json     config.fault, config.window, config.fault_rank, config.train_iters,
+                 config.workload, config.gpus_per_node, config.nnodes, start_time, stack
     result.json  exit_code, start_time, end_time, timed_out, interrupted
 
 Top-level ``fault``/``train_iters``/``workload``/``exit_code`` are accepted as well. Each is
 typed (``evidence/fields.py``): ``exit_code`` an integer (``"0"`` and ``true`` are not), times
 ISO-8601 with their timezone, ``train_iters``/``gpus_per_node`` positive integers, ``fault`` one
-of kill/hang/none; null means "not recorded". A value of another type makes the file unusable.
+of :data:`~pytest_nvrx.layout.INJECTED_FAULTS` or none, ``window`` one of
+:data:`~pytest_nvrx.layout.FAULT_WINDOWS` (absent in runs made before fault windows: the legacy
+tracker trigger); null means "not recorded". A value of another type makes the file unusable.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from pytest_nvrx.evidence.refs import (
     json_key_ref,
     read_json_file,
 )
-from pytest_nvrx.layout import INJECTED_FAULTS, RESULT_NAME
+from pytest_nvrx.layout import FAULT_WINDOWS, INJECTED_FAULTS, RESULT_NAME
 
 
 class ManifestError(ValueError):
@@ -50,6 +52,7 @@ class Setting:
 class Manifest:
     file: str
     fault: Setting | None = None
+    window: Setting | None = None  # None: not recorded (a baseline, or a run before windows)
     fault_rank: Setting | None = None
     train_iters: Setting | None = None
     workload: Setting | None = None
@@ -65,6 +68,7 @@ class Manifest:
 # run.json keys read here (config.<key> or top level) and the type each must have.
 _TYPED: dict[str, tuple[Callable[..., object], dict[str, Any]]] = {
     "fault": (str_field, {"choices": (*INJECTED_FAULTS, "none")}),
+    "window": (str_field, {"choices": FAULT_WINDOWS}),
     "fault_rank": (int_field, {"minimum": 0}),
     "train_iters": (int_field, {"minimum": 1}),
     "workload": (str_field, {}),

@@ -1,15 +1,25 @@
 """``fault_injected.json``: the once-only injector's claim that it injected a fault.
 
-Written exclusively (O_EXCL) by the worker that injected, just before it signals itself; a
-replacement worker sees it and does not inject again. Fields (walkthrough wrapper and ours):
-``fault`` (kill|hang), ``rank``, ``pid``, ``host``, ``signal``, ``tracker_iteration`` (the
-completed checkpoint it waited for), ``baseline_iteration``, ``time`` (ISO-8601); ours adds
-``local_rank`` and more (pytest_nvrx.injector.build_marker_record).
+Written exclusively (O_EXCL) by the worker that injected, just before it faults; a replacement
+worker sees it and does not inject again. Fields (walkthrough wrapper and ours): ``fault``
+(:data:`~pytest_nvrx.layout.INJECTED_FAULTS`), ``rank``, ``pid``, ``host``, ``signal``,
+``tracker_iteration`` (the newest completed checkpoint at injection), ``baseline_iteration``,
+``time`` (ISO-8601); ours adds ``local_rank`` and more (pytest_nvrx.injector.build_marker_record).
+
+Schema 2 (issue #10, fault windows) adds ``window`` (step|save|finalize), ``in_flight_iteration``
+(the save submitted or being prepared and not yet finalized), ``section`` (the NVRx section open
+on the firing thread), ``write_done`` (whether that save's background write had completed),
+``trigger`` (the probe that fired) and ``rank_pid`` (the rank's own pid: ``pid`` is the process
+the fault was aimed at, the checkpoint worker for ``ckpt-worker``). ``signal`` is null for
+``exception``. A schema-1 marker (no ``schema_version``, or 1) has none of these: its ``window``
+is None, the legacy tracker trigger.
 
 A marker that exists but cannot be read is evidence of a problem, reported as
 :attr:`Marker.error`, never raised. So is a field of the wrong type (``evidence/fields.py``): a
-``time`` without its timezone, a ``rank`` that is not a non-negative integer, a ``fault`` other
-than kill/hang, a ``pid`` or ``tracker_iteration`` that is not an integer.
+``time`` without its timezone, a ``rank`` that is not a non-negative integer, an unknown
+``fault`` or ``window``, a ``pid`` or ``tracker_iteration`` that is not an integer, and a schema-2
+marker without its ``window`` or with a fault its window cannot have (``ckpt-worker`` outside
+``finalize``).
 """
 
 from __future__ import annotations
@@ -18,7 +28,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from pytest_nvrx.evidence.fields import Fields, int_field, str_field, time_field
+from pytest_nvrx.evidence.fields import Fields, bool_field, int_field, str_field, time_field
 from pytest_nvrx.evidence.refs import (
     EvidenceRef,
     JsonFile,
@@ -27,7 +37,18 @@ from pytest_nvrx.evidence.refs import (
     json_key_ref,
     read_json_file,
 )
-from pytest_nvrx.layout import INJECTED_FAULTS
+from pytest_nvrx.layout import FAULT_WINDOWS, INJECTED_FAULTS, window_allowed
+
+#: The marker schemas this reader knows (1: the tracker trigger; 2: fault windows).
+SCHEMA_VERSIONS = (1, 2)
+#: The probes a schema-2 marker names as its ``trigger``.
+TRIGGERS = (
+    "start_section(step)",
+    "save submit",
+    "start_section(checkpointing)",
+    "end_section(checkpointing)",
+    "tracker poll",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,10 +65,23 @@ class Marker:
     baseline_iteration: int | None = None
     time: datetime | None = None
     doc: JsonFile | None = None
+    # schema 2 (fault windows); None in a schema-1 marker
+    schema_version: int = 1
+    window: str | None = None
+    in_flight_iteration: int | None = None
+    section: str | None = None
+    write_done: bool | None = None
+    trigger: str | None = None
+    rank_pid: int | None = None  # the rank's own pid (pid is the worker's for ckpt-worker)
 
     @property
     def ok(self) -> bool:
         return self.error is None
+
+    @property
+    def rank_process(self) -> int | None:
+        """The pid of the faulted rank: ``rank_pid`` (schema 2), else ``pid``."""
+        return self.rank_pid if self.rank_pid is not None else self.pid
 
     def ref(self, key: str | None = None) -> EvidenceRef:
         """The line of ``key`` in the marker (the whole file when no key or unreadable)."""
@@ -90,7 +124,22 @@ def read_marker(path: Path, run_dir: Path) -> Marker | None:
     tracker_iteration = fields.get(int_field, "tracker_iteration", minimum=0)
     baseline_iteration = fields.get(int_field, "baseline_iteration", minimum=0)
     fields.get(int_field, "world_size", minimum=1)
+    schema = fields.get(int_field, "schema_version", minimum=1)
+    window = fields.get(str_field, "window", choices=FAULT_WINDOWS)
+    in_flight = fields.get(int_field, "in_flight_iteration", minimum=0)
+    section = fields.get(str_field, "section")
+    write_done = fields.get(bool_field, "write_done")
+    trigger = fields.get(str_field, "trigger", choices=TRIGGERS)
+    rank_pid = fields.get(int_field, "rank_pid", minimum=1)
     problems = fields.problems
+    version = schema if schema is not None else 1
+    if version not in SCHEMA_VERSIONS:
+        known = " and ".join(map(str, SCHEMA_VERSIONS))
+        problems.append(f"'schema_version' {version} is unknown (this reader knows {known})")
+    elif version >= 2 and data.get("window") is None:
+        problems.append("a schema 2 marker must record its 'window'")
+    if fault is not None and window is not None and not window_allowed(fault, window):
+        problems.append(f"fault {fault!r} cannot be injected in window {window!r}")
     return Marker(
         file=file,
         error=f"{file}: " + ", ".join(problems) if problems else None,
@@ -104,4 +153,11 @@ def read_marker(path: Path, run_dir: Path) -> Marker | None:
         baseline_iteration=baseline_iteration,
         time=time,
         doc=doc,
+        schema_version=version,
+        window=window,
+        in_flight_iteration=in_flight,
+        section=section,
+        write_done=write_done,
+        trigger=trigger,
+        rank_pid=rank_pid,
     )

@@ -53,7 +53,8 @@ class RunEvidence:
     cycle_infos: CycleInfos
     cycle_logs: tuple[CycleLog, ...]  # by cycle number
     tracker: Tracker
-    checkpoints: tuple[CheckpointMetadata, ...]  # of iterations the logs say were loaded
+    # of the iterations the logs say were loaded, and of the marker's in-flight iteration
+    checkpoints: tuple[CheckpointMetadata, ...]
     problems: tuple[Problem, ...]
 
     @property
@@ -111,9 +112,10 @@ def load_run(
 
     ``checkpoint_dir`` defaults to ``<run_dir>/checkpoints``. ``adapter`` defaults to the one
     registered for run.json's ``workload`` (Megatron when there is no manifest). With
-    ``read_checkpoints`` the metadata of each checkpoint the logs say was loaded is read (imports
-    torch when such a checkpoint is on disk). Raises :class:`RunDirError` only when ``run_dir``
-    is not a directory; everything else missing or broken becomes a Problem.
+    ``read_checkpoints`` the metadata of each checkpoint the logs say was loaded is read, and of
+    the save the marker says was in flight at the fault (whether a partial ``iter_N/`` is left).
+    Raises :class:`RunDirError` only when ``run_dir`` is not a directory; everything else
+    missing or broken becomes a Problem.
     """
     run_dir = Path(run_dir)
     if not run_dir.exists():
@@ -202,6 +204,7 @@ def load_run(
                 for e in log.events
                 if isinstance(e, LoadCompleted | LoadStarted) and e.iteration > 0
             }
+            | _in_flight(marker)
         )
         for iteration in loaded:
             path = workload_adapter.checkpoint_path(layout.checkpoint_dir, iteration)
@@ -223,6 +226,13 @@ def load_run(
         checkpoints=tuple(checkpoints),
         problems=tuple(problems),
     )
+
+
+def _in_flight(marker: Marker | None) -> set[int]:
+    """The save a usable marker says was in flight at the fault (none for a schema-1 marker)."""
+    if marker is None or not marker.ok or not marker.in_flight_iteration:
+        return set()
+    return {marker.in_flight_iteration}
 
 
 def _read_cycle_logs(

@@ -1,0 +1,146 @@
+"""The injector's own lines in a cycle log: what the once-only fault wrapper says it did.
+
+The injector (:mod:`pytest_nvrx.injector`) writes to the rank's stderr, so its lines land in
+``logs/train_cycle<N>.log`` behind NVRx's rank prefix as
+``<rank>: [pytest-nvrx injector] rank R pid P: <message>``. Messages recognised:
+
+* start (schema 2): ``watching <tracker> (baseline B) to inject <fault> in window <W>``;
+  schema 1: ``watching <tracker> (baseline B) to inject <fault> (<SIG>) once it advances``;
+* fire (schema 2): ``window <W> (<trigger>): in-flight iteration <N|none>, tracker <T>; marker
+  <M> written; <action>``, the action one of ``sending <SIG> to pid <P>``, ``raising
+  InjectedFault``, ``sending SIGKILL to checkpoint worker pid <P> (rank pid <Q>)``;
+  schema 1: ``tracker <tracker> advanced B -> T; marker <M> written; sending <SIG>[ to pid P]``;
+* skip: ``marker <M> exists: fault already injected; running the workload without injection``.
+
+These lines corroborate the marker (the file a criterion judges by); they are never required:
+runs made with the walkthrough's wrapper have none. Nothing here judges.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Literal
+
+from pytest_nvrx.evidence.refs import EvidenceRef, LineCursor
+from pytest_nvrx.evidence.tracebacks import split_tag
+
+TAG = "[pytest-nvrx injector] "
+#: Injector lines a cycle log keeps (a run has a few per cycle: one per injecting rank).
+MAX_INJECTOR_LINES = 64
+
+InjectorLineKind = Literal["watching", "fired", "skipped"]
+
+_HEAD = re.compile(re.escape(TAG) + r"rank (?P<rank>\d+) pid (?P<pid>\d+): (?P<msg>.*)$")
+_WATCHING = re.compile(
+    r"watching (?P<tracker>.+) \(baseline (?P<base>\d+)\) to inject (?P<fault>[\w-]+)"
+    r"(?: in window (?P<window>\w+)| \((?P<sig>SIG\w+)\) once it advances)$"
+)
+_FIRED = re.compile(
+    r"window (?P<window>\w+) \((?P<trigger>[^)]*\)?)\): in-flight iteration (?P<n>\d+|none),"
+    r" tracker (?P<t>\d+); marker (?P<marker>.+) written; (?P<action>.*)$"
+)
+_FIRED_V1 = re.compile(
+    r"tracker (?P<tracker>.+) advanced (?P<base>\d+) -> (?P<t>\d+); marker (?P<marker>.+)"
+    r" written; (?P<action>sending (?P<sig>SIG\w+)(?: to pid (?P<target>\d+))?)$"
+)
+_SIGNAL_TO_PID = re.compile(r"sending (?P<sig>SIG\w+) to pid (?P<target>\d+)$")
+_TO_WORKER = re.compile(
+    r"sending (?P<sig>SIG\w+) to checkpoint worker pid (?P<target>\d+) \(rank pid (?P<rp>\d+)\)$"
+)
+_RAISING = "raising InjectedFault"
+_SKIPPED = re.compile(r"marker (?P<marker>.+) exists: fault already injected")
+
+
+@dataclass(frozen=True, slots=True)
+class InjectorLine:
+    """One recognised injector line; fields the line does not state are None.
+
+    ``legacy`` marks the schema-1 formats (no window). For a fire line, ``target_pid`` is the
+    process the action names (the rank, or its checkpoint worker), ``signal`` None when the
+    action raises InjectedFault.
+    """
+
+    kind: InjectorLineKind
+    rank: int
+    pid: int
+    ref: EvidenceRef
+    fault: str | None = None
+    window: str | None = None
+    trigger: str | None = None
+    in_flight_iteration: int | None = None
+    tracker_iteration: int | None = None
+    baseline_iteration: int | None = None
+    action: str | None = None
+    signal: str | None = None
+    target_pid: int | None = None
+    raises: bool = False
+    legacy: bool = False
+
+
+def parse_injector_line(body: str, at: LineCursor) -> InjectorLine | None:
+    """The injector line in ``body`` (the text after NVRx's rank prefix), else None."""
+    _, text = split_tag(body)
+    head = _HEAD.match(text)
+    if head is None:
+        return None
+    rank, pid, msg = int(head["rank"]), int(head["pid"]), head["msg"]
+    if msg.startswith("window "):
+        m = _FIRED.match(msg)
+        if m is None:
+            return None
+        action = m["action"]
+        signal: str | None = None
+        target: int | None = None
+        if (a := _TO_WORKER.match(action)) is not None or (
+            a := _SIGNAL_TO_PID.match(action)
+        ) is not None:
+            signal, target = a["sig"], int(a["target"])
+        return InjectorLine(
+            "fired",
+            rank,
+            pid,
+            at.ref(),
+            window=m["window"],
+            trigger=m["trigger"],
+            in_flight_iteration=None if m["n"] == "none" else int(m["n"]),
+            tracker_iteration=int(m["t"]),
+            action=action,
+            signal=signal,
+            target_pid=target,
+            raises=action == _RAISING,
+        )
+    if msg.startswith("tracker "):
+        m = _FIRED_V1.match(msg)
+        if m is None:
+            return None
+        return InjectorLine(
+            "fired",
+            rank,
+            pid,
+            at.ref(),
+            tracker_iteration=int(m["t"]),
+            baseline_iteration=int(m["base"]),
+            action=m["action"],
+            signal=m["sig"],
+            target_pid=int(m["target"]) if m["target"] else pid,
+            legacy=True,
+        )
+    if msg.startswith("watching "):
+        m = _WATCHING.match(msg)
+        if m is None:
+            return None
+        return InjectorLine(
+            "watching",
+            rank,
+            pid,
+            at.ref(),
+            fault=m["fault"],
+            window=m["window"],
+            baseline_iteration=int(m["base"]),
+            signal=m["sig"],
+            legacy=m["window"] is None,
+        )
+    if _SKIPPED.match(msg) is not None:
+        return InjectorLine("skipped", rank, pid, at.ref())
+    return None
