@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 from typing import Any, TextIO
 
-from pytest_nvrx.criteria import FAULT_CHOICES, Judgement, judge
+from pytest_nvrx.criteria import FAULT_CHOICES, WINDOW_CHOICES, Judgement, judge
 from pytest_nvrx.evidence.rundir import RunDirError, load_run
 from pytest_nvrx.settings import argparse_type, parse_rtol
 
@@ -59,6 +59,13 @@ def build_parser() -> argparse.ArgumentParser:
         "injection marker's, else a fault run is expected (a baseline must say 'none')",
     )
     parser.add_argument(
+        "--expect-window",
+        choices=WINDOW_CHOICES,
+        default=None,
+        help="the fault window the run was meant to inject in; default: run.json's "
+        "config.window, else the marker's own window (a run without windows: none)",
+    )
+    parser.add_argument(
         "--baseline",
         metavar="RUN_DIR",
         type=Path,
@@ -91,7 +98,13 @@ def _write_json(target: str, data: dict[str, Any], out: TextIO) -> str | None:
 
 def report(judgement: Judgement, out: TextIO) -> None:
     exp = judgement.expected
-    out.write(f"verify {judgement.run_dir}: expected fault {exp.kind} (from {exp.source})\n")
+    window = judgement.window
+    where = (
+        f" in window {window.window} (from {window.source})"
+        if window is not None and window.window is not None
+        else ""
+    )
+    out.write(f"verify {judgement.run_dir}: expected fault {exp.kind} (from {exp.source}){where}\n")
     for problem in judgement.problems:
         if problem.severity == "warning":
             out.write(f"note: {problem.message}\n")
@@ -140,6 +153,8 @@ def verify_main(argv: list[str], stdout: TextIO | None = None, stderr: TextIO | 
         source="--expect-fault" if args.expect_fault else "caller",
         baseline=baseline,
         continuity_rtol=args.continuity_rtol,
+        expect_window=args.expect_window,
+        window_source="--expect-window" if args.expect_window else None,
     )
     report(judgement, out)
     status = EXIT_PASSED if judgement.passed else EXIT_FAILED

@@ -21,9 +21,12 @@ from __future__ import annotations
 from pytest_nvrx.criteria.context import JudgeContext, RestoreTarget
 from pytest_nvrx.criteria.expected import (
     FAULT_CHOICES,
+    WINDOW_CHOICES,
     ExpectedFault,
+    ExpectedWindow,
     FaultExpectation,
     expected_fault,
+    expected_window,
 )
 from pytest_nvrx.criteria.judgement import Judgement, judge, judge_run_dir
 from pytest_nvrx.criteria.no_repeat_injection import no_repeat_injection
@@ -39,15 +42,18 @@ __all__ = [
     "CRITERIA_IDS",
     "FAULT_CHOICES",
     "OPTIMIZER_PART",
+    "WINDOW_CHOICES",
     "Check",
     "CriterionId",
     "ExpectedFault",
+    "ExpectedWindow",
     "FaultExpectation",
     "JudgeContext",
     "Judgement",
     "RestoreTarget",
     "Verdict",
     "expected_fault",
+    "expected_window",
     "judge",
     "judge_run_dir",
     "no_repeat_injection",

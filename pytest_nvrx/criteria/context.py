@@ -9,8 +9,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 
-from pytest_nvrx.criteria.expected import ExpectedFault, expected_fault
+from pytest_nvrx.criteria.expected import (
+    ExpectedFault,
+    ExpectedWindow,
+    expected_fault,
+    expected_window,
+)
 from pytest_nvrx.criteria.helpers import launcher_outcome
+from pytest_nvrx.criteria.windows import Fact, WindowFacts, window_facts
 from pytest_nvrx.evidence.cycle_log import CycleLog
 from pytest_nvrx.evidence.refs import EvidenceRef
 from pytest_nvrx.evidence.rundir import RunEvidence
@@ -43,6 +49,8 @@ class JudgeContext:
     baseline: RunEvidence | None = None
     # relative tolerance of training_continuity's comparisons (0: exact)
     continuity_rtol: float = 0.0
+    # the fault window asked for (run.json, the caller), or none
+    window: ExpectedWindow | None = None
 
     @classmethod
     def build(
@@ -52,13 +60,15 @@ class JudgeContext:
         *,
         baseline: RunEvidence | None = None,
         continuity_rtol: float = 0.0,
+        window: ExpectedWindow | None = None,
     ) -> JudgeContext:
         exp = expected if expected is not None else expected_fault(run)
+        win = window if window is not None else expected_window(run)
         marker = run.marker
         observed = marker.fault if marker is not None and marker.ok and marker.fault else exp.kind
         if not (continuity_rtol >= 0.0 and continuity_rtol < 1.0):  # also rejects nan
             raise ValueError(f"continuity rtol {continuity_rtol!r}: need 0 <= rtol < 1")
-        return cls(run, exp, build_timeline(run), observed, baseline, continuity_rtol)
+        return cls(run, exp, build_timeline(run), observed, baseline, continuity_rtol, win)
 
     @cached_property
     def completed_before_failure(self) -> tuple[SaveCompleted, ...]:
@@ -69,8 +79,30 @@ class JudgeContext:
         return tuple(saves_before_failure(self.run, self.timeline, SaveScheduled))
 
     @cached_property
+    def windows(self) -> WindowFacts | Fact | None:
+        """The fault window's facts (criteria/windows.py); a Fact when a requested window cannot
+        be judged; None for a baseline or a run without windows."""
+        if self.expected.baseline:
+            return None
+        return window_facts(self.run, self.window or expected_window(self.run), self.timeline)
+
+    @property
+    def window_facts(self) -> WindowFacts | None:
+        facts = self.windows
+        return facts if isinstance(facts, WindowFacts) else None
+
+    @cached_property
     def restore_target(self) -> RestoreTarget:
-        """The newest save completed before the failure, else the marker's tracker iteration."""
+        """The newest save completed before the failure, else the marker's tracker iteration.
+
+        In a window run, the marker's tracker iteration T (the newest checkpoint completed at
+        the fault), never the save in flight: a save of it finalized after the fault would
+        otherwise make the in-flight checkpoint the target (prior_checkpoint fails such a run).
+        """
+        facts = self.window_facts
+        if facts is not None and facts.tracker is not None:
+            saves = [e for e in self.completed_before_failure if e.iteration == facts.tracker]
+            return RestoreTarget(facts.tracker, saves[0] if saves else None)
         newest = max(self.completed_before_failure, key=lambda e: e.iteration, default=None)
         if newest is not None:
             return RestoreTarget(newest.iteration, newest)

@@ -1,4 +1,5 @@
-"""Which fault a run was meant to see, and where that was learned: what the criteria judge by."""
+"""Which fault a run was meant to see, in which window, and where that was learned: what the
+criteria judge by."""
 
 from __future__ import annotations
 
@@ -7,10 +8,13 @@ from typing import Literal
 
 from pytest_nvrx.evidence.refs import EvidenceRef
 from pytest_nvrx.evidence.rundir import RunEvidence
-from pytest_nvrx.layout import INJECTED_FAULTS, MANIFEST_NAME, MARKER_NAME
+from pytest_nvrx.layout import FAULT_WINDOWS, INJECTED_FAULTS, MANIFEST_NAME, MARKER_NAME
 
-FaultExpectation = Literal["kill", "hang", "term", "segv", "none", "any"]
+FaultExpectation = Literal[
+    "kill", "hang", "term", "segv", "exception", "ckpt-worker", "none", "any"
+]
 FAULT_CHOICES = (*INJECTED_FAULTS, "none")
+WINDOW_CHOICES = FAULT_WINDOWS
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,4 +56,39 @@ def expected_fault(
         "any",
         "default",
         EvidenceRef(MANIFEST_NAME, None, "(no run.json fault setting: a fault run is expected)"),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ExpectedWindow:
+    """The fault window the run asked for (``step``, ``save``, ``finalize``), and where that was
+    learned; ``window`` None: none was asked for (a run made before fault windows, a baseline,
+    or a caller that does not say), so the marker's own window, if it records one, is judged."""
+
+    window: str | None
+    source: str
+    ref: EvidenceRef
+
+
+def expected_window(
+    run: RunEvidence, override: str | None = None, source: str = "caller"
+) -> ExpectedWindow:
+    """An explicit ``override`` > run.json's ``config.window`` > none requested."""
+    if override is not None:
+        if override not in WINDOW_CHOICES:
+            raise ValueError(
+                f"expected window {override!r}: choose one of {', '.join(WINDOW_CHOICES)}"
+            )
+        return ExpectedWindow(
+            override, source, EvidenceRef(f"({source})", None, f"expected window: {override}")
+        )
+    manifest = run.manifest
+    if manifest is not None and manifest.window is not None:
+        value = manifest.window.value
+        if value in WINDOW_CHOICES:
+            return ExpectedWindow(value, MANIFEST_NAME, manifest.window.ref)
+    return ExpectedWindow(
+        None,
+        "default",
+        EvidenceRef(MANIFEST_NAME, None, "(no run.json window setting: none was requested)"),
     )

@@ -8,7 +8,12 @@ from typing import Any
 
 from pytest_nvrx.criteria.consistency import evidence_problems
 from pytest_nvrx.criteria.context import JudgeContext
-from pytest_nvrx.criteria.expected import ExpectedFault, expected_fault
+from pytest_nvrx.criteria.expected import (
+    ExpectedFault,
+    ExpectedWindow,
+    expected_fault,
+    expected_window,
+)
 from pytest_nvrx.criteria.registry import CRITERIA
 from pytest_nvrx.criteria.verdict import CRITERIA_IDS, Verdict, failing
 from pytest_nvrx.evidence.refs import Problem
@@ -30,6 +35,8 @@ class Judgement:
     # training_continuity's references and tolerance
     baseline_dir: Path | None = None
     continuity_rtol: float = 0.0
+    # the fault window asked for (None when the run and the caller name none)
+    window: ExpectedWindow | None = None
 
     @property
     def judgeable(self) -> bool:
@@ -51,6 +58,11 @@ class Judgement:
             "run_dir": str(self.run_dir),
             "checkpoint_dir": str(self.checkpoint_dir),
             "expected_fault": {"kind": self.expected.kind, "source": self.expected.source},
+            "expected_window": (
+                {"window": self.window.window, "source": self.window.source}
+                if self.window is not None and self.window.window is not None
+                else None
+            ),
             "criteria": [v.as_dict() for v in self.verdicts],
             "passed": self.passed,
             "problems": [{"severity": p.severity, "message": p.message} for p in self.problems],
@@ -70,15 +82,19 @@ def judge(
     source: str = "caller",
     baseline: RunEvidence | None = None,
     continuity_rtol: float = 0.0,
+    expect_window: str | None = None,
+    window_source: str | None = None,
 ) -> Judgement:
     """Judge loaded evidence by every criterion (``expect_fault`` overrides run.json;
     ``source`` names where it came from in the report; ``baseline``, an uninterrupted run of the
-    same configuration, and ``continuity_rtol`` are for training_continuity)."""
+    same configuration, and ``continuity_rtol`` are for training_continuity; ``expect_window``
+    overrides run.json's fault window, ``window_source`` naming where it came from)."""
     ctx = JudgeContext.build(
         run,
         expected_fault(run, expect_fault, source),
         baseline=baseline,
         continuity_rtol=continuity_rtol,
+        window=expected_window(run, expect_window, window_source or source),
     )
     problems = run.problems + evidence_problems(run)
     verdicts = tuple(CRITERIA[cid](ctx) for cid in CRITERIA_IDS)
@@ -95,6 +111,7 @@ def judge(
         stack=run.stack(),
         baseline_dir=baseline.run_dir if baseline is not None else None,
         continuity_rtol=continuity_rtol,
+        window=ctx.window,
     )
 
 
@@ -118,9 +135,11 @@ def judge_run_dir(
     expect_fault: str | None = None,
     baseline: RunEvidence | Path | None = None,
     continuity_rtol: float = 0.0,
+    expect_window: str | None = None,
 ) -> Judgement:
-    """Load and judge a run directory (``baseline``: evidence or a run directory to load).
-    Raises RunDirError if a directory is not one."""
+    """Load and judge a run directory (``baseline``: evidence or a run directory to load;
+    ``expect_window``: the fault window, when run.json does not say). Raises RunDirError if a
+    directory is not one."""
     base = (
         load_run(Path(baseline), read_checkpoints=False) if isinstance(baseline, Path) else baseline
     )
@@ -129,4 +148,5 @@ def judge_run_dir(
         expect_fault,
         baseline=base,
         continuity_rtol=continuity_rtol,
+        expect_window=expect_window,
     )

@@ -131,6 +131,16 @@ def check(ctx: JudgeContext) -> Verdict:
             [x.ref for x in timeline.other_failures[:3]],
             started.ref if started else None,
         )
+    fired = [line for log in run.cycle_logs for line in log.injector if line.kind == "fired"]
+    if len(fired) > 1:
+        # the marker's O_EXCL claim lets one rank inject once: a second fire line means it did not
+        return failing(
+            ID,
+            f"the injector fired {len(fired)} times: {fired[1].ref.location} after"
+            f" {fired[0].ref.location}",
+            [line.ref for line in fired[:3]],
+            marker.ref("time"),
+        )
     replacement = timeline.replacement_cycle
     extra = [r for r in run.cycles if replacement is not None and r.cycle > replacement]
     if extra:

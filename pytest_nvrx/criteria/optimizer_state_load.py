@@ -3,7 +3,9 @@ its optimizer state, and not an in-flight save, iteration 0 or a random init.
 
 The load is judged in steps, each returning a failing verdict or nothing: find the load in the
 cycle's log, check its iteration against the restore target, check that training resumed after
-it, check its optimizer state; what is left is a pass.
+it, check its optimizer state; what is left is a pass. In a window run (issue #10) the target is
+the marker's tracker iteration T; a load of the save N in flight at the fault proves the tracker
+named N before its finalization, and the verdict says whether ``iter_N/`` is on disk at the end.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from pytest_nvrx.criteria.expected import ExpectedFault
 from pytest_nvrx.criteria.helpers import marker_ref
 from pytest_nvrx.criteria.resume_settings import resume_settings_problem
 from pytest_nvrx.criteria.verdict import CriterionId, Verdict, failing, not_applicable, passing
+from pytest_nvrx.criteria.windows import in_flight_dir_text
 from pytest_nvrx.criteria.workload_errors import (
     describe,
     died_loading,
@@ -31,6 +34,7 @@ from pytest_nvrx.evidence.workload import (
     IterationCommitted,
     LoadCompleted,
     LoadStarted,
+    SaveCompleted,
     StartedFromScratch,
     WorkloadError,
 )
@@ -135,7 +139,7 @@ def _judge_load(
         or _check_resumed(restore, load)
         or _check_optimizer_state(restore, load, meta)
     )
-    return failed or _passed(restore, load, target, meta)
+    return failed or _passed(ctx, restore, load, target, meta)
 
 
 def _find_load(
@@ -218,6 +222,19 @@ def _check_iteration(
         )
     if expected is None or loaded == expected:
         return None
+    facts = ctx.window_facts
+    if facts is not None and facts.in_flight is not None and loaded == facts.in_flight:
+        meta = facts.in_flight_dir
+        return failing(
+            ID,
+            f"cycle {cycle} loaded iteration {loaded}, the save in flight at the fault (window"
+            f" {facts.window}): the tracker named it before its finalization; the newest"
+            f" checkpoint completed before the fault was {expected}",
+            load.ref,
+            ctx.run.marker.ref("in_flight_iteration") if ctx.run.marker is not None else None,
+            newest.ref if newest else None,
+            meta.ref if meta is not None else None,
+        )
     if loaded < expected:
         return failing(
             ID,
@@ -291,7 +308,11 @@ def _check_optimizer_state(
 
 
 def _passed(
-    restore: _Restore, load: LoadCompleted, target: RestoreTarget, meta: CheckpointMetadata | None
+    ctx: JudgeContext,
+    restore: _Restore,
+    load: LoadCompleted,
+    target: RestoreTarget,
+    meta: CheckpointMetadata | None,
 ) -> Verdict:
     """A load that survived every check: say against what target and how the optimizer state
     is known to be back."""
@@ -315,12 +336,33 @@ def _passed(
         else "the resumed checkpoint"
     )
     start = next((s for s in restore.starts if s.iteration == load.iteration), None)
+    facts = ctx.window_facts
+    window_text = ""
+    in_flight_ref = None
+    if facts is not None and facts.in_flight is not None:
+        resaved = next(
+            (
+                e
+                for log in ctx.run.cycle_logs
+                if log.cycle >= restore.cycle
+                for e in log.of_type(SaveCompleted)
+                if e.iteration == facts.in_flight
+            ),
+            None,
+        )
+        window_text = (
+            f"; not the save {facts.in_flight} in flight at the fault (window {facts.window}):"
+            f" {in_flight_dir_text(facts, resaved)}"
+        )
+        in_flight_ref = facts.in_flight_dir.ref if facts.in_flight_dir is not None else None
     return passing(
         ID,
-        f"cycle {restore.cycle} loaded checkpoint iteration {load.iteration}, {what}; {how}",
+        f"cycle {restore.cycle} loaded checkpoint iteration {load.iteration}, {what}; {how}"
+        f"{window_text}",
         start.ref if start else None,
         load.ref,
         [e.ref for e in reported[:8]],
         target.save.ref if target.save else None,
         meta.ref if meta is not None else None,
+        in_flight_ref,
     )

@@ -1,7 +1,10 @@
 """Criterion 1: a checkpoint was *completed* (finalized, tracker advanced) before the failure.
 
 The fault time is the marker's: the checkpoint it names must have been finalized by then (the
-launcher's later detection only bounds which saves count as before the failure at all).
+launcher's later detection only bounds which saves count as before the failure at all). In a
+window run (issue #10) the fault must also have landed in its window (criteria/windows.py): the
+restore point is the marker's tracker iteration T, the newest checkpoint completed before the
+fault, never the save N in flight, which the faulted cycle must not have completed.
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ from pytest_nvrx.criteria.context import JudgeContext
 from pytest_nvrx.criteria.expected import ExpectedFault
 from pytest_nvrx.criteria.helpers import clock, marker_ref
 from pytest_nvrx.criteria.verdict import CriterionId, Verdict, failing, not_applicable, passing
+from pytest_nvrx.criteria.windows import Fact
 from pytest_nvrx.evidence.refs import EvidenceRef, seconds_between
 from pytest_nvrx.evidence.rundir import RunEvidence
 from pytest_nvrx.evidence.timeline import FINALIZED_BEFORE_FAULT_SLACK
@@ -35,11 +39,14 @@ def check(ctx: JudgeContext) -> Verdict:
         asked = (
             "a fault run was expected" if exp.kind == "any" else f"fault {exp.kind} was requested"
         )
+        window = ctx.window.window if ctx.window is not None else None
+        where = f" in window {window}" if window is not None else ""
         return failing(
             ID,
-            f"no injection marker: {asked} ({exp.source}) but it never happened",
+            f"no injection marker: {asked}{where} ({exp.source}) but it never happened",
             marker_ref(run),
             exp.ref,
+            ctx.window.ref if window is not None and ctx.window is not None else None,
             ctx.launcher_outcome,
         )
     if not marker.ok:
@@ -51,6 +58,11 @@ def check(ctx: JudgeContext) -> Verdict:
             marker.ref("fault"),
             exp.ref,
         )
+    facts = ctx.windows
+    if isinstance(facts, Fact):
+        return failing(ID, facts.text, facts.refs)
+    if facts is not None and facts.problem is not None:
+        return failing(ID, f"window {facts.window}: {facts.problem.text}", facts.problem.refs)
     tracked = marker.tracker_iteration
     if tracked is None:
         return failing(ID, "marker records no tracker_iteration", marker.ref())
@@ -110,11 +122,21 @@ def check(ctx: JudgeContext) -> Verdict:
             save.ref,
             marker.ref("tracker_iteration"),
         )
+    window_text = ""
+    window_refs: tuple[EvidenceRef | None, ...] = ()
+    if facts is not None:
+        window_text = (
+            f"; in window {facts.window} (from {facts.source}): {facts.proof.text}; restore point"
+            f" {tracked}"
+            + (f", never the in-flight {facts.in_flight}" if facts.in_flight is not None else "")
+        )
+        window_refs = facts.proof.refs
     return passing(
         ID,
         f"checkpoint iteration {tracked} was finalized at {clock(save.time)}, before the"
-        f" {marker.fault}{signal} of rank {marker.rank} at {clock(marker.time)}",
+        f" {marker.fault}{signal} of rank {marker.rank} at {clock(marker.time)}{window_text}",
         marker.ref("tracker_iteration"),
         save.ref,
         marker.ref("time"),
+        window_refs,
     )

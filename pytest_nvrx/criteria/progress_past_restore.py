@@ -1,5 +1,7 @@
 """Criterion 4: after the restore, training committed steps beyond it, completed a later
-checkpoint and reached the final iteration."""
+checkpoint and reached the final iteration. In a window run (issue #10) whose fault had a save N
+in flight, that save is completed again after the restore (the rerun overwrites what the fault
+left of ``iter_N/``)."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ from pytest_nvrx.criteria.expected import ExpectedFault
 from pytest_nvrx.criteria.helpers import clock, marker_ref
 from pytest_nvrx.criteria.verdict import CriterionId, Verdict, failing, passing
 from pytest_nvrx.criteria.workload_errors import died_loading, errors_before_training, load_death
+from pytest_nvrx.evidence.cycle_log import CycleLog
 from pytest_nvrx.evidence.launcher_log import LauncherEventKind
 from pytest_nvrx.evidence.refs import EvidenceRef
 from pytest_nvrx.evidence.rundir import RunEvidence
@@ -116,6 +119,27 @@ def check(ctx: JudgeContext) -> Verdict:
     backwards = _tracker_went_backwards(ctx, restored, loads[0].ref if loads else None)
     if backwards is not None:
         return backwards
+    resaved_text = ""
+    resaved_ref: EvidenceRef | None = None
+    facts = None if ctx.expected.baseline else ctx.window_facts
+    if facts is not None and facts.in_flight is not None:
+        n = facts.in_flight
+        again = [e for log in logs for e in log.of_type(SaveCompleted) if e.iteration == n]
+        if not again:
+            marker = run.marker
+            return failing(
+                ID,
+                f"the save of iteration {n}, in flight at the fault (window {facts.window}), was"
+                f" never completed after the restore of {restored_text}",
+                marker.ref("in_flight_iteration") if marker is not None else None,
+                top.ref,
+                later[-1].ref,
+            )
+        resaved_text = (
+            f", the in-flight checkpoint {n} saved again at {clock(again[0].time)}"
+            f" (cycle {_cycle_of(logs, again[0])})"
+        )
+        resaved_ref = again[0].ref
     tracker = run.tracker
     tracker_ref = (
         tracker.ref
@@ -126,14 +150,19 @@ def check(ctx: JudgeContext) -> Verdict:
         ID,
         f"after {restored_text}, committed iterations {first.iteration if first else '?'}"
         f"..{top.iteration}, checkpoint {later[0].iteration} completed at {clock(later[0].time)},"
-        f" final iteration {final} (from {source}) reached",
+        f" final iteration {final} (from {source}) reached{resaved_text}",
         first.ref if first else None,
         later[0].ref,
         top.ref,
         later[-1].ref if later[-1] is not later[0] else None,
         final_ref if final_ref is not top.ref else None,
         tracker_ref,
+        resaved_ref,
     )
+
+
+def _cycle_of(logs: list[CycleLog], event: SaveCompleted) -> int | None:
+    return next((log.cycle for log in logs if event in log.of_type(SaveCompleted)), None)
 
 
 def _tracker_went_backwards(

@@ -1,7 +1,17 @@
 """Criterion 2: the launcher recorded the failed cycle (for the injected rank) and started a
-replacement cycle whose workers ran."""
+replacement cycle whose workers ran.
+
+How the injected rank must have failed depends on the fault: a signal fault's exit code is minus
+the marker's signal number; ``hang`` is a section timeout of the rank (in a schema-2 marker's
+run, of the section the marker says was open); ``exception`` exits 1 with the ``InjectedFault``
+traceback of that rank in the faulted cycle's log; ``ckpt-worker`` killed the rank's checkpoint
+worker (the marker's ``pid``), so the rank (``rank_pid``) must fail by itself: any non-zero exit
+or a section timeout.
+"""
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 from pytest_nvrx.criteria.context import JudgeContext
 from pytest_nvrx.criteria.expected import ExpectedFault
@@ -10,6 +20,7 @@ from pytest_nvrx.criteria.verdict import CriterionId, Verdict, failing, not_appl
 from pytest_nvrx.evidence.launcher_log import LauncherEvent, LauncherEventKind
 from pytest_nvrx.evidence.refs import EvidenceRef, absent
 from pytest_nvrx.evidence.rundir import RunEvidence
+from pytest_nvrx.evidence.workload import WorkloadError
 
 ID: CriterionId = "replaced_cycle"
 
@@ -140,8 +151,10 @@ def check(ctx: JudgeContext) -> Verdict:
         if e.kind in (LauncherEventKind.SECTION_TIMEOUT, LauncherEventKind.HEARTBEAT_TIMEOUT)
     ]
 
+    rank_pid = marker.rank_process
+
     def matches(e: LauncherEvent) -> bool:
-        if marker.pid is not None and e.pid is not None and e.pid != marker.pid:
+        if rank_pid is not None and e.pid is not None and e.pid != rank_pid:
             return False
         return local is None or e.rank is None or e.rank == local
 
@@ -157,9 +170,18 @@ def check(ctx: JudgeContext) -> Verdict:
             else:
                 reason = f"no section-timeout message for {rank_text}: the hang was not detected"
             return failing(ID, reason, [e.ref for e in timeouts[:2]], marker.ref("rank"))
+        wrong_section = _section_mismatch(ctx, matching[0], rank_text)
+        if wrong_section is not None:
+            return wrong_section
         proof.append(matching[0].ref)
         how = f"timed out in section {matching[0].name!r}"
         proof += [e.ref for e in failed if matches(e)][:1]
+    elif ctx.observed_fault == "ckpt-worker":
+        found = _rank_of_worker_failed(ctx, failed, timeouts, matches, local, rank_text)
+        if isinstance(found, Verdict):
+            return found
+        how, refs = found
+        proof += refs
     else:
         matching = [e for e in failed if matches(e)]
         if not matching:
@@ -167,7 +189,7 @@ def check(ctx: JudgeContext) -> Verdict:
                 e = failed[0]
                 reason = (
                     f"the launcher recorded the failure of local_rank {e.rank} (pid {e.pid}), but"
-                    f" the marker claims {rank_text} (pid {marker.pid})"
+                    f" the marker claims {rank_text} (pid {rank_pid})"
                 )
                 return failing(ID, reason, e.ref, marker.ref("rank"), marker.ref("pid"))
             return failing(
@@ -179,7 +201,13 @@ def check(ctx: JudgeContext) -> Verdict:
             )
         hit = matching[0]
         signum = _SIGNAL_NUMBERS.get(marker.signal or "")
-        if signum is not None and hit.exit_code is not None and hit.exit_code != -signum:
+        if ctx.observed_fault == "exception":
+            raised = _injected_exception(ctx, hit, rank_text)
+            if isinstance(raised, Verdict):
+                return raised
+            proof += [hit.ref, raised.ref]
+            how = f"failed with exit code {hit.exit_code} of the injected exception"
+        elif signum is not None and hit.exit_code is not None and hit.exit_code != -signum:
             return failing(
                 ID,
                 f"{rank_text} failed with exit code {hit.exit_code}, not the {-signum} that"
@@ -187,8 +215,9 @@ def check(ctx: JudgeContext) -> Verdict:
                 hit.ref,
                 marker.ref("signal"),
             )
-        proof.append(hit.ref)
-        how = f"failed with exit code {hit.exit_code}"
+        else:
+            proof.append(hit.ref)
+            how = f"failed with exit code {hit.exit_code}"
     if timeline.detected is not None and timeline.detected.ref not in proof:
         proof.append(timeline.detected.ref)
     if timeline.restart_decision is None:
@@ -238,4 +267,107 @@ def check(ctx: JudgeContext) -> Verdict:
         replacement.ref,
         started.ref if started else None,
         log.first_line,
+    )
+
+
+# The exit status of a rank that dies of an uncaught Python exception.
+EXCEPTION_EXIT_CODE = 1
+# The exception the injector raises for the ``exception`` fault (its last traceback line).
+INJECTED_EXCEPTION = "InjectedFault"
+
+
+def _injected_exception(
+    ctx: JudgeContext, hit: LauncherEvent, rank_text: str
+) -> WorkloadError | Verdict:
+    """An ``exception`` fault: the rank exited 1 and its cycle log holds the InjectedFault
+    traceback (its last line); else the failing verdict."""
+    marker = ctx.run.marker
+    assert marker is not None
+    if hit.exit_code != EXCEPTION_EXIT_CODE:
+        return failing(
+            ID,
+            f"{rank_text} failed with exit code {hit.exit_code}, not the"
+            f" {EXCEPTION_EXIT_CODE} of an uncaught exception: it did not die of the injected"
+            " exception",
+            hit.ref,
+            marker.ref("fault"),
+        )
+    failed = ctx.timeline.failed_cycle
+    log = ctx.run.cycle_log(failed) if failed is not None else None
+    errors = log.of_type(WorkloadError) if log is not None else ()
+    raised = [
+        e
+        for e in errors
+        if e.exception is not None and e.exception.split(":", 1)[0].endswith(INJECTED_EXCEPTION)
+    ]
+    mine = [e for e in raised if f"on rank {marker.rank} " in (e.exception or "")]
+    if not mine:
+        name = log.file if log is not None else f"cycle {failed} log"
+        other = f" (only for another rank: {raised[0].exception})" if raised else ""
+        return failing(
+            ID,
+            f"{rank_text} exited {hit.exit_code}, but {name} holds no {INJECTED_EXCEPTION}"
+            f" traceback of rank {marker.rank}{other}: it did not die of the injected exception",
+            hit.ref,
+            raised[0].ref if raised else (log.last_line if log is not None else None),
+            marker.ref("fault"),
+        )
+    return mine[0]
+
+
+def _rank_of_worker_failed(
+    ctx: JudgeContext,
+    failed: list[LauncherEvent],
+    timeouts: list[LauncherEvent],
+    matches: Callable[[LauncherEvent], bool],
+    local: int | None,
+    rank_text: str,
+) -> tuple[str, list[EvidenceRef]] | Verdict:
+    """A ``ckpt-worker`` fault kills the rank's checkpoint worker (the marker's ``pid``), which no
+    launcher record names: the rank itself (``rank_pid``) must fail by itself in the faulted
+    cycle, by any non-zero exit or a section timeout the rank monitor acts on."""
+    marker = ctx.run.marker
+    assert marker is not None
+    mine = [e for e in timeouts if e.rank == local]
+    exited = [e for e in failed if matches(e) and e.exit_code not in (None, 0)]
+    if mine:
+        return (
+            f"timed out in section {mine[0].name!r} after its checkpoint worker (pid"
+            f" {marker.pid}) was killed",
+            [mine[0].ref, *[e.ref for e in exited[:1]]],
+        )
+    if exited:
+        return (
+            f"failed with exit code {exited[0].exit_code} after its checkpoint worker (pid"
+            f" {marker.pid}) was killed",
+            [exited[0].ref],
+        )
+    records = [e for e in failed if e.exit_code not in (None, 0)]
+    return failing(
+        ID,
+        f"the checkpoint worker (pid {marker.pid}) of {rank_text} (pid {marker.rank_process}) was"
+        " killed, but the launcher recorded no failure or section timeout of that rank"
+        + (f" (only of local_rank {records[0].rank})" if records else ""),
+        [e.ref for e in records[:1]],
+        marker.ref("rank_pid"),
+        marker.ref("pid"),
+    )
+
+
+def _section_mismatch(ctx: JudgeContext, timeout: LauncherEvent, rank_text: str) -> Verdict | None:
+    """A schema-2 hang: the rank monitor timed out the section the marker says was open at the
+    fault (``out_of_section`` when none was)."""
+    marker = ctx.run.marker
+    if marker is None or marker.window is None or marker.schema_version < 2:
+        return None
+    wanted = marker.section or "out_of_section"
+    if timeout.name is None or timeout.name == wanted:
+        return None
+    return failing(
+        ID,
+        f"{rank_text} timed out in section {timeout.name!r}, but the marker says"
+        f" {'section ' + repr(marker.section) if marker.section else 'no section'} was open when"
+        " it hung",
+        timeout.ref,
+        marker.ref("section"),
     )
