@@ -32,6 +32,9 @@ DEFAULT_WINDOW: FaultWindow = "step"
 #: The reference workload's async-writer option; fault ckpt-worker needs its persistent worker
 #: process (the recipe adds ``--async-writer=process``).
 REFERENCE_ASYNC_WRITER_FLAG = "--async-writer"
+#: The reference workload's option to run without NVRx sections (the injector then watches the
+#: tracker instead of the section probes).
+REFERENCE_NO_FT_FLAG = "--no-ft"
 WORKLOAD_KINDS: tuple[str, ...] = get_args(WorkloadKind)
 
 #: The walkthrough model: four layers, eight attention heads.
@@ -531,14 +534,21 @@ def validate(config: RunConfig) -> None:
             f"(e.g. --save-interval {max(1, config.train_iters // 2)}, SAVE_INTERVAL) or more "
             "train iterations"
         )
-    window = config.fault_window
-    if window in ("save", "finalize") and 2 * config.save_interval > config.train_iters:
+    if (
+        config.workload == "reference"
+        and config.fault_window == "step"
+        and config.train_iters <= 2 * config.save_interval
+        and REFERENCE_NO_FT_FLAG not in config.extra_args
+    ):
+        # The reference finalizes save N (its tracker moves to N) only when it saves again, at
+        # N + interval or at the end: with no step after that, a step fault has no step to land
+        # in. (Without NVRx sections, --no-ft, the injector falls back to watching the tracker.)
         raise ConfigError(
-            f"window {window} needs a checkpoint completed before save N is "
-            f"{'prepared' if window == 'save' else 'finalized'}, so two saves: save interval "
-            f"{config.save_interval} x 2 > train iterations {config.train_iters}; use at least "
-            f"{2 * config.save_interval} train iterations (--train-iters, TRAIN_ITERS) or a "
-            "smaller save interval"
+            f"window step on the reference workload needs a training step after its tracker "
+            f"first moves, which happens at its second save: train iterations "
+            f"{config.train_iters} <= 2 x save interval {config.save_interval}; use more than "
+            f"{2 * config.save_interval} train iterations (--train-iters, TRAIN_ITERS), a smaller "
+            "save interval, or --window save/finalize"
         )
 
     if not config.work_dir.is_absolute():

@@ -149,14 +149,9 @@ BAD: list[Case] = [
     bad("ckpt-worker-step", ["--fault", "ckpt-worker", "--window", "step"], "only in window fin"),
     bad("ckpt-worker-save", ["--fault", "ckpt-worker", "--window", "save"], "--window finalize"),
     bad(
-        "save-window-one-checkpoint",
-        ["--window", "save", "--train-iters", "9"],
-        "window save needs a checkpoint completed before save N is prepared",
-    ),
-    bad(
-        "ckpt-worker-one-checkpoint",
-        ["--fault", "ckpt-worker", "--train-iters", "8"],
-        "window finalize needs",
+        "reference-step-without-a-step-after-the-tracker",
+        ["--workload", "reference", "--train-iters", "10"],
+        "window step on the reference workload needs a training step after its tracker",
     ),
     bad(
         "reference-ckpt-worker-thread-writer",
@@ -306,7 +301,15 @@ GOOD: list[Case] = [
     good("window-finalize", ["--dry-run", "--window", "finalize"]),
     good("exception-save", ["--dry-run", "--fault", "exception", "--window", "save"]),
     good("ckpt-worker-default-window", ["--dry-run", "--fault", "ckpt-worker"]),
-    good("save-window-two-saves", ["--dry-run", "--window", "save", "--train-iters", "10"]),
+    good("save-window-final-save", ["--dry-run", "--window", "save", "--train-iters", "6"]),
+    good(
+        "reference-save-window-final-save",
+        ["--dry-run", "--workload", "reference", "--window", "save", "--train-iters", "6"],
+    ),
+    good(
+        "reference-step-no-ft",
+        ["--dry-run", "--workload", "reference", "--train-iters", "10", "--", "--no-ft"],
+    ),
     good(
         "reference-ckpt-worker",
         ["--dry-run", "--workload", "reference", "--fault", "ckpt-worker", "--window", "finalize"],

@@ -80,9 +80,14 @@ def test_defaults_are_the_walkthroughs(tmp_path: Path, megatron_stub: Path) -> N
         ({"fault": "none", "window": "step"}, "window step given for fault none"),
         ({"fault": "ckpt-worker", "window": "step"}, "only in window finalize, not step"),
         ({"fault": "ckpt-worker", "window": "save"}, "use --window finalize"),
-        ({"window": "save", "train_iters": 9}, "window save needs a checkpoint completed"),
-        ({"window": "finalize", "train_iters": 9}, "two saves: save interval 5 x 2 > train"),
-        ({"fault": "ckpt-worker", "train_iters": 9}, "window finalize needs"),
+        (
+            {"workload": "reference", "train_iters": 10},
+            "window step on the reference workload needs a training step after its tracker",
+        ),
+        (
+            {"workload": "reference", "fault": "segv", "window": "step", "train_iters": 8},
+            "train iterations 8 <= 2 x save interval 5; use more than 10 train iterations",
+        ),
         (
             {
                 "workload": "reference",
@@ -128,9 +133,16 @@ def test_window_defaults_and_records(tmp_path: Path, megatron_stub: Path) -> Non
         ({"fault": "exception", "window": "finalize"}, "finalize"),
         ({"fault": "ckpt-worker"}, "finalize"),
         ({"fault": "none"}, None),
-        # the two-saves rule is the window's: step needs one completed checkpoint only
-        ({"train_iters": 9}, "step"),
-        ({"window": "save", "train_iters": 10}, "save"),
+        # a second save (the final one at the end included) opens save and finalize; only the
+        # reference's step window needs a step after its second save
+        ({"train_iters": 6}, "step"),
+        ({"window": "save", "train_iters": 6}, "save"),
+        ({"workload": "reference", "window": "save", "train_iters": 6}, "save"),
+        ({"workload": "reference", "fault": "ckpt-worker", "train_iters": 6}, "finalize"),
+        ({"workload": "reference", "train_iters": 11}, "step"),
+        # without NVRx sections the injector watches the tracker instead of the steps
+        ({"workload": "reference", "train_iters": 10, "extra_args": ("--no-ft",)}, "step"),
+        ({"workload": "reference", "fault": "none", "train_iters": 10}, None),
     ]
     for changes, window in cases:
         c = make(tmp_path, megatron_stub, **changes)
