@@ -267,23 +267,27 @@ sys.exit(0 if any(e.value.startswith("pytest_nvrx") for e in m.entry_points(grou
 }
 
 # --cli-runs: `python -m pytest_nvrx run --work-dir $NVRX_WORK_DIR --timeout T COMMON RUN` for
-# each RUN argument, one after another. COMMON and RUN are shell-quoted option strings (split as
+# each RUN argument, one after another (NVRX_CLI_PARALLEL=N: up to N at once; every run of a
+# 2-GPU batch then shares both GPUs, which separate NCCL communicators allow). COMMON and RUN are shell-quoted option strings (split as
 # the shell would, quotes honoured); Megatron extras go after `--` in RUN, so COMMON holds none.
 # T is what is left before the packing reserve; a run with less than NVRX_CLI_MIN_S left is not
 # started (`skipped` in cli-runs.tsv). Each run's CLI output goes to cli-runs.log; its run
 # directory ($NVRX_WORK_DIR/runs/<run id>) is packed into runs.tar.gz at the end.
 run_cli() {
     local -a common=() args=()
-    local spec left rc t0 worst=0 min_s="${NVRX_CLI_MIN_S:-150}"
+    local spec left k=0 worst=0 min_s="${NVRX_CLI_MIN_S:-150}" par="${NVRX_CLI_PARALLEL:-1}"
     if [[ "${1:-}" == "--common" ]]; then
         eval "common=(${2:?--common needs an option string})"
         shift 2
     fi
     (($#)) || die "--cli-runs needs at least one run's options"
+    [[ "$par" =~ ^[1-9][0-9]*$ ]] || die "NVRX_CLI_PARALLEL must be a positive integer: $par"
     mkdir -p "$NVRX_WORK_DIR"
     printf 'run\texit\tseconds\n' >"$OUT/cli-runs.tsv"
     for spec in "$@"; do
         eval "args=($spec)"
+        # at most $par runs at once: wait for one to end before starting the next
+        while (($(jobs -rp | wc -l) >= par)); do wait -n || worst=1; done
         left=$((LIMIT_S - SECONDS - PACK_RESERVE_S))
         if ((left < min_s)); then
             echo "device_gpu_suite: skipped (${left}s left, NVRX_CLI_MIN_S=$min_s): $spec"
@@ -291,19 +295,35 @@ run_cli() {
             worst=1
             continue
         fi
-        echo "device_gpu_suite: ===== $(date -u +%FT%TZ) run (timeout ${left}s): ${common[*]} $spec"
-        t0=$SECONDS
-        # The CLI kills its launcher tree at --timeout; SIGINT (Ctrl-C: the same teardown) 10 s
-        # later and SIGKILL 20 s after that are the backstops.
-        timeout -s INT -k 20 $((left + 10)) "$PY" -m pytest_nvrx run \
-            --work-dir "$NVRX_WORK_DIR" --timeout "$left" "${common[@]}" "${args[@]}"
-        rc=$?
-        echo "device_gpu_suite: ===== exit $rc after $((SECONDS - t0)) s: $spec"
-        printf '%s\t%s\t%s\n' "$spec" "$rc" "$((SECONDS - t0))" >>"$OUT/cli-runs.tsv"
-        ((rc != 0)) && worst=1
+        k=$((k + 1))
+        if ((par == 1)); then
+            cli_one "$left" "$spec" "${common[@]}" "${args[@]}" || worst=1
+        else
+            # concurrent runs write their own logs (cli-run-K.log), appended at the end
+            cli_one "$left" "$spec" "${common[@]}" "${args[@]}" >"$OUT/cli-run-$k.log" 2>&1 &
+        fi
     done
+    while (($(jobs -rp | wc -l) > 0)); do wait -n || worst=1; done
+    if ((par > 1)); then
+        for ((i = 1; i <= k; i++)); do cat "$OUT/cli-run-$i.log" && rm -f "$OUT/cli-run-$i.log"; done
+    fi
     pack_runs || echo "device_gpu_suite: packing the run dirs failed" >&2
     return "$worst"
+}
+
+# One CLI run: cli_one LEFT SPEC ARGS...; prints its own ===== lines and appends to cli-runs.tsv.
+cli_one() {
+    local left="$1" spec="$2" rc t0=$SECONDS
+    shift 2
+    echo "device_gpu_suite: ===== $(date -u +%FT%TZ) run (timeout ${left}s): $*"
+    # The CLI kills its launcher tree at --timeout; SIGINT (Ctrl-C: the same teardown) 10 s
+    # later and SIGKILL 20 s after that are the backstops.
+    timeout -s INT -k 20 $((left + 10)) "$PY" -m pytest_nvrx run \
+        --work-dir "$NVRX_WORK_DIR" --timeout "$left" "$@"
+    rc=$?
+    echo "device_gpu_suite: ===== exit $rc after $((SECONDS - t0)) s: $spec"
+    printf '%s\t%s\t%s\n' "$spec" "$rc" "$((SECONDS - t0))" >>"$OUT/cli-runs.tsv"
+    return "$rc"
 }
 
 {
