@@ -8,20 +8,24 @@ tests/data/cpu/; the last tests check that their lines follow the documented for
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import torch
 import torch.distributed as dist
+from torch.distributed.checkpoint.state_dict_saver import AsyncCheckpointerType
 
-from pytest_nvrx.layout import TRACKER_NAME
+from pytest_nvrx.layout import RESULT_NAME, TRACKER_NAME
 from pytest_nvrx.workloads import reference as ref
 
 DATA = Path(__file__).parent / "data" / "cpu"
@@ -417,6 +421,8 @@ def test_mock_data_is_a_function_of_seed_and_index() -> None:
         (["--train-iters", "4", "--save-interval", "2"], "--save-interval needs --save"),
         (["--train-iters", "0"], "must be a positive integer"),
         (["--train-iters", "4", "--hidden-size", "30"], "divisible by --num-attention-heads"),
+        (["--train-iters", "4", "--async-writer", "fork"], "must be one of thread, process"),
+        (["--train-iters", "4", "--async-writer", "PROCESS"], "must be one of thread, process"),
         ([], "--train-iters"),
     ],
 )
@@ -427,6 +433,108 @@ def test_command_line_is_strict(
         ref.parse_args(argv)
     assert exc.value.code == 2
     assert error in capsys.readouterr().err
+
+
+def test_async_writer_is_a_thread_unless_asked() -> None:
+    assert ref.parse_args(["--train-iters=4"]).async_writer is AsyncCheckpointerType.THREAD
+    args = ref.parse_args(["--train-iters=4", "--async-writer", "process"])
+    assert args.async_writer is AsyncCheckpointerType.PROCESS
+    assert ref.ASYNC_WRITERS == ("thread", "process")
+
+
+def _proc_stat(pid: int) -> tuple[int, int, int]:
+    """(parent pid, process group, session) from /proc."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    fields = stat[stat.rfind(")") + 2 :].split()
+    return int(fields[1]), int(fields[2]), int(fields[3])
+
+
+@pytest.fixture
+def process_writer(
+    gloo: dist.ProcessGroup, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[dist.ProcessGroup]:
+    """The checkpoint group, with DCP's persistent worker stopped after the test (it is global
+    to this process). The worker's own group meets over a TCPStore at MASTER_ADDR."""
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    assert ref.checkpoint_worker() is None
+    try:
+        yield gloo
+    finally:
+        ref.stop_checkpoint_worker()
+
+
+def test_process_writer_saves_through_one_persistent_worker_of_the_rank(
+    process_writer: dist.ProcessGroup, tmp_path: Path
+) -> None:
+    """The worker the fault ``ckpt-worker`` kills: a spawn child of the rank, in its process
+    group and session (the launcher's tree kill reaches it), reused by every save, gone after
+    close(). Its pid is read from torch's module state, as the injector reads it."""
+    t, log = trainer(), ListLog()
+    ckpt = ref.AsyncCheckpointer(
+        tmp_path, process_writer, ref.NullMonitor(), log, AsyncCheckpointerType.PROCESS
+    )
+    t.train_step()
+    ckpt.save(1, t.checkpoint_state)
+    ckpt.finalize()
+    worker = ref.checkpoint_worker()
+    assert worker is not None and worker.pid is not None and worker.is_alive()
+    from torch.distributed.checkpoint import _async_process_executor as executor
+
+    assert executor._CHECKPOINT_PROCESS is not None
+    assert executor._CHECKPOINT_PROCESS._save_process.pid == worker.pid
+    cmdline = Path(f"/proc/{worker.pid}/cmdline").read_bytes().split(b"\0")
+    assert cmdline[0] == sys.executable.encode()
+    assert any(b"spawn_main" in arg for arg in cmdline), cmdline
+    ppid, pgid, sid = _proc_stat(worker.pid)
+    assert (ppid, pgid, sid) == (os.getpid(), os.getpgid(0), os.getsid(0))
+
+    with torch.no_grad():
+        for param in t.model.parameters():
+            param.add_(1000.0)  # the snapshot of 1 was taken at submission
+    t.train_step()
+    ckpt.save(2, t.checkpoint_state)
+    assert tracker(tmp_path) == "1"  # submitted is not completed, with either writer
+    ckpt.finalize()
+    assert tracker(tmp_path) == "2"
+    assert ref.checkpoint_worker() is worker  # the same process wrote both
+    assert log.events[-1] == "save completed iteration 2"
+
+    ckpt.close()
+    assert ref.checkpoint_worker() is None
+    assert worker.exitcode == 0  # it left when asked (not killed after the timeout)
+    resumed = trainer()
+    assert ref.load_checkpoint(resumed, tmp_path, process_writer, ListLog()) == 2
+    assert resumed.iteration == 2
+
+
+def test_a_killed_worker_fails_the_next_finalization_at_once(
+    process_writer: dist.ProcessGroup, tmp_path: Path
+) -> None:
+    """SIGKILL of the persistent worker: the rank's next save fails (its request cannot reach
+    the worker), the finalization says so and raises SaveError without waiting for anything,
+    the tracker keeps the last completed save."""
+    t, log = trainer(), ListLog()
+    ckpt = ref.AsyncCheckpointer(
+        tmp_path, process_writer, ref.NullMonitor(), log, AsyncCheckpointerType.PROCESS
+    )
+    t.train_step()
+    ckpt.save(1, t.checkpoint_state)
+    ckpt.finalize()
+    worker = ref.checkpoint_worker()
+    assert worker is not None and worker.pid is not None
+    os.kill(worker.pid, signal.SIGKILL)
+    worker.join(10)
+    assert worker.exitcode == -signal.SIGKILL
+    t.train_step()
+    start = time.monotonic()
+    ckpt.save(2, t.checkpoint_state)
+    with pytest.raises(ref.SaveError, match="async save of iteration 2 failed"):
+        ckpt.finalize()
+    assert time.monotonic() - start < 10
+    assert tracker(tmp_path) == "1"
+    assert log.events[-1].startswith("save failed iteration 2: ")
+    ckpt.close()  # a dead worker: nothing to stop, no error
+    assert ref.checkpoint_worker() is None
 
 
 def _free_port() -> int:
@@ -523,3 +631,85 @@ def test_recorded_recovery_continues_exactly_like_the_baseline(run: str) -> None
     after = _iteration_lines(recovered / "logs" / "train_cycle1.log")
     assert min(after) > 1  # resumed from a checkpoint, not from scratch
     assert after == {i: expected[i] for i in after}
+
+
+# A worker's own log lines (torch's DCP logger in the spawn child, on stderr), as ft_launcher's
+# per-cycle logs hold them: "<local rank>: [<rank>] <date> <time>,<ms> - root - INFO - <message>".
+WORKER_LINE = re.compile(r"^(?P<local>\d+): \[(?P<rank>\d+)\] \S+ \S+ - root - \w+ - (?P<msg>.*)$")
+
+
+def test_process_writer_under_ft_launcher_recovers_and_leaves_no_worker(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """A real kill run (2 ranks, rank 1 killed) with ``--async-writer process``: every rank of
+    every cycle writes through its persistent worker, the replacement resumes from a completed
+    checkpoint and finishes, each worker of the last cycle is told to leave before its rank
+    exits, and nothing of the run is left afterwards."""
+    from pytest_nvrx.cli import find_launcher
+    from pytest_nvrx.criteria import judge_run_dir
+    from pytest_nvrx.launch import Launch, tagged
+    from pytest_nvrx.planning import plan_run
+    from pytest_nvrx.recipe import prepare_run_dir
+    from pytest_nvrx.settings import ConfigError, RunConfig, SectionTimeouts
+
+    config = RunConfig(
+        work_dir=tmp_path_factory.mktemp("process-writer"),
+        run_id="process-writer-kill",
+        workload="reference",
+        gpus_per_node=2,
+        train_iters=12,
+        save_interval=4,
+        fault="kill",
+        fault_rank=1,
+        section_timeouts=SectionTimeouts(setup=180, step=60, checkpointing=120),
+        out_of_section_timeout=120.0,
+        workload_check_interval=1.0,
+        max_restarts=2,
+        extra_args=("--async-writer=process",),
+    )
+    try:
+        launcher = find_launcher()
+    except ConfigError as exc:
+        pytest.skip(str(exc))
+    layout = prepare_run_dir(config)
+    plan = plan_run(config, launcher_exe=launcher, probe=False)
+    with Launch(plan.recipe) as launch:
+        launch.wait(360)
+    assert not tagged(launch.tag), f"processes of {layout.run_dir} survived"
+    result = json.loads((layout.run_dir / RESULT_NAME).read_text())
+    judgement = judge_run_dir(layout.run_dir)
+    verdicts = "\n".join(v.render() for v in judgement.verdicts)
+    assert result["exit_code"] == 0, verdicts
+    assert judgement.passed, verdicts
+
+    cycles = sorted(
+        (layout.run_dir / "logs").glob("train_cycle*.log"),
+        key=lambda p: int(p.stem.removeprefix("train_cycle")),
+    )
+    assert len(cycles) == 2, cycles
+    for log in cycles:
+        lines = log.read_text().splitlines()
+        running = {
+            m["rank"]
+            for m in map(WORKER_LINE.match, lines)
+            if m and m["msg"] == "Checkpoint background process is running..."
+        }
+        assert running == {"0", "1"}, f"{log}: not every rank wrote through a worker process"
+    lines = cycles[-1].read_text().splitlines()
+    loads = [f for k, f in filter(None, map(classify, lines)) if k == "loaded"]
+    assert loads and all(int(f["iteration"]) >= 4 for f in loads), loads
+    for rank in ("0", "1"):
+        stopped = [
+            i
+            for i, line in enumerate(lines)
+            if (m := WORKER_LINE.match(line))
+            and m["rank"] == rank
+            and m["msg"] == "Terminating the checkpoint background process."
+        ]
+        exited = [
+            i
+            for i, line in enumerate(lines)
+            if (event := classify(line)) and event[0] == "exit" and event[1]["rank"] == rank
+        ]
+        assert stopped and exited and stopped[-1] < exited[-1], (rank, stopped, exited)
+    assert tracker(layout.run_dir / "checkpoints") == "12"

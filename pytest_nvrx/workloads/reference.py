@@ -34,10 +34,12 @@ import math
 import os
 import sys
 import time
+import traceback
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
+from multiprocessing.process import BaseProcess
 from pathlib import Path
 from typing import Any, Protocol, TextIO
 
@@ -51,6 +53,7 @@ from torch.distributed.checkpoint.state_dict import (
     set_optimizer_state_dict,
 )
 from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
+from torch.distributed.checkpoint.state_dict_saver import AsyncCheckpointerType
 from torch.distributed.checkpoint.state_dict_saver import async_save as dcp_async_save
 
 from pytest_nvrx.layout import TRACKER_NAME
@@ -63,6 +66,11 @@ LOADED_PARTS = ", ".join(RESTORED_PARTS)
 BREAKABLE_PARTS: tuple[str, ...] = ("optimizer", "rng", "data", "scheduler")
 #: Set by torchelastic and ft_launcher in every worker: 0 in the first cycle, then 1, 2, ...
 RESTART_COUNT_ENV = "TORCHELASTIC_RESTART_COUNT"
+#: Where the background write runs (``--async-writer``): a DCP thread in the rank, or DCP's
+#: persistent worker process per rank (a ``spawn`` child, like Megatron's persistent worker).
+ASYNC_WRITERS: tuple[str, ...] = tuple(t.value for t in AsyncCheckpointerType)
+#: How long a normal shutdown waits for the persistent worker to leave before killing it.
+WORKER_STOP_TIMEOUT_S = 10.0
 
 
 def iteration_dir_name(iteration: int) -> str:
@@ -507,12 +515,53 @@ class PendingSave:
     future: Future[Any]
 
 
+def checkpoint_worker() -> BaseProcess | None:
+    """DCP's persistent checkpoint worker of this process (``--async-writer process``), or None
+    before the first save scheduled it. A ``multiprocessing`` ``spawn`` child, daemonic, in the
+    rank's process group and session; it holds its own gloo group with the other ranks' workers.
+    Private torch state (2.15): ``_async_process_executor._CHECKPOINT_PROCESS._save_process``."""
+    from torch.distributed.checkpoint import _async_process_executor as executor
+
+    worker = executor._CHECKPOINT_PROCESS
+    if worker is None:
+        return None
+    process: BaseProcess = worker._save_process
+    return process
+
+
+def stop_checkpoint_worker(timeout: float = WORKER_STOP_TIMEOUT_S) -> int | None:
+    """Stop this process's persistent checkpoint worker, if any; returns its exit code.
+
+    Asks it to leave (DCP's own TERMINATE request: it destroys its process group and returns),
+    and kills it if it is still there after ``timeout`` (a worker stuck in a collective with a
+    dead peer). torch itself only does this from a finalizer, or multiprocessing's exit handler
+    sends SIGTERM: an explicit stop keeps the shutdown orderly and bounded."""
+    from torch.distributed.checkpoint import _async_process_executor as executor
+
+    worker = executor._CHECKPOINT_PROCESS
+    if worker is None:
+        return None
+    executor._CHECKPOINT_PROCESS = None
+    process = worker._save_process
+    if process.is_alive():
+        with contextlib.suppress(OSError):  # a dead worker's pipe: nothing to ask
+            worker._send(executor._CheckpointSaveProcessControlOpts.TERMINATE)
+        process.join(timeout)
+        if process.is_alive():
+            process.kill()
+            process.join(timeout)
+    code: int | None = process.exitcode
+    return code
+
+
 class AsyncCheckpointer:
     """Megatron's async-save lifecycle over torch DCP.
 
     ``save`` finalizes the previous save (own ``checkpointing`` section), then stages a snapshot
     and schedules background I/O (another ``checkpointing`` section). ``finalize`` waits for the
-    background write, agrees across ranks, and only then rank 0 writes the tracker.
+    background write, agrees across ranks, and only then rank 0 writes the tracker. The write
+    runs in a DCP thread of the rank (``thread``) or in DCP's persistent worker process of the
+    rank (``process``); the lifecycle is the same.
     """
 
     def __init__(
@@ -521,11 +570,13 @@ class AsyncCheckpointer:
         group: dist.ProcessGroup,
         monitor: Monitor,
         log: Callable[[str], None],
+        writer: AsyncCheckpointerType = AsyncCheckpointerType.THREAD,
     ) -> None:
         self.checkpoint_dir = checkpoint_dir
         self.group = group
         self.monitor = monitor
         self.log = log
+        self.writer = writer
         self.rank = dist.get_rank()
         self.pending: PendingSave | None = None
         self.last_scheduled: int | None = None
@@ -534,8 +585,13 @@ class AsyncCheckpointer:
         self.finalize()
         with section(self.monitor, "checkpointing"):
             path = self.checkpoint_dir / iteration_dir_name(iteration)
-            future = dcp_async_save(state(), checkpoint_id=str(path), process_group=self.group)
-            assert isinstance(future, Future)  # thread executor, no async stager: a Future
+            future = dcp_async_save(
+                state(),
+                checkpoint_id=str(path),
+                process_group=self.group,
+                async_checkpointer_type=self.writer,
+            )
+            assert isinstance(future, Future)  # no async stager: a Future, either writer
             self.pending = PendingSave(iteration, future)
             self.last_scheduled = iteration
             if self.rank == 0:
@@ -551,6 +607,10 @@ class AsyncCheckpointer:
                 pending.future.result()
             except Exception as exc:
                 error = exc
+                # Drop the writer's finished frames: after a process writer's send to a dead
+                # worker failed, they hold an exported pickle buffer whose release at
+                # interpreter exit crashed the rank (SIGSEGV instead of exit 1, measured).
+                traceback.clear_frames(exc.__traceback__)
             ok = torch.tensor([0 if error else 1])
             dist.all_reduce(ok, op=dist.ReduceOp.MIN)
             if not int(ok):
@@ -570,6 +630,11 @@ class AsyncCheckpointer:
                 self.pending.future.result()
             self.pending = None
 
+    def close(self) -> None:
+        """Stop the persistent worker (``process``) once no save is pending; no-op otherwise."""
+        if self.writer is AsyncCheckpointerType.PROCESS:
+            stop_checkpoint_worker()
+
 
 # --- command line --------------------------------------------------------------------------------
 
@@ -579,6 +644,15 @@ def _positive_int(text: str) -> int:
     if value <= 0:
         raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
     return value
+
+
+def _async_writer(text: str) -> AsyncCheckpointerType:
+    try:
+        return AsyncCheckpointerType(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"must be one of {', '.join(ASYNC_WRITERS)}, got {text!r}"
+        ) from None
 
 
 def _non_negative_float(text: str) -> float:
@@ -642,6 +716,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--save-interval", type=_positive_int, help="async save every N iterations (with --save)"
     )
     c.add_argument("--load", type=Path, help="checkpoint root to resume from (its tracker)")
+    c.add_argument(
+        "--async-writer",
+        type=_async_writer,
+        default=AsyncCheckpointerType.THREAD.value,
+        metavar="{" + ",".join(ASYNC_WRITERS) + "}",
+        help="where the background write runs: a DCP thread in the rank, or DCP's persistent "
+        "checkpoint worker process per rank (a spawn child, as Megatron's persistent worker)",
+    )
     c.add_argument(
         "--break-restore",
         action="append",
@@ -801,7 +883,7 @@ def _train(
     checkpointer = None
     if args.save is not None:
         args.save.mkdir(parents=True, exist_ok=True)
-        checkpointer = AsyncCheckpointer(args.save, ckpt_group, monitor, log)
+        checkpointer = AsyncCheckpointer(args.save, ckpt_group, monitor, log, args.async_writer)
     start_iteration = trainer.iteration
     monitor.end_section("setup")  # as Megatron: closed before the first step
 
@@ -821,6 +903,9 @@ def _train(
             checkpointer.finalize()
     except SaveError:
         return 1
+    finally:
+        if checkpointer is not None:
+            checkpointer.close()
     if trainer.rank == 0:
         log(f"training finished iteration {trainer.iteration}")
     return 0
