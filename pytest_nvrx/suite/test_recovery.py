@@ -1,8 +1,10 @@
 """The recovery criteria, judged for every selected scenario.
 
-Each scenario (``reference-kill``, ``megatron-hang``, ...) is launched once by the
-``nvrx_scenario_run`` fixture; these tests only read its verdicts. Select matrices with markers:
-``-m "gpu and kill"``, ``-m hang``, ``-m "not gpu"``.
+Each scenario (``reference-baseline``, ``reference-kill-save``, ``megatron-hang-finalize``, ...)
+is launched once by the ``nvrx_scenario_run`` fixture; these tests only read its verdicts. The
+matrix is ``--nvrx-matrix default|full`` or ``--nvrx-window``; markers select within it, by
+fault, window and workload: ``-m "gpu and finalize"``, ``-m "kill and not step"``,
+``-m "not gpu"``.
 """
 
 from __future__ import annotations
