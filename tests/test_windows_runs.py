@@ -40,13 +40,13 @@ CYCLE1 = "logs/train_cycle1.log"
 SIGNAL_EXIT = {"SIGKILL": -9, "SIGTERM": -15, "SIGSEGV": -11}
 
 # On Megatron an uncaught InjectedFault does not end rank 1 promptly: the rank prints the
-# traceback and lives on (its section still open); rank 0 waits in a collective until its
-# rank monitor kills it at the section timeout (~30 s), and torchelastic records local rank 0
-# (exit -9) as the failure. replaced_cycle wants rank 1's own exit 1, so it fails; the other
-# five criteria pass. The reference workload's rank exits 1 within about a second (cpu/).
+# traceback and lives on; rank 0 waits in a collective until its rank monitor kills it at the
+# section timeout (~30 s), and torchelastic records only local rank 0 (exit -9). The reference
+# workload's rank exits 1 within about a second (cpu/). How replaced_cycle should read this is
+# being settled (issue #10); test_megatron_exception_run pins the facts, not that verdict.
 MEGATRON_EXCEPTION_FINDING = (
     "Megatron: rank 1 outlived its uncaught InjectedFault; the launcher recorded local rank 0"
-    " killed (-9) at the section timeout, not rank 1's exit 1 (see the report of issue #10)"
+    " killed (-9) at the section timeout, not rank 1's exit 1"
 )
 
 
@@ -67,20 +67,6 @@ def _config(run: Path) -> dict[str, object]:
 
 def _fault(run: Path) -> str:
     return str(_config(run)["fault"])
-
-
-def _is_megatron_exception(run: Path) -> bool:
-    return run.parent == GPU and _fault(run) == "exception"
-
-
-def _param(run: Path) -> object:
-    """A run as a test parameter, marked where the recorded run shows the Megatron finding."""
-    marks = (
-        [pytest.mark.xfail(strict=True, reason=MEGATRON_EXCEPTION_FINDING)]
-        if _is_megatron_exception(run)
-        else []
-    )
-    return pytest.param(run, id=f"{run.parent.name}/{run.name}", marks=marks)
 
 
 def _ids(runs: list[Path]) -> list[str]:
@@ -131,12 +117,16 @@ def _loaded(evidence: RunEvidence, cycle: int) -> list[int]:
 # Every committed run, as recorded
 
 
+EXCEPTION_GPU_RUNS = [r for r in GPU_RUNS if _fault(r) == "exception"]
+ALL_SIX_RUNS = [r for r in FAULT_RUNS if r not in EXCEPTION_GPU_RUNS]
+
+
 def test_the_data_is_there() -> None:
     assert len(GPU_RUNS) == 16 and GPU_BASELINE.is_dir()
     assert len(CPU_RUNS) == 8
 
 
-@pytest.mark.parametrize("run", [_param(r) for r in FAULT_RUNS])
+@pytest.mark.parametrize("run", ALL_SIX_RUNS, ids=_ids(ALL_SIX_RUNS))
 def test_real_window_run_passes_all_six(run: Path) -> None:
     j = _judged(run)
     assert j.judgeable, j.problems
@@ -266,7 +256,6 @@ def test_every_run_used_one_stack_and_configuration() -> None:
 SIGNAL_RUNS = [r for r in FAULT_RUNS if _fault(r) in ("kill", "term", "segv")]
 HANG_RUNS = [r for r in FAULT_RUNS if _fault(r) == "hang"]
 EXCEPTION_CPU_RUNS = [r for r in CPU_RUNS if _fault(r) == "exception"]
-EXCEPTION_GPU_RUNS = [r for r in GPU_RUNS if _fault(r) == "exception"]
 WORKER_RUNS = [r for r in FAULT_RUNS if _fault(r) == "ckpt-worker"]
 
 
@@ -323,17 +312,19 @@ def test_reference_exception_exits_1(run: Path) -> None:
     marker = _marker(run)
     assert _exits(run, marker.local_rank) == [1]
     c2 = _judged(run).verdict("replaced_cycle")
-    assert "failed with exit code 1 of the injected exception" in c2.reason
+    assert c2.passed and "of the injected exception" in c2.reason
     assert _injected_fault(run).ref in c2.evidence
     assert _judged(run).timings["failure_to_detected_s"] < 5.0
 
 
 @pytest.mark.parametrize("run", EXCEPTION_GPU_RUNS, ids=_ids(EXCEPTION_GPU_RUNS))
-def test_megatron_exception_is_caught_only_by_the_section_timeout(run: Path) -> None:
-    """The recorded finding (MEGATRON_EXCEPTION_FINDING), on structured evidence: rank 1 raised
-    and printed its traceback, yet the launcher saw only the section timeout and rank 0's -9."""
+def test_megatron_exception_run(run: Path) -> None:
+    """MEGATRON_EXCEPTION_FINDING on structured evidence: rank 1 raised and printed its
+    traceback, yet the launcher's only exit record is rank 0's -9 after a section timeout in
+    the section the marker names, 30-40 s later. The five criteria that do not depend on how
+    the rank died pass; replaced_cycle, whichever way it reads this, quotes what it judged."""
     marker = _marker(run)
-    _injected_fault(run)
+    raised = _injected_fault(run)
     wanted = "checkpointing" if marker.window in IN_FLIGHT_WINDOWS else "step"
     assert marker.section == wanted
     assert {e.name for e in _timeouts(run)} == {wanted}
@@ -342,11 +333,16 @@ def test_megatron_exception_is_caught_only_by_the_section_timeout(run: Path) -> 
     assert _exits(run, marker.local_rank) == []
     assert 30.0 <= _judged(run).timings["failure_to_detected_s"] < 40.0
     j = _judged(run)
-    assert [v.id for v in j.verdicts if not v.passed] == ["replaced_cycle"]
-    assert j.verdict("replaced_cycle").reason == (
-        f"the launcher recorded the failure of local_rank 0 (pid {exits[0].pid}), but the marker"
-        f" claims rank 1 (pid {marker.rank_pid})"
-    )
+    assert [v.id for v in j.verdicts if v.id != "replaced_cycle" and not v.passed] == []
+    c2 = j.verdict("replaced_cycle")
+    if c2.passed:  # accepted on the traceback and a timeout of rank 1's own section
+        assert raised.ref in c2.evidence
+        assert any(
+            e.ref in c2.evidence and e.rank == marker.local_rank and e.name == wanted
+            for e in _timeouts(run)
+        )
+    else:
+        assert "local_rank 0" in c2.reason and "rank 1" in c2.reason
 
 
 @pytest.mark.parametrize("run", WORKER_RUNS, ids=_ids(WORKER_RUNS))
