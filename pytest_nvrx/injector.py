@@ -31,6 +31,7 @@ import concurrent.futures
 import contextlib
 import enum
 import errno
+import faulthandler
 import functools
 import json
 import os
@@ -62,6 +63,9 @@ CONFIRM_DELAY_S: Final = 0.01
 WATCHER_SWITCH_INTERVAL_S: Final = 0.0001
 # The tracker holds a few digits; never read more than this from whatever sits at its path.
 TRACKER_MAX_BYTES: Final = 4096
+
+# After raising the ``exception`` fault: dump every thread's stack if the process still runs.
+EXCEPTION_STACKS_AFTER_S: Final = 10.0
 
 EXIT_USAGE: Final = 2
 EXIT_FAULT_NOT_INJECTED: Final = 3
@@ -482,7 +486,15 @@ class Injection:
         self.injected = True
         head = f"{firing.describe()}; marker {opts.fault_marker} written"
         if opts.fault == "exception":
-            _log(self.rank, f"{head}; raising InjectedFault")
+            # An uncaught exception should end the process at once; if it has not after a while
+            # (atexit handlers, finalizers, peers), the stacks of every thread show where it is.
+            with contextlib.suppress(Exception):
+                faulthandler.dump_traceback_later(EXCEPTION_STACKS_AFTER_S, repeat=False)
+            _log(
+                self.rank,
+                f"{head}; raising InjectedFault (thread stacks follow if this process is still "
+                f"running {EXCEPTION_STACKS_AFTER_S:g} s from now)",
+            )
             return True
         sig = FAULT_SIGNALS[opts.fault]
         if opts.fault == "ckpt-worker":

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import faulthandler
 import json
 import multiprocessing
 import os
@@ -951,6 +952,13 @@ def _umask() -> int:
 
 
 # --- windows: the probe logic in-process (fault "exception" raises instead of killing us) -------
+
+
+@pytest.fixture(autouse=True)
+def _no_late_stack_dump() -> Iterator[None]:
+    """The exception fault arms faulthandler's one-shot stack dump; never in this process."""
+    yield
+    faulthandler.cancel_dump_traceback_later()
 
 
 @dataclass

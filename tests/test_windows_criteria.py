@@ -520,7 +520,7 @@ def test_exception_run_passes(ref_exception: Doctor) -> None:
     j = judged(ref_exception.root)
     assert_all_pass(j)
     c2 = j.verdict("replaced_cycle")
-    assert "rank 1 failed with exit code 1 of the injected exception in cycle 0" in c2.reason
+    assert "rank 1 exited 1 of the injected exception in cycle 0" in c2.reason
     raised = ref_exception.line_no(CYCLE0, "InjectedFault: pytest-nvrx")
     assert f"{CYCLE0}:{raised}" in [r.location for r in c2.evidence]
 
@@ -529,8 +529,30 @@ def test_exception_with_a_signal_exit_code_fails(ref_exception: Doctor) -> None:
     ref_exception.replace(LAUNCHER, "(exitcode: 1)", "(exitcode: -15)")
     v = failed(ref_exception.root, "replaced_cycle")
     assert v.reason == (
-        "rank 1 failed with exit code -15, not the 1 of an uncaught exception: it did not die of"
-        " the injected exception"
+        "rank 1 failed with exit code -15, not the 1 of an uncaught exception, and no timeout of"
+        " section 'step' of that rank was recorded: it did not fail of the injected exception"
+    )
+
+
+def test_exception_whose_rank_was_still_exiting_at_its_section_timeout_passes(
+    ref_exception: Doctor,
+) -> None:
+    """Megatron on the GPU (docs/findings.md): the raising rank had not exited when its
+    monitor timed out the step section it raised in; the launcher then killed it."""
+    ref_exception.replace(LAUNCHER, "(exitcode: 1)", "(exitcode: -9)")
+    ref_exception.insert_before(
+        LAUNCHER,
+        "(exitcode: -9)",
+        "2026-11-30 15:19:51,150 [WARNING] [vm] [workload:?(1) infra:?(?)]"
+        " rank_monitor_server.py:522 [Cycle 0] Section 'step' has been open for 30.40 seconds."
+        " Timeout is 30.00 seconds.",
+    )
+    j = judged(ref_exception.root)
+    assert_all_pass(j)
+    assert "was still shutting down" in j.verdict("replaced_cycle").reason
+    ref_exception.replace(LAUNCHER, "Section 'step' has been open", "Section 'x' has been open")
+    assert (
+        "not the 1 of an uncaught exception" in failed(ref_exception.root, "replaced_cycle").reason
     )
 
 
@@ -538,7 +560,7 @@ def test_exception_without_its_traceback_fails(ref_exception: Doctor) -> None:
     ref_exception.delete(CYCLE0, "InjectedFault: pytest-nvrx")
     v = failed(ref_exception.root, "replaced_cycle")
     assert v.reason.startswith(
-        "rank 1 exited 1, but logs/train_cycle0.log holds no InjectedFault traceback of rank 1"
+        "logs/train_cycle0.log holds no InjectedFault traceback of rank 1: the injected exception"
     )
 
 

@@ -118,7 +118,7 @@ def _loaded(evidence: RunEvidence, cycle: int) -> list[int]:
 
 
 EXCEPTION_GPU_RUNS = [r for r in GPU_RUNS if _fault(r) == "exception"]
-ALL_SIX_RUNS = [r for r in FAULT_RUNS if r not in EXCEPTION_GPU_RUNS]
+ALL_SIX_RUNS = FAULT_RUNS
 
 
 def test_the_data_is_there() -> None:
@@ -321,8 +321,9 @@ def test_reference_exception_exits_1(run: Path) -> None:
 def test_megatron_exception_run(run: Path) -> None:
     """MEGATRON_EXCEPTION_FINDING on structured evidence: rank 1 raised and printed its
     traceback, yet the launcher's only exit record is rank 0's -9 after a section timeout in
-    the section the marker names, 30-40 s later. The five criteria that do not depend on how
-    the rank died pass; replaced_cycle, whichever way it reads this, quotes what it judged."""
+    the section the marker names, 30-40 s later. All six criteria pass: replaced_cycle accepts
+    the traceback plus the first section timeout (the rank had not exited by then) and says
+    so."""
     marker = _marker(run)
     raised = _injected_fault(run)
     wanted = "checkpointing" if marker.window in IN_FLIGHT_WINDOWS else "step"
@@ -333,16 +334,12 @@ def test_megatron_exception_run(run: Path) -> None:
     assert _exits(run, marker.local_rank) == []
     assert 30.0 <= _judged(run).timings["failure_to_detected_s"] < 40.0
     j = _judged(run)
-    assert [v.id for v in j.verdicts if v.id != "replaced_cycle" and not v.passed] == []
+    assert all(v.passed for v in j.verdicts)
     c2 = j.verdict("replaced_cycle")
-    if c2.passed:  # accepted on the traceback and a timeout of rank 1's own section
-        assert raised.ref in c2.evidence
-        assert any(
-            e.ref in c2.evidence and e.rank == marker.local_rank and e.name == wanted
-            for e in _timeouts(run)
-        )
-    else:
-        assert "local_rank 0" in c2.reason and "rank 1" in c2.reason
+    # accepted on the traceback and the first section timeout (rank 1's own, or its peer's)
+    assert raised.ref in c2.evidence
+    assert any(t.ref in c2.evidence and t.name == wanted for t in _timeouts(run))
+    assert "did not end the process in time" in c2.reason
 
 
 @pytest.mark.parametrize("run", WORKER_RUNS, ids=_ids(WORKER_RUNS))

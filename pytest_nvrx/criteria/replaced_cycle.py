@@ -182,6 +182,12 @@ def check(ctx: JudgeContext) -> Verdict:
             return found
         how, refs = found
         proof += refs
+    elif ctx.observed_fault == "exception":
+        outcome = _exception_failure(ctx, failed, timeouts, matches, local, rank_text)
+        if isinstance(outcome, Verdict):
+            return outcome
+        how, refs = outcome
+        proof += refs
     else:
         matching = [e for e in failed if matches(e)]
         if not matching:
@@ -201,13 +207,7 @@ def check(ctx: JudgeContext) -> Verdict:
             )
         hit = matching[0]
         signum = _SIGNAL_NUMBERS.get(marker.signal or "")
-        if ctx.observed_fault == "exception":
-            raised = _injected_exception(ctx, hit, rank_text)
-            if isinstance(raised, Verdict):
-                return raised
-            proof += [hit.ref, raised.ref]
-            how = f"failed with exit code {hit.exit_code} of the injected exception"
-        elif signum is not None and hit.exit_code is not None and hit.exit_code != -signum:
+        if signum is not None and hit.exit_code is not None and hit.exit_code != -signum:
             return failing(
                 ID,
                 f"{rank_text} failed with exit code {hit.exit_code}, not the {-signum} that"
@@ -276,24 +276,23 @@ EXCEPTION_EXIT_CODE = 1
 INJECTED_EXCEPTION = "InjectedFault"
 
 
-def _injected_exception(
-    ctx: JudgeContext, hit: LauncherEvent, rank_text: str
-) -> WorkloadError | Verdict:
-    """An ``exception`` fault: the rank exited 1 and its cycle log holds the InjectedFault
-    traceback (its last line); else the failing verdict."""
+def _exception_failure(
+    ctx: JudgeContext,
+    failed: list[LauncherEvent],
+    timeouts: list[LauncherEvent],
+    matches: Callable[[LauncherEvent], bool],
+    local: int | None,
+    rank_text: str,
+) -> tuple[str, list[EvidenceRef]] | Verdict:
+    """An ``exception`` fault: the faulted cycle's log holds the rank's InjectedFault traceback,
+    and the launcher recorded that rank's failure: its exit 1 (the status of an uncaught
+    exception), or, when the rank was still shutting down, its rank monitor's timeout of the
+    section the marker says was open (the rank raised inside it). Any other exit status of the
+    rank is no death by the injected exception."""
     marker = ctx.run.marker
     assert marker is not None
-    if hit.exit_code != EXCEPTION_EXIT_CODE:
-        return failing(
-            ID,
-            f"{rank_text} failed with exit code {hit.exit_code}, not the"
-            f" {EXCEPTION_EXIT_CODE} of an uncaught exception: it did not die of the injected"
-            " exception",
-            hit.ref,
-            marker.ref("fault"),
-        )
-    failed = ctx.timeline.failed_cycle
-    log = ctx.run.cycle_log(failed) if failed is not None else None
+    cycle = ctx.timeline.failed_cycle
+    log = ctx.run.cycle_log(cycle) if cycle is not None else None
     errors = log.of_type(WorkloadError) if log is not None else ()
     raised = [
         e
@@ -301,18 +300,73 @@ def _injected_exception(
         if e.exception is not None and e.exception.split(":", 1)[0].endswith(INJECTED_EXCEPTION)
     ]
     mine = [e for e in raised if f"on rank {marker.rank} " in (e.exception or "")]
+    exited = [e for e in failed if matches(e)]
     if not mine:
-        name = log.file if log is not None else f"cycle {failed} log"
+        name = log.file if log is not None else f"cycle {cycle} log"
         other = f" (only for another rank: {raised[0].exception})" if raised else ""
         return failing(
             ID,
-            f"{rank_text} exited {hit.exit_code}, but {name} holds no {INJECTED_EXCEPTION}"
-            f" traceback of rank {marker.rank}{other}: it did not die of the injected exception",
-            hit.ref,
+            f"{name} holds no {INJECTED_EXCEPTION} traceback of {rank_text}{other}: the injected"
+            " exception was not raised, or not left uncaught",
             raised[0].ref if raised else (log.last_line if log is not None else None),
+            [e.ref for e in exited[:1]],
             marker.ref("fault"),
         )
-    return mine[0]
+    traceback = mine[0]
+    if exited and exited[0].exit_code == EXCEPTION_EXIT_CODE:
+        return (
+            f"exited {EXCEPTION_EXIT_CODE} of the injected exception",
+            [exited[0].ref, traceback.ref],
+        )
+    wanted = marker.section or "out_of_section"
+    timed_out = [e for e in timeouts if e.rank == local and e.name in (None, wanted)]
+    if timed_out:
+        t = timed_out[0]
+        late = ""
+        if t.time is not None and marker.time is not None:
+            late = f" {(t.time - marker.time).total_seconds():.1f} s after it raised,"
+        return (
+            f"raised the injected exception and was still shutting down{late} when its rank"
+            f" monitor timed it out in section {t.name or wanted!r} (the uncaught exception did"
+            " not end the process in time)",
+            [traceback.ref, t.ref, *[e.ref for e in exited[:1]]],
+        )
+    first = ctx.timeline.failure_events[0]
+    if first.rank != local and first.kind in (
+        LauncherEventKind.SECTION_TIMEOUT,
+        LauncherEventKind.HEARTBEAT_TIMEOUT,
+    ):
+        # A peer's monitor acted first (the peer waits for the raising rank in a collective):
+        # the raising rank had not exited by then, or its exit would be the first record.
+        late = ""
+        if first.time is not None and marker.time is not None:
+            late = f" {(first.time - marker.time).total_seconds():.1f} s after it raised"
+        return (
+            f"raised the injected exception and had not exited{late}, when the rank monitor of"
+            f" local rank {first.rank} timed out section {first.name!r} (its peer waited for it;"
+            " the uncaught exception did not end the process in time)",
+            [traceback.ref, first.ref, *[e.ref for e in exited[:1]]],
+        )
+    if exited:
+        return failing(
+            ID,
+            f"{rank_text} failed with exit code {exited[0].exit_code}, not the"
+            f" {EXCEPTION_EXIT_CODE} of an uncaught exception, and no timeout of section"
+            f" {wanted!r} of that rank was recorded: it did not fail of the injected exception",
+            exited[0].ref,
+            traceback.ref,
+            marker.ref("fault"),
+        )
+    others = [e for e in failed if e.exit_code not in (None, 0)]
+    return failing(
+        ID,
+        f"{rank_text} raised the injected exception, but the launcher recorded neither its exit"
+        f" nor a timeout of its section {wanted!r}"
+        + (f" (only the failure of local_rank {others[0].rank})" if others else ""),
+        traceback.ref,
+        [e.ref for e in others[:1]],
+        marker.ref("rank"),
+    )
 
 
 def _rank_of_worker_failed(

@@ -34,6 +34,7 @@ InjectorLineKind = Literal["watching", "fired", "skipped"]
 _HEAD = re.compile(re.escape(TAG) + r"rank (?P<rank>\d+) pid (?P<pid>\d+): (?P<msg>.*)$")
 _WATCHING = re.compile(
     r"watching (?P<tracker>.+) \(baseline (?P<base>\d+)\) to inject (?P<fault>[\w-]+)"
+    r"(?: \((?P<how>SIG\w+|InjectedFault)\))?"
     r"(?: in window (?P<window>\w+)| \((?P<sig>SIG\w+)\) once it advances)$"
 )
 _FIRED = re.compile(
@@ -108,7 +109,7 @@ def parse_injector_line(body: str, at: LineCursor) -> InjectorLine | None:
             action=action,
             signal=signal,
             target_pid=target,
-            raises=action == _RAISING,
+            raises=action.startswith(_RAISING),
         )
     if msg.startswith("tracker "):
         m = _FIRED_V1.match(msg)
