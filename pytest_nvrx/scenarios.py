@@ -165,7 +165,7 @@ DEFAULTS: dict[WorkloadKind, dict[str, Any]] = {
     "reference": {
         "gpus_per_node": 2,
         "fault_rank": 1,
-        "train_iters": 30,
+        "train_iters": 20,  # > 2 x save_interval: the step window needs a step after save 2
         "save_interval": 5,
         # checkpointing 30 s: a hang in the save/finalize window is detected in ~30 s
         "section_timeouts": SectionTimeouts(setup=120, step=10, checkpointing=30),
