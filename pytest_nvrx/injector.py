@@ -66,6 +66,8 @@ TRACKER_MAX_BYTES: Final = 4096
 
 # After raising the ``exception`` fault: dump every thread's stack if the process still runs.
 EXCEPTION_STACKS_AFTER_S: Final = 10.0
+# After killing the checkpoint worker (``ckpt-worker``): the rank's stacks, if it still runs.
+CKPT_WORKER_STACKS_AFTER_S: Final = 20.0
 
 EXIT_USAGE: Final = 2
 EXIT_FAULT_NOT_INJECTED: Final = 3
@@ -501,12 +503,18 @@ class Injection:
             _log(
                 self.rank,
                 f"{head}; sending {sig.name} to checkpoint worker pid {target} "
-                f"(rank pid {rank_pid})",
+                f"(rank pid {rank_pid}); thread stacks follow if this rank is still running "
+                f"{CKPT_WORKER_STACKS_AFTER_S:g} s from now",
             )
             try:
                 os.kill(target, sig)
             except OSError as exc:
                 _log(self.rank, f"ERROR: could not signal checkpoint worker {target}: {exc}")
+                return False
+            # The rank itself runs on; if it neither fails nor finishes, its stacks show where
+            # it waits for the dead worker.
+            with contextlib.suppress(Exception):
+                faulthandler.dump_traceback_later(CKPT_WORKER_STACKS_AFTER_S, repeat=False)
             return False
         if signal.getsignal(sig) == signal.SIG_IGN:
             _log(self.rank, f"warning: the workload ignores {sig.name}; it will have no effect")

@@ -47,7 +47,8 @@ _FIRED_V1 = re.compile(
 )
 _SIGNAL_TO_PID = re.compile(r"sending (?P<sig>SIG\w+) to pid (?P<target>\d+)$")
 _TO_WORKER = re.compile(
-    r"sending (?P<sig>SIG\w+) to checkpoint worker pid (?P<target>\d+) \(rank pid (?P<rp>\d+)\)$"
+    r"sending (?P<sig>SIG\w+) to checkpoint worker pid (?P<target>\d+) \(rank pid (?P<rp>\d+)\)"
+    r"(?:; .*)?$"
 )
 _RAISING = "raising InjectedFault"
 _SKIPPED = re.compile(r"marker (?P<marker>.+) exists: fault already injected")
