@@ -10,6 +10,12 @@ from pathlib import Path
 
 import pytest
 
+from pytest_nvrx.cli import build_parser, config_from_args
+from pytest_nvrx.fixtures import scenario_config
+from pytest_nvrx.planning import plan_run
+from pytest_nvrx.plugin import NvrxSettings
+from pytest_nvrx.scenarios import Scenario, matrix_scenarios
+
 
 @pytest.mark.timeout(600)
 def test_run_reference_kill_then_verify(tmp_path: Path) -> None:
@@ -46,3 +52,38 @@ def test_run_reference_kill_then_verify(tmp_path: Path) -> None:
     continuity = verdicts["criteria"][-1]
     assert not continuity["not_applicable"] and "replayed" in continuity["reason"]
     assert verdicts["stack"]
+
+
+@pytest.mark.parametrize(
+    "scenario",
+    [s for s in matrix_scenarios("default", workloads=["reference"]) if s.fault != "none"],
+    ids=lambda s: s.id,
+)
+def test_the_cli_launches_exactly_what_each_default_scenario_launches(
+    tmp_path: Path, scenario: Scenario
+) -> None:
+    """``run --workload reference --fault F --window W`` with a scenario's settings plans the
+    very command the plugin launches for that scenario (CI runs the default matrix through the
+    plugin; the CLI is run end to end above): same run config, same ft_launcher and workload
+    argv, same environment."""
+    plugin = scenario_config(NvrxSettings(), scenario, tmp_path)
+    assert (plugin.fault, plugin.window) == (scenario.fault, scenario.window)
+    argv = [
+        "run", "--workload", "reference", "--fault", scenario.fault,
+        "--window", str(scenario.window), "--work-dir", str(tmp_path),
+        "--run-id", plugin.run_id, "--gpus-per-node", str(plugin.gpus_per_node),
+        "--fault-rank", str(plugin.fault_rank), "--train-iters", str(plugin.train_iters),
+        "--save-interval", str(plugin.save_interval),
+        "--section-timeouts", plugin.section_timeouts.render(),
+        "--out-of-section-timeout", str(plugin.out_of_section_timeout),
+        "--workload-check-interval", str(plugin.workload_check_interval),
+    ]  # fmt: skip
+    cli_config = config_from_args(build_parser().parse_args(argv), {})
+    assert cli_config == plugin
+    recipes = [
+        plan_run(c, launcher_exe="ft_launcher", port=43210, probe=False).recipe
+        for c in (plugin, cli_config)
+    ]
+    assert recipes[0].argv == recipes[1].argv
+    assert recipes[0].env == recipes[1].env
+    assert f"--window={scenario.window}" in recipes[0].argv
