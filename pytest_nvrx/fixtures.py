@@ -206,6 +206,9 @@ def _run_scenario(
         baseline=reference,
         continuity_rtol=settings.continuity_rtol,
     )
+    if judgement.first_cause is not None:
+        # the workers died before the fault: say so before any derived verdict
+        write(f"nvrx {scenario.id}: {judgement.first_cause.text}")
     if scenario.fault == "none" and judgement.passed:
         baselines[scenario.workload] = evidence
     if reference is not None:
@@ -237,6 +240,8 @@ def nvrx_scenario_run(request: pytest.FixtureRequest) -> Iterator[ScenarioRun]:
             settings.run_dir, None, expect_fault=None, continuity_rtol=settings.continuity_rtol
         )
         layout = RunLayout.for_run(settings.run_dir, judgement.checkpoint_dir)
+        if judgement.first_cause is not None:
+            terminal_writer(request.config)(f"nvrx existing-run: {judgement.first_cause.text}")
         run = ScenarioRun(
             key="existing-run",
             scenario=None,

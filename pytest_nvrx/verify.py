@@ -2,7 +2,10 @@
 
 A thin command over :mod:`pytest_nvrx.criteria` (no judgement here, no pytest). Prints one line
 per criterion, ``PASS|FAIL|N/A <id>: <reason> [<file:line>]``, with the evidence lines indented
-under it. ``N/A`` appears only for a baseline (fault=none) and counts as holding.
+under it. ``N/A`` appears only for a baseline (fault=none) and counts as holding. When the
+workers failed before the fault (a setup error), a ``first cause:`` line under the header quotes
+that error, and it leads every failing reason and the final ``verify: FAILED: ...`` line
+(``first_cause`` and ``summary`` in ``--json``).
 
 ``--baseline RUN_DIR`` names an uninterrupted run of the same configuration: training_continuity
 then also compares every iteration after the restore with it. ``--continuity-rtol`` admits a
@@ -105,6 +108,11 @@ def report(judgement: Judgement, out: TextIO) -> None:
         else ""
     )
     out.write(f"verify {judgement.run_dir}: expected fault {exp.kind} (from {exp.source}){where}\n")
+    cause = judgement.first_cause
+    if cause is not None:
+        # the workers died before the fault: the verdicts below follow from this
+        out.write(f"first cause: {cause.text}\n")
+        out.writelines(f"    {ref.render(200)}\n" for ref in cause.evidence)
     for problem in judgement.problems:
         if problem.severity == "warning":
             out.write(f"note: {problem.message}\n")
@@ -113,18 +121,7 @@ def report(judgement: Judgement, out: TextIO) -> None:
     if judgement.timings:
         shown = ", ".join(f"{k[:-2]} {v:.1f}s" for k, v in judgement.timings.items())
         out.write(f"timings: {shown}\n")
-    failed = [v.id for v in judgement.verdicts if not v.passed]
-    if not judgement.judgeable:
-        out.write("verify: CANNOT JUDGE (see errors)\n")
-    elif failed:
-        out.write(
-            f"verify: FAILED ({len(failed)} of {len(judgement.verdicts)}: {', '.join(failed)})\n"
-        )
-    else:
-        na = sum(v.not_applicable for v in judgement.verdicts)
-        held = len(judgement.verdicts) - na
-        extra = f", {na} not applicable" if na else ""
-        out.write(f"verify: PASSED ({held} of {len(judgement.verdicts)}{extra})\n")
+    out.write(f"verify: {judgement.summary()}\n")
 
 
 def verify_main(argv: list[str], stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:

@@ -28,6 +28,7 @@ from pytest_nvrx.criteria.expected import (
     expected_fault,
     expected_window,
 )
+from pytest_nvrx.criteria.first_cause import FirstCause
 from pytest_nvrx.criteria.judgement import Judgement, judge, judge_run_dir
 from pytest_nvrx.criteria.no_repeat_injection import no_repeat_injection
 from pytest_nvrx.criteria.optimizer_state_load import OPTIMIZER_PART, optimizer_state_load
@@ -48,6 +49,7 @@ __all__ = [
     "ExpectedFault",
     "ExpectedWindow",
     "FaultExpectation",
+    "FirstCause",
     "JudgeContext",
     "Judgement",
     "RestoreTarget",

@@ -15,6 +15,7 @@ from pytest_nvrx.criteria.expected import (
     expected_fault,
     expected_window,
 )
+from pytest_nvrx.criteria.first_cause import FirstCause, first_cause
 from pytest_nvrx.criteria.helpers import launcher_outcome
 from pytest_nvrx.criteria.windows import Fact, WindowFacts, window_facts
 from pytest_nvrx.evidence.cycle_log import CycleLog
@@ -116,6 +117,12 @@ class JudgeContext:
         """The application log of the replacement cycle (None: no replacement, or no log)."""
         cycle = self.timeline.replacement_cycle
         return self.run.cycle_log(cycle) if cycle is not None else None
+
+    @cached_property
+    def first_cause(self) -> FirstCause | None:
+        """What the workers died of when they failed before any fault was injected
+        (criteria/first_cause.py); None when the first failure is the fault's or there is none."""
+        return first_cause(self.run, self.timeline, self.expected)
 
     @cached_property
     def launcher_outcome(self) -> EvidenceRef:

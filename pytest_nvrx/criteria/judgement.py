@@ -14,6 +14,7 @@ from pytest_nvrx.criteria.expected import (
     expected_fault,
     expected_window,
 )
+from pytest_nvrx.criteria.first_cause import FirstCause
 from pytest_nvrx.criteria.registry import CRITERIA
 from pytest_nvrx.criteria.verdict import CRITERIA_IDS, Verdict, failing
 from pytest_nvrx.evidence.refs import Problem
@@ -37,6 +38,8 @@ class Judgement:
     continuity_rtol: float = 0.0
     # the fault window asked for (None when the run and the caller name none)
     window: ExpectedWindow | None = None
+    # what the workers died of when they failed before the fault; it leads every failing reason
+    first_cause: FirstCause | None = None
 
     @property
     def judgeable(self) -> bool:
@@ -46,6 +49,22 @@ class Judgement:
     @property
     def passed(self) -> bool:
         return self.judgeable and all(v.passed for v in self.verdicts)
+
+    def summary(self) -> str:
+        """The one-line outcome, led by the first cause when the workers failed before the
+        fault: ``FAILED: the workers failed before the fault: X [f:12]; 6 of 6 fail: a, b, ...``."""
+        if not self.judgeable:
+            return "CANNOT JUDGE (see errors)"
+        failed = [v.id for v in self.verdicts if not v.passed]
+        total = len(self.verdicts)
+        if failed:
+            count = f"{len(failed)} of {total}"
+            if self.first_cause is not None:
+                return f"FAILED: {self.first_cause.text}; {count} fail: {', '.join(failed)}"
+            return f"FAILED ({count}: {', '.join(failed)})"
+        na = sum(v.not_applicable for v in self.verdicts)
+        extra = f", {na} not applicable" if na else ""
+        return f"PASSED ({total - na} of {total}{extra})"
 
     def verdict(self, criterion: str) -> Verdict:
         for v in self.verdicts:
@@ -63,6 +82,8 @@ class Judgement:
                 if self.window is not None and self.window.window is not None
                 else None
             ),
+            "summary": self.summary(),
+            "first_cause": self.first_cause.as_dict() if self.first_cause is not None else None,
             "criteria": [v.as_dict() for v in self.verdicts],
             "passed": self.passed,
             "problems": [{"severity": p.severity, "message": p.message} for p in self.problems],
@@ -101,6 +122,10 @@ def judge(
     fatal = [p for p in problems if p.severity == "fatal"]
     if fatal:
         verdicts = tuple(_unjudgeable(v, fatal[0]) for v in verdicts)
+    cause = ctx.first_cause
+    if cause is not None:
+        # the derived failures ("the fault never happened") follow from it: it leads each reason
+        verdicts = tuple(cause.lead(v) for v in verdicts)
     return Judgement(
         run_dir=run.run_dir,
         checkpoint_dir=run.checkpoint_dir,
@@ -112,6 +137,7 @@ def judge(
         baseline_dir=baseline.run_dir if baseline is not None else None,
         continuity_rtol=continuity_rtol,
         window=ctx.window,
+        first_cause=cause,
     )
 
 

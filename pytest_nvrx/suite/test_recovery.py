@@ -20,11 +20,14 @@ pytestmark = pytest.mark.timeout(0)
 
 
 def test_run_finished(nvrx_scenario_run: ScenarioRun) -> None:
-    """The launch itself ended (no timeout) and left a judgeable run directory."""
+    """The launch itself ended (no timeout), left a judgeable run directory, and its workers
+    did not die before the fault (a setup error: the first cause, quoted, is the failure)."""
     assert nvrx_scenario_run.error is None, nvrx_scenario_run.error
-    problems = nvrx_scenario_run.judgement.problems
-    fatal = [p.message for p in problems if p.severity == "fatal"]
+    judgement = nvrx_scenario_run.judgement
+    fatal = [p.message for p in judgement.problems if p.severity == "fatal"]
     assert not fatal, "run directory cannot be judged: " + "; ".join(fatal)
+    if judgement.first_cause is not None:
+        pytest.fail(judgement.first_cause.text, pytrace=False)
 
 
 @pytest.mark.parametrize("criterion", CRITERIA_IDS)
