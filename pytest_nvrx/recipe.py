@@ -8,6 +8,7 @@ launching is :mod:`pytest_nvrx.launch`.
 from __future__ import annotations
 
 import datetime as _dt
+import enum
 import json
 import os
 import re
@@ -17,9 +18,9 @@ import stat
 import tempfile
 import zlib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pytest_nvrx import __version__
 from pytest_nvrx.layout import TMP_ROOT, RunLayout
@@ -32,17 +33,82 @@ from pytest_nvrx.settings import (
     validate,
 )
 
+if TYPE_CHECKING:
+    from pytest_nvrx.megatron_source import MegatronFlags
+
 INJECTOR_PATH = Path(__file__).resolve().parent / "injector.py"
 REFERENCE_MODULE = "pytest_nvrx.workloads.reference"
 
+
+class Profile(enum.StrEnum):
+    """The Megatron flag set a run uses (``run.json``'s ``profile``)."""
+
+    DEFAULT = "default"
+    NO_TE = "no-te"
+
+
+@dataclass(frozen=True)
+class ProfileFlag:
+    """One Megatron option of a profile; ``value`` None for a switch."""
+
+    option: str
+    value: str | None = None
+
+    @property
+    def arg(self) -> str:
+        return self.option if self.value is None else f"{self.option}={self.value}"
+
+
 #: Megatron flags for a stack without Transformer Engine and Apex (measured on the H200, see
-#: docs): local transformer layers, no fused kernels that only TE/Apex provide.
-NO_TE_PROFILE: tuple[str, ...] = (
-    "--transformer-impl=local",
-    "--no-gradient-accumulation-fusion",
-    "--no-persist-layer-norm",
-    "--no-masked-softmax-fusion",
+#: docs/gpu.md): local transformer layers, no fused kernels that only TE/Apex provide.
+NO_TE_PROFILE: tuple[ProfileFlag, ...] = (
+    ProfileFlag("--transformer-impl", "local"),
+    ProfileFlag("--no-gradient-accumulation-fusion"),
+    ProfileFlag("--no-persist-layer-norm"),
+    ProfileFlag("--no-masked-softmax-fusion"),
 )
+
+
+def no_te_profile_args(flags: MegatronFlags | None = None) -> tuple[str, ...]:
+    """The no-TE profile as argv items; with ``flags``, only those this checkout accepts."""
+    return tuple(
+        f.arg
+        for f in NO_TE_PROFILE
+        if flags is None
+        or (flags.has(f.option) if f.value is None else flags.accepts(f.option, f.value))
+    )
+
+
+class EnvOrigin(enum.StrEnum):
+    """Who chose a worker environment value."""
+
+    RECIPE = "pytest-nvrx"
+    USER = "user environment"
+
+
+@dataclass(frozen=True)
+class WorkerEnvVar:
+    """A variable the workers need because the checkout's validation demands it."""
+
+    name: str
+    value: str
+    origin: EnvOrigin
+    #: the check that demands it: "megatron/training/arguments.py:1437", or the documented rule
+    where: str
+    #: the check's condition, as source
+    condition: str
+    #: why the condition holds for this run (the args it read; what is unknown before launch)
+    reason: str
+
+    def as_dict(self) -> dict[str, str]:
+        return {
+            "name": self.name,
+            "value": self.value,
+            "origin": str(self.origin),
+            "where": self.where,
+            "condition": self.condition,
+            "reason": self.reason,
+        }
 
 
 @dataclass(frozen=True)
@@ -55,12 +121,26 @@ class Recipe:
     workload_argv: tuple[str, ...]
     env: Mapping[str, str]
     log_server_port: int
+    #: a Profile (typed str: recipes built by hand in tests pass the plain value)
     profile: str
     profile_flags: tuple[str, ...] = field(default=())
+    #: what of ``env`` the checkout's own validation demands, and why (run.json's worker_env)
+    worker_env: tuple[WorkerEnvVar, ...] = field(default=())
 
     @property
     def argv(self) -> list[str]:
         return [*self.launcher_argv, *self.workload_argv]
+
+    @property
+    def worker_args(self) -> tuple[str, ...]:
+        """The workload's own arguments: what follows the injector's ``--``."""
+        argv = self.workload_argv
+        return argv[argv.index("--") + 1 :] if "--" in argv else argv
+
+    def with_worker_env(self, variables: Sequence[WorkerEnvVar]) -> Recipe:
+        """This recipe with ``variables`` in the workers' environment and recorded."""
+        env = {**self.env, **{v.name: v.value for v in variables}}
+        return replace(self, env=env, worker_env=(*self.worker_env, *variables))
 
     def shell_command(self) -> str:
         """The exact command, shell-quoted, with its environment additions in front."""
@@ -204,9 +284,9 @@ def build_recipe(
     """
     layout = config.layout
     use_no_te = config.no_te_profile if config.no_te_profile is not None else no_te
-    available = NO_TE_PROFILE if profile_flags is None else tuple(profile_flags)
+    available = no_te_profile_args() if profile_flags is None else tuple(profile_flags)
     profile_flags = available if (config.workload == "megatron" and use_no_te) else ()
-    profile = "no-te" if profile_flags else "default"
+    profile = Profile.NO_TE if profile_flags else Profile.DEFAULT
     if config.workload == "megatron":
         work = megatron_args(config, layout, profile_flags)
     else:
@@ -367,12 +447,13 @@ def manifest(recipe: Recipe, *, stack: Mapping[str, Any] | None = None) -> dict[
         "tool": {"name": "pytest-nvrx", "version": __version__},
         "run_id": recipe.config.run_id,
         "config": recipe.config.as_dict(),
-        "profile": recipe.profile,
+        "profile": str(recipe.profile),
         "profile_flags": list(recipe.profile_flags),
         "launcher_argv": list(recipe.launcher_argv),
         "workload_argv": list(recipe.workload_argv),
         "command": recipe.shell_command(),
         "env": dict(recipe.env),
+        "worker_env": [v.as_dict() for v in recipe.worker_env],
         "log_server_port": recipe.log_server_port,
         "host": socket.gethostname(),
         "pid": os.getpid(),

@@ -123,14 +123,14 @@ import megatron.training.arguments
         # Not `pretrain_gpt.py --help`: core_v0.19.0's help crashes on a '%' in a field
         # docstring (transformer_config.py:1274). Build the real parser instead, after importing
         # pretrain_gpt (its import chain is what the workers need), and compare it with what
-        # pytest_nvrx.stack reads from the source.
-        ("real parser == pytest_nvrx.stack's source probe", [PY, "-c", f"""
+        # pytest_nvrx.megatron_source reads from the source.
+        ("real parser == pytest_nvrx.megatron_source's probe", [PY, "-c", f"""
 import argparse, sys
 sys.argv = ["pretrain_gpt.py"]
 import pretrain_gpt
 from megatron.training.arguments import add_megatron_arguments
 from pathlib import Path
-from pytest_nvrx.stack import PROBED_OPTIONS, probe_megatron_flags
+from pytest_nvrx.megatron_source import PROBED_OPTIONS, probe_megatron_flags
 parser = add_megatron_arguments(argparse.ArgumentParser(allow_abbrev=False, add_help=False))
 real = parser._option_string_actions
 flags = probe_megatron_flags(Path({MP!r}))
@@ -147,8 +147,9 @@ assert not bad, f"source probe differs from the parser for {{bad}}"
 CHECKS.append(("pytest_nvrx.stack", [PY, "-c", """
 import json, os, sys
 from pathlib import Path
-from pytest_nvrx.stack import (detect_stack, format_stack_line, no_te_profile,
-                               no_te_profile_applies, probe_megatron_flags)
+from pytest_nvrx.megatron_source import probe_megatron_flags, probe_validation_env
+from pytest_nvrx.recipe import no_te_profile_args
+from pytest_nvrx.stack import detect_stack, format_stack_line, no_te_profile_applies
 mp = os.environ.get("MEGATRON_PATH")
 stack = detect_stack(Path(mp) if mp else None)
 print(format_stack_line(stack))
@@ -156,9 +157,13 @@ out = {"stack": stack.as_dict()}
 if mp:
     flags = probe_megatron_flags(Path(mp))
     out["flags"] = flags.report()
-    out["no_te_profile"] = no_te_profile(flags) if no_te_profile_applies(stack) else []
+    out["no_te_profile"] = list(no_te_profile_args(flags)) if no_te_profile_applies(stack) else []
     print("no-TE profile:", out["no_te_profile"],
           "| --eval-interval required:", flags.eval_interval_required)
+    out["validation_env"] = [c.as_dict() for c in probe_validation_env(Path(mp)).checks]
+    for check in out["validation_env"]:
+        print("validation env:", check["where"], check["name"], check["relation"],
+              check["value"], "when", check["condition"])
 Path(os.environ["OUT"], "stack.json").write_text(json.dumps(out, indent=1))
 sys.exit(0 if stack.probed else 1)
 """], None))

@@ -16,6 +16,8 @@ from pytest_nvrx import cli
 from pytest_nvrx.recipe import (
     INJECTOR_PATH,
     NO_TE_PROFILE,
+    EnvOrigin,
+    WorkerEnvVar,
     build_recipe,
     check_fresh_run_dir,
     manifest,
@@ -161,7 +163,12 @@ def test_no_te_profile_and_no_distributed_optimizer(tmp_path: Path, megatron_stu
     )
     recipe = build_recipe(config, no_te=True, port=1)
     assert recipe.profile == "no-te"
-    assert list(recipe.workload_argv[-len(NO_TE_PROFILE) :]) == list(NO_TE_PROFILE)
+    assert list(recipe.workload_argv[-len(NO_TE_PROFILE) :]) == [
+        "--transformer-impl=local",
+        "--no-gradient-accumulation-fusion",
+        "--no-persist-layer-norm",
+        "--no-masked-softmax-fusion",
+    ]
     assert "--use-distributed-optimizer" not in recipe.workload_argv
     # an explicit setting beats the stack's verdict
     forced = RunConfig(
@@ -287,6 +294,37 @@ def test_manifest_holds_what_a_verifier_needs(tmp_path: Path, megatron_stub: Pat
     assert shlex.split(man["command"])[3:] == recipe.argv
     assert man["host"] and man["start_time"].endswith("+00:00")
     assert man["stack"] == {"torch": "2.x"}
+    assert man["profile"] == "default" and man["worker_env"] == []
+
+
+def test_manifest_records_the_worker_env(tmp_path: Path, megatron_stub: Path) -> None:
+    config = RunConfig(work_dir=tmp_path, run_id="r", megatron_path=megatron_stub, tp=2)
+    demanded = WorkerEnvVar(
+        "CUDA_DEVICE_MAX_CONNECTIONS",
+        "1",
+        EnvOrigin.RECIPE,
+        "megatron/training/arguments.py:1437",
+        "args.tensor_model_parallel_size > 1",
+        "tensor_model_parallel_size=2",
+    )
+    recipe = build_recipe(config, port=4).with_worker_env([demanded])
+    assert recipe.env["CUDA_DEVICE_MAX_CONNECTIONS"] == "1"
+    assert recipe.shell_command().startswith("CUDA_DEVICE_MAX_CONNECTIONS=1 NVRX_RUN_ID=r ")
+    man = json.loads(json.dumps(manifest(recipe)))
+    assert man["env"]["CUDA_DEVICE_MAX_CONNECTIONS"] == "1"
+    assert man["worker_env"] == [
+        {
+            "name": "CUDA_DEVICE_MAX_CONNECTIONS",
+            "value": "1",
+            "origin": "pytest-nvrx",
+            "where": "megatron/training/arguments.py:1437",
+            "condition": "args.tensor_model_parallel_size > 1",
+            "reason": "tensor_model_parallel_size=2",
+        }
+    ]
+    # the workload's own arguments are what the validation sees
+    assert recipe.worker_args[0] == "--enable-ft-package"
+    assert "--tensor-model-parallel-size=2" in recipe.worker_args
 
 
 # --- the `run` command -------------------------------------------------------------------------
@@ -334,14 +372,21 @@ def test_dry_run_with_walkthrough_env(
 
 
 def test_options_override_env(
-    tmp_path: Path, megatron_stub: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path,
+    megatron_stub: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    monkeypatch.delenv("CUDA_DEVICE_MAX_CONNECTIONS", raising=False)
     env = {**WALKTHROUGH_ENV, "MEGATRON_PATH": str(megatron_stub), "NVRX_WORK_DIR": str(tmp_path)}
     argv = ["run", "--tp", "2", "--fault", "hang", "--train-iters", "20", "--", "--seed", "3"]
     assert cli.main(argv, env) == 0
     cmd = capsys.readouterr().out.splitlines()[2]
     assert "--tensor-model-parallel-size=2" in cmd and "--fault=hang" in cmd
     assert "--train-iters=20" in cmd and cmd.endswith("--seed 3")
+    # TP=2: the workers' environment has what Megatron's validation demands (the stub checkout
+    # cannot be read: the documented rule of core_v0.19.0), in front of the command
+    assert shlex.split(cmd)[0] == "CUDA_DEVICE_MAX_CONNECTIONS=1"
 
 
 @pytest.mark.parametrize(
