@@ -16,7 +16,13 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from pytest_nvrx.launch import Launch, RunTimeout, interrupt_on_stop_signals, interrupt_signal
+from pytest_nvrx.launch import (
+    Launch,
+    RunTimeout,
+    interrupt_on_stop_signals,
+    interrupt_signal,
+    slurm_preview,
+)
 from pytest_nvrx.layout import RESULT_NAME
 from pytest_nvrx.planning import Plan, plan_run
 from pytest_nvrx.recipe import prepare_run_dir
@@ -24,6 +30,7 @@ from pytest_nvrx.settings import (
     DRY_RUN_ENV,
     FAULT_KINDS,
     FAULT_WINDOW_KINDS,
+    LAUNCHER_KINDS,
     WORKLOAD_KINDS,
     ConfigError,
     RunConfig,
@@ -86,6 +93,13 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     p("--fault-rank", help="rank that receives the fault [NVRX_FAULT_RANK, 1]")
     p("--checkpoint-dir", type=Path, help="checkpoint dir [NVRX_CHECKPOINT_DIR]")
     p("--rdzv-endpoint", help="rendezvous host:port [RDZV_ENDPOINT, localhost:0]")
+    p(
+        "--launcher",
+        choices=LAUNCHER_KINDS,
+        help="local: ft_launcher here; slurm: one per node through srun, in this allocation or "
+        "one made with salloc [NVRX_LAUNCHER; slurm with --nnodes > 1 inside an allocation, "
+        "else local]",
+    )
     p("--section-timeouts", type=_section_timeouts, help="setup:900,step:120,checkpointing:600")
     p("--out-of-section-timeout", help="seconds out of any section [180]")
     p("--max-restarts", help="launcher restarts [3]")
@@ -156,6 +170,7 @@ def config_from_args(args: argparse.Namespace, environ: Mapping[str, str]) -> Ru
         "window": args.window,
         "checkpoint_dir": args.checkpoint_dir,
         "rdzv_endpoint": args.rdzv_endpoint,
+        "launcher": args.launcher,
         "section_timeouts": args.section_timeouts,
         "no_te_profile": args.no_te_profile,
         "extra_args": tuple(args.extra) if args.extra else None,
@@ -214,7 +229,10 @@ def _cmd_run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     print(f"Run artifacts: {recipe.layout.run_dir}")
     print(f"Checkpoint directory: {recipe.layout.checkpoint_dir}")
     if args.dry_run:
-        print(recipe.shell_command())
+        if recipe.config.launcher == "slurm":
+            print(slurm_preview(recipe))
+        else:
+            print(recipe.shell_command())
         return 0
     from pytest_nvrx.stack import format_stack_line
 
@@ -228,6 +246,14 @@ def _cmd_run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
 
     try:
         with Launch(recipe, stack=planned.manifest_stack()) as launch:
+            if launch.slurm is not None:
+                slurm = launch.slurm
+                print(
+                    f"Slurm job {slurm.job_id}{' (allocated here)' if slurm.owned else ''}: "
+                    f"{len(slurm.nodes)} ft_launcher(s) on {', '.join(slurm.nodes)}, "
+                    f"rendezvous {slurm.endpoint}",
+                    flush=True,
+                )
             result = launch.wait(args.timeout, on_progress=show)
     except KeyboardInterrupt as exc:
         return interrupted(exc, recipe.layout.run_dir)

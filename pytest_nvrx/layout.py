@@ -52,6 +52,14 @@ def window_allowed(fault: str, window: str) -> bool:
     return window in windows_of(fault)
 
 
+def node_console_log_name(node: int | str) -> str:
+    """Console (stdout and stderr) of one node's ft_launcher in a Slurm launch, by the node's
+    index in the step (``srun --output`` writes ``%n`` as that index). The launchers' logs and
+    the cycle logs need no per-node names: NVRx's gRPC log server, on the rendezvous host, is
+    their only writer and interleaves every node's lines (tagged ``infra:<node rank>``)."""
+    return f"launcher.console.node{node}.log"
+
+
 def cycle_log_name(cycle: int) -> str:
     """Name ft_launcher gives the application log of one cycle for our applog prefix."""
     return f"train_cycle{cycle}.log"

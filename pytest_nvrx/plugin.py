@@ -30,6 +30,7 @@ from pytest_nvrx.settings import (
     WORKLOAD_KINDS,
     ConfigError,
     SectionTimeouts,
+    default_launcher,
     parse_rtol,
     parse_value,
 )
@@ -102,6 +103,13 @@ OPTIONS: tuple[Option, ...] = (
         "out_of_section_timeout",
     ),
     Option("rdzv-endpoint", "rendezvous host:port for multinode runs", "rdzv_endpoint"),
+    Option(
+        "launcher",
+        "local | slurm: ft_launcher started here, or one per node through srun in this "
+        "allocation (or one made with salloc); default slurm when --nvrx-nnodes > 1 inside an "
+        "allocation, else local",
+        "launcher",
+    ),
     Option(
         "no-distributed-optimizer",
         "qualify without Megatron's --use-distributed-optimizer",
@@ -230,6 +238,11 @@ def resolve_settings(config: pytest.Config) -> NvrxSettings:
                 s.continuity_rtol = parse_rtol(value, source)
             elif opt.name == "no-distributed-optimizer" and value:
                 s.overrides["distributed_optimizer"] = False
+        if "launcher" not in s.overrides:
+            # a multinode session inside an allocation launches through srun (the CLI's rule)
+            nnodes = int(s.overrides.get("nnodes", 1))
+            if default_launcher(nnodes, os.environ) == "slurm":
+                s.overrides["launcher"] = "slurm"
         if "section_timeouts" in s.overrides:
             assert isinstance(s.overrides["section_timeouts"], SectionTimeouts)
     except ConfigError as exc:

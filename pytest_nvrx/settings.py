@@ -25,6 +25,13 @@ FaultKind = Literal["none", "kill", "hang", "term", "segv", "exception", "ckpt-w
 #: Where the fault lands (layout.FAULT_WINDOWS): a step, a save's preparation, its finalization.
 FaultWindow = Literal["step", "save", "finalize"]
 WorkloadKind = Literal["megatron", "reference"]
+#: How the run's ft_launchers start: one here (local; on several nodes the user starts one per
+#: node), or one per node through ``srun`` inside a Slurm allocation (slurm).
+LauncherKind = Literal["local", "slurm"]
+LAUNCHER_KINDS: tuple[str, ...] = get_args(LauncherKind)
+#: The rendezvous endpoint when none is given; with the slurm launcher on several nodes it means
+#: "choose one at launch" (the allocation's first node and a free port there).
+DEFAULT_RDZV_ENDPOINT = "localhost:0"
 FAULT_KINDS: tuple[str, ...] = get_args(FaultKind)
 FAULT_WINDOW_KINDS: tuple[str, ...] = get_args(FaultWindow)
 #: The window when none is given (the injector's --window default), for faults that have it.
@@ -179,7 +186,7 @@ class RunConfig:
     window: FaultWindow | None = None
     fault_rank: int = 1
     checkpoint_dir: Path | None = None
-    rdzv_endpoint: str = "localhost:0"
+    rdzv_endpoint: str = DEFAULT_RDZV_ENDPOINT
     section_timeouts: SectionTimeouts = field(default_factory=SectionTimeouts)
     out_of_section_timeout: float = 180.0
     max_restarts: int = 3
@@ -190,6 +197,8 @@ class RunConfig:
     #: Megatron flags for a stack without Transformer Engine/Apex; None = decide from the stack.
     no_te_profile: bool | None = None
     extra_args: tuple[str, ...] = ()
+    #: local: ft_launcher started here; slurm: one per node through srun (pytest_nvrx.launch)
+    launcher: LauncherKind = "local"
 
     @property
     def world_size(self) -> int:
@@ -252,6 +261,8 @@ ENV_VARS: dict[str, str] = {
     "fault_rank": "NVRX_FAULT_RANK",
     "checkpoint_dir": "NVRX_CHECKPOINT_DIR",
     "rdzv_endpoint": "RDZV_ENDPOINT",
+    # not the walkthrough's: pytest-nvrx's own
+    "launcher": "NVRX_LAUNCHER",
 }
 DRY_RUN_ENV = "NVRX_DRY_RUN"
 
@@ -404,6 +415,7 @@ PARSERS: dict[str, Callable[[str, str], Any]] = {
     "workload_check_interval": parse_seconds,
     "distributed_optimizer": parse_bool,
     "no_te_profile": parse_bool,
+    "launcher": _choice(LAUNCHER_KINDS),
 }
 
 
@@ -416,6 +428,17 @@ def default_run_id(now: float | None = None, pid: int | None = None) -> str:
     """The walkthrough's single-node default: UTC timestamp and process ID."""
     stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(time.time() if now is None else now))
     return f"{stamp}-{os.getpid() if pid is None else pid}"
+
+
+def in_slurm_allocation(environ: Mapping[str, str]) -> bool:
+    """Inside a Slurm allocation (a batch script, an salloc shell), not inside one of its steps:
+    a step's tasks are the per-node processes themselves and must not srun again."""
+    return environ.get("SLURM_JOB_ID", "") != "" and environ.get("SLURM_STEP_ID", "") == ""
+
+
+def default_launcher(nnodes: int, environ: Mapping[str, str]) -> LauncherKind:
+    """slurm for a multinode run inside an allocation, else local."""
+    return "slurm" if nnodes > 1 and in_slurm_allocation(environ) else "local"
 
 
 def resolve(
@@ -437,8 +460,11 @@ def resolve(
     if "work_dir" not in values:
         raise ConfigError("no work directory: set NVRX_WORK_DIR or pass --work-dir")
     nnodes = int(values.get("nnodes", 1))
+    if "launcher" not in values:
+        values["launcher"] = default_launcher(nnodes, env)
     if "run_id" not in values:
-        if nnodes > 1:
+        if nnodes > 1 and values["launcher"] != "slurm":
+            # every node's own start must find the same ID (with slurm one process starts all)
             slurm_job = env.get("SLURM_JOB_ID", "")
             if not slurm_job:
                 raise ConfigError(
@@ -489,6 +515,11 @@ def validate(config: RunConfig) -> None:
             f"got {quote(repr(config.workload))}"
         )
     check_window(config.fault, config.window)
+    if config.launcher not in LAUNCHER_KINDS:
+        raise ConfigError(
+            f"launcher must be one of {', '.join(LAUNCHER_KINDS)}, "
+            f"got {quote(repr(config.launcher))}"
+        )
     seconds = {
         "out-of-section timeout": config.out_of_section_timeout,
         "workload check interval": config.workload_check_interval,
@@ -566,7 +597,9 @@ def validate(config: RunConfig) -> None:
             f"run ID {quote(config.run_id)} names a directory: use at most {RUN_ID_MAX} "
             f"characters, not {len(config.run_id)}"
         )
-    check_rdzv_endpoint(config.rdzv_endpoint, config.nnodes)
+    if not (config.launcher == "slurm" and config.rdzv_endpoint == DEFAULT_RDZV_ENDPOINT):
+        # with slurm and no endpoint given, the launch chooses one in the allocation
+        check_rdzv_endpoint(config.rdzv_endpoint, config.nnodes)
     check_extra_args(config.extra_args)
     if config.workload == "reference" and config.fault == "ckpt-worker":
         for arg in config.extra_args:
@@ -625,10 +658,11 @@ def check_rdzv_endpoint(endpoint: str, nnodes: int) -> None:
     a multinode run must reach the same explicit ``host:port``.
     """
     multinode = nnodes > 1
-    if multinode and endpoint in ("", "localhost:0"):
+    if multinode and endpoint in ("", DEFAULT_RDZV_ENDPOINT):
         raise ConfigError(
             "a multinode run needs a rendezvous endpoint reachable from all nodes: "
-            "set RDZV_ENDPOINT=host:port"
+            "set RDZV_ENDPOINT=host:port, or launch through Slurm (--launcher slurm, "
+            "NVRX_LAUNCHER=slurm), which chooses one"
         )
     if not multinode and endpoint == "":
         return

@@ -348,7 +348,35 @@ def test_multinode_needs_shared_run_id(tmp_path: Path) -> None:
     env = {"NVRX_WORK_DIR": str(tmp_path), "NNODES": "2", "RDZV_ENDPOINT": "h:1"}
     with pytest.raises(ConfigError, match="same run ID on all nodes"):
         resolve({}, env)
-    assert resolve({}, {**env, "SLURM_JOB_ID": "4242"}).run_id == "4242"
+    # each node's own start inside a step of a Slurm job agrees on the job's ID
+    in_step = {**env, "SLURM_JOB_ID": "4242", "SLURM_STEP_ID": "0"}
+    assert resolve({}, in_step).run_id == "4242"
+    assert resolve({}, in_step).launcher == "local"
+
+
+def test_launcher_defaults_and_sources(tmp_path: Path) -> None:
+    env = {"NVRX_WORK_DIR": str(tmp_path)}
+    assert resolve({}, env).launcher == "local"
+    # two nodes inside an allocation (a batch script, an salloc shell): one srun step from here,
+    # and the run ID is this process's own (it alone starts every node)
+    batch = {**env, "NNODES": "2", "SLURM_JOB_ID": "77"}
+    c = resolve({"workload": "reference"}, batch)
+    assert c.launcher == "slurm" and c.run_id != "77"
+    validate(c)  # the default endpoint means "chosen at launch"
+    # one node inside an allocation stays local
+    assert resolve({}, {**env, "SLURM_JOB_ID": "77"}).launcher == "local"
+    # asked for, outside any allocation; the option wins over the variable
+    assert resolve({}, {**env, "NVRX_LAUNCHER": "slurm"}).launcher == "slurm"
+    assert resolve({"launcher": "local"}, {**batch, "NVRX_LAUNCHER": "slurm"}).launcher == "local"
+    with pytest.raises(ConfigError, match="environment variable NVRX_LAUNCHER"):
+        resolve({}, {**env, "NVRX_LAUNCHER": "pbs"})
+    # local on several nodes still needs a real endpoint, and says how to avoid it
+    local = resolve(
+        {"launcher": "local", "run_id": "r", "workload": "reference"}, {**env, "NNODES": "2"}
+    )
+    with pytest.raises(ConfigError, match="--launcher slurm"):
+        validate(local)
+    assert resolve({"launcher": "slurm"}, {**env, "NNODES": "2"}).as_dict()["launcher"] == "slurm"
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,284 @@
+"""The Slurm launch backend: one ft_launcher per node through one srun step.
+
+Pure parts (argv, the node shim, parsers) are tested everywhere; the real runs need a Slurm of at
+least two idle nodes (``scripts/slurm_local.sh up`` starts one on this host: SLURM_CONF names it,
+or its default /tmp/nvrx-slurm) and are skipped with that reason otherwise.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from pytest_nvrx.launch import (
+    IS_HOST_PLACEHOLDER,
+    NODE_SHIM,
+    node_launcher_argv,
+    parse_job_id,
+    parse_node_addr,
+    shared_hosts,
+    srun_argv,
+)
+from pytest_nvrx.layout import node_console_log_name
+
+LOCAL_CONF = Path(os.environ.get("NVRX_SLURM_DIR", "/tmp/nvrx-slurm")) / "etc" / "slurm.conf"
+
+
+# --- pure parts ---------------------------------------------------------------------------------
+
+
+def test_parsers() -> None:
+    assert parse_job_id("salloc: Granted job allocation 12\n") == "12"
+    assert parse_job_id("salloc: Pending job allocation 7\nsalloc: job 7 queued") == "7"
+    assert parse_job_id("salloc: error: Job submit/allocate failed") is None
+    line = "NodeName=n1 Arch=x86_64 CoresPerSocket=1 NodeAddr=127.0.0.1 NodeHostName=vm Port=1"
+    assert parse_node_addr(line) == "127.0.0.1"
+    assert parse_node_addr("NodeName=n1 State=IDLE") is None
+    assert shared_hosts(["127.0.0.1", "127.0.0.1"]) and not shared_hosts(["a", "b"])
+
+
+def test_node_argv_and_srun_step(tmp_path: Path) -> None:
+    launcher = ["ft_launcher", "--nnodes=2", "--rdzv-endpoint=localhost:0", "--rdzv-id=r"]
+    node = node_launcher_argv(launcher, "10.0.0.1:2345")
+    assert node == [
+        "ft_launcher",
+        "--nnodes=2",
+        "--rdzv-endpoint=10.0.0.1:2345",
+        "--rdzv-id=r",
+        f"--rdzv-conf=is_host={IS_HOST_PLACEHOLDER}",
+    ]
+    argv = srun_argv(
+        srun="srun",
+        job_id="9",
+        nodes=["a1", "a2"],
+        step_name="nvrx-r",
+        console_dir=tmp_path,
+        node_argv=[*node, "w.py"],
+        extra=["--partition=p"],
+    )
+    shim_at = argv.index("bash")
+    assert argv[:shim_at] == [
+        "srun",
+        "--jobid=9",
+        "--nodes=2",
+        "--ntasks=2",
+        "--ntasks-per-node=1",
+        "--nodelist=a1,a2",
+        "--job-name=nvrx-r",
+        "--kill-on-bad-exit=1",
+        f"--output={tmp_path / 'launcher.console.node%n.log'}",
+        "--partition=p",
+    ]
+    assert argv[shim_at:] == ["bash", "-c", NODE_SHIM, "nvrx-node", *node, "w.py"]
+    assert node_console_log_name(1) == "launcher.console.node1.log"
+
+
+@pytest.mark.parametrize(("node", "is_host"), [("a1", "true"), ("a2", "false")])
+def test_node_shim(tmp_path: Path, node: str, is_host: str) -> None:
+    """What each task runs: its own TMPDIR below the launch's, the rendezvous-host flag set by
+    node name, every argument passed through unchanged otherwise (spaces included)."""
+    probe = (
+        "import os, sys; print(os.environ['TMPDIR']); print(os.path.isdir(os.environ['TMPDIR']));"
+        " print(repr(sys.argv[1:]))"
+    )
+    args = [f"--rdzv-conf=is_host={IS_HOST_PLACEHOLDER}", "two words"]
+    out = subprocess.run(
+        ["bash", "-c", NODE_SHIM, "nvrx-node", sys.executable, "-c", probe, *args],
+        env={
+            **os.environ,
+            "SLURMD_NODENAME": node,
+            "NVRX_RDZV_NODE": "a1",
+            "TMPDIR": str(tmp_path),
+        },
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.splitlines()
+    assert out == [
+        str(tmp_path / node),
+        "True",
+        repr([f"--rdzv-conf=is_host={is_host}", "two words"]),
+    ]
+
+
+def test_node_shim_refuses_outside_a_step(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "SLURMD_NODENAME"}
+    done = subprocess.run(
+        ["bash", "-c", NODE_SHIM, "nvrx-node", "true"],
+        env={**env, "NVRX_RDZV_NODE": "a1", "TMPDIR": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode != 0 and "not a task of a Slurm step" in done.stderr
+
+
+# --- real runs on a Slurm -----------------------------------------------------------------------
+
+
+def _slurm_env() -> dict[str, str]:
+    env = dict(os.environ)
+    if "SLURM_CONF" not in env and LOCAL_CONF.is_file():
+        env["SLURM_CONF"] = str(LOCAL_CONF)
+    # this test session is not a Slurm job: the launch must make its own allocation
+    for var in [v for v in env if v.startswith("SLURM_") and v != "SLURM_CONF"]:
+        del env[var]
+    return env
+
+
+def _idle_nodes(env: dict[str, str]) -> int:
+    if shutil.which("sinfo") is None or shutil.which("srun") is None:
+        return 0
+    try:
+        out = subprocess.run(
+            ["sinfo", "-h", "-N", "-t", "idle", "-o", "%N"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        return 0
+    return len(set(out.stdout.split())) if out.returncode == 0 else 0
+
+
+@pytest.fixture
+def slurm_env() -> dict[str, str]:
+    env = _slurm_env()
+    if _idle_nodes(env) < 2:
+        pytest.skip(
+            "no Slurm with 2 idle nodes here (start one: scripts/slurm_local.sh up; then "
+            "SLURM_CONF or the default /tmp/nvrx-slurm names it)"
+        )
+    return env
+
+
+def _our_jobs(env: dict[str, str], name: str) -> list[str]:
+    out = subprocess.run(
+        ["squeue", "-h", "-n", name, "-o", "%i %T"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=10,
+        check=True,
+    )
+    return out.stdout.splitlines()
+
+
+def test_reference_kill_on_two_nodes_through_srun(
+    tmp_path: Path, slurm_env: dict[str, str]
+) -> None:
+    """The shipped reference kill scenario, NNODES=2, one ft_launcher per Slurm node: all six
+    criteria pass on the combined run directory, and the fault's node is in the evidence."""
+    work = tmp_path / "work"
+    run_id = f"slurm{os.getpid()}"
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "--pyargs",
+        "pytest_nvrx.suite",
+        "-p",
+        "no:cacheprovider",
+        "-k",
+        "reference-kill-save",
+        "--nvrx-workload=reference",
+        "--nvrx-nnodes=2",
+        "--nvrx-gpus-per-node=1",
+        "--nvrx-launcher=slurm",
+        f"--nvrx-work-dir={work}",
+        "-q",
+    ]
+    t0 = time.monotonic()
+    done = subprocess.run(
+        cmd,
+        env={**slurm_env, "NVRX_RUN_ID": run_id},
+        capture_output=True,
+        text=True,
+        timeout=500,
+        check=False,
+        cwd=tmp_path,
+    )
+    wall = time.monotonic() - t0
+    assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-3000:]
+    # the six criteria and the suite's own checks of the scenario, none failed or skipped
+    summary = done.stdout.strip().splitlines()[-1]
+    counts = re.fullmatch(r"(\d+) passed, \d+ deselected in [\d.]+s", summary)
+    assert counts is not None and int(counts.group(1)) >= 6, summary
+    (run_dir,) = (work / "runs").iterdir()
+    manifest = json.loads((run_dir / "run.json").read_text())
+    assert manifest["config"]["launcher"] == "slurm"
+    assert manifest["config"]["nnodes"] == 2 and manifest["config"]["world_size"] == 2
+    slurm = manifest["slurm"]
+    assert slurm["allocated_here"] is True and len(slurm["nodes"]) == 2
+    assert manifest["config"]["rdzv_endpoint"] == slurm["rdzv_endpoint"] != "localhost:0"
+    # fault rank 1 ran on the second node (one process per node): its launcher (infra rank 1)
+    # saw the failure, and its lines reached the one launcher log NVRx's log server writes
+    log = (run_dir / "logs" / "launcher.log").read_text().splitlines()
+    failure = [line for line in log if "Event: failure_detected" in line and "Rank: 1" in line]
+    assert any("infra:1(" in line for line in failure), failure
+    assert any("infra:0(" in line for line in log) and any("infra:1(" in line for line in log)
+    for node in (0, 1):
+        assert (run_dir / "logs" / node_console_log_name(node)).is_file()
+    # the allocation made for the run is gone
+    assert _our_jobs(slurm_env, slurm["step_name"]) == []
+    print(f"slurm reference kill, 2 nodes: {wall:.1f} s")
+
+
+def _cli_run(work: Path, run_id: str, *, nnodes: int, timeout: int) -> list[str]:
+    return [
+        *(sys.executable, "-m", "pytest_nvrx", "run", "--workload=reference"),
+        *(f"--nnodes={nnodes}", "--gpus-per-node=1", "--launcher=slurm"),
+        *(f"--work-dir={work}", f"--run-id={run_id}", f"--timeout={timeout}"),
+    ]
+
+
+def test_timeout_cancels_the_allocation_and_the_tree(
+    tmp_path: Path, slurm_env: dict[str, str]
+) -> None:
+    """A run killed by its deadline leaves no job and no process: srun's tasks are stopped and
+    the allocation made for it is cancelled."""
+    run_id = f"slurmto{os.getpid()}"
+    done = subprocess.run(
+        _cli_run(tmp_path, run_id, nnodes=2, timeout=12),
+        env={**slurm_env, "NVRX_TEST_MARK": run_id},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 124, done.stdout + done.stderr
+    assert "Slurm job" in done.stdout and "allocated here" in done.stdout, done.stdout
+    assert _our_jobs(slurm_env, f"nvrx-{run_id}") == []
+    from tests.processes import marked
+
+    assert marked(run_id) == {}
+    result = json.loads((tmp_path / "runs" / run_id / "result.json").read_text())
+    assert result["timed_out"] is True
+
+
+def test_allocation_too_small_is_refused_and_leaves_no_job(
+    tmp_path: Path, slurm_env: dict[str, str]
+) -> None:
+    run_id = f"slurmbig{os.getpid()}"
+    done = subprocess.run(
+        _cli_run(tmp_path, run_id, nnodes=64, timeout=60),
+        env=slurm_env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "the run needs 64 (NNODES): lower --nnodes" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr
+    assert _our_jobs(slurm_env, f"nvrx-{run_id}") == []
