@@ -44,7 +44,7 @@ from pytest_nvrx.plugin import (
 )
 from pytest_nvrx.recipe import prepare_run_dir
 from pytest_nvrx.scenarios import DEFAULTS, RUN_TIMEOUTS, Scenario
-from pytest_nvrx.settings import ConfigError, RunConfig, resolve
+from pytest_nvrx.settings import ConfigError, RunConfig, default_launcher, resolve
 
 GPU_LOCK = Path("/tmp/pytest-nvrx-gpu.lock")
 # workload -> the evidence of this session's passed baseline scenario
@@ -104,9 +104,11 @@ def gpu_available() -> str | None:
 
 def scenario_config(settings: NvrxSettings, scenario: Scenario, work_dir: Path) -> RunConfig:
     values: dict[str, Any] = {**DEFAULTS[scenario.workload], **settings.overrides}
-    if int(values.get("nnodes", 1)) > 1:
+    nnodes = int(values.get("nnodes", 1))
+    launcher = values.get("launcher") or default_launcher(nnodes, os.environ)
+    if nnodes > 1 and launcher != "slurm":
         # every node runs this same session: they must agree on the run ID (and so on the
-        # rendezvous ID and the shared run dir)
+        # rendezvous ID and the shared run dir); a slurm launch starts every node from here
         base = os.environ.get("NVRX_RUN_ID") or os.environ.get("SLURM_JOB_ID")
         if not base:
             raise ConfigError(
@@ -117,6 +119,7 @@ def scenario_config(settings: NvrxSettings, scenario: Scenario, work_dir: Path) 
     else:
         run_id = f"{scenario.id}-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid() % 100000:05d}"
     values.update(
+        launcher=launcher,
         workload=scenario.workload,
         fault=scenario.fault,
         window=scenario.window,

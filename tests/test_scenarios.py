@@ -154,7 +154,15 @@ def test_multinode_shares_the_run_id(
     monkeypatch.delenv("SLURM_JOB_ID", raising=False)
     with pytest.raises(ConfigError, match="same run ID on all nodes"):
         scenario_config(settings, Scenario("megatron", "kill", "save"), tmp_path)
+    # one session per node inside a job step (srun pytest ...): they share the job's ID
     monkeypatch.setenv("SLURM_JOB_ID", "777")
+    monkeypatch.setenv("SLURM_STEP_ID", "0")
     c = scenario_config(settings, Scenario("megatron", "kill", "save"), tmp_path)
     assert c.run_id == "777-megatron-kill-save" and c.world_size == 8
+    assert c.launcher == "local"
     validate(c)
+    # in the allocation but outside a step, the slurm launcher starts every node from this one
+    # session: its own ID, as on one node
+    monkeypatch.delenv("SLURM_STEP_ID")
+    c = scenario_config(settings, Scenario("megatron", "kill", "save"), tmp_path)
+    assert c.launcher == "slurm" and c.run_id.startswith("megatron-kill-save-")
