@@ -279,7 +279,7 @@ sys.exit(0 if any(e.value.startswith("pytest_nvrx") for e in m.entry_points(grou
 # started (`skipped` in cli-runs.tsv). Each run's CLI output goes to cli-runs.log; its run
 # directory ($NVRX_WORK_DIR/runs/<run id>) is packed into runs.tar.gz at the end.
 run_cli() {
-    local -a common=() args=()
+    local -a common=() args=() envs=()
     local spec left k=0 worst=0 min_s="${NVRX_CLI_MIN_S:-150}" par="${NVRX_CLI_PARALLEL:-1}"
     if [[ "${1:-}" == "--common" ]]; then
         eval "common=(${2:?--common needs an option string})"
@@ -291,6 +291,13 @@ run_cli() {
     printf 'run\texit\tseconds\n' >"$OUT/cli-runs.tsv"
     for spec in "$@"; do
         eval "args=($spec)"
+        # leading NAME=value words of a run's options go to that run's environment (e.g.
+        # CUDA_VISIBLE_DEVICES=1 for the second of several "nodes" on one host)
+        envs=()
+        while ((${#args[@]})) && [[ "${args[0]}" =~ ^[A-Z_][A-Z0-9_]*= ]]; do
+            envs+=("${args[0]}")
+            args=("${args[@]:1}")
+        done
         # at most $par runs at once: wait for one to end before starting the next
         while (($(jobs -rp | wc -l) >= par)); do wait -n || worst=1; done
         left=$((LIMIT_S - SECONDS - PACK_RESERVE_S))
@@ -302,10 +309,16 @@ run_cli() {
         fi
         k=$((k + 1))
         if ((par == 1)); then
-            cli_one "$left" "$spec" "${common[@]}" "${args[@]}" || worst=1
+            (
+                ((${#envs[@]} == 0)) || export "${envs[@]}"
+                cli_one "$left" "$spec" "${common[@]}" "${args[@]}"
+            ) || worst=1
         else
             # concurrent runs write their own logs (cli-run-K.log), appended at the end
-            cli_one "$left" "$spec" "${common[@]}" "${args[@]}" >"$OUT/cli-run-$k.log" 2>&1 &
+            (
+                ((${#envs[@]} == 0)) || export "${envs[@]}"
+                cli_one "$left" "$spec" "${common[@]}" "${args[@]}"
+            ) >"$OUT/cli-run-$k.log" 2>&1 &
         fi
     done
     while (($(jobs -rp | wc -l) > 0)); do wait -n || worst=1; done
