@@ -100,6 +100,12 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
         "one made with salloc [NVRX_LAUNCHER; slurm with --nnodes > 1 inside an allocation, "
         "else local]",
     )
+    p(
+        "--node-index",
+        help="this start's node of a multinode run started by hand, 0..NNODES-1; node 0 hosts "
+        "the rendezvous, each node claims and writes its own files, and nodes sharing the "
+        "endpoint's host may run side by side [NVRX_NODE_INDEX; unset: one start per host]",
+    )
     p("--section-timeouts", type=_section_timeouts, help="setup:900,step:120,checkpointing:600")
     p("--out-of-section-timeout", help="seconds out of any section [180]")
     p("--max-restarts", help="launcher restarts [3]")
@@ -155,6 +161,7 @@ _TEXT_OPTIONS = (
     "out_of_section_timeout",
     "max_restarts",
     "workload_check_interval",
+    "node_index",
 )
 
 

@@ -35,13 +35,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from pytest_nvrx.layout import MANIFEST_NAME, RunLayout, node_console_log_name, node_file_name
 from pytest_nvrx.layout import RESULT_NAME as RESULT_NAME  # re-exported: launch.RESULT_NAME
-from pytest_nvrx.layout import RunLayout, node_console_log_name
+from pytest_nvrx.recipe import MULTI_LAUNCHERS_VAR as MULTI_LAUNCHERS_VAR  # re-exported
 from pytest_nvrx.recipe import (
     Recipe,
     check_fresh_run_dir,
     make_run_tmpdir,
     manifest,
+    rdzv_host_option,
     utc_now,
     write_json_atomic,
 )
@@ -203,10 +205,14 @@ class RunResult:
     interrupted: str | None
     start_time: str
     end_time: str
+    #: the launcher's PID: NVRx names a node ``<host>_<launcher pid>_<n>`` in launcher.log
+    #: ("has joined the rendezvous ... as rank R"), which ties ranks to nodes started by hand
+    launcher_pid: int | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "exit_code": self.exit_code,
+            "launcher_pid": self.launcher_pid,
             "wall_s": round(self.wall_s, 3),
             "timed_out": self.timed_out,
             "interrupted": self.interrupted,
@@ -379,8 +385,6 @@ def tail_text(path: Path, lines: int = 40) -> str:
 IS_HOST_PLACEHOLDER = "@NVRX_IS_HOST@"
 #: the rendezvous host's Slurm node name, for the shim
 RDZV_NODE_VAR = "NVRX_RDZV_NODE"
-#: NVRx refuses two launchers of one run on one host unless this is set (a simulation of nodes)
-MULTI_LAUNCHERS_VAR = "NVRX_ENABLE_MULTI_LAUNCHERS_PER_NODE"
 #: Extra arguments for salloc / srun (a partition, an account, a container), shell-quoted.
 SALLOC_ARGS_VAR = "NVRX_SALLOC_ARGS"
 SRUN_ARGS_VAR = "NVRX_SRUN_ARGS"
@@ -487,7 +491,7 @@ def node_launcher_argv(launcher_argv: Sequence[str], endpoint: str) -> list[str]
         f"--rdzv-endpoint={endpoint}" if arg.startswith("--rdzv-endpoint=") else arg
         for arg in launcher_argv
     ]
-    return [*out, f"--rdzv-conf=is_host={IS_HOST_PLACEHOLDER}"]
+    return [*out, rdzv_host_option(IS_HOST_PLACEHOLDER)]
 
 
 def step_name(run_id: str) -> str:
@@ -725,7 +729,12 @@ class Launch:
         self.recipe = recipe
         self.layout = recipe.layout
         self.tag = uuid.uuid4().hex
-        self.console = self.layout.logs / CONSOLE_LOG_NAME
+        #: a by-hand node (run --node-index): its own console, and beside node 0's run.json
+        #: and result.json its own (node 0 hosted the rendezvous: its files are the run's)
+        self.node_index = recipe.config.node_index
+        self.console = self.layout.logs / (
+            CONSOLE_LOG_NAME if self.node_index is None else node_console_log_name(self.node_index)
+        )
         #: the launcher's TMPDIR, made fresh by start() (recipe.make_run_tmpdir)
         self.tmpdir: Path | None = None
         #: how the launch ended, once result.json is written
@@ -762,6 +771,9 @@ class Launch:
             target = self.layout.manifest
             if self.slurm is not None:
                 man["slurm"] = self.slurm.describe()
+            elif self.node_index is not None:
+                man["node_index"] = self.node_index
+                target = self._node_file(MANIFEST_NAME)
             elif self.recipe.config.nnodes > 1 and target.exists():
                 # another node of this run wrote run.json first: keep ours beside it
                 target = target.with_name(f"run.{man['host']}.json")
@@ -829,9 +841,16 @@ class Launch:
             interrupted=interrupted.name if interrupted is not None else None,
             start_time=self._start_time,
             end_time=utc_now(),
+            launcher_pid=self._popen.pid,
         )
-        write_json_atomic(self.layout.run_dir / RESULT_NAME, self.result.as_dict())
+        write_json_atomic(self._node_file(RESULT_NAME), self.result.as_dict())
         return self.result
+
+    def _node_file(self, name: str) -> Path:
+        """``name`` in the run dir: node 0's (or an unnumbered launch's), else the node's own."""
+        if not self.node_index:
+            return self.layout.run_dir / name
+        return self.layout.run_dir / node_file_name(name, self.node_index)
 
     def progress(self) -> Progress:
         return read_progress(self.layout, time.monotonic() - self._t0)

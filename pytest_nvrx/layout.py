@@ -54,10 +54,19 @@ def window_allowed(fault: str, window: str) -> bool:
 
 def node_console_log_name(node: int | str) -> str:
     """Console (stdout and stderr) of one node's ft_launcher in a Slurm launch, by the node's
-    index in the step (``srun --output`` writes ``%n`` as that index). The launchers' logs and
+    index in the step (``srun --output`` writes ``%n`` as that index), or in a launch started
+    by hand with ``run --node-index``. The launchers' logs and
     the cycle logs need no per-node names: NVRx's gRPC log server, on the rendezvous host, is
     their only writer and interleaves every node's lines (tagged ``infra:<node rank>``)."""
     return f"launcher.console.node{node}.log"
+
+
+def node_file_name(name: str, node: int) -> str:
+    """A run-dir file of one node that is not the rendezvous host, when nodes are started by
+    hand (``run --node-index``): ``run.json`` -> ``run.node1.json``. Node 0 keeps the plain
+    names (its ``result.json`` is the run's: its launcher hosted the rendezvous)."""
+    stem, dot, suffix = name.partition(".")
+    return f"{stem}.node{node}{dot}{suffix}"
 
 
 def cycle_log_name(cycle: int) -> str:

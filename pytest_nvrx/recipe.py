@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pytest_nvrx import __version__
-from pytest_nvrx.layout import TMP_ROOT, RunLayout
+from pytest_nvrx.layout import TMP_ROOT, RunLayout, node_file_name
 from pytest_nvrx.settings import (
     REFERENCE_ASYNC_WRITER_FLAG,
     ConfigError,
@@ -167,6 +167,60 @@ def log_server_port_for(config: RunConfig) -> int:
     return 20000 + zlib.crc32(config.run_id.encode()) % 20000
 
 
+#: NVRx refuses two launchers of one run on one host unless this is set (a simulation of nodes:
+#: its rendezvous closes on two participants with one address)
+MULTI_LAUNCHERS_VAR = "NVRX_ENABLE_MULTI_LAUNCHERS_PER_NODE"
+#: Names of this host as a rendezvous endpoint may give it.
+_LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost", "::1"})
+
+
+def rdzv_host_option(is_host: bool | str) -> str:
+    """ft_launcher's ``--rdzv-conf=is_host=...``: whether this node hosts the c10d store, NVRx's
+    gRPC log server (the only writer of launcher.log and the cycle logs) and the cycle records.
+
+    Explicit, because NVRx guesses it from the endpoint's host name: several nodes on one host
+    would all guess true. A str is a placeholder replaced on each node (the Slurm shim).
+    """
+    value = ("true" if is_host else "false") if isinstance(is_host, bool) else is_host
+    return f"--rdzv-conf=is_host={value}"
+
+
+def endpoint_host(endpoint: str) -> str:
+    """The host of ``host:port`` (``[::1]:29500`` too), lower case, without brackets."""
+    host = endpoint.rpartition(":")[0] if ":" in endpoint else endpoint
+    return host.strip("[]").lower()
+
+
+def is_this_host(host: str) -> bool:
+    """Whether ``host`` names this machine: loopback, or its host name (short or full)."""
+    if host in _LOOPBACK_NAMES or host.startswith("127."):
+        return True
+    names = {socket.gethostname().lower(), socket.getfqdn().lower()}
+    names |= {name.split(".")[0] for name in names}
+    return host in names
+
+
+def node_env(config: RunConfig) -> dict[str, str]:
+    """What a by-hand node's launcher needs in its environment: NVRx's permission for several
+    launchers on one host when this node and the rendezvous share the host (``--node-index``
+    with an endpoint on this host; nodes on other hosts would name another one)."""
+    if (
+        config.node_index is not None
+        and config.nnodes > 1
+        and is_this_host(endpoint_host(config.rdzv_endpoint))
+    ):
+        return {MULTI_LAUNCHERS_VAR: "1"}
+    return {}
+
+
+def node_options(config: RunConfig) -> list[str]:
+    """The launcher options of a by-hand node (``--node-index``): node 0 hosts the rendezvous.
+    Without a node index NVRx guesses from the host name, as before."""
+    if config.node_index is None:
+        return []
+    return [rdzv_host_option(config.node_index == 0)]
+
+
 def launcher_argv(config: RunConfig, layout: RunLayout, port: int, exe: str) -> list[str]:
     argv = [
         exe,
@@ -188,7 +242,7 @@ def launcher_argv(config: RunConfig, layout: RunLayout, port: int, exe: str) -> 
         argv.append(
             f"--ft-workload-check-interval={format_seconds(config.workload_check_interval)}"
         )
-    return argv
+    return [*argv, *node_options(config)]
 
 
 def injector_argv(config: RunConfig, layout: RunLayout) -> list[str]:
@@ -292,7 +346,12 @@ def build_recipe(
     else:
         work = reference_args(config, layout)
     port = log_server_port_for(config) if port is None else check_port(port, "--log-server-port")
-    env = {"TMPDIR": str(layout.tmp), "NVRX_RUN_ID": config.run_id, "PYTHONUNBUFFERED": "1"}
+    env = {
+        "TMPDIR": str(layout.tmp),
+        "NVRX_RUN_ID": config.run_id,
+        "PYTHONUNBUFFERED": "1",
+        **node_env(config),
+    }
     return Recipe(
         config=config,
         layout=layout,
@@ -352,9 +411,14 @@ def check_fresh_run_dir(layout: RunLayout) -> None:
 _CLAIM_READ_MAX = 4096
 
 
-def claim_file(layout: RunLayout, *, nnodes: int, host: str) -> Path:
-    """``run.claim``; on several nodes, which share the run dir, one per host."""
-    return layout.run_dir / ("run.claim" if nnodes == 1 else f"run.{host}.claim")
+def claim_file(layout: RunLayout, *, nnodes: int, host: str, node_index: int | None = None) -> Path:
+    """``run.claim``; on several nodes, which share the run dir, one per node: by its index
+    when the nodes are numbered by hand (several may share a host), else by host name."""
+    if nnodes == 1:
+        return layout.run_dir / "run.claim"
+    if node_index is not None:
+        return layout.run_dir / node_file_name("run.claim", node_index)
+    return layout.run_dir / f"run.{host}.claim"
 
 
 def _claim_holder(path: Path) -> str:
@@ -377,7 +441,9 @@ def _claim_holder(path: Path) -> str:
         os.close(fd)
 
 
-def claim_run_dir(layout: RunLayout, *, nnodes: int, host: str | None = None) -> Path:
+def claim_run_dir(
+    layout: RunLayout, *, nnodes: int, host: str | None = None, node_index: int | None = None
+) -> Path:
     """Claim the run dir for one launch, atomically, before anything else is written in it.
 
     The claim file is created with ``O_EXCL`` (never through a planted link), so of two starts
@@ -385,7 +451,7 @@ def claim_run_dir(layout: RunLayout, *, nnodes: int, host: str | None = None) ->
     stays: one run dir holds one run. Returns the claim file.
     """
     host = socket.gethostname() if host is None else host
-    path = claim_file(layout, nnodes=nnodes, host=host)
+    path = claim_file(layout, nnodes=nnodes, host=host, node_index=node_index)
     try:
         layout.run_dir.mkdir(parents=True, exist_ok=True)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
@@ -430,7 +496,7 @@ def prepare_run_dir(config: RunConfig, *, claim: bool = True) -> RunLayout:
         # may already have written there, so only the walkthrough's marker check applies.
         check_fresh_run_dir(layout)
     if claim:
-        claim_run_dir(layout, nnodes=config.nnodes)
+        claim_run_dir(layout, nnodes=config.nnodes, node_index=config.node_index)
     for d in (layout.logs, layout.cycle_infos, layout.checkpoint_dir):
         d.mkdir(parents=True, exist_ok=True)
     return layout

@@ -199,6 +199,10 @@ class RunConfig:
     extra_args: tuple[str, ...] = ()
     #: local: ft_launcher started here; slurm: one per node through srun (pytest_nvrx.launch)
     launcher: LauncherKind = "local"
+    #: This launch's node of a multinode run started by hand (one CLI start per node, several
+    #: maybe on one host): 0 hosts the rendezvous. None: the node is not named (one node, a
+    #: Slurm launch, or per-host starts as before: claim by host name, NVRx guesses the host).
+    node_index: int | None = None
 
     @property
     def world_size(self) -> int:
@@ -263,6 +267,7 @@ ENV_VARS: dict[str, str] = {
     "rdzv_endpoint": "RDZV_ENDPOINT",
     # not the walkthrough's: pytest-nvrx's own
     "launcher": "NVRX_LAUNCHER",
+    "node_index": "NVRX_NODE_INDEX",
 }
 DRY_RUN_ENV = "NVRX_DRY_RUN"
 
@@ -416,6 +421,7 @@ PARSERS: dict[str, Callable[[str, str], Any]] = {
     "distributed_optimizer": parse_bool,
     "no_te_profile": parse_bool,
     "launcher": _choice(LAUNCHER_KINDS),
+    "node_index": _non_negative_int,
 }
 
 
@@ -520,6 +526,7 @@ def validate(config: RunConfig) -> None:
             f"launcher must be one of {', '.join(LAUNCHER_KINDS)}, "
             f"got {quote(repr(config.launcher))}"
         )
+    check_node_index(config)
     seconds = {
         "out-of-section timeout": config.out_of_section_timeout,
         "workload check interval": config.workload_check_interval,
@@ -649,6 +656,25 @@ def validate(config: RunConfig) -> None:
 
 
 _HOST = re.compile(r"[A-Za-z0-9_.-]+|\[[0-9A-Fa-f:.]+\]")
+
+
+def check_node_index(config: RunConfig) -> None:
+    """A by-hand node's index: below NNODES, and only where each node is started by hand."""
+    index = config.node_index
+    if index is None:
+        return
+    if not isinstance(index, int) or isinstance(index, bool) or index < 0:
+        raise ConfigError(f"node index must be >= 0, got {quote(repr(index))}")
+    if index >= config.nnodes:
+        raise ConfigError(
+            f"node index {index} is not below NNODES {config.nnodes}: number the nodes "
+            f"0..{config.nnodes - 1} (node 0 hosts the rendezvous)"
+        )
+    if config.launcher == "slurm":
+        raise ConfigError(
+            "node index is for nodes started one by one (launcher local); the slurm launcher "
+            "starts and numbers every node itself: drop --node-index / NVRX_NODE_INDEX"
+        )
 
 
 def check_rdzv_endpoint(endpoint: str, nnodes: int) -> None:
