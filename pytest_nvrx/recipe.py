@@ -200,17 +200,23 @@ def is_this_host(host: str) -> bool:
     return host in names
 
 
+#: NVRx's infrastructure rank of a node outside Slurm (SLURM_PROCID wins inside a step): the
+#: rendezvous orders nodes by it, so node I's workers are ranks I*GPUS_PER_NODE.. (without it,
+#: by node name: host and launcher PID, which is no order at all on one host)
+INFRA_RANK_VAR = "GROUP_RANK"
+
+
 def node_env(config: RunConfig) -> dict[str, str]:
-    """What a by-hand node's launcher needs in its environment: NVRx's permission for several
-    launchers on one host when this node and the rendezvous share the host (``--node-index``
-    with an endpoint on this host; nodes on other hosts would name another one)."""
-    if (
-        config.node_index is not None
-        and config.nnodes > 1
-        and is_this_host(endpoint_host(config.rdzv_endpoint))
-    ):
-        return {MULTI_LAUNCHERS_VAR: "1"}
-    return {}
+    """What a by-hand node's launcher needs in its environment: its index as NVRx's
+    infrastructure rank, and NVRx's permission for several launchers on one host when this
+    node and the rendezvous share the host (an endpoint on this host; nodes on other hosts
+    would name another one)."""
+    if config.node_index is None:
+        return {}
+    env = {INFRA_RANK_VAR: str(config.node_index)}
+    if config.nnodes > 1 and is_this_host(endpoint_host(config.rdzv_endpoint)):
+        env[MULTI_LAUNCHERS_VAR] = "1"
+    return env
 
 
 def node_options(config: RunConfig) -> list[str]:
