@@ -88,3 +88,28 @@ def test_tp2_with_the_distributed_optimizer_cannot_resume(name: str) -> None:
     load = judgement.verdict("optimizer_state_load")
     assert "distrib_optimizer.py:839 (assert len(steps) == 1)" in load.reason
     assert "no-progress stop" in judgement.verdict("no_repeat_injection").reason
+
+
+TWO_NODES = SHAPES / "two-nodes-tp2-kill-save"
+
+
+def test_two_nodes_on_one_host_tp2_across_them_recover() -> None:
+    """Two ft_launchers on one 2-GPU host (NNODES=2, GPUS_PER_NODE=1, TP=2 across the nodes,
+    rendezvous on localhost), started by hand with --node-index 0 / 1 and one GPU each; the
+    kill on rank 1 hits node 1. The combined run dir passes all six, and the failure line in the
+    one launcher.log comes from node 1's launcher, not node 0's."""
+    config = json.loads((TWO_NODES / "run.json").read_text())["config"]
+    assert (config["nnodes"], config["gpus_per_node"], config["tp"]) == (2, 1, 2)
+    assert config["node_index"] == 0  # run.json is node 0's
+    judgement = judge_run_dir(TWO_NODES)
+    assert [v.id for v in judgement.verdicts if not v.passed] == []
+    marker = json.loads((TWO_NODES / "fault_injected.json").read_text())
+    assert (marker["rank"], marker["local_rank"]) == (1, 0)
+    node0 = json.loads((TWO_NODES / "result.json").read_text())["launcher_pid"]
+    failed = [
+        line
+        for line in (TWO_NODES / "logs" / "launcher.log").read_text().splitlines()
+        if "failed (exitcode: -9)" in line
+    ]
+    assert len(failed) == 1 and f"(pid: {marker['pid']})" in failed[0]
+    assert f" {node0} torch/distributed" not in failed[0]  # logged by the other launcher
