@@ -282,7 +282,24 @@ MARKERS: dict[str, str] = {
 def pytest_configure(config: pytest.Config) -> None:
     for name, text in MARKERS.items():
         config.addinivalue_line("markers", f"{name}: {text}")
+    # Our scenario tests carry xdist_group marks (see pytest_generate_tests); declare the marker
+    # ourselves so --strict-markers accepts them where pytest-xdist is not installed.
+    config.addinivalue_line(
+        "markers", "xdist_group(name): pytest-xdist sends the tests of one group to one worker"
+    )
     config.stash[SETTINGS_KEY] = resolve_settings(config)
+
+
+@pytest.hookimpl(optionalhook=True, tryfirst=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """Under ``-n N`` (``--dist load``, xdist's default, or ``loadgroup``): one workload's
+    scenarios on one worker, every other test as ``load`` would (pytest_nvrx.xdist_support).
+    Other ``--dist`` modes are the user's choice and left alone."""
+    if config.getvalue("dist") not in ("load", "loadgroup"):
+        return None
+    from pytest_nvrx.xdist_support import ScenarioScheduling
+
+    return ScenarioScheduling(config, log)
 
 
 def _dist_version(name: str) -> str:
@@ -326,10 +343,20 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         return
     s = metafunc.config.stash[SETTINGS_KEY]
     if s.run_dir is not None:
-        params = [pytest.param(None, id="existing-run")]
+        params = [pytest.param(None, id="existing-run", marks=pytest.mark.xdist_group("nvrx"))]
     else:
+        # One xdist group per workload: a scenario's tests run on one worker, so it launches
+        # once per session whatever -n is, and the faulted scenarios find their workload's
+        # baseline run (training continuity) on the same worker.
         params = [
-            pytest.param(sc, id=sc.id, marks=[getattr(pytest.mark, m) for m in sc.markers])
+            pytest.param(
+                sc,
+                id=sc.id,
+                marks=[
+                    *(getattr(pytest.mark, m) for m in sc.markers),
+                    pytest.mark.xdist_group(f"nvrx-{sc.workload}"),
+                ],
+            )
             for sc in s.scenarios()
         ]
     metafunc.parametrize(SCENARIO_FIXTURE, params, indirect=True, scope="session")
@@ -387,6 +414,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     config = session.config
     selected = config.stash.get(SELECTED_KEY, [])
     if not selected or config.option.collectonly or exitstatus != pytest.ExitCode.OK:
+        return
+    if hasattr(config, "workerinput"):
+        # an xdist worker sees every selected scenario but runs only its share of them
         return
     if config.stash.get(JUDGED_KEY, []):
         return

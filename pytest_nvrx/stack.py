@@ -117,7 +117,8 @@ def detect_stack(
 ) -> Stack:
     """Versions for workers run by ``python`` (default: this interpreter) with ``env``.
 
-    Costs one subprocess that imports torch (~6 s): call it once per session. Megatron's version
+    Costs one subprocess that imports torch (~6 s) the first time per interpreter and
+    environment in a process; later calls reuse its answer (run_probe). Megatron's version
     comes from the checkout at ``megatron_path`` when given, else from the megatron-core
     distribution installed for ``python``.
     """
@@ -164,7 +165,48 @@ def detect_stack(
     )
 
 
+#: Answers of successful probes in this process, by interpreter and environment (see _probe_key).
+_PROBE_CACHE: dict[tuple[str, tuple[tuple[str, str], ...]], dict[str, Any]] = {}
+
+#: Variables that change between tests and runs but not what an interpreter imports.
+_VOLATILE_PREFIXES = ("PYTEST_", "NVRX_", "TORCHELASTIC_")
+_VOLATILE_NAMES = frozenset({"TMPDIR", "PWD", "OLDPWD", "_", "SHLVL", "COLUMNS", "LINES"})
+
+
+def _probe_key(
+    python: str, env: Mapping[str, str] | None
+) -> tuple[str, tuple[tuple[str, str], ...]]:
+    source = os.environ if env is None else env
+    kept = tuple(
+        sorted(
+            (k, v)
+            for k, v in source.items()
+            if k not in _VOLATILE_NAMES and not k.startswith(_VOLATILE_PREFIXES)
+        )
+    )
+    return os.path.realpath(shutil.which(python) or python), kept
+
+
 def run_probe(
+    python: str, *, env: Mapping[str, str] | None = None, timeout: float = 120.0
+) -> tuple[dict[str, Any], list[str]]:
+    """The probe's answer for ``python`` with ``env``; ({}, [why]) when it gives no answer.
+
+    A session plans many runs with one interpreter: a successful answer is kept for this process
+    and reused while the interpreter path and its environment (less per-run variables) are the
+    same, so the ~5 s torch import is paid once per session, not once per scenario.
+    """
+    key = _probe_key(python, env)
+    cached = _PROBE_CACHE.get(key)
+    if cached is not None:
+        return dict(cached), []
+    data, errors = _run_probe(python, env=env, timeout=timeout)
+    if data and not errors and not data.get("errors"):
+        _PROBE_CACHE[key] = dict(data)
+    return data, errors
+
+
+def _run_probe(
     python: str, *, env: Mapping[str, str] | None = None, timeout: float = 120.0
 ) -> tuple[dict[str, Any], list[str]]:
     """Run this file as the probe under ``python``; ({} , [why]) when it gives no answer."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -67,3 +68,38 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         lines = "\n".join(f"  {pid}: {cmd[:160]}" for pid, cmd in sorted(survivors.items()))
         print(f"\nERROR: launched processes survived the test session (now killed):\n{lines}")
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+#: Under pytest-xdist (``./check`` runs ``-n 2``) tests are handed out by scope: a module stays
+#: on one worker (its module-scoped fixtures, a real launch among them, run once), except these
+#: modules, whose tests share nothing expensive and each launch their own run ...
+SPLIT_BY_TEST = frozenset(
+    {"tests/test_cli_e2e.py", "tests/test_signals.py", "tests/test_plugin_signals.py"}
+)
+#: ... and these, whose module-scoped fixture is parametrized: one scope per parameter value.
+SPLIT_BY_PARAM = frozenset({"tests/test_broken_resumes.py"})
+
+
+def work_unit(nodeid: str) -> str:
+    """The xdist work unit of a test of this repository."""
+    path = nodeid.split("::", 1)[0]
+    if path in SPLIT_BY_TEST:
+        return nodeid
+    if path in SPLIT_BY_PARAM and nodeid.endswith("]") and "[" in nodeid:
+        return f"{path}[{nodeid.rsplit('[', 1)[1]}"
+    return path
+
+
+@pytest.hookimpl(optionalhook=True, tryfirst=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """The plugin's scheduler (one workload's scenarios on one worker) for the suite's tests,
+    ``work_unit`` for ours."""
+    from pytest_nvrx.xdist_support import ScenarioScheduling, scenario_scope
+
+    class TestsScheduling(ScenarioScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            if nodeid.startswith("pytest_nvrx/"):
+                return scenario_scope(nodeid) or nodeid
+            return work_unit(nodeid)
+
+    return TestsScheduling(config, log)

@@ -326,3 +326,29 @@ def test_as_dict_round_trip() -> None:
     broken = Stack(errors=("a", "b"))
     assert broken.as_dict()["errors"] == "a; b"
     assert Stack.from_dict({**broken.as_dict(), "future_field": 1}) == broken
+
+
+def test_probe_answer_is_reused_per_interpreter_and_environment(tmp_path: Path) -> None:
+    """A session plans many runs: one probe per interpreter and environment, not one per run;
+    per-run variables (pytest's, ours, TMPDIR) do not count, anything else probes again."""
+    calls = tmp_path / "calls"
+    answer = {"python": "3.12.3", "torch": "2.11.0", "nvrx": "0.7.0", "errors": []}
+    python = fake_python(
+        tmp_path, f"echo x >> '{calls}'\necho '{st.PROBE_PREFIX}{json.dumps(answer)}'\n"
+    )
+    env = {"PATH": os.environ.get("PATH", ""), "TMPDIR": "/tmp/a", "PYTEST_CURRENT_TEST": "t1"}
+    assert detect_stack(None, python=python, env=env).torch == "2.11.0"
+    again = {**env, "TMPDIR": "/tmp/b", "PYTEST_CURRENT_TEST": "t2", "NVRX_RUN_TAG": "x"}
+    assert detect_stack(None, python=python, env=again).torch == "2.11.0"
+    assert calls.read_text().count("x") == 1
+    other = {**env, "PYTHONPATH": str(tmp_path)}
+    assert detect_stack(None, python=python, env=other).torch == "2.11.0"
+    assert calls.read_text().count("x") == 2
+
+
+def test_failed_probe_is_not_reused(tmp_path: Path) -> None:
+    calls = tmp_path / "calls"
+    python = fake_python(tmp_path, f"echo x >> '{calls}'\necho boom >&2; exit 3\n")
+    for _ in range(2):
+        assert not detect_stack(None, python=python).probed
+    assert calls.read_text().count("x") == 2
