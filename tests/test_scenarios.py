@@ -134,6 +134,23 @@ def test_megatron_defaults_one_gpu(tmp_path: Path, megatron_stub: Path) -> None:
     validate(c)
 
 
+@pytest.mark.parametrize(
+    ("overrides", "rank"),
+    [
+        ({"gpus_per_node": 1, "nnodes": 2, "launcher": "slurm"}, 1),  # a rank of node 2
+        ({"gpus_per_node": 1, "nnodes": 2, "launcher": "slurm", "fault_rank": 0}, 0),
+    ],
+)
+def test_the_faulted_rank_is_the_walkthroughs_rank_1_where_it_exists(
+    tmp_path: Path, overrides: dict[str, object], rank: int
+) -> None:
+    settings = NvrxSettings(overrides=overrides)
+    c = scenario_config(settings, Scenario("reference", "kill", "save"), tmp_path)
+    assert c.fault_rank == rank
+    validate(c)
+    # (one rank in all, a one-GPU Megatron scenario: rank 0, test_megatron_defaults_one_gpu)
+
+
 def test_user_overrides_win(tmp_path: Path, megatron_stub: Path) -> None:
     settings = NvrxSettings(
         megatron_path=megatron_stub,

@@ -2,7 +2,8 @@
 
 Pure parts (argv, the node shim, parsers) are tested everywhere; the real runs need a Slurm of at
 least two idle nodes (``scripts/slurm_local.sh up`` starts one on this host: SLURM_CONF names it,
-or its default /tmp/nvrx-slurm) and are skipped with that reason otherwise.
+or its default /tmp/nvrx-slurm) and are skipped with that reason otherwise, except where
+NVRX_REQUIRE_SLURM=1 (``./check`` brings a cluster up and sets it): then a missing cluster fails.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import shutil
 import subprocess
 import sys
 import time
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
@@ -30,6 +32,9 @@ from pytest_nvrx.launch import (
 from pytest_nvrx.layout import node_console_log_name
 
 LOCAL_CONF = Path(os.environ.get("NVRX_SLURM_DIR", "/tmp/nvrx-slurm")) / "etc" / "slurm.conf"
+SBATCH_RECIPE = Path(__file__).resolve().parents[1] / "docs" / "ci" / "slurm-qualify.sbatch"
+#: set by ./check after it brought up the local cluster: the real Slurm runs must not skip
+REQUIRE_VAR = "NVRX_REQUIRE_SLURM"
 
 
 # --- pure parts ---------------------------------------------------------------------------------
@@ -155,10 +160,13 @@ def _idle_nodes(env: dict[str, str]) -> int:
 def slurm_env() -> dict[str, str]:
     env = _slurm_env()
     if _idle_nodes(env) < 2:
-        pytest.skip(
+        why = (
             "no Slurm with 2 idle nodes here (start one: scripts/slurm_local.sh up; then "
             "SLURM_CONF or the default /tmp/nvrx-slurm names it)"
         )
+        if os.environ.get(REQUIRE_VAR) == "1":
+            pytest.fail(f"{REQUIRE_VAR}=1 but {why}", pytrace=False)
+        pytest.skip(why)
     return env
 
 
@@ -282,3 +290,70 @@ def test_allocation_too_small_is_refused_and_leaves_no_job(
     assert "the run needs 64 (NNODES): lower --nnodes" in done.stderr, done.stderr
     assert "Traceback" not in done.stderr
     assert _our_jobs(slurm_env, f"nvrx-{run_id}") == []
+
+
+def test_the_sbatch_recipe_qualifies_kill_and_hang_on_two_nodes(
+    tmp_path: Path, slurm_env: dict[str, str]
+) -> None:
+    """docs/ci/slurm-qualify.sbatch, submitted as a user would (``sbatch --wait``) with the
+    reference kill and hang scenarios, NNODES=2: the batch job runs pytest on its first node,
+    the plugin starts one ft_launcher per node through srun inside the job's allocation, the
+    fault lands on rank 1 (the second node), and everything the job leaves is judged again here:
+    JUnit XML (every criterion of both scenarios passed) and each run dir through ``verify``."""
+    out = tmp_path / "qual"
+    env = {
+        **slurm_env,
+        "NVRX_QUAL_OUT": str(out),
+        "NVRX_PYTEST": f"{sys.executable} -m pytest",
+        "NVRX_QUAL_MARKERS": "kill or hang",
+    }
+    done = subprocess.run(
+        ["sbatch", "--wait", "--parsable", f"--output={tmp_path}/job-%j.out", str(SBATCH_RECIPE)],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    job_id = done.stdout.strip().split(";")[0]
+    job_out = tmp_path / f"job-{job_id}.out"
+    log = job_out.read_text() if job_out.is_file() else "(no job output)"
+    assert done.returncode == 0, f"sbatch: {done.stderr}\n{log[-8000:]}"
+    assert job_id.isdigit(), done.stdout
+
+    cases = list(ET.parse(out / "junit.xml").iter("testcase"))
+    for scenario in ("reference-kill-save", "reference-hang-finalize"):
+        mine = [c for c in cases if f"[{scenario}" in c.get("name", "")]
+        assert len(mine) == 7, [c.get("name") for c in cases]  # run_finished + six criteria
+        bad = [c.get("name") for c in mine for e in c if e.tag in ("failure", "error", "skipped")]
+        assert not bad, bad
+
+    runs = sorted((out / "work" / "runs").iterdir())
+    assert [r.name.rsplit("-", 2)[0] for r in runs] == [
+        "reference-hang-finalize",
+        "reference-kill-save",
+    ]
+    for run_dir in runs:
+        manifest = json.loads((run_dir / "run.json").read_text())
+        assert manifest["config"]["launcher"] == "slurm"
+        assert (manifest["config"]["nnodes"], manifest["config"]["fault_rank"]) == (2, 1)
+        slurm = manifest["slurm"]
+        # the batch job's own allocation, not one made by the plugin
+        assert (slurm["job_id"], slurm["allocated_here"]) == (job_id, False)
+        marker = json.loads((run_dir / "fault_injected.json").read_text())
+        assert marker["rank"] == 1
+        launcher_log = (run_dir / "logs" / "launcher.log").read_text().splitlines()
+        detected = [line for line in launcher_log if "Event: failure_detected" in line]
+        assert any("infra:1(" in line for line in detected), detected
+        verify = subprocess.run(
+            [sys.executable, "-m", "pytest_nvrx", "verify", str(run_dir)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert verify.returncode == 0, verify.stdout + verify.stderr
+        assert verify.stdout.count("PASS ") == 6, verify.stdout
+    # the batch job is over and left no step behind
+    assert _our_jobs(slurm_env, "nvrx-qualify") == []
