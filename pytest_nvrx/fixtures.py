@@ -23,10 +23,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from filelock import FileLock
 
 from pytest_nvrx.criteria import Judgement, judge, judge_run_dir
 from pytest_nvrx.evidence.rundir import RunEvidence, load_run
+from pytest_nvrx.gpu_slots import gpu_locks, visible_gpus
 from pytest_nvrx.launch import (
     Launch,
     RunResult,
@@ -46,7 +46,6 @@ from pytest_nvrx.recipe import prepare_run_dir
 from pytest_nvrx.scenarios import DEFAULTS, RUN_TIMEOUTS, Scenario
 from pytest_nvrx.settings import ConfigError, RunConfig, default_launcher, resolve
 
-GPU_LOCK = Path("/tmp/pytest-nvrx-gpu.lock")
 # workload -> the evidence of this session's passed baseline scenario
 BASELINES_KEY = pytest.StashKey[dict[str, RunEvidence]]()
 
@@ -186,20 +185,15 @@ def _run_scenario(
         timeout = settings.run_timeout or RUN_TIMEOUTS[scenario.workload]
         result: RunResult | None = None
         error: str | None = None
-        lock = FileLock(str(GPU_LOCK)) if scenario.needs_gpu else None
-        if lock is not None:
-            lock.acquire()
-        try:
-            with Launch(recipe, stack=stack_dict) as launch:
-                try:
-                    result = launch.wait(
-                        timeout, on_progress=lambda p: write(f"nvrx {scenario.id}: {p.describe()}")
-                    )
-                except RunTimeout as exc:
-                    error = str(exc)
-        finally:
-            if lock is not None:
-                lock.release()
+        # one lock per GPU this session sees: sessions on disjoint GPUs run side by side
+        gpus = visible_gpus() if scenario.needs_gpu else []
+        with gpu_locks(gpus), Launch(recipe, stack=stack_dict) as launch:
+            try:
+                result = launch.wait(
+                    timeout, on_progress=lambda p: write(f"nvrx {scenario.id}: {p.describe()}")
+                )
+            except RunTimeout as exc:
+                error = str(exc)
     if result is not None:
         write(f"nvrx {scenario.id}: launcher exit {result.exit_code} after {result.wall_s:.1f}s")
     evidence = load_run(layout.run_dir, layout.checkpoint_dir)

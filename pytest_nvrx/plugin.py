@@ -104,6 +104,12 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option("rdzv-endpoint", "rendezvous host:port for multinode runs", "rdzv_endpoint"),
     Option(
+        "node-index",
+        "this session's node in a multinode run started by hand, one session per node with the "
+        "same NVRX_RUN_ID and --nvrx-rdzv-endpoint (0 hosts the rendezvous)",
+        "node_index",
+    ),
+    Option(
         "launcher",
         "local | slurm: ft_launcher started here, or one per node through srun in this "
         "allocation (or one made with salloc); default slurm when --nvrx-nnodes > 1 inside an "

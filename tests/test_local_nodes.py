@@ -239,3 +239,59 @@ def test_two_nodes_on_one_host_kill_on_the_second_node(tmp_path: Path) -> None:
     )
     assert verify.returncode == 0, verify.stdout + verify.stderr
     assert "verify: PASSED (6 of 6)" in verify.stdout
+
+
+@pytest.mark.timeout(400)
+def test_two_nodes_on_one_host_through_the_plugin(tmp_path: Path) -> None:
+    """The same two nodes as two pytest sessions of the shipped suite, one per node, sharing
+    NVRX_RUN_ID, the work dir and the endpoint: node 0 by ``--nvrx-node-index``, node 1 by
+    ``NVRX_NODE_INDEX``. Each session judges the one combined run dir and passes it."""
+    work = tmp_path / "work"
+    endpoint = f"localhost:{_free_port()}"
+    common = [
+        sys.executable, "-m", "pytest", "--pyargs", "pytest_nvrx.suite", "-p", "no:cacheprovider",
+        "-q", "-k", "reference-kill-save", "--nvrx-nnodes=2", "--nvrx-gpus-per-node=1",
+        f"--nvrx-rdzv-endpoint={endpoint}", f"--nvrx-work-dir={work}",
+    ]  # fmt: skip
+    mark = new_mark()
+    procs: list[subprocess.Popen[bytes]] = []
+    outs = [tmp_path / f"node{i}.out" for i in range(2)]
+    try:
+        for i, out in enumerate(outs):
+            env = {**marked_env(mark), "NVRX_RUN_ID": "plugin-nodes"}
+            argv = list(common)
+            if i == 0:
+                argv.append("--nvrx-node-index=0")
+            else:
+                env["NVRX_NODE_INDEX"] = str(i)
+            with out.open("wb") as fh:
+                procs.append(
+                    subprocess.Popen(
+                        argv,
+                        stdin=subprocess.DEVNULL,
+                        stdout=fh,
+                        stderr=subprocess.STDOUT,
+                        env=env,
+                        cwd=tmp_path,
+                        start_new_session=True,
+                    )
+                )
+        deadline = time.monotonic() + 300
+        while any(p.poll() is None for p in procs) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        codes = [p.poll() for p in procs]
+    finally:
+        for p in procs:
+            with contextlib.suppress(ProcessLookupError):
+                p.kill()
+        kill_marked(mark)
+    texts = [out.read_text(errors="replace") for out in outs]
+    assert codes == [0, 0], "\n".join(f"--- node {i} ---\n{t[-3000:]}" for i, t in enumerate(texts))
+    for text in texts:
+        # run_finished + six criteria, none failed or skipped, in each node's session
+        assert re.search(r"^7 passed, \d+ deselected", text, re.MULTILINE), text[-2000:]
+    run_dir = work / "runs" / "plugin-nodes-reference-kill-save"
+    manifests = [json.loads((run_dir / n).read_text()) for n in ("run.json", "run.node1.json")]
+    assert [m["node_index"] for m in manifests] == [0, 1]
+    marker = json.loads((run_dir / "fault_injected.json").read_text())
+    assert marker["rank"] == 1 and marker["window"] == "save"
