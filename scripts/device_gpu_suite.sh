@@ -5,6 +5,11 @@
 #   scripts/device_gpu_suite.sh --cli-runs [--common 'ARGS'] 'RUN ARGS' ...
 #                                                 our CLI (`python -m pytest_nvrx run`), one run
 #                                                 per RUN ARGS, one after another
+#   scripts/device_gpu_suite.sh --nodes N [PYTEST ARGS]
+#                                                 N pytest sessions at once, one per by-hand
+#                                                 "node" of one run: CUDA_VISIBLE_DEVICES=i,
+#                                                 --nvrx-node-index i, one NVRX_RUN_ID, a
+#                                                 rendezvous on localhost, --nvrx-nnodes N
 #   scripts/device_gpu_suite.sh [PYTEST ARGS]    run pytest with our plugin
 #
 # Needs .whl/ and .megatron/ from scripts/prepare_device.sh, carried with the tree
@@ -15,6 +20,7 @@
 # Everything that comes back is written to $OUT (the run tool's folder; a temp dir elsewhere):
 #   smoke:  smoke.log, stack.json
 #   pytest: pytest.log, junit.xml, runs.tar.gz (run dirs without checkpoint shards)
+#   nodes:  pytest.node<i>.log, junit.node<i>.xml, runs.tar.gz
 #   cli-runs: cli-runs.log, cli-runs.tsv (run, exit status, seconds), runs.tar.gz
 # The device tool returns at most 8 files, 2 folders deep, 16 MiB each.
 #
@@ -216,7 +222,9 @@ for root in roots:
 def wanted(run, path):
     rel = path.relative_to(run)
     if len(rel.parts) == 1:
-        return rel.name in KEEP_TOP
+        return rel.name in KEEP_TOP or (
+            rel.name.startswith(("run.node", "result.node")) and rel.name.endswith(".json")
+        )
     if rel.parts[0] in KEEP_DIRS:
         return True
     return rel.parts[0] == "checkpoints" and rel.name in CKPT_FILES
@@ -245,6 +253,41 @@ with tarfile.open(dest, "w:gz") as tar:
                 tar.addfile(info)
 print(f"pack_runs: {len(run_dirs)} run dir(s), {total / 2**20:.1f} MiB -> {dest}")
 PYEOF
+}
+
+plugin_args() {
+    # Our entry point is registered only where the package is installed (not on the device);
+    # -p on top of a registered entry point would register the plugin twice.
+    if ! "$PY" -c 'import importlib.metadata as m, sys
+sys.exit(0 if any(e.value.startswith("pytest_nvrx") for e in m.entry_points(group="pytest11")) else 1)'; then
+        echo "-p pytest_nvrx.plugin"
+    fi
+}
+
+# --nodes N: N sessions of one multinode run on this host, node i on GPU i; each session judges
+# the combined run dir after its own launcher ends.
+run_pytest_nodes() {
+    local n=$1 budget i port rc=0 pids=() plugin
+    shift
+    [[ "$n" =~ ^[1-9][0-9]*$ ]] || die "--nodes needs a positive count, got $n"
+    read -r -a plugin <<<"$(plugin_args)"
+    budget=$((LIMIT_S - SECONDS - PACK_RESERVE_S))
+    ((budget > 30)) || die "only ${budget}s left for pytest (NVRX_DEVICE_LIMIT_S=$LIMIT_S)"
+    port=$("$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+    export NVRX_RUN_ID="${NVRX_RUN_ID:-nodes$$}"
+    mkdir -p "$NVRX_WORK_DIR"
+    echo "device_gpu_suite: $n node sessions, run ID $NVRX_RUN_ID, rendezvous localhost:$port,"         "budget ${budget}s"
+    for ((i = 0; i < n; i++)); do
+        CUDA_VISIBLE_DEVICES=$i timeout -s INT -k 20 "$budget" "$PY" -m pytest "${plugin[@]}"             -p no:cacheprovider --basetemp="$BASETEMP.node$i"             --junitxml="$OUT/junit.node$i.xml" -o junit_logging=system-out             --nvrx-nnodes="$n" --nvrx-node-index="$i"             --nvrx-rdzv-endpoint="localhost:$port" --nvrx-work-dir="$NVRX_WORK_DIR"             "$@" >"$OUT/pytest.node$i.log" 2>&1 &
+        pids+=($!)
+    done
+    for i in "${!pids[@]}"; do
+        wait "${pids[$i]}" || rc=$?
+        echo "device_gpu_suite: node $i session exit ${rc}"
+        tail -n 15 "$OUT/pytest.node$i.log"
+    done
+    pack_runs || echo "device_gpu_suite: packing the run dirs failed" >&2
+    return "$rc"
 }
 
 run_pytest() {
@@ -351,6 +394,12 @@ cli_one() {
         print_stack 2>&1 | tee "$OUT/cli-runs.log"
         run_cli "$@" 2>&1 | tee -a "$OUT/cli-runs.log"
         exit "${PIPESTATUS[0]}"
+    fi
+    if [[ "${1:-}" == "--nodes" ]]; then
+        shift
+        print_stack
+        run_pytest_nodes "$@"
+        exit $?
     fi
     if [[ "${1:-}" == "--smoke" ]]; then
         smoke 2>&1 | tee "$OUT/smoke.log"

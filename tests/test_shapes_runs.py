@@ -11,6 +11,7 @@ it TP=2 and PP=2 kill and hang pass all six criteria.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -113,3 +114,51 @@ def test_two_nodes_on_one_host_tp2_across_them_recover() -> None:
     ]
     assert len(failed) == 1 and f"(pid: {marker['pid']})" in failed[0]
     assert f" {node0} torch/distributed" not in failed[0]  # logged by the other launcher
+
+
+PLUGIN_NODES = {
+    "plugin-nodes-tp2-kill-save": False,  # name -> distributed optimizer
+    "plugin-nodes-tp2-distopt-kill-save": True,
+}
+SESSIONS = SHAPES / "plugin-nodes-sessions"
+
+
+@pytest.mark.parametrize("name", sorted(PLUGIN_NODES))
+def test_two_nodes_on_one_host_through_the_plugin(name: str) -> None:
+    """The same two nodes as two pytest sessions of the shipped suite (``device_gpu_suite.sh
+    --nodes 2``: CUDA_VISIBLE_DEVICES=i, --nvrx-node-index i, one NVRX_RUN_ID, -m "gpu and
+    kill" --nvrx-tp 2), nothing set by hand: the recipe set CUDA_DEVICE_MAX_CONNECTIONS, node 1
+    wrote its own manifest, rank 1 (node 1) was killed. Without the distributed optimizer all six
+    pass; with it (the plugin's default) every replacement dies on distrib_optimizer.py:839 and
+    both sessions fail with that cause, as the one-node TP=2 runs above."""
+    run_dir = SHAPES / name
+    distopt = PLUGIN_NODES[name]
+    manifests = [json.loads((run_dir / n).read_text()) for n in ("run.json", "run.node1.json")]
+    for index, manifest in enumerate(manifests):
+        config = manifest["config"]
+        assert (config["nnodes"], config["gpus_per_node"], config["tp"]) == (2, 1, 2)
+        assert (config["node_index"], config["fault_rank"]) == (index, 1)
+        assert config["distributed_optimizer"] is distopt
+        assert [(e["name"], e["origin"]) for e in manifest["worker_env"]] == [
+            ("CUDA_DEVICE_MAX_CONNECTIONS", "pytest-nvrx")
+        ]
+    marker = json.loads((run_dir / "fault_injected.json").read_text())
+    assert (marker["rank"], marker["local_rank"], marker["window"]) == (1, 0, "save")
+    judgement = judge_run_dir(run_dir)
+    failed = [v.id for v in judgement.verdicts if not v.passed]
+    sessions = [
+        (SESSIONS / f"{'distopt' if distopt else 'nodistopt'}.node{i}.log").read_text()
+        for i in (0, 1)
+    ]
+    if distopt:
+        assert failed == [
+            "optimizer_state_load",
+            "progress_past_restore",
+            "no_repeat_injection",
+            "training_continuity",
+        ]
+        assert "distrib_optimizer.py:839" in judgement.verdict("optimizer_state_load").reason
+        assert all("4 failed, 3 passed" in text for text in sessions)
+    else:
+        assert failed == []
+        assert all(re.search(r"= 7 passed, \d+ deselected in ", text) for text in sessions)
