@@ -36,8 +36,8 @@ from pytest_nvrx.launch import (
 )
 from pytest_nvrx.layout import RunLayout
 from pytest_nvrx.plugin import (
-    SETTINGS_KEY,
     NvrxSettings,
+    nvrx_settings,
     record_judged,
     scenario_passed,
     terminal_writer,
@@ -231,7 +231,7 @@ def _run_scenario(
 @pytest.fixture(scope="session")
 def nvrx_scenario_run(request: pytest.FixtureRequest) -> Iterator[ScenarioRun]:
     """The scenario's run, launched once and judged; shared by all its criteria tests."""
-    settings = request.config.stash[SETTINGS_KEY]
+    settings = nvrx_settings(request.config)
     scenario: Scenario | None = request.param
     if scenario is None:
         assert settings.run_dir is not None

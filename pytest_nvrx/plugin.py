@@ -155,6 +155,19 @@ class NvrxSettings:
 SETTINGS_KEY = pytest.StashKey[NvrxSettings]()
 
 
+def nvrx_settings(config: pytest.Config) -> NvrxSettings:
+    """The session's settings, resolved on first use: when our scenarios are parametrized or
+    run, never in a session that collects none of them. Until then nothing reads the
+    walkthrough's environment variables (TP, PP, MEGATRON_PATH, ... are common names in ML
+    shells) and nothing probes the stack, so a project that merely has the plugin installed
+    runs as with ``-p no:nvrx``."""
+    settings = config.stash.get(SETTINGS_KEY, None)
+    if settings is None:
+        settings = resolve_settings(config)
+        config.stash[SETTINGS_KEY] = settings
+    return settings
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("nvrx", "fault-recovery qualification (pytest-nvrx)")
     for opt in OPTIONS:
@@ -179,12 +192,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
             parser.addini(opt.dest, opt.help + env, default=None)
 
 
-def _lookup(config: pytest.Config, opt: Option) -> tuple[Any, str] | None:
-    """The first source that sets ``opt``: option, then env var, then ini. (value, source)."""
+def _lookup(config: pytest.Config, opt: Option, *, env: bool = True) -> tuple[Any, str] | None:
+    """The first source that sets ``opt``: option, then env var (unless ``env`` is False), then
+    ini. (value, source)."""
     value = config.getoption(opt.dest)
     if value is not None:
         return value, f"--nvrx-{opt.name}"
-    if opt.env and os.environ.get(opt.env, "") != "":
+    if env and opt.env and os.environ.get(opt.env, "") != "":
         return os.environ[opt.env], f"environment variable {opt.env}"
     ini = config.getini(opt.dest)
     if ini not in (None, "", [], False):
@@ -192,12 +206,16 @@ def _lookup(config: pytest.Config, opt: Option) -> tuple[Any, str] | None:
     return None
 
 
-def resolve_settings(config: pytest.Config) -> NvrxSettings:
-    """Resolve and check every option; raise pytest.UsageError that says how to fix it."""
+def resolve_settings(config: pytest.Config, *, env: bool = True) -> NvrxSettings:
+    """Resolve and check every option; raise pytest.UsageError that says how to fix it.
+
+    ``env=False`` reads only our own options and ini values (what pytest_configure checks in
+    every session); environment variables count only once our scenarios are collected
+    (nvrx_settings)."""
     s = NvrxSettings()
     try:
         for opt in OPTIONS:
-            found = _lookup(config, opt)
+            found = _lookup(config, opt, env=env)
             if found is None:
                 continue
             raw, source = found
@@ -244,7 +262,7 @@ def resolve_settings(config: pytest.Config) -> NvrxSettings:
                 s.continuity_rtol = parse_rtol(value, source)
             elif opt.name == "no-distributed-optimizer" and value:
                 s.overrides["distributed_optimizer"] = False
-        if "launcher" not in s.overrides:
+        if env and "launcher" not in s.overrides:
             # a multinode session inside an allocation launches through srun (the CLI's rule)
             nnodes = int(s.overrides.get("nnodes", 1))
             if default_launcher(nnodes, os.environ) == "slurm":
@@ -293,7 +311,9 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "xdist_group(name): pytest-xdist sends the tests of one group to one worker"
     )
-    config.stash[SETTINGS_KEY] = resolve_settings(config)
+    # Our own --nvrx-* options and nvrx_* ini values are checked now (a typo is a usage error
+    # whatever is collected); the environment only once scenarios are (nvrx_settings).
+    resolve_settings(config, env=False)
 
 
 @pytest.hookimpl(optionalhook=True, tryfirst=True)
@@ -315,8 +335,9 @@ def _dist_version(name: str) -> str:
         return "absent"
 
 
-def pytest_report_header(config: pytest.Config) -> list[str]:
-    s = config.stash[SETTINGS_KEY]
+def header_lines(config: pytest.Config) -> list[str]:
+    """What the session runs on: versions, the workers' stack for a GPU qualification, where."""
+    s = nvrx_settings(config)
     import platform
 
     versions = ", ".join(
@@ -331,9 +352,9 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     )
     lines = [f"nvrx: python {platform.python_version()}, {versions}"]
     if s.megatron_path is not None and s.run_dir is None:
-        # A GPU qualification: the full stack of the workers' interpreter (one ~6 s probe),
-        # Megatron's version and revision included. Without a Megatron path (CPU reference
-        # runs, unit tests) the header stays instant; each scenario still prints its stack.
+        # A GPU qualification: the full stack of the workers' interpreter (one ~6 s probe,
+        # reused by the scenarios), Megatron's version and revision included. Without a
+        # Megatron path (CPU reference runs) each scenario still prints its stack.
         from pytest_nvrx.stack import detect_stack, format_stack_line
 
         lines.append(format_stack_line(detect_stack(s.megatron_path)))
@@ -344,10 +365,39 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     return lines
 
 
+HEADER_KEY = pytest.StashKey[bool]()
+
+
+def _print_header_once(config: pytest.Config) -> None:
+    """The header, printed once scenarios are known to be collected (not in pytest's report
+    header, which every session prints before collection)."""
+    if config.stash.get(HEADER_KEY, False):
+        return
+    config.stash[HEADER_KEY] = True
+    write = terminal_writer(config)
+    for line in header_lines(config):
+        write(line)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_node_collection_finished(node: Any, ids: list[str]) -> None:
+    """Under xdist the controller collects nothing itself: a worker's collected ids say
+    whether scenarios were collected."""
+    from pytest_nvrx.xdist_support import scenario_scope
+
+    if any(scenario_scope(nodeid) is not None for nodeid in ids):
+        _print_header_once(node.config)
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if SCENARIO_FIXTURE not in metafunc.fixturenames:
         return
-    s = metafunc.config.stash[SETTINGS_KEY]
+    try:
+        s = nvrx_settings(metafunc.config)
+    except pytest.UsageError as exc:
+        # a bad environment variable of ours, met now that our scenarios are collected: the
+        # message alone, as a collection error of this module
+        raise pytest.Collector.CollectError(str(exc)) from None
     if s.run_dir is not None:
         params = [pytest.param(None, id="existing-run", marks=pytest.mark.xdist_group("nvrx"))]
     else:
@@ -412,6 +462,8 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         if key not in selected:
             selected.append(key)
     session.config.stash[SELECTED_KEY] = selected
+    if selected and not hasattr(session.config, "workerinput"):
+        _print_header_once(session.config)
 
 
 @pytest.hookimpl(trylast=True)

@@ -6,6 +6,8 @@ runs from tests/data are judged through ``--nvrx-run-dir``.
 
 from __future__ import annotations
 
+import os
+import re
 import shutil
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -254,14 +256,11 @@ def test_workload_option_limits_scenarios(pytester: pytest.Pytester, clean_env: 
         (["--nvrx-continuity-rtol", "nan"], {}, "", "need 0 <= rtol < 1"),
         (["--nvrx-continuity-rtol", "-0.1"], {}, "", "need 0 <= rtol < 1"),
         ([], {}, "nvrx_continuity_rtol = tight", "ini value nvrx_continuity_rtol: 'tight' is not"),
-        ([], {"TP": "x"}, "", "environment variable TP must be a positive integer"),
         ([], {}, "nvrx_train_iters = many", "ini value nvrx_train_iters must be a positive"),
         (["--nvrx-matrix", "all"], {}, "", "--nvrx-matrix must be one of default, full"),
-        ([], {"NVRX_FAULT_MATRIX": "big"}, "", "environment variable NVRX_FAULT_MATRIX must be"),
         ([], {}, "nvrx_matrix = huge", "ini value nvrx_matrix must be one of default, full"),
         (["--nvrx-window", "during"], {}, "", "--nvrx-window must be one or more of step, save"),
         (["--nvrx-window", "save,"], {}, "", "--nvrx-window must be one or more of step, save"),
-        ([], {"NVRX_FAULT_WINDOW": "Step"}, "", "environment variable NVRX_FAULT_WINDOW must be"),
         ([], {}, "nvrx_window = later", "ini value nvrx_window must be one or more of"),
     ],
 )
@@ -283,6 +282,86 @@ def test_bad_values_are_usage_errors(
     result.stderr.fnmatch_lines([f"*pytest-nvrx:*{message}*"])
 
 
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"TP": "x"}, "environment variable TP must be a positive integer"),
+        ({"NVRX_FAULT_MATRIX": "big"}, "environment variable NVRX_FAULT_MATRIX must be"),
+        ({"NVRX_FAULT_WINDOW": "Step"}, "environment variable NVRX_FAULT_WINDOW must be"),
+    ],
+)
+def test_bad_environment_is_an_error_once_scenarios_are_collected(
+    pytester: pytest.Pytester,
+    clean_env: None,
+    monkeypatch: pytest.MonkeyPatch,
+    env: dict[str, str],
+    message: str,
+) -> None:
+    """The walkthrough's variables are read when our scenarios are collected: a bad one stops
+    the session there (a collection error that says how to fix it, nothing launched)."""
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    result = pytester.runpytest(*SUITE_ARGS)
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    result.stdout.fnmatch_lines([f"*pytest-nvrx:*{message}*"])
+    assert "Traceback" not in result.stdout.str()
+    assert "launching" not in result.stdout.str()
+
+
+UNRELATED_ENV = {"TP": "x", "SAVE_INTERVAL": "0", "TRAIN_ITERS": "1e5", "PP": "-1"}
+PROBE_TRACE = """
+import os, sys
+if any("__nvrx_stack_probe__" in a or a.endswith("stack.py") for a in sys.argv):
+    with open(os.environ["PROBE_TRACE_FILE"], "a") as fh:
+        fh.write("probe\\n")
+"""
+
+
+def test_an_unrelated_project_runs_as_without_the_plugin(
+    pytester: pytest.Pytester,
+    clean_env: None,
+    monkeypatch: pytest.MonkeyPatch,
+    megatron_stub: Path,
+    tmp_path: Path,
+) -> None:
+    """Installed in an environment shared with other projects, the plugin stays out of their
+    way: the walkthrough's common variable names (bad values included) and a valid
+    MEGATRON_PATH change nothing, nothing probes the stack, and the output is the output of
+    ``-p no:nvrx``."""
+    pytester.makepyfile(test_trivial="def test_one():\n    assert 1 + 1 == 2\n")
+    for key, value in UNRELATED_ENV.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("MEGATRON_PATH", str(megatron_stub))
+    # every Python started from here records whether it is the stack probe
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(PROBE_TRACE)
+    trace = tmp_path / "probes"
+    monkeypatch.setenv("PROBE_TRACE_FILE", str(trace))
+    monkeypatch.setenv("PYTHONPATH", f"{site}:{os.environ.get('PYTHONPATH', '')}")
+    with_plugin = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    without = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:nvrx")
+    assert with_plugin.ret == without.ret == pytest.ExitCode.OK
+
+    def normalized(result: pytest.RunResult) -> list[str]:
+        # the one line that differs by design: pytest's list of loaded plugins
+        lines = [re.sub(r", nvrx-[^,]+", "", line) for line in result.outlines]
+        return [re.sub(r"in [0-9.]+s", "in Ts", line) for line in lines]
+
+    assert normalized(with_plugin) == normalized(without)
+    assert not trace.exists(), "the stack was probed in a session without our scenarios"
+    # the same variables do reach our suite when it is collected (there, TP=x is an error)
+    ours = pytester.runpytest_subprocess(*SUITE_ARGS)
+    assert ours.ret == pytest.ExitCode.INTERRUPTED
+    ours.stdout.fnmatch_lines(["*environment variable TP must be a positive integer*"])
+    # and the probe detector works: collecting our GPU scenarios does probe, once
+    for key in UNRELATED_ENV:
+        monkeypatch.delenv(key)
+    ours = pytester.runpytest_subprocess(*SUITE_ARGS, "--collect-only", "-m", "gpu")
+    assert ours.ret == pytest.ExitCode.OK, ours.stdout.str()
+    assert trace.read_text().splitlines() == ["probe"]
+
+
 def test_option_beats_env_beats_ini(
     pytester: pytest.Pytester, clean_env: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -290,9 +369,9 @@ def test_option_beats_env_beats_ini(
     monkeypatch.setenv("TRAIN_ITERS", "22")
     pytester.makeconftest(
         """
-        from pytest_nvrx.plugin import SETTINGS_KEY
+        from pytest_nvrx.plugin import nvrx_settings
         def pytest_report_header(config):
-            o = config.stash[SETTINGS_KEY].overrides
+            o = nvrx_settings(config).overrides
             return [f"resolved: {o['train_iters']} {o['save_interval']} {o.get('tp')}"]
         """
     )
@@ -303,7 +382,7 @@ def test_option_beats_env_beats_ini(
 
 
 def test_header_records_stack_and_paths(pytester: pytest.Pytester, clean_env: None) -> None:
-    result = pytester.runpytest("--collect-only")
+    result = pytester.runpytest(*SUITE_ARGS, "--collect-only")
     result.stdout.fnmatch_lines(
         [
             "nvrx: python 3.*, torch *, nvrx 0.7.*, megatron-core *, TE *, apex *",
@@ -349,7 +428,9 @@ def test_existing_run_that_fails_reports_evidence_and_log_tail(
 def test_header_has_full_stack_for_a_gpu_qualification(
     pytester: pytest.Pytester, clean_env: None, megatron_stub: Path
 ) -> None:
-    result = pytester.runpytest("--collect-only", "--nvrx-megatron-path", str(megatron_stub))
+    result = pytester.runpytest(
+        *SUITE_ARGS, "--collect-only", "--nvrx-megatron-path", str(megatron_stub)
+    )
     result.stdout.fnmatch_lines(
         [
             "nvrx stack: Python 3.* | torch * (CUDA *, cuDNN *, NCCL *) | GPU * | TE * | Apex * "
