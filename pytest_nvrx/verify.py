@@ -7,6 +7,10 @@ workers failed before the fault (a setup error), a ``first cause:`` line under t
 that error, and it leads every failing reason and the final ``verify: FAILED: ...`` line
 (``first_cause`` and ``summary`` in ``--json``).
 
+``--json FILE`` also writes the judgement as JSON (``schema_version`` :data:`JSON_SCHEMA_VERSION`,
+fields in docs/criteria.md). ``--json -`` writes the JSON alone to stdout and moves the text
+report to stderr, so that ``verify RUN_DIR --json - | jq`` reads one document.
+
 ``--baseline RUN_DIR`` names an uninterrupted run of the same configuration: training_continuity
 then also compares every iteration after the restore with it. ``--continuity-rtol`` admits a
 relative difference in that criterion's comparisons (default 0: exact).
@@ -31,6 +35,10 @@ EXIT_PASSED = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 
+#: the ``--json`` document's version: raised only when a change breaks existing readers (a field
+#: removed, renamed or retyped); new fields do not change it
+JSON_SCHEMA_VERSION = 1
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
@@ -52,7 +60,8 @@ def build_parser() -> argparse.ArgumentParser:
         dest="json_file",
         metavar="FILE",
         default=None,
-        help="also write the verdicts, stack and timings as JSON to FILE ('-' for stdout)",
+        help="also write the verdicts, stack and timings as JSON to FILE; '-': the JSON alone on "
+        "stdout and the text report on stderr",
     )
     parser.add_argument(
         "--expect-fault",
@@ -85,6 +94,15 @@ def build_parser() -> argparse.ArgumentParser:
         "bitwise deterministic (default 0: exact)",
     )
     return parser
+
+
+def json_report(judgement: Judgement, exit_status: int) -> dict[str, Any]:
+    """The ``--json`` document: versioned, with the exit status the command returns."""
+    return {
+        "schema_version": JSON_SCHEMA_VERSION,
+        **judgement.as_dict(),
+        "exit_status": exit_status,
+    }
 
 
 def _write_json(target: str, data: dict[str, Any], out: TextIO) -> str | None:
@@ -153,16 +171,15 @@ def verify_main(argv: list[str], stdout: TextIO | None = None, stderr: TextIO | 
         expect_window=args.expect_window,
         window_source="--expect-window" if args.expect_window else None,
     )
-    report(judgement, out)
+    # with the JSON on stdout the text goes to stderr: stdout stays one parseable document
+    report(judgement, err if args.json_file == "-" else out)
     status = EXIT_PASSED if judgement.passed else EXIT_FAILED
     for problem in judgement.problems:
         if problem.severity == "fatal":
             err.write(f"verify: error: cannot judge {args.run_dir}: {problem.message}\n")
             status = EXIT_USAGE
     if args.json_file is not None:
-        data = judgement.as_dict()
-        data["exit_status"] = status
-        error = _write_json(args.json_file, data, out)
+        error = _write_json(args.json_file, json_report(judgement, status), out)
         if error is not None:
             err.write(f"verify: error: {error}\n")
             return EXIT_USAGE

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from pytest_nvrx.criteria import CRITERIA_IDS
-from pytest_nvrx.verify import verify_main
+from pytest_nvrx.verify import JSON_SCHEMA_VERSION, verify_main
 from tests.doctor import BASELINE_RUN, CYCLE1, KILL_RUN, MARKER, Doctor, copy_run
 
 LINE = re.compile(r"^(PASS|FAIL|N/A) (\w+): (.+) \[([^\]]+)\]$")
@@ -89,9 +89,76 @@ def test_json_report(tmp_path: Path) -> None:
 
 
 def test_json_to_stdout_for_a_failing_run() -> None:
-    code, out, _ = run_verify(BASELINE_RUN, "--json", "-")
-    data = json.loads(out[out.index("{\n") :])
+    code, out, err = run_verify(BASELINE_RUN, "--json", "-")
+    data = json.loads(out)  # the JSON alone: the text report went to stderr
     assert code == 1 and data["passed"] is False and data["exit_status"] == 1
+    assert "FAIL prior_checkpoint:" in err
+    assert err.rstrip().endswith(f"verify: {data['summary']}")
+
+
+def test_json_to_a_file_keeps_the_text_on_stdout(tmp_path: Path) -> None:
+    target = tmp_path / "report.json"
+    code, out, err = run_verify(BASELINE_RUN, "--json", target)
+    assert code == 1 and err == ""
+    assert len(verdict_lines(out)) == len(CRITERIA_IDS)
+    assert json.loads(target.read_text())["exit_status"] == 1
+
+
+def test_json_of_an_unjudgeable_run_exits_2_with_the_problem(kill: Doctor, tmp_path: Path) -> None:
+    code, out, err = run_verify(kill.root, "--checkpoint-dir", tmp_path / "none", "--json", "-")
+    data = json.loads(out)
+    assert code == 2 and data["exit_status"] == 2 and data["passed"] is False
+    assert data["summary"] == "CANNOT JUDGE (see errors)"
+    assert [p["severity"] for p in data["problems"]] == ["fatal"]
+    assert "verify: error: cannot judge" in err and "CANNOT JUDGE" in err
+
+
+def documented_json_fields() -> list[str]:
+    """The field names of docs/criteria.md's ``verify --json`` field table, in order."""
+    text = (Path(__file__).parents[1] / "docs" / "criteria.md").read_text(encoding="utf-8")
+    table = text[text.index("| field | type | meaning |") :]
+    table = table[: table.index("\n\n")]  # the table ends at the first blank line
+    fields = re.findall(r"^\| `(\w+)` \| ", table, flags=re.MULTILINE)
+    assert fields, "docs/criteria.md: the verify --json field table is gone"
+    return fields
+
+
+def test_json_schema_version_and_documented_fields() -> None:
+    code, out, _ = run_verify(KILL_RUN, "--json", "-")
+    data = json.loads(out)
+    assert code == 0
+    assert data["schema_version"] == JSON_SCHEMA_VERSION == 1
+    assert isinstance(data["schema_version"], int)
+    # every field is documented, and every documented field is there, in the documented order
+    assert list(data) == documented_json_fields()
+
+
+def test_cli_json_pipes_into_json_tool() -> None:
+    """``python -m pytest_nvrx verify RUN --json - | python -m json.tool``, both real processes."""
+    verify = subprocess.Popen(
+        [sys.executable, "-m", "pytest_nvrx", "verify", str(KILL_RUN), "--json", "-"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert verify.stdout is not None
+    tool = subprocess.Popen(
+        [sys.executable, "-m", "json.tool", "--sort-keys"],
+        stdin=verify.stdout,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    verify.stdout.close()  # json.tool alone holds the pipe's read end
+    tool_out, tool_err = tool.communicate(timeout=120)
+    verify_err = verify.stderr.read() if verify.stderr is not None else b""
+    assert verify.wait(timeout=120) == 0, verify_err.decode()
+    assert tool.returncode == 0, tool_err.decode()
+    data = json.loads(tool_out)
+    assert data["passed"] is True and data["exit_status"] == 0
+    assert [c["id"] for c in data["criteria"]] == list(CRITERIA_IDS)
+    report = verify_err.decode()
+    assert report.startswith(f"verify {KILL_RUN}: expected fault kill")
+    assert len(verdict_lines(report)) == len(CRITERIA_IDS)
+    assert report.rstrip().endswith("verify: PASSED (6 of 6)")
 
 
 def test_stack_from_run_json(kill: Doctor) -> None:
@@ -100,7 +167,7 @@ def test_stack_from_run_json(kill: Doctor) -> None:
     )
     code, out, _ = run_verify(kill.root, "--json", "-")
     assert code == 0
-    assert json.loads(out[out.index("{\n") :])["stack"] == {
+    assert json.loads(out)["stack"] == {
         "torch": "2.11.0+cu130",
         "nccl": "2.28.9",
     }
