@@ -1,0 +1,103 @@
+"""``./qualify``: the JUnit report is replaced only when tests ran, and ``--lf`` works.
+
+Each test runs the real script from a copy of it in a scratch directory, so that its
+``qualification-junit.xml`` and ``.pytest_cache`` are the test's own. The copy's
+``scripts/bootstrap.sh`` does nothing (the real one syncs ``.venv``; the copy's ``.venv`` is the
+environment running these tests, already synced). Nothing here launches a run: the selections
+collect only, or pick GPU scenarios that skip without a Megatron checkout.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+JUNIT = "qualification-junit.xml"
+PREVIOUS = '<?xml version="1.0"?><testsuites name="the last real qualification"/>\n'
+
+
+@pytest.fixture
+def checkout(tmp_path: Path) -> Path:
+    """A copy of ``./qualify`` with a no-op bootstrap and this interpreter's environment."""
+    root = tmp_path / "checkout"
+    (root / "scripts").mkdir(parents=True)
+    shutil.copy2(REPO / "qualify", root / "qualify")
+    bootstrap = root / "scripts" / "bootstrap.sh"
+    bootstrap.write_text("#!/bin/sh\nexit 0\n")
+    bootstrap.chmod(0o755)
+    (root / ".venv").symlink_to(Path(sys.prefix), target_is_directory=True)
+    return root
+
+
+def qualify(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    # no Megatron: GPU scenarios skip; none of this session's pytest/xdist state leaks in
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k != "MEGATRON_PATH" and not k.startswith(("PYTEST_", "NVRX_"))
+    }
+    return subprocess.run(
+        [str(root / "qualify"), *args],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+
+
+def collected(proc: subprocess.CompletedProcess[str]) -> list[str]:
+    """Node IDs listed by ``--co -qq`` (the script adds ``-v``: net ``-q``)."""
+    return [line for line in proc.stdout.splitlines() if "::" in line]
+
+
+def test_collect_only_leaves_the_previous_report(checkout: Path) -> None:
+    (checkout / JUNIT).write_text(PREVIOUS)
+    proc = qualify(checkout, "--co", "-qq")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    nodes = collected(proc)
+    assert any("test_run_finished[reference-baseline]" in n for n in nodes), proc.stdout
+    assert (checkout / JUNIT).read_text() == PREVIOUS
+    assert f"qualify: no test ran; {JUNIT} left as it was" in proc.stdout
+
+
+def test_collect_only_writes_no_report_where_there_was_none(checkout: Path) -> None:
+    proc = qualify(checkout, "--collect-only", "-qq")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert collected(proc)
+    assert not (checkout / JUNIT).exists()
+
+
+def test_tests_that_ran_replace_the_report(checkout: Path) -> None:
+    (checkout / JUNIT).write_text(PREVIOUS)
+    # the GPU baseline without a Megatron checkout: its tests run and skip, nothing launches
+    # (the plugin exits 5: nothing was qualified; the report says so with its skips)
+    proc = qualify(checkout, "-m", "gpu", "-k", "baseline")
+    assert proc.returncode == 5, proc.stdout + proc.stderr
+    assert "every selected scenario was skipped" in proc.stdout
+    assert f"qualify: JUnit report in {JUNIT}" in proc.stdout
+    suite = ET.parse(checkout / JUNIT).getroot().find("testsuite")
+    assert suite is not None
+    cases = suite.findall("testcase")
+    assert len(cases) == int(suite.attrib["tests"]) == int(suite.attrib["skipped"]) > 0
+    assert all("megatron-baseline" in case.attrib["name"] for case in cases)
+
+
+def test_last_failed_reruns_only_the_cached_failure(checkout: Path) -> None:
+    everything = collected(qualify(checkout, "--co", "-qq"))
+    failed = next(n for n in everything if "test_run_finished[reference-kill-save]" in n)
+    cache = checkout / ".pytest_cache" / "v" / "cache"
+    cache.mkdir(parents=True)
+    (cache / "lastfailed").write_text(f'{{"{failed}": true}}\n')
+    proc = qualify(checkout, "--co", "--lf", "-qq")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert collected(proc) == [failed]
+    assert len(everything) > 1
