@@ -8,6 +8,7 @@ Nothing here needs a GPU: GPU scenarios are skipped at setup with a reason, so `
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from importlib import metadata
@@ -386,7 +387,15 @@ def pytest_xdist_node_collection_finished(node: Any, ids: list[str]) -> None:
     from pytest_nvrx.xdist_support import scenario_scope
 
     if any(scenario_scope(nodeid) is not None for nodeid in ids):
+        node.config.stash[REMOTE_SELECTED_KEY] = True
         _print_header_once(node.config)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: object | None) -> None:
+    """A worker's judged runs, for the controller's summary and its "nothing qualified" rule."""
+    judged = getattr(node, "workeroutput", {}).get(WORKEROUTPUT_JUDGED, [])
+    node.config.stash.setdefault(REMOTE_JUDGED_KEY, []).extend(judged)
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -447,6 +456,12 @@ def pytest_runtest_makereport(
 
 #: Judged runs in the order they finished, for the terminal summary.
 JUDGED_KEY = pytest.StashKey[list[Any]]()
+#: Under xdist, on the controller: the summary lines of the runs the workers judged.
+REMOTE_JUDGED_KEY = pytest.StashKey[list[list[str]]]()
+#: Under xdist, on the controller: a worker collected scenarios.
+REMOTE_SELECTED_KEY = pytest.StashKey[bool]()
+#: The key of the judged runs' summaries in an xdist worker's workeroutput.
+WORKEROUTPUT_JUDGED = "nvrx_judged"
 #: Scenario ids selected to run in this session (after -m/-k deselection).
 SELECTED_KEY = pytest.StashKey[list[str]]()
 
@@ -470,41 +485,54 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """A session that selected scenarios but ran none of them qualified nothing: not green."""
     config = session.config
-    selected = config.stash.get(SELECTED_KEY, [])
-    if not selected or config.option.collectonly or exitstatus != pytest.ExitCode.OK:
-        return
     if hasattr(config, "workerinput"):
-        # an xdist worker sees every selected scenario but runs only its share of them
+        # an xdist worker sees every selected scenario but runs only its share of them; the
+        # controller decides from what all workers judged
         return
-    if config.stash.get(JUDGED_KEY, []):
+    selected = config.stash.get(SELECTED_KEY, [])
+    remote = config.stash.get(REMOTE_SELECTED_KEY, False)
+    if not (selected or remote) or config.option.collectonly or exitstatus != pytest.ExitCode.OK:
+        return
+    if config.stash.get(JUDGED_KEY, []) or config.stash.get(REMOTE_JUDGED_KEY, []):
         return
     write = terminal_writer(config)
+    which = f" ({', '.join(selected)})" if selected else ""
     write(
-        f"pytest-nvrx: every selected scenario was skipped ({', '.join(selected)}): nothing was"
-        " qualified; exit status 5"
+        f"pytest-nvrx: every selected scenario was skipped{which}: nothing was qualified;"
+        " exit status 5"
     )
     session.exitstatus = pytest.ExitCode.NO_TESTS_COLLECTED
 
 
+def summary_lines(run: Any) -> list[str]:
+    """A judged run in the terminal summary: where it is, the launcher's end, every verdict
+    with the line that proves it."""
+    wall = f", launcher {run.result.wall_s:.1f}s exit {run.result.exit_code}" if run.result else ""
+    lines = [f"{run.key}: {run.layout.run_dir}{wall}"]
+    lines += [f"  {verdict.headline()}" for verdict in run.judgement.verdicts]
+    return lines
+
+
 def record_judged(config: pytest.Config, run: Any) -> None:
     config.stash.setdefault(JUDGED_KEY, []).append(run)
+    workeroutput = getattr(config, "workeroutput", None)
+    if workeroutput is not None:
+        # an xdist worker: the controller prints the summary (pytest_testnodedown)
+        workeroutput.setdefault(WORKEROUTPUT_JUDGED, []).append(summary_lines(run))
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
     """Every judged scenario's verdicts, each with the line that proves it."""
-    runs = config.stash.get(JUDGED_KEY, [])
-    if not runs:
+    blocks = [summary_lines(run) for run in config.stash.get(JUDGED_KEY, [])]
+    remote: list[list[str]] = config.stash.get(REMOTE_JUDGED_KEY, [])
+    blocks.extend(remote)
+    if not blocks:
         return
     tr = terminalreporter
     tr.section("nvrx verdicts")
-    for run in runs:
-        where = run.layout.run_dir
-        wall = (
-            f", launcher {run.result.wall_s:.1f}s exit {run.result.exit_code}" if run.result else ""
-        )
-        tr.write_line(f"{run.key}: {where}{wall}")
-        for verdict in run.judgement.verdicts:
-            tr.write_line(f"  {verdict.headline()}")
+    for block in blocks:
+        for line in block:
+            tr.write_line(line)
 
 
 def scenario_passed(config: pytest.Config, key: str) -> bool:
@@ -512,11 +540,26 @@ def scenario_passed(config: pytest.Config, key: str) -> bool:
 
 
 def terminal_writer(config: pytest.Config) -> Callable[[str], None]:
+    capman = config.pluginmanager.get_plugin("capturemanager")
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is not None:
+        # An xdist worker's terminal is not the user's; its stderr is (inherited from the
+        # controller): progress goes there, tagged with the worker, as it happens.
+        prefix = f"[{workerinput.get('workerid', 'worker')}] "
+
+        def write_worker(line: str) -> None:
+            if capman is None:
+                sys.stderr.write(prefix + line + "\n")
+                sys.stderr.flush()
+                return
+            with capman.global_and_fixture_disabled():
+                sys.stderr.write(prefix + line + "\n")
+                sys.stderr.flush()
+
+        return write_worker
     tr = config.pluginmanager.get_plugin("terminalreporter")
     if tr is None:
         return lambda line: None
-
-    capman = config.pluginmanager.get_plugin("capturemanager")
 
     def write(line: str) -> None:
         # Runs happen inside fixture setup, where output is captured: lift it for our line.

@@ -1,0 +1,42 @@
+"""The shipped suite under pytest-xdist: each scenario launched once, its progress and verdicts
+on the controller's terminal (a real run of the reference baseline and kill-save, ~55 s)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+pytest_plugins = ["pytester"]
+pytestmark = pytest.mark.timeout(600)
+
+
+def test_two_workers_launch_each_scenario_once_and_print_verdicts(
+    pytester: pytest.Pytester,
+) -> None:
+    result = pytester.runpytest_subprocess(
+        "--pyargs", "pytest_nvrx.suite", "-p", "no:cacheprovider", "-n", "2",
+        "-k", "reference-baseline or reference-kill-save",
+    )  # fmt: skip
+    out = result.stdout.str() + result.stderr.str()
+    assert result.ret == pytest.ExitCode.OK, out[-4000:]
+    result.assert_outcomes(passed=10, skipped=4)  # the baseline's four N/A criteria skip
+    # launched once each, from one worker, progress tagged with it
+    launches = re.findall(r"^\[(gw\d)\] nvrx (reference-\S+): launching in (\S+)$", out, re.M)
+    assert sorted(s for _, s, _ in launches) == ["reference-baseline", "reference-kill-save"]
+    assert len({w for w, _, _ in launches}) == 1  # one workload's scenarios on one worker
+    assert re.search(r"^\[gw\d\] nvrx reference-kill-save: .*fault injected", out, re.M)
+    # the header and the verdicts on the controller
+    result.stdout.fnmatch_lines(["nvrx: python 3.*", "nvrx: megatron: not given*"])
+    result.stdout.fnmatch_lines(
+        [
+            "*= nvrx verdicts =*",
+            "reference-baseline: *, launcher *s exit 0",
+            "  PASS no_repeat_injection: *",
+            "reference-kill-save: *, launcher *s exit 0",
+            "  PASS prior_checkpoint: *",
+        ]
+    )
+    # the run dirs the verdicts name are the ones launched
+    named = re.findall(r"^(reference-\S+): (\S+), launcher", result.stdout.str(), re.M)
+    assert sorted(named) == sorted((s, d) for _, s, d in launches)
