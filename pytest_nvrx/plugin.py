@@ -22,6 +22,7 @@ from pytest_nvrx.scenarios import (
     MATRIX_ENV,
     WINDOW_ENV,
     Scenario,
+    default_text,
     matrix_scenarios,
     parse_matrix,
     parse_windows,
@@ -86,21 +87,21 @@ OPTIONS: tuple[Option, ...] = (
         "instead of the matrix (baselines stay)",
         env_var=WINDOW_ENV,
     ),
-    Option("nnodes", "nodes (default 1)", "nnodes"),
-    Option("gpus-per-node", "processes per node (default 2; 1 for one GPU)", "gpus_per_node"),
-    Option("tp", "tensor-parallel size (default 1)", "tp"),
-    Option("pp", "pipeline-parallel size (default 1)", "pp"),
-    Option("train-iters", "training iterations (megatron 100, reference 30)", "train_iters"),
-    Option("save-interval", "checkpoint interval in iterations (default 5)", "save_interval"),
-    Option("fault-rank", "rank that receives the fault (default 1; 0 on one GPU)", "fault_rank"),
+    Option("nnodes", "nodes", "nnodes"),
+    Option("gpus-per-node", "processes per node", "gpus_per_node"),
+    Option("tp", "tensor-parallel size", "tp"),
+    Option("pp", "pipeline-parallel size", "pp"),
+    Option("train-iters", "training iterations", "train_iters"),
+    Option("save-interval", "checkpoint interval in iterations", "save_interval"),
+    Option("fault-rank", "rank that receives the fault", "fault_rank"),
     Option(
         "section-timeouts",
-        "NVRx section deadlines, e.g. setup:900,step:30,checkpointing:600",
+        "NVRx section deadlines, all three names, seconds",
         "section_timeouts",
     ),
     Option(
         "out-of-section-timeout",
-        "seconds allowed outside sections (default 180)",
+        "seconds allowed outside sections",
         "out_of_section_timeout",
     ),
     Option("rdzv-endpoint", "rendezvous host:port for multinode runs", "rdzv_endpoint"),
@@ -169,6 +170,28 @@ def nvrx_settings(config: pytest.Config) -> NvrxSettings:
     return settings
 
 
+#: Options whose help shows the scenarios' default (scenarios.default_text: the same text as the
+#: default column of docs/options.md, tests/test_plugin.py compares them).
+DEFAULTED = (
+    "nnodes",
+    "gpus_per_node",
+    "tp",
+    "pp",
+    "train_iters",
+    "save_interval",
+    "fault_rank",
+    "section_timeouts",
+    "out_of_section_timeout",
+    "rdzv_endpoint",
+)
+
+
+def option_help(opt: Option) -> str:
+    if opt.field in DEFAULTED:
+        return f"{opt.help} (default: {default_text(opt.field)})"
+    return opt.help
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("nvrx", "fault-recovery qualification (pytest-nvrx)")
     for opt in OPTIONS:
@@ -188,9 +211,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                 dest=opt.dest,
                 default=None,
                 metavar=opt.name.split("-")[-1].upper(),
-                help=opt.help + env,
+                help=option_help(opt) + env,
             )
-            parser.addini(opt.dest, opt.help + env, default=None)
+            parser.addini(opt.dest, option_help(opt) + env, default=None)
 
 
 def _lookup(config: pytest.Config, opt: Option, *, env: bool = True) -> tuple[Any, str] | None:

@@ -19,7 +19,7 @@ stops the rank inside that section, and the deadline is what detects it.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import MISSING, dataclass, fields
 from typing import Any, cast
 
 from pytest_nvrx.layout import INJECTED_FAULTS, window_allowed, windows_of
@@ -29,8 +29,10 @@ from pytest_nvrx.settings import (
     ConfigError,
     FaultKind,
     FaultWindow,
+    RunConfig,
     SectionTimeouts,
     WorkloadKind,
+    format_seconds,
     quote,
 )
 
@@ -173,6 +175,8 @@ DEFAULTS: dict[WorkloadKind, dict[str, Any]] = {
         "workload_check_interval": 1.0,
     },
     "megatron": {
+        # one GPU per scenario unless the user gives a shape (the plugin's 1-GPU matrix)
+        "gpus_per_node": 1,
         # The walkthrough's values, but a 30 s step deadline so a hang is detected in ~30 s
         # rather than 120 s (measured on the H200: first step well under that), and a 30 s
         # checkpointing deadline (the walkthrough's 600) for a hang while a save is prepared or
@@ -181,6 +185,31 @@ DEFAULTS: dict[WorkloadKind, dict[str, Any]] = {
         "workload_check_interval": 1.0,
     },
 }
+
+def default_text(name: str) -> str:
+    """A setting's default in the scenarios, as ``--help`` and docs/options.md show it: one value,
+    or one per workload where they differ (``megatron 100, reference 20``). The one place the
+    plugin's help and the options table take their defaults from."""
+    base = {f.name: f.default for f in fields(RunConfig) if f.default is not MISSING}
+    base.update(
+        {f.name: f.default_factory() for f in fields(RunConfig) if f.default_factory is not MISSING}
+    )
+    shown: dict[str, str] = {}
+    for workload in ("megatron", "reference"):
+        value = DEFAULTS[cast(WorkloadKind, workload)].get(name, base.get(name))
+        if isinstance(value, SectionTimeouts):
+            text = value.render()
+        elif isinstance(value, float):
+            text = format_seconds(value)
+        else:
+            text = str(value)
+        shown[workload] = text
+    if name == "fault_rank":
+        return "1 (0 when the run has one rank in all)"
+    if len(set(shown.values())) == 1:
+        return next(iter(shown.values()))
+    return ", ".join(f"{w} {v}" for w, v in shown.items())
+
 
 #: Wall-clock limit of one scenario run, seconds (the tree is killed when it is exceeded).
 RUN_TIMEOUTS: dict[WorkloadKind, float] = {"reference": 600.0, "megatron": 1800.0}

@@ -99,6 +99,30 @@ def test_help_lists_the_nvrx_group(pytester: pytest.Pytester, clean_env: None) -
     assert "[env NVRX_FAULT_MATRIX]" in flowing and "[env NVRX_FAULT_WINDOW]" in flowing
 
 
+def test_help_defaults_equal_the_docs_table(pytester: pytest.Pytester, clean_env: None) -> None:
+    """--help and docs/options.md show the scenarios' defaults from one place
+    (scenarios.default_text)."""
+    from pytest_nvrx.plugin import DEFAULTED, OPTIONS
+    from pytest_nvrx.scenarios import default_text
+
+    docs = (Path(__file__).resolve().parents[1] / "docs" / "options.md").read_text()
+    rows: dict[str, str] = {}
+    for line in docs.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) >= 3 and cells[0].startswith("`--nvrx-"):
+            for flag, default in zip(
+                re.findall(r"--nvrx-[a-z-]+", cells[0]), cells[2].split(" / "), strict=False
+            ):
+                rows[flag] = default.replace("`", "").strip()
+    help_text = " ".join(pytester.runpytest("--help").stdout.str().split())
+    for opt in OPTIONS:
+        if opt.field not in DEFAULTED:
+            continue
+        expected = default_text(opt.field)
+        assert rows[f"--nvrx-{opt.name}"] == expected, opt.name
+        assert f"(default: {expected})" in help_text, opt.name
+
+
 def test_markers_are_registered(pytester: pytest.Pytester, clean_env: None) -> None:
     result = pytester.runpytest("--markers")
     result.stdout.fnmatch_lines(
