@@ -404,21 +404,12 @@ def _print_header_once(config: pytest.Config) -> None:
 
 
 @pytest.hookimpl(optionalhook=True)
-def pytest_xdist_node_collection_finished(node: Any, ids: list[str]) -> None:
-    """Under xdist the controller collects nothing itself: a worker's collected ids say
-    whether scenarios were collected."""
-    from pytest_nvrx.xdist_support import scenario_scope
-
-    if any(scenario_scope(nodeid) is not None for nodeid in ids):
-        node.config.stash[REMOTE_SELECTED_KEY] = True
-        _print_header_once(node.config)
-
-
-@pytest.hookimpl(optionalhook=True)
 def pytest_testnodedown(node: Any, error: object | None) -> None:
     """A worker's judged runs, for the controller's summary and its "nothing qualified" rule."""
-    judged = getattr(node, "workeroutput", {}).get(WORKEROUTPUT_JUDGED, [])
-    node.config.stash.setdefault(REMOTE_JUDGED_KEY, []).extend(judged)
+    output = getattr(node, "workeroutput", {})
+    if output.get(WORKEROUTPUT_SELECTED):
+        node.config.stash[REMOTE_SELECTED_KEY] = True
+    node.config.stash.setdefault(REMOTE_JUDGED_KEY, []).extend(output.get(WORKEROUTPUT_JUDGED, []))
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -483,8 +474,9 @@ JUDGED_KEY = pytest.StashKey[list[Any]]()
 REMOTE_JUDGED_KEY = pytest.StashKey[list[list[str]]]()
 #: Under xdist, on the controller: a worker collected scenarios.
 REMOTE_SELECTED_KEY = pytest.StashKey[bool]()
-#: The key of the judged runs' summaries in an xdist worker's workeroutput.
+#: Keys of an xdist worker's workeroutput: its judged runs' summaries, the scenarios it collected.
 WORKEROUTPUT_JUDGED = "nvrx_judged"
+WORKEROUTPUT_SELECTED = "nvrx_selected"
 #: Scenario ids selected to run in this session (after -m/-k deselection).
 SELECTED_KEY = pytest.StashKey[list[str]]()
 
@@ -499,9 +491,17 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         key = "existing-run" if scenario is None else scenario.id
         if key not in selected:
             selected.append(key)
-    session.config.stash[SELECTED_KEY] = selected
-    if selected and not hasattr(session.config, "workerinput"):
-        _print_header_once(session.config)
+    config = session.config
+    config.stash[SELECTED_KEY] = selected
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is not None:
+        # every xdist worker collects the same items: they tell the controller (its "nothing
+        # qualified" rule), and one of them prints the header to the user's terminal
+        config.workeroutput[WORKEROUTPUT_SELECTED] = list(selected)  # type: ignore[attr-defined]
+        if selected and workerinput.get("workerid") == "gw0":
+            _print_header_once(config)
+    elif selected:
+        _print_header_once(config)
 
 
 @pytest.hookimpl(trylast=True)

@@ -186,6 +186,7 @@ DEFAULTS: dict[WorkloadKind, dict[str, Any]] = {
     },
 }
 
+
 def default_text(name: str) -> str:
     """A setting's default in the scenarios, as ``--help`` and docs/options.md show it: one value,
     or one per workload where they differ (``megatron 100, reference 20``). The one place the
@@ -195,8 +196,9 @@ def default_text(name: str) -> str:
         {f.name: f.default_factory() for f in fields(RunConfig) if f.default_factory is not MISSING}
     )
     shown: dict[str, str] = {}
-    for workload in ("megatron", "reference"):
-        value = DEFAULTS[cast(WorkloadKind, workload)].get(name, base.get(name))
+    order: tuple[WorkloadKind, ...] = ("megatron", "reference")
+    for workload in order:
+        value = DEFAULTS[workload].get(name, base.get(name))
         if isinstance(value, SectionTimeouts):
             text = value.render()
         elif isinstance(value, float):
