@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pytest_nvrx.megatron_source import (
@@ -87,8 +87,13 @@ def plan_run(
     flags: MegatronFlags | None = None
     validation: ValidationEnv | None = None
     validation_error: str | None = None
-    if probe:
+    if probe and config.workload == "megatron":
         stack = detect_stack(config.megatron_path)
+    elif probe:
+        # The reference workload never imports Megatron: no checkout is read even when one is
+        # configured, and the installed megatron-core detect_stack falls back to is not reported
+        # as part of the stack the workers run with.
+        stack = replace(detect_stack(None), megatron=None)
     if config.workload == "megatron" and config.megatron_path is not None:
         try:
             flags = probe_megatron_flags(config.megatron_path)

@@ -404,7 +404,7 @@ def _same_dir(a: Path, b: Path) -> bool:
 
 
 def format_stack_line(stack: Stack) -> str:
-    """One line for the pytest header."""
+    """One line for the pytest header: the Megatron named is the checkout the workers import."""
 
     def v(value: str | None, absent: str = "?") -> str:
         return value if value is not None else absent
@@ -417,11 +417,17 @@ def format_stack_line(stack: Stack) -> str:
     gpu = f"GPU {v(stack.gpu, 'none' if stack.cuda_available is False else '?')}"
     if stack.driver is not None:
         gpu += f" (driver {stack.driver})"
-    megatron = f"Megatron {v(stack.megatron)}"
-    if stack.megatron_describe is not None:
-        megatron += f" {stack.megatron_describe}"
-    if stack.megatron_rev is not None:
-        megatron += f" ({stack.megatron_rev[:12]})"
+    if stack.megatron_path is None:
+        # Workers import Megatron only from a checkout (the megatron workload needs one); an
+        # installed megatron-core is never what a reference run uses, so it is not named here.
+        megatron = "Megatron not used"
+    else:
+        megatron = f"Megatron {v(stack.megatron)}"
+        if stack.megatron_describe is not None:
+            megatron += f" {stack.megatron_describe}"
+        if stack.megatron_rev is not None:
+            megatron += f" ({stack.megatron_rev[:12]})"
+        megatron += f" from {stack.megatron_path}"
     parts = [
         f"Python {v(stack.python)}",
         torch,

@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -302,6 +303,7 @@ DEVICE_STACK = Stack(
     megatron="0.19.1",
     megatron_rev="5be9626709af2722333bf54797c954c09edeada3",
     megatron_describe="core_v0.19.0",
+    megatron_path="/workspace/Megatron-LM",
     nvrx="0.7.0",
     probed=True,
 )
@@ -311,7 +313,7 @@ def test_format_stack_line() -> None:
     assert format_stack_line(DEVICE_STACK) == (
         "nvrx stack: Python 3.12.3 | torch 2.11.0+cu130 (CUDA 13.0, cuDNN 9.10.2, NCCL 2.28.9)"
         " | GPU NVIDIA H200 (driver 580.95.05) | TE none | Apex none"
-        " | Megatron 0.19.1 core_v0.19.0 (5be9626709af) | NVRx 0.7.0"
+        " | Megatron 0.19.1 core_v0.19.0 (5be9626709af) from /workspace/Megatron-LM | NVRx 0.7.0"
     )
     cpu = Stack(python="3.12.1", torch="2.15.0", cuda_available=False, probed=True)
     assert "GPU none" in format_stack_line(cpu)
@@ -352,3 +354,38 @@ def test_failed_probe_is_not_reused(tmp_path: Path) -> None:
     for _ in range(2):
         assert not detect_stack(None, python=python).probed
     assert calls.read_text().count("x") == 2
+
+
+def test_stack_line_names_megatron_only_from_a_checkout() -> None:
+    """The workers import Megatron from the checkout; without one (the reference workload) an
+    installed megatron-core is not what they run, so the line must not name its version."""
+    reference = replace(
+        DEVICE_STACK, megatron="0.19.2", megatron_path=None, megatron_rev=None,
+        megatron_describe=None,
+    )  # fmt: skip
+    line = format_stack_line(reference)
+    assert "| Megatron not used |" in line
+    assert "0.19.2" not in line
+    unreadable = replace(DEVICE_STACK, megatron=None, megatron_rev=None, megatron_describe=None)
+    assert "| Megatron ? from /workspace/Megatron-LM |" in format_stack_line(unreadable)
+
+
+def test_planned_reference_run_reports_megatron_not_used(tmp_path: Path) -> None:
+    """A reference run's stack (header line and run.json) names no Megatron, even with a
+    checkout configured and megatron-core installed in this interpreter (one real probe)."""
+    import importlib.metadata
+
+    from pytest_nvrx.planning import plan_run
+    from pytest_nvrx.settings import RunConfig
+
+    assert importlib.metadata.version("megatron-core")  # what the old line wrongly reported
+    checkout = write_tree(tmp_path / "m", {"megatron/core/package_info.py": PACKAGE_INFO})
+    config = RunConfig(work_dir=tmp_path, run_id="r", workload="reference", megatron_path=checkout)
+    plan = plan_run(config, launcher_exe="ft_launcher", port=1, probe=True)
+    assert plan.stack is not None and plan.stack.probed, plan.stack
+    assert "| Megatron not used |" in format_stack_line(plan.stack)
+    recorded = plan.manifest_stack()
+    assert recorded is not None
+    assert (recorded["megatron"], recorded["megatron_path"], recorded["megatron_rev"]) == (
+        None, None, None,
+    )  # fmt: skip
