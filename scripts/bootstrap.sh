@@ -3,7 +3,8 @@
 #
 # NVRx >= 0.5 ships only cp312 manylinux_2_39 wheels. Its fault-tolerance launcher is pure
 # Python and runs on older glibc (measured on Debian 12, glibc 2.36), so we ask uv to resolve for
-# manylinux_2_39 explicitly. On a glibc >= 2.39 host a plain `pip install pytest-nvrx` works too.
+# manylinux_2_39 explicitly. On a glibc >= 2.39 host pip installs a built wheel or the git URL too
+# (docs/install.md; the package is not on PyPI yet).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 export UV_PYTHON_DOWNLOADS=never
