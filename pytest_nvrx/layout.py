@@ -10,13 +10,17 @@ from __future__ import annotations
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal, get_args
 
 MARKER_NAME = "fault_injected.json"
-#: The faults the injector can deliver (and a marker can record); as pytest_nvrx.injector.FAULTS
-#: without "none". kill = SIGKILL, hang = SIGSTOP, term = SIGTERM, segv = SIGSEGV to the rank;
-#: exception = an InjectedFault raised on the rank's training thread; ckpt-worker = SIGKILL to
-#: the rank's persistent async checkpoint worker while a save is in flight.
-INJECTED_FAULTS = ("kill", "hang", "term", "segv", "exception", "ckpt-worker")
+#: The one list of faults (a run's ``fault``; ``none`` = a baseline). kill = SIGKILL,
+#: hang = SIGSTOP, term = SIGTERM, segv = SIGSEGV to the rank; exception = an InjectedFault
+#: raised on the rank's training thread; ckpt-worker = SIGKILL to the rank's persistent async
+#: checkpoint worker while a save is in flight. pytest_nvrx.injector, stdlib-only by design,
+#: repeats it as FAULTS (tests/test_fault_catalogue.py holds them equal).
+FaultKind = Literal["none", "kill", "hang", "term", "segv", "exception", "ckpt-worker"]
+#: The faults the injector can deliver (and a marker can record).
+INJECTED_FAULTS: tuple[str, ...] = tuple(f for f in get_args(FaultKind) if f != "none")
 #: Where in the training loop the selected rank is faulted (pytest_nvrx.injector.WINDOWS):
 #: step = a training step after a checkpoint completed; save = the preparation of checkpoint N;
 #: finalize = save N submitted, its background write in flight, not yet finalized.

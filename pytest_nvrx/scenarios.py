@@ -22,12 +22,11 @@ from collections.abc import Iterable
 from dataclasses import MISSING, dataclass, fields
 from typing import Any, cast
 
-from pytest_nvrx.layout import INJECTED_FAULTS, window_allowed, windows_of
+from pytest_nvrx.layout import INJECTED_FAULTS, FaultKind, window_allowed, windows_of
 from pytest_nvrx.settings import (
     FAULT_WINDOW_KINDS,
     WORKLOAD_KINDS,
     ConfigError,
-    FaultKind,
     FaultWindow,
     RunConfig,
     SectionTimeouts,

@@ -19,9 +19,8 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Literal, cast, get_args
 
-from pytest_nvrx.layout import RunLayout, window_allowed, windows_of
+from pytest_nvrx.layout import FaultKind, RunLayout, window_allowed, windows_of
 
-FaultKind = Literal["none", "kill", "hang", "term", "segv", "exception", "ckpt-worker"]
 #: Where the fault lands (layout.FAULT_WINDOWS): a step, a save's preparation, its finalization.
 FaultWindow = Literal["step", "save", "finalize"]
 WorkloadKind = Literal["megatron", "reference"]

@@ -42,10 +42,14 @@ sys.path.insert(0, str(REPO))
 
 from pytest_nvrx.cli import find_launcher  # noqa: E402
 from pytest_nvrx.launch import Launch, RunTimeout, tagged  # noqa: E402
-from pytest_nvrx.layout import RESULT_NAME, RunLayout  # noqa: E402
+from pytest_nvrx.layout import (  # noqa: E402
+    RESULT_NAME,
+    FaultKind,
+    RunLayout,
+)
 from pytest_nvrx.planning import plan_run  # noqa: E402
 from pytest_nvrx.recipe import prepare_run_dir  # noqa: E402
-from pytest_nvrx.settings import ConfigError, FaultKind, RunConfig, SectionTimeouts  # noqa: E402
+from pytest_nvrx.settings import ConfigError, RunConfig, SectionTimeouts  # noqa: E402
 
 # What absolute paths in the recorded files are rewritten to (like /work/shared/gpu-evidence).
 RECORDED_RUNS_ROOT = "/shared/nvrx-ref/runs"

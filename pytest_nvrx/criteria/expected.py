@@ -8,11 +8,16 @@ from typing import Literal
 
 from pytest_nvrx.evidence.refs import EvidenceRef
 from pytest_nvrx.evidence.rundir import RunEvidence
-from pytest_nvrx.layout import FAULT_WINDOWS, INJECTED_FAULTS, MANIFEST_NAME, MARKER_NAME
+from pytest_nvrx.layout import (
+    FAULT_WINDOWS,
+    INJECTED_FAULTS,
+    MANIFEST_NAME,
+    MARKER_NAME,
+    FaultKind,
+)
 
-FaultExpectation = Literal[
-    "kill", "hang", "term", "segv", "exception", "ckpt-worker", "none", "any"
-]
+#: What a judgement expects: one fault (FaultKind, ``none`` for a baseline) or ``any``.
+FaultExpectation = FaultKind | Literal["any"]
 FAULT_CHOICES = (*INJECTED_FAULTS, "none")
 WINDOW_CHOICES = FAULT_WINDOWS
 
