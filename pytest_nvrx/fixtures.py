@@ -39,10 +39,10 @@ from pytest_nvrx.plugin import (
     NvrxSettings,
     nvrx_settings,
     record_judged,
-    scenario_passed,
     terminal_writer,
 )
 from pytest_nvrx.recipe import prepare_run_dir
+from pytest_nvrx.retention import prune_checkpoint_payload
 from pytest_nvrx.scenarios import DEFAULTS, RUN_TIMEOUTS, Scenario
 from pytest_nvrx.settings import ConfigError, RunConfig, default_launcher, resolve
 
@@ -223,9 +223,12 @@ def _run_scenario(
     )
     record_judged(config, run)
     yield run
-    if not settings.keep and settings.work_dir is None and scenario_passed(config, run.key):
-        # the whole per-scenario directory we made under pytest's tmp, never a user's work dir
-        shutil.rmtree(work_dir, ignore_errors=True)
+    # Passed or failed, the run dir stays: the summary and JUnit name it and every verdict
+    # quotes lines in it. Only checkpoint payload goes, and only from the directory we made
+    # under pytest's tmp; --nvrx-keep keeps it, a user's --nvrx-work-dir is left as it is.
+    if not settings.keep and settings.work_dir is None:
+        pruned = prune_checkpoint_payload(layout, owned_root=work_dir)
+        write(f"nvrx {scenario.id}: {pruned.describe()} (--nvrx-keep keeps everything)")
 
 
 @pytest.fixture(scope="session")
