@@ -2,13 +2,13 @@
 
 The run happens in the session-scoped ``nvrx_scenario_run`` fixture (parametrized by the plugin
 with ``indirect=True, scope="session"``, so pytest groups a scenario's tests and launches it
-once). GPU scenarios hold a host-wide file lock, so they never run concurrently (xdist workers or
-two pytest sessions on one host serialize instead of fighting over the GPUs).
+once). GPU scenarios hold a lock per GPU they see (gpu_slots), so scenarios never share a GPU
+(xdist workers or sessions on one host wait), while sessions on disjoint GPUs run side by side.
 
 A baseline scenario that passed becomes the reference of the same workload's fault scenarios
 (every fault and window) judged after it in the session (training_continuity compares every
-iteration after the restore with it); its parsed evidence is kept in memory, so its run dir may
-be removed.
+iteration after the restore with it); its parsed evidence is kept in memory. Every run dir is
+kept after the session, less its checkpoint payload unless --nvrx-keep (retention).
 """
 
 from __future__ import annotations

@@ -125,7 +125,12 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option("run-dir", "judge this existing run directory instead of launching"),
     Option("run-timeout", "seconds before a scenario run is killed (megatron 1800, reference 600)"),
-    Option("keep", "keep the run dirs of passed scenarios too", flag=True),
+    Option(
+        "keep",
+        "keep the checkpoint shards too (run dirs are always kept; without it their checkpoint "
+        "payload is removed, metadata and tracker stay)",
+        flag=True,
+    ),
     Option(
         "continuity-rtol",
         "relative tolerance of training_continuity for stacks that are not bitwise "
@@ -556,10 +561,6 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     for block in blocks:
         for line in block:
             tr.write_line(line)
-
-
-def scenario_passed(config: pytest.Config, key: str) -> bool:
-    return config.stash.get(OUTCOMES_KEY, {}).get(key, False)
 
 
 def terminal_writer(config: pytest.Config) -> Callable[[str], None]:
