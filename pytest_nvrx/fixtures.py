@@ -44,7 +44,13 @@ from pytest_nvrx.plugin import (
 from pytest_nvrx.recipe import prepare_run_dir
 from pytest_nvrx.retention import prune_checkpoint_payload
 from pytest_nvrx.scenarios import DEFAULTS, RUN_TIMEOUTS, Scenario
-from pytest_nvrx.settings import ConfigError, RunConfig, default_launcher, resolve
+from pytest_nvrx.settings import (
+    ConfigError,
+    RunConfig,
+    default_launcher,
+    resolve,
+    shared_run_id,
+)
 
 # workload -> the evidence of this session's passed baseline scenario
 BASELINES_KEY = pytest.StashKey[dict[str, RunEvidence]]()
@@ -105,15 +111,10 @@ def scenario_config(settings: NvrxSettings, scenario: Scenario, work_dir: Path) 
     values: dict[str, Any] = {**DEFAULTS[scenario.workload], **settings.overrides}
     nnodes = int(values.get("nnodes", 1))
     launcher = values.get("launcher") or default_launcher(nnodes, os.environ)
-    if nnodes > 1 and launcher != "slurm":
-        # every node runs this same session: they must agree on the run ID (and so on the
-        # rendezvous ID and the shared run dir); a slurm launch starts every node from here
-        base = os.environ.get("NVRX_RUN_ID") or os.environ.get("SLURM_JOB_ID")
-        if not base:
-            raise ConfigError(
-                "a multinode qualification needs the same run ID on all nodes: set "
-                "NVRX_RUN_ID (or run inside a Slurm job)"
-            )
+    # every node runs this same session: they must agree on the run ID (and so on the
+    # rendezvous ID and the shared run dir); a slurm launch starts every node from here
+    base = shared_run_id(nnodes, launcher, os.environ)
+    if base is not None:
         run_id = f"{base}-{scenario.id}"
     else:
         run_id = f"{scenario.id}-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid() % 100000:05d}"

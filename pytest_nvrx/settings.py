@@ -446,6 +446,24 @@ def default_launcher(nnodes: int, environ: Mapping[str, str]) -> LauncherKind:
     return "slurm" if nnodes > 1 and in_slurm_allocation(environ) else "local"
 
 
+def shared_run_id(
+    nnodes: int, launcher: str, environ: Mapping[str, str], given: str | None = None
+) -> str | None:
+    """The run ID every node of a run started node by node must share: ``given``
+    (--run-id), else NVRX_RUN_ID, else the Slurm job's ID; ConfigError when there is none.
+    None where one start launches every node (one node, or the slurm launcher) and a fresh ID
+    will do. The CLI (resolve) and the plugin (one run ID per scenario) both ask this."""
+    if nnodes <= 1 or launcher == "slurm":
+        return given
+    base = given or environ.get("NVRX_RUN_ID", "") or environ.get("SLURM_JOB_ID", "")
+    if not base:
+        raise ConfigError(
+            "a multinode run needs the same run ID on all nodes: set NVRX_RUN_ID "
+            "(or run inside a Slurm job, whose SLURM_JOB_ID is used)"
+        )
+    return base
+
+
 def resolve(
     explicit: Mapping[str, Any],
     environ: Mapping[str, str] | None = None,
@@ -468,17 +486,7 @@ def resolve(
     if "launcher" not in values:
         values["launcher"] = default_launcher(nnodes, env)
     if "run_id" not in values:
-        if nnodes > 1 and values["launcher"] != "slurm":
-            # every node's own start must find the same ID (with slurm one process starts all)
-            slurm_job = env.get("SLURM_JOB_ID", "")
-            if not slurm_job:
-                raise ConfigError(
-                    "a multinode run needs the same run ID on all nodes: set NVRX_RUN_ID "
-                    "(or run inside a Slurm job, whose SLURM_JOB_ID is used)"
-                )
-            values["run_id"] = slurm_job
-        else:
-            values["run_id"] = default_run_id()
+        values["run_id"] = shared_run_id(nnodes, values["launcher"], env) or default_run_id()
     if "extra_args" in values:
         values["extra_args"] = tuple(values["extra_args"])
     known = {f.name for f in fields(RunConfig)}
