@@ -179,7 +179,9 @@ def _run_scenario(
         recipe = planned.recipe
         stack_dict: dict[str, Any] = planned.manifest_stack() or {}
         if planned.stack is not None:
-            write(f"nvrx {scenario.id}: {format_stack_line(planned.stack)}")
+            # "nvrx <scenario>: stack: ...", not "nvrx <scenario>: nvrx stack: ..."
+            stack_line = format_stack_line(planned.stack).removeprefix("nvrx ")
+            write(f"nvrx {scenario.id}: {stack_line}")
         for note in planned.notes:
             write(f"nvrx {scenario.id}: note: {note}")
         write(f"nvrx {scenario.id}: launching in {layout.run_dir}")
