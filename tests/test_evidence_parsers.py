@@ -16,7 +16,7 @@ from pytest_nvrx.evidence.launcher_log import parse_launcher_log
 from pytest_nvrx.evidence.manifest import ManifestError, read_manifest
 from pytest_nvrx.evidence.marker import read_marker
 from pytest_nvrx.evidence.megatron import MEGATRON
-from pytest_nvrx.evidence.refs import LineCursor
+from pytest_nvrx.evidence.refs import LineCursor, split_rank_prefix
 from pytest_nvrx.evidence.rundir import RunDirError
 from pytest_nvrx.evidence.tracker import read_tracker
 from pytest_nvrx.evidence.workload import (
@@ -178,6 +178,41 @@ def test_cycle_log_multi_rank_and_unprefixed_lines(tmp_path: Path) -> None:
     assert c.first_iteration is not None and c.first_iteration.iteration == 7
     assert c.max_iteration is not None and c.max_iteration.iteration == 9
     assert c.max_iteration.ref.line == 5 and c.iteration_lines == 3
+
+
+LINES_NEAR_A_PREFIX = [
+    "1: > PyTorch version ................ 2.11.0",
+    "1: 1: a body that starts like a prefix",
+    "1:x not a prefix (no space after the colon)",
+    "10: > Megatron-Core version ................ 0.19.0",
+    "1 : spaces inside the prefix",
+    "1: Traceback (most recent call last):",
+    '1:   File "/ckpt/megatron/core/x.py", line 3, in f',
+    "1: KeyError: 'x'",
+    "   1: > PyTorch version ................ 2.11.0",
+    "1234567: too long to be a prefix",
+    "no prefix at all",
+    "",
+    "1: ",
+    "1:  [2026-11-29 11:00:00] iteration        4/      9 | consumed samples: 4 |",
+]
+
+
+def test_cycle_log_rank_prefixes_agree_with_split_rank_prefix(tmp_path: Path) -> None:
+    """The parser remembers the last rank prefix it saw (most lines share it); every line must
+    still be split exactly as :func:`split_rank_prefix` splits it on its own."""
+    log = tmp_path / "train_cycle0.log"
+    log.write_text("\n".join(LINES_NEAR_A_PREFIX) + "\n")
+    split = [split_rank_prefix(line) for line in LINES_NEAR_A_PREFIX]
+    c = parse_cycle_log(log, 0, MEGATRON)
+    assert c.ranks == tuple(sorted({r for r, _ in split if r is not None})) == (1, 10)
+    assert c.unprefixed_lines == sum(r is None for r, _ in split) == 4
+    versions = {(e.component, e.ref.line) for e in c.of_type(VersionReported)}
+    assert versions == {("torch", 1), ("megatron_core", 4), ("torch", 9)}
+    (error,) = c.of_type(WorkloadError)
+    assert error.exception == "KeyError: 'x'" and error.ref.line == 8
+    assert c.iteration_lines == 1 and c.max_iteration is not None
+    assert c.max_iteration.ref.line == len(LINES_NEAR_A_PREFIX)
 
 
 def test_cycle_log_naive_times_take_the_host_zone(tmp_path: Path) -> None:

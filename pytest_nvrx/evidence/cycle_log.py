@@ -29,7 +29,7 @@ from pytest_nvrx.evidence.injector_log import TAG as INJECTOR_TAG
 from pytest_nvrx.evidence.refs import (
     EvidenceRef,
     LineCursor,
-    iter_raw_lines,
+    iter_raw_line_batches,
     open_regular,
     quote,
 )
@@ -132,68 +132,81 @@ def parse_cycle_log(
     its_tail: deque[tuple[int, str, str]] = deque(maxlen=ITERATIONS_KEPT)
     lineno = 0
     text = ""
+    # The last rank prefix seen, ": " included ("\n": none yet, no line holds one). A line that
+    # starts with it has that rank: the prefix holds no ": " before its own, so split_rank_prefix
+    # would find the same one. Most lines of a log share one prefix.
+    prefix = "\n"
+    prefix_rank = ""
+    skip = 0
     try:
         with open_regular(path) as f:  # O_NONBLOCK + fstat: a FIFO swapped in never blocks
-            for raw in iter_raw_lines(f):
-                lineno += 1
-                text = raw.decode("utf-8", "replace")
-                if text[-1:] == "\r":
-                    text = text[:-1]
-                # NVRx's rank prefix ("0: ", "12: "); inlined split_rank_prefix (hot loop)
-                colon = text.find(": ", 0, 8)
-                head = text[:colon].strip() if colon > 0 else ""
-                if head.isdigit():
-                    rank_texts.add(head)
-                    body = text[colon + 2 :]
-                else:
-                    unprefixed += 1
-                    body = text
-                number = iteration_of(body)
-                if number is not None:
-                    n_iterations += 1
-                    kept = (lineno, text, body)
-                    if first_it is None:
-                        first_it = kept
-                    last_it = kept
-                    if number > max_no:
-                        max_no, max_it = number, kept
-                    if len(its_head) < ITERATIONS_KEPT:
-                        its_head.append(kept)
+            for batch in iter_raw_line_batches(f):
+                for raw in batch:
+                    lineno += 1
+                    text = raw.decode("utf-8", "replace")
+                    if text[-1:] == "\r":
+                        text = text[:-1]
+                    if text.startswith(prefix):
+                        head = prefix_rank
+                        body = text[skip:]
                     else:
-                        its_tail.append(kept)
-                    continue
-                cursor.lineno = lineno
-                cursor.raw = text
-                if lineno == 1:
-                    first_line = cursor.ref()
-                if tracebacks.active or HEAD in body:
-                    consumed, finished = tracebacks.feed(head, body, cursor)
-                    for error in finished:
-                        keep_error(error)
-                    if consumed:
+                        # NVRx's rank prefix ("0: ", "12: "); inlined split_rank_prefix (hot loop)
+                        colon = text.find(": ", 0, 8)
+                        head = text[:colon].strip() if colon > 0 else ""
+                        if head.isdigit():
+                            rank_texts.add(head)
+                            skip = colon + 2
+                            prefix, prefix_rank = text[:skip], head
+                            body = text[skip:]
+                        else:
+                            unprefixed += 1
+                            body = text
+                    number = iteration_of(body)
+                    if number is not None:
+                        n_iterations += 1
+                        kept = (lineno, text, body)
+                        if first_it is None:
+                            first_it = kept
+                        last_it = kept
+                        if number > max_no:
+                            max_no, max_it = number, kept
+                        if len(its_head) < ITERATIONS_KEPT:
+                            its_head.append(kept)
+                        else:
+                            its_tail.append(kept)
                         continue
-                if body[:1] == "[" and INJECTOR_TAG in body[:40]:
-                    line = parse_injector_line(body, cursor)
-                    if line is not None:
-                        if len(injector) < MAX_INJECTOR_LINES:
-                            injector.append(line)
+                    cursor.lineno = lineno
+                    cursor.raw = text
+                    if lineno == 1:
+                        first_line = cursor.ref()
+                    if tracebacks.active or HEAD in body:
+                        consumed, finished = tracebacks.feed(head, body, cursor)
+                        for error in finished:
+                            keep_error(error)
+                        if consumed:
+                            continue
+                    if body[:1] == "[" and INJECTOR_TAG in body[:40]:
+                        line = parse_injector_line(body, cursor)
+                        if line is not None:
+                            if len(injector) < MAX_INJECTOR_LINES:
+                                injector.append(line)
+                            continue
+                    event = parse(body, cursor)
+                    if event is None:
                         continue
-                event = parse(body, cursor)
-                if event is None:
-                    continue
-                kind = type(event)
-                if kind is SaveCompleted or kind is SaveScheduled:
-                    saves_seen += 1
-                    if saves_head[kind] < SAVES_KEPT:
-                        saves_head[kind] += 1
-                        events.append(event)
-                    else:
-                        saves_tail[kind].append(event)
-                    continue
-                if isinstance(event, WorkloadError):
-                    keep_error(event)
-                    continue
-                events.append(event)
+                    kind = type(event)
+                    if kind is SaveCompleted or kind is SaveScheduled:
+                        saves_seen += 1
+                        if saves_head[kind] < SAVES_KEPT:
+                            saves_head[kind] += 1
+                            events.append(event)
+                        else:
+                            saves_tail[kind].append(event)
+                        continue
+                    if isinstance(event, WorkloadError):
+                        keep_error(event)
+                        continue
+                    events.append(event)
     except OSError as exc:
         return CycleLog(cycle, name, exists=True, line_count=lineno, read_error=str(exc))
     for error in tracebacks.finish():

@@ -203,11 +203,13 @@ def absent(file: str, what: str = "absent") -> EvidenceRef:
     return EvidenceRef(file, None, f"({what})")
 
 
-def iter_raw_lines(f: BinaryIO) -> Iterator[bytes]:
-    """Lines of a binary stream without their ``\\n``; each capped at ``MAX_LINE_BYTES``.
+def iter_raw_line_batches(f: BinaryIO) -> Iterator[list[bytes]]:
+    """Lines of a binary stream without their ``\\n``, a list per chunk read; each line capped at
+    ``MAX_LINE_BYTES``.
 
     Reads fixed-size chunks, so neither a huge file nor a huge newline-free line is held in
-    memory. A last line without a newline (a writer killed mid-line) is yielded as it is.
+    memory. A last line without a newline (a writer killed mid-line) is given as it is. A list
+    per chunk spares a hot loop one generator step per line.
     """
     head = b""
     while chunk := f.read(_CHUNK_BYTES):
@@ -218,14 +220,22 @@ def iter_raw_lines(f: BinaryIO) -> Iterator[bytes]:
             continue
         if len(head) < MAX_LINE_BYTES:
             head += parts[0][: MAX_LINE_BYTES - len(head)]
-        yield head
         last = len(parts) - 1
-        for i in range(1, last):
-            part = parts[i]
-            yield part if len(part) <= MAX_LINE_BYTES else part[:MAX_LINE_BYTES]
+        parts[0] = head
         head = parts[last][:MAX_LINE_BYTES]
+        del parts[last]
+        if max(map(len, parts)) > MAX_LINE_BYTES:  # rare: a per-line loop only then
+            parts = [part[:MAX_LINE_BYTES] for part in parts]
+        yield parts
     if head:
-        yield head
+        yield [head]
+
+
+def iter_raw_lines(f: BinaryIO) -> Iterator[bytes]:
+    """Lines of a binary stream without their ``\\n``; each capped at ``MAX_LINE_BYTES``
+    (see :func:`iter_raw_line_batches`)."""
+    for batch in iter_raw_line_batches(f):
+        yield from batch
 
 
 def decode_line(raw: bytes) -> str:
