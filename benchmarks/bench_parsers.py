@@ -8,12 +8,16 @@ the memory line, the "save before previous has finished" warning, "saving checkp
 "scheduled an async checkpoint save", the timer lines and "successfully saved checkpoint".
 It is written to a temporary directory and deleted afterwards.
 
-Reported, in one run on the same file:
+Reported, in one run on the same file (wall times, and CPU times, which another job on the
+machine disturbs less):
 * ``grep -c`` of the iteration pattern (the floor: what a line scanner costs),
 * our parser (``parse_cycle_log`` with the Megatron adapter) run in a child process: wall time,
   MiB/s, and the child's peak RSS (``ru_maxrss`` from ``wait4``), next to the peak RSS of a
   child that only imports the parser (the interpreter's own share),
-* a check that both counted the same iteration lines.
+* a check that both counted the same iteration lines,
+* the same check on every committed Megatron cycle log (tests/data: real H200 runs),
+* the floor of any pure-Python parser: one ``bytes.count(b"\\n")`` pass over the file in 1 MiB
+  chunks (the cheapest whole-file pass CPython has; a parser makes several).
 """
 
 from __future__ import annotations
@@ -59,10 +63,10 @@ from pathlib import Path
 from pytest_nvrx.evidence.cycle_log import parse_cycle_log
 from pytest_nvrx.evidence.megatron import MEGATRON
 if sys.argv[1] != "--import-only":
-    t = time.perf_counter()
+    t, c = time.perf_counter(), time.process_time()
     log = parse_cycle_log(Path(sys.argv[1]), 0, MEGATRON)
-    wall = time.perf_counter() - t
-    print(wall, log.iteration_lines, log.line_count, len(log.events), log.saves_not_kept)
+    wall, cpu = time.perf_counter() - t, time.process_time() - c
+    print(wall, cpu, log.iteration_lines, log.line_count, len(log.events), log.saves_not_kept)
 """
 
 
@@ -107,6 +111,39 @@ def run_child(*args: str) -> tuple[str, float, int]:
     return out, wall, usage.ru_maxrss
 
 
+def count_newlines(path: Path) -> tuple[int, float]:
+    """One whole-file pass in Python, 1 MiB at a time: (newlines, seconds)."""
+    t = time.perf_counter()
+    n = 0
+    with path.open("rb") as f:
+        while chunk := f.read(1 << 20):
+            n += chunk.count(b"\n")
+    return n, time.perf_counter() - t
+
+
+def check_committed_logs() -> list[str]:
+    """Iteration lines per committed Megatron cycle log: parser against grep; mismatches."""
+    from pytest_nvrx.evidence.cycle_log import parse_cycle_log
+    from pytest_nvrx.evidence.megatron import MEGATRON
+
+    mismatches = []
+    logs = sorted((ROOT / "tests" / "data").rglob("train_cycle*.log"))
+    checked = 0
+    for log in logs:
+        grep = subprocess.run(
+            ["grep", "-c", "-E", ITERATION_PATTERN, str(log)], capture_output=True, text=True
+        )
+        expected = int(grep.stdout.strip() or 0)
+        if expected == 0:
+            continue  # not a Megatron log (the CPU reference workload prints another format)
+        checked += 1
+        counted = parse_cycle_log(log, 0, MEGATRON).iteration_lines
+        if counted != expected:
+            mismatches.append(f"{log.relative_to(ROOT)}: grep {expected}, parser {counted}")
+    print(f"committed Megatron cycle logs: {checked} checked, {len(mismatches)} mismatches")
+    return mismatches
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size-mib", type=int, default=1024)
@@ -126,42 +163,57 @@ def main() -> int:
         subprocess.run(["cat", str(path)], stdout=subprocess.DEVNULL, check=True)
 
         t = time.perf_counter()
-        grep = subprocess.run(
-            ["grep", "-c", "-E", ITERATION_PATTERN, str(path)],
-            capture_output=True,
-            text=True,
-            check=True,
+        grep = subprocess.Popen(
+            ["grep", "-c", "-E", ITERATION_PATTERN, str(path)], stdout=subprocess.PIPE, text=True
         )
+        assert grep.stdout is not None
+        grep_out = grep.stdout.read()
+        _, _, grep_usage = os.wait4(grep.pid, 0)
         grep_s = time.perf_counter() - t
-        grep_count = int(grep.stdout.strip())
+        grep_cpu = grep_usage.ru_utime + grep_usage.ru_stime
+        grep_count = int(grep_out.strip())
 
+        newlines, floor_s = count_newlines(path)
         out, child_s, rss_kib = run_child(str(path))
-        parse_s, counted, lines, kept_events, dropped = out.split()
+        parse_s, cpu_s, counted, lines, kept_events, dropped = out.split()
         _, _, base_kib = run_child("--import-only")
 
-    parse = float(parse_s)
+    parse, cpu = float(parse_s), float(cpu_s)
     print(f"date: {datetime.now(UTC):%Y-%m-%d %H:%M} UTC")
     print(
         f"machine: {platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}"
     )
     print(
         f"grep -c -E '{ITERATION_PATTERN}': {grep_s:.2f}s ({mib / grep_s:.0f} MiB/s),"
-        f" {grep_count} lines"
+        f" {grep_count} lines; CPU {grep_cpu:.2f}s ({mib / grep_cpu:.0f} MiB/s)"
     )
     print(
         f"parse_cycle_log: {parse:.2f}s ({mib / parse:.0f} MiB/s; child wall {child_s:.2f}s),"
         f" {counted} iteration lines of {lines}, {kept_events} events kept, {dropped} saves"
         " counted not kept"
     )
+    print(f"parse_cycle_log CPU: {cpu:.2f}s ({mib / cpu:.0f} MiB/s of CPU time: less load-bound)")
     print(f"ratio parser/grep: {parse / grep_s:.1f}x")
+    print(
+        f"floor: one bytes.count pass in Python {floor_s:.2f}s ({mib / floor_s:.0f} MiB/s),"
+        f" {newlines} newlines"
+    )
     print(
         f"peak RSS: parser child {rss_kib / 1024:.0f} MiB, import-only child"
         f" {base_kib / 1024:.0f} MiB (parser's own share {(rss_kib - base_kib) / 1024:.0f} MiB)"
     )
+    failed = False
     if int(counted) != grep_count or grep_count != iterations:
         print(f"MISMATCH: generated {iterations}, grep {grep_count}, parser {counted}")
-        return 1
-    return 0
+        failed = True
+    if int(lines) != newlines:
+        print(f"MISMATCH: {newlines} newlines, parser counted {lines} lines")
+        failed = True
+    sys.path.insert(0, str(ROOT))
+    for mismatch in check_committed_logs():
+        print(f"MISMATCH: {mismatch}")
+        failed = True
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
