@@ -80,6 +80,29 @@ SPLIT_BY_TEST = frozenset(
 SPLIT_BY_PARAM = frozenset({"tests/test_broken_resumes.py"})
 
 
+#: Work units that take long (real launches), roughly in seconds on 2 cores; the rest ~1 s.
+UNIT_COSTS = (
+    ("nvrx-reference", 300),
+    ("tests/test_slurm_launch.py", 170),
+    ("tests/test_local_nodes.py", 75),
+    ("tests/test_reference_workload.py", 70),
+    ("tests/test_plugin_retention.py", 65),
+    ("tests/test_plugin_xdist.py", 60),
+    ("tests/test_cli_e2e.py::test_run_each", 45),
+    ("tests/test_broken_resumes.py[", 35),
+    ("tests/test_packaging.py", 30),
+    ("tests/test_run_claim.py", 25),
+    ("tests/test_signals.py", 18),
+    ("tests/test_plugin_signals.py", 14),
+    ("tests/test_plugin.py", 20),
+    ("tests/test_injector.py", 15),
+)
+
+
+def unit_cost(unit: str) -> int:
+    return next((cost for prefix, cost in UNIT_COSTS if unit.startswith(prefix)), 1)
+
+
 def work_unit(nodeid: str) -> str:
     """The xdist work unit of a test of this repository."""
     path = nodeid.split("::", 1)[0]
@@ -101,5 +124,16 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
             if nodeid.startswith("pytest_nvrx/"):
                 return scenario_scope(nodeid) or nodeid
             return work_unit(nodeid)
+
+        def schedule(self) -> None:
+            # xdist hands out the largest units (by test count) first; the long real runs are
+            # often units of one test and would come last, leaving one worker with a long tail.
+            # The first units are assigned in schedule(); the rest go by expected cost.
+            super().schedule()
+            queue = getattr(self, "workqueue", None)
+            if queue:
+                ordered = sorted(queue.items(), key=lambda item: -unit_cost(item[0]))
+                queue.clear()
+                queue.update(ordered)
 
     return TestsScheduling(config, log)
