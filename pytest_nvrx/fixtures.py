@@ -127,8 +127,6 @@ def scenario_config(settings: NvrxSettings, scenario: Scenario, work_dir: Path) 
         run_id=run_id,
         megatron_path=settings.megatron_path,
     )
-    if scenario.needs_gpu and "gpus_per_node" not in settings.overrides:
-        values["gpus_per_node"] = 1
     if int(values.get("gpus_per_node", 1)) * nnodes == 1 and "fault_rank" not in settings.overrides:
         # one rank in all: it is the one faulted (the default rank 1 would not exist); with
         # more, the walkthrough's rank 1 (on a multinode run, a rank of the second node)

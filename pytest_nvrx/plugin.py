@@ -7,6 +7,7 @@ Nothing here needs a GPU: GPU scenarios are skipped at setup with a reason, so `
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from collections.abc import Callable, Generator
@@ -572,11 +573,9 @@ def terminal_writer(config: pytest.Config) -> Callable[[str], None]:
         prefix = f"[{workerinput.get('workerid', 'worker')}] "
 
         def write_worker(line: str) -> None:
-            if capman is None:
-                sys.stderr.write(prefix + line + "\n")
-                sys.stderr.flush()
-                return
-            with capman.global_and_fixture_disabled():
+            with (
+                contextlib.nullcontext() if capman is None else capman.global_and_fixture_disabled()
+            ):
                 sys.stderr.write(prefix + line + "\n")
                 sys.stderr.flush()
 

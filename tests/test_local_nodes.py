@@ -155,31 +155,26 @@ def _joined_as(launcher_log: str, launcher_pid: int) -> int:
     return int(m.group(1))
 
 
-@pytest.mark.timeout(400)
-def test_two_nodes_on_one_host_kill_on_the_second_node(tmp_path: Path) -> None:
-    work = tmp_path / "work"
-    endpoint = f"localhost:{_free_port()}"
-    common = [
-        sys.executable, "-m", "pytest_nvrx", "run",
-        "--workload", "reference", "--work-dir", str(work), "--run-id", "two-nodes",
-        "--nnodes", "2", "--gpus-per-node", "1", "--rdzv-endpoint", endpoint,
-        "--fault", "kill", "--fault-rank", "1", "--train-iters", "20", "--save-interval", "5",
-        "--section-timeouts", "setup:120,step:30,checkpointing:60",
-        "--workload-check-interval", "1", "--timeout", "240",
-    ]  # fmt: skip
+def _run_nodes(
+    tmp_path: Path, commands: list[list[str]], envs: list[dict[str, str]], cwd: Path | None = None
+) -> list[str]:
+    """Start every node's command at once, each in its own session with ``envs[i]`` on top of
+    this test's marked environment and its output in ``node<i>.out``; wait up to 300 s, then
+    kill whatever is left (the mark finds strays). Both must exit 0; their outputs returned."""
     mark = new_mark()
     procs: list[subprocess.Popen[bytes]] = []
-    outs = [tmp_path / f"node{i}.out" for i in range(2)]
+    outs = [tmp_path / f"node{i}.out" for i in range(len(commands))]
     try:
-        for i, out in enumerate(outs):
+        for argv, extra, out in zip(commands, envs, outs, strict=True):
             with out.open("wb") as fh:
                 procs.append(
                     subprocess.Popen(
-                        [*common, "--node-index", str(i)],
+                        argv,
                         stdin=subprocess.DEVNULL,
                         stdout=fh,
                         stderr=subprocess.STDOUT,
-                        env=marked_env(mark),
+                        env={**marked_env(mark), **extra},
+                        cwd=cwd,
                         start_new_session=True,
                     )
                 )
@@ -193,7 +188,25 @@ def test_two_nodes_on_one_host_kill_on_the_second_node(tmp_path: Path) -> None:
                 p.kill()
         kill_marked(mark)
     texts = [out.read_text(errors="replace") for out in outs]
-    assert codes == [0, 0], "\n".join(f"--- node {i} ---\n{t[-3000:]}" for i, t in enumerate(texts))
+    assert codes == [0] * len(procs), "\n".join(
+        f"--- node {i} ---\n{t[-3000:]}" for i, t in enumerate(texts)
+    )
+    return texts
+
+
+@pytest.mark.timeout(400)
+def test_two_nodes_on_one_host_kill_on_the_second_node(tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    endpoint = f"localhost:{_free_port()}"
+    common = [
+        sys.executable, "-m", "pytest_nvrx", "run",
+        "--workload", "reference", "--work-dir", str(work), "--run-id", "two-nodes",
+        "--nnodes", "2", "--gpus-per-node", "1", "--rdzv-endpoint", endpoint,
+        "--fault", "kill", "--fault-rank", "1", "--train-iters", "20", "--save-interval", "5",
+        "--section-timeouts", "setup:120,step:30,checkpointing:60",
+        "--workload-check-interval", "1", "--timeout", "240",
+    ]  # fmt: skip
+    _run_nodes(tmp_path, [[*common, "--node-index", str(i)] for i in range(2)], [{}, {}])
 
     run_dir = work / "runs" / "two-nodes"
     # node 0's files are the run's; node 1 has its own beside them
@@ -253,40 +266,13 @@ def test_two_nodes_on_one_host_through_the_plugin(tmp_path: Path) -> None:
         "-q", "-k", "reference-kill-save", "--nvrx-nnodes=2", "--nvrx-gpus-per-node=1",
         f"--nvrx-rdzv-endpoint={endpoint}", f"--nvrx-work-dir={work}",
     ]  # fmt: skip
-    mark = new_mark()
-    procs: list[subprocess.Popen[bytes]] = []
-    outs = [tmp_path / f"node{i}.out" for i in range(2)]
-    try:
-        for i, out in enumerate(outs):
-            env = {**marked_env(mark), "NVRX_RUN_ID": "plugin-nodes"}
-            argv = list(common)
-            if i == 0:
-                argv.append("--nvrx-node-index=0")
-            else:
-                env["NVRX_NODE_INDEX"] = str(i)
-            with out.open("wb") as fh:
-                procs.append(
-                    subprocess.Popen(
-                        argv,
-                        stdin=subprocess.DEVNULL,
-                        stdout=fh,
-                        stderr=subprocess.STDOUT,
-                        env=env,
-                        cwd=tmp_path,
-                        start_new_session=True,
-                    )
-                )
-        deadline = time.monotonic() + 300
-        while any(p.poll() is None for p in procs) and time.monotonic() < deadline:
-            time.sleep(0.5)
-        codes = [p.poll() for p in procs]
-    finally:
-        for p in procs:
-            with contextlib.suppress(ProcessLookupError):
-                p.kill()
-        kill_marked(mark)
-    texts = [out.read_text(errors="replace") for out in outs]
-    assert codes == [0, 0], "\n".join(f"--- node {i} ---\n{t[-3000:]}" for i, t in enumerate(texts))
+    # node 0 by option, node 1 by environment
+    texts = _run_nodes(
+        tmp_path,
+        [[*common, "--nvrx-node-index=0"], common],
+        [{"NVRX_RUN_ID": "plugin-nodes"}, {"NVRX_RUN_ID": "plugin-nodes", "NVRX_NODE_INDEX": "1"}],
+        cwd=tmp_path,
+    )
     for text in texts:
         # run_finished + six criteria, none failed or skipped, in each node's session
         assert re.search(r"^7 passed, \d+ deselected", text, re.MULTILINE), text[-2000:]
