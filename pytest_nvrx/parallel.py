@@ -1,0 +1,272 @@
+"""Scenarios side by side: GPU slots and a pool of concurrent launches. No pytest here.
+
+**Slots.** A GPU scenario runs on a set of GPUs of its own. Each GPU has ``share`` slots, each an
+exclusive file lock (``/tmp/pytest-nvrx-gpu-<gpu>.lock`` for the first, the one
+:func:`pytest_nvrx.gpu_slots.gpu_locks` takes, then ``...-<gpu>.s<i>.lock``): a scenario takes one
+slot on each of the GPUs it needs, never blocking while it holds others, so sessions, pytest-xdist
+workers and this pool never wait on each other crosswise. With ``share`` 1 (the default) scenarios
+run on disjoint GPUs; a larger ``share`` lets that many small scenarios use one GPU at once (a tiny
+GPT run leaves most of an H200 idle). The scenario's launch gets ``CUDA_VISIBLE_DEVICES`` naming
+its GPUs.
+
+**Pool.** :class:`LaunchPool` starts the queued jobs that fit (``max_parallel``, GPU slots), waits
+for each in a thread of its own (``Launch.wait`` only polls and sleeps) and hands out the outcome
+of the job asked for, starting queued jobs as others end. Every launch is started and stopped
+from the calling thread; on an interruption (Ctrl-C, SIGTERM raised as ``Interrupted``) every
+running launch's tree is stopped before the exception goes on.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from filelock import FileLock, Timeout
+
+from pytest_nvrx.gpu_slots import LOCK_DIR, lock_path
+
+#: how often a waiting pool looks for a free slot or a finished job
+POLL_S = 0.2
+
+
+def slot_lock_path(gpu: str, index: int, lock_dir: Path = LOCK_DIR) -> Path:
+    """Slot ``index`` of ``gpu``; slot 0 is the lock sessions take (gpu_slots.gpu_locks)."""
+    if index == 0:
+        return lock_path(gpu, lock_dir)
+    return lock_dir / f"{lock_path(gpu, lock_dir).stem}.s{index}.lock"
+
+
+@dataclass
+class Slot:
+    """GPUs held for one scenario (none for a CPU scenario)."""
+
+    gpus: tuple[str, ...]
+    _locks: list[FileLock] = field(default_factory=list, repr=False)
+
+    @property
+    def cuda_visible_devices(self) -> str:
+        return ",".join(self.gpus)
+
+
+class GpuSlots:
+    """Hands out ``count`` GPUs at a time from ``gpus``, ``share`` scenarios per GPU at most."""
+
+    def __init__(self, gpus: Sequence[str], *, share: int = 1, lock_dir: Path = LOCK_DIR) -> None:
+        if share < 1:
+            raise ValueError(f"share must be a positive integer, got {share}")
+        self.gpus = tuple(dict.fromkeys(gpus))
+        self.share = share
+        self.lock_dir = lock_dir
+
+    def capacity(self, count: int) -> int:
+        """How many scenarios of ``count`` GPUs fit at once when nobody else holds a slot."""
+        if count <= 0:
+            return 0
+        return (len(self.gpus) * self.share) // count if count <= len(self.gpus) else 0
+
+    def try_take(self, count: int) -> Slot | None:
+        """``count`` GPUs with a free slot each, or None (nothing held then). Never blocks.
+
+        Least shared GPUs first: slot 0 of every GPU before slot 1 of any, so scenarios spread
+        over the GPUs before they share one."""
+        if count > len(self.gpus):
+            raise ValueError(f"a scenario needs {count} GPUs, only {len(self.gpus)} are visible")
+        taken: list[tuple[str, FileLock]] = []
+        for index in range(self.share):
+            for gpu in self.gpus:
+                if len(taken) == count:
+                    break
+                if any(g == gpu for g, _ in taken):
+                    continue
+                lock = FileLock(str(slot_lock_path(gpu, index, self.lock_dir)), timeout=0)
+                try:
+                    lock.acquire()
+                except Timeout:
+                    continue
+                taken.append((gpu, lock))
+        if len(taken) < count:
+            for _, lock in reversed(taken):
+                lock.release()
+            return None
+        order = {gpu: i for i, gpu in enumerate(self.gpus)}
+        taken.sort(key=lambda pair: order[pair[0]])
+        return Slot(tuple(g for g, _ in taken), [lock for _, lock in taken])
+
+    @staticmethod
+    def release(slot: Slot) -> None:
+        for lock in reversed(slot._locks):
+            lock.release()
+        slot._locks.clear()
+
+
+class Waitable(Protocol):
+    """What the pool needs of a launch (pytest_nvrx.launch.Launch)."""
+
+    def __enter__(self) -> Waitable: ...
+
+    def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None: ...
+
+    def stop(self, grace_s: float = 5.0) -> None: ...
+
+
+@dataclass
+class Job:
+    """One launch to run: ``make(slot)`` builds it (not yet started) for the slot it got;
+    ``wait(launch)`` (in a thread of the pool's) waits for it to end and returns its result."""
+
+    key: str
+    gpus: int  # GPUs it needs; 0: a CPU scenario
+    make: Callable[[Slot], Waitable]
+    wait: Callable[[Any], object]
+
+
+@dataclass
+class Outcome:
+    key: str
+    slot: Slot
+    launch: Waitable | None  # None when make() or starting it failed
+    result: object | None = None  # what wait() returned
+    error: BaseException | None = None  # what make(), start or wait() raised
+    started_at: float = 0.0
+    ended_at: float = 0.0
+
+
+def _safe_key(key: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", key)
+
+
+class LaunchPool:
+    """Runs queued jobs side by side; :meth:`wait_for` returns one job's outcome."""
+
+    def __init__(
+        self,
+        *,
+        max_parallel: int,
+        slots: GpuSlots | None = None,
+        on_start: Callable[[str, Slot], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if max_parallel < 1:
+            raise ValueError(f"max_parallel must be a positive integer, got {max_parallel}")
+        self.max_parallel = max_parallel
+        self.slots = slots
+        self.on_start = on_start
+        self.clock = clock
+        self._queue: list[Job] = []
+        self._running: dict[str, tuple[Outcome, threading.Thread]] = {}
+        self._done: dict[str, Outcome] = {}
+        self._changed = threading.Condition()
+
+    @property
+    def keys(self) -> set[str]:
+        return {job.key for job in self._queue} | set(self._running) | set(self._done)
+
+    def submit(self, job: Job) -> None:
+        if job.key in self.keys:
+            raise ValueError(f"job {job.key!r} was submitted already")
+        if job.gpus and self.slots is None:
+            raise ValueError(f"job {job.key!r} needs GPUs but the pool has no GPU slots")
+        self._queue.append(job)
+
+    def running(self) -> list[str]:
+        return list(self._running)
+
+    def _start_what_fits(self) -> None:
+        for job in list(self._queue):
+            if len(self._running) >= self.max_parallel:
+                return
+            if job.gpus:
+                assert self.slots is not None
+                slot = self.slots.try_take(job.gpus)
+                if slot is None:
+                    continue  # a smaller job behind it may fit
+            else:
+                slot = Slot(())
+            self._queue.remove(job)
+            self._start(job, slot)
+
+    def _start(self, job: Job, slot: Slot) -> None:
+        outcome = Outcome(job.key, slot, None, started_at=self.clock())
+        try:
+            launch = job.make(slot)
+            launch.__enter__()
+        except BaseException as exc:
+            outcome.error, outcome.ended_at = exc, self.clock()
+            self._finish(outcome)
+            if not isinstance(exc, Exception):
+                raise
+            return
+        outcome.launch = launch
+        if self.on_start is not None:
+            self.on_start(job.key, slot)
+
+        def wait() -> None:
+            try:
+                outcome.result = job.wait(launch)
+            except BaseException as exc:  # handed to the waiting caller
+                outcome.error = exc
+            finally:
+                outcome.ended_at = self.clock()
+                with self._changed:
+                    self._changed.notify_all()
+
+        thread = threading.Thread(target=wait, name=f"nvrx-{_safe_key(job.key)}", daemon=True)
+        self._running[job.key] = (outcome, thread)
+        thread.start()
+
+    def _finish(self, outcome: Outcome) -> None:
+        if outcome.slot.gpus:
+            GpuSlots.release(outcome.slot)
+        self._done[outcome.key] = outcome
+
+    def _reap(self) -> None:
+        """Close the launches whose wait() returned; give their slots back."""
+        for key, (outcome, thread) in list(self._running.items()):
+            if thread.is_alive():
+                continue
+            thread.join()
+            del self._running[key]
+            try:
+                assert outcome.launch is not None
+                outcome.launch.__exit__(None, None, None)
+            finally:
+                self._finish(outcome)
+
+    def wait_for(self, key: str) -> Outcome:
+        """The outcome of job ``key``, running the pool until it has one."""
+        if key not in self.keys:
+            raise KeyError(f"no job {key!r} in the pool")
+        try:
+            while key not in self._done:
+                self._reap()
+                self._start_what_fits()
+                if key in self._done:
+                    break
+                with self._changed:
+                    if not any(not t.is_alive() for _, t in self._running.values()):
+                        self._changed.wait(POLL_S)
+            # start the next ones before the caller judges this one
+            self._reap()
+            self._start_what_fits()
+        except BaseException:
+            self.stop_all()
+            raise
+        return self._done[key]
+
+    def stop_all(self) -> None:
+        """Stop every running launch's tree (the waiting threads then see it exit)."""
+        for outcome, _ in self._running.values():
+            if outcome.launch is not None:
+                outcome.launch.stop()
+        for key, (outcome, thread) in list(self._running.items()):
+            thread.join(timeout=30)
+            del self._running[key]
+            if outcome.launch is not None:
+                outcome.launch.__exit__(None, None, None)
+            self._finish(outcome)
+        self._queue.clear()
