@@ -1,0 +1,323 @@
+"""The report of several scenarios: ``report.json`` (:func:`report_json`) and one self-contained
+offline HTML page (:func:`render_html`): inline CSS and SVG, no script, nothing fetched."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from html import escape
+from typing import Any
+
+from pytest_nvrx import __version__
+from pytest_nvrx.criteria.verdict import CRITERIA_IDS
+from pytest_nvrx.report.model import PHASES, SCHEMA_VERSION, ScenarioReport
+from pytest_nvrx.report.svg import (
+    breakdown_svg,
+    loss_svg,
+    timeline_legend_svg,
+    timeline_svg,
+    used_kinds,
+)
+
+
+def pair_baselines(reports: Sequence[ScenarioReport]) -> dict[str, ScenarioReport]:
+    """For each faulted scenario, a baseline among ``reports`` of the same workload and length
+    (scenario name -> baseline report); the first such baseline wins."""
+    baselines = [r for r in reports if r.baseline and r.loss.points]
+    out: dict[str, ScenarioReport] = {}
+    for report in reports:
+        if report.baseline:
+            continue
+        for base in baselines:
+            if base.workload == report.workload and (
+                base.train_iters is None
+                or report.train_iters is None
+                or base.train_iters == report.train_iters
+            ):
+                out[report.name] = base
+                break
+    return out
+
+
+def report_json(
+    reports: Sequence[ScenarioReport], stack: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """The ``report.json`` document (schema in docs/report.md)."""
+    pairs = pair_baselines(reports)
+    scenarios = []
+    for report in reports:
+        data = report.as_dict()
+        base = pairs.get(report.name)
+        data["baseline"] = base.name if base is not None else None
+        scenarios.append(data)
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "tool": {"name": "pytest-nvrx", "version": __version__},
+        "stack": dict(stack) if stack is not None else _common_stack(reports),
+        "passed": all(r.passed for r in reports),
+        "scenarios": scenarios,
+    }
+
+
+def _common_stack(reports: Sequence[ScenarioReport]) -> dict[str, Any] | None:
+    """The stack every scenario that recorded one ran on; None when they differ."""
+    stacks = [r.stack for r in reports if r.stack]
+    if stacks and all(s == stacks[0] for s in stacks):
+        return dict(stacks[0])
+    return None
+
+
+_CSS = """
+body{font:14px/1.45 system-ui,-apple-system,'Segoe UI',Roboto,sans-serif;color:#1d1d1d;
+ margin:24px auto;max-width:1060px;padding:0 16px}
+h1{font-size:22px;margin:0 0 4px}
+h2{font-size:18px;margin:28px 0 8px;border-bottom:1px solid #ddd;padding-bottom:4px}
+h3{font-size:15px;margin:18px 0 6px}
+table{border-collapse:collapse;margin:6px 0}
+th,td{border:1px solid #ddd;padding:4px 8px;text-align:left;vertical-align:top}
+th{background:#f3f3f3;font-weight:600}
+.PASS{background:#dff3e4;color:#11632b;font-weight:600}
+.FAIL{background:#fbe0de;color:#9b1c14;font-weight:600}
+.NA{background:#eeeeee;color:#555}
+.ok{color:#11632b;font-weight:700}.bad{color:#9b1c14;font-weight:700}
+.matrix td a{color:inherit;text-decoration:none;display:block}
+.num{text-align:right;font-variant-numeric:tabular-nums}
+.missing{color:#9b1c14;font-style:italic}
+code,.ev{font:12px/1.4 ui-monospace,SFMono-Regular,Menlo,Consolas,monospace}
+.ev{white-space:pre-wrap;word-break:break-all;background:#fafafa;border-left:3px solid #ccc;
+ padding:2px 6px;margin:2px 0 2px 12px}
+.cause{background:#fff4e5;border:1px solid #f0c27b;padding:6px 10px;margin:8px 0}
+.stack td:first-child{color:#555}
+details summary{cursor:pointer}
+.chart{margin:6px 0 10px}
+.small{color:#555;font-size:12px}
+"""
+
+_STACK_KEYS = (
+    ("python", "Python"),
+    ("torch", "torch"),
+    ("cuda", "CUDA"),
+    ("cudnn", "cuDNN"),
+    ("nccl", "NCCL"),
+    ("gpu", "GPU"),
+    ("driver", "driver"),
+    ("transformer_engine", "Transformer Engine"),
+    ("apex", "Apex"),
+    ("megatron", "Megatron"),
+    ("megatron_describe", "Megatron tag"),
+    ("nvrx", "NVRx"),
+    ("profile", "profile"),
+)
+
+
+def _status_class(status: str) -> str:
+    return "NA" if status == "N/A" else status
+
+
+def _seconds(value: float | None) -> str:
+    return "—" if value is None else f"{value:.3f}"
+
+
+def _stack_table(stack: Mapping[str, Any]) -> str:
+    if not stack:
+        return "<p class=small>no stack recorded</p>"
+    rows = []
+    for key, label in _STACK_KEYS:
+        if key not in stack:
+            continue
+        value = stack[key]
+        shown = "not installed" if value is None else str(value)
+        rows.append(f"<tr><td>{escape(label)}</td><td>{escape(shown)}</td></tr>")
+    if stack.get("source"):
+        rows.append(f"<tr><td>source</td><td>{escape(str(stack['source']))}</td></tr>")
+    return f"<table class=stack>{''.join(rows)}</table>"
+
+
+def _anchor(report: ScenarioReport) -> str:
+    return "s-" + "".join(ch if ch.isalnum() or ch in "-_" else "-" for ch in report.name)
+
+
+def _matrix(reports: Sequence[ScenarioReport]) -> str:
+    head = "".join(f"<th>{escape(c.replace('_', ' '))}</th>" for c in CRITERIA_IDS)
+    rows = []
+    for r in reports:
+        outcome = "QUALIFIED" if r.passed else "NOT QUALIFIED"
+        cls = "ok" if r.passed else "bad"
+        cells = []
+        by_id = {c.id: c for c in r.criteria}
+        for cid in CRITERIA_IDS:
+            c = by_id.get(cid)
+            if c is None:
+                cells.append("<td>—</td>")
+                continue
+            where = f" [{c.evidence[0].split(': ', 1)[0]}]" if c.evidence else ""
+            cells.append(
+                f'<td class="{_status_class(c.status)}" title="{escape(c.reason + where)}">'
+                f'<a href="#{_anchor(r)}-{cid}">{c.status}</a></td>'
+            )
+        fault = r.fault + (f" ({r.window})" if r.window else "")
+        rows.append(
+            f'<tr><th><a href="#{_anchor(r)}">{escape(r.name)}</a></th><td>{escape(fault)}</td>'
+            f'<td class="{cls}">{outcome}</td><td class=num>{_seconds(r.downtime_s)}</td>'
+            + "".join(cells)
+            + "</tr>"
+        )
+    return (
+        "<table class=matrix><tr><th>scenario</th><th>fault</th><th>outcome</th>"
+        f"<th>downtime (s)</th>{head}</tr>{''.join(rows)}</table>"
+    )
+
+
+def _cost_table(reports: Sequence[ScenarioReport]) -> str:
+    """Phases as rows, scenarios as columns (fits the page for a handful of scenarios)."""
+    faulted = [r for r in reports if r.recovery is not None]
+    if not faulted:
+        return ""
+    recoveries = [r.recovery for r in faulted if r.recovery is not None]
+    head = "".join(f"<th class=num>{escape(r.name)}</th>" for r in faulted)
+    rows: list[str] = []
+    for n, spec in enumerate(PHASES):
+        cells = []
+        for rec in recoveries:
+            phase = rec.phases[n]
+            if phase.seconds is None:
+                why = escape(phase.missing or "")
+                cells.append(f'<td class="num missing" title="{why}">missing</td>')
+            else:
+                cells.append(f"<td class=num>{phase.seconds:.3f}</td>")
+        rows.append(f"<tr><td>{escape(spec.label)}</td>{''.join(cells)}</tr>")
+
+    def row(label: str, values: list[str], bold: bool = False) -> str:
+        tag = ("<b>", "</b>") if bold else ("", "")
+        cells = "".join(f"<td class=num>{tag[0]}{v}{tag[1]}</td>" for v in values)
+        return f"<tr><td>{tag[0]}{escape(label)}{tag[1]}</td>{cells}</tr>"
+
+    rows.append(row("not attributed", [_seconds(r.unattributed_s) for r in recoveries]))
+    rows.append(row("downtime", [_seconds(r.downtime_s) for r in recoveries], bold=True))
+    rows.append(
+        row(
+            "iterations lost (restored → last before failure)",
+            [
+                f"{r.lost_work.iterations if r.lost_work.iterations is not None else '—'}"
+                f" ({r.lost_work.restored_iteration} → {r.lost_work.last_iteration_before_failure})"
+                for r in recoveries
+            ],
+        )
+    )
+    rows.append(row("work discarded (s)", [_seconds(r.lost_work.discarded_s) for r in recoveries]))
+    rows.append(row("recomputed (s)", [_seconds(r.lost_work.recomputed_s) for r in recoveries]))
+    return f"<table class=cost><tr><th>seconds</th>{head}</tr>{''.join(rows)}</table>"
+
+
+def _scenario(report: ScenarioReport, baseline: ScenarioReport | None) -> str:
+    anchor = _anchor(report)
+    if report.passed:
+        outcome = '<span class="ok">QUALIFIED</span>'
+    else:
+        outcome = f'<span class="bad">NOT QUALIFIED</span>: {escape(report.cause or "")}'
+    window = f" in window <b>{escape(report.window)}</b>" if report.window else ""
+    workload = f" · workload {escape(report.workload)}" if report.workload else ""
+    parts = [
+        f'<h2 id="{anchor}">{escape(report.name)}</h2>',
+        f"<p>{outcome} · fault <b>{escape(report.fault)}</b>{window} · {escape(report.summary)}<br>"
+        f"<span class=small>run dir <code>{escape(report.run_dir)}</code>{workload}</span></p>",
+    ]
+    if report.first_cause:
+        parts.append(f'<div class="cause"><b>first cause:</b> {escape(report.first_cause)}</div>')
+    parts += [f'<p class="cause">{escape(p)}</p>' for p in report.problems if p.startswith("fatal")]
+    parts.append("<h3>Timeline</h3>")
+    kinds = used_kinds(report.timeline.events)
+    parts.append(f'<div class="chart">{timeline_svg(report)}</div>')
+    legend = timeline_legend_svg(kinds, window=report.timeline.fault_window is not None)
+    parts.append(f'<div class="chart">{legend}</div>')
+    loss = loss_svg(report, baseline)
+    if loss is not None:
+        against = (
+            f' over the baseline <a href="#{_anchor(baseline)}">{escape(baseline.name)}</a>'
+            if baseline
+            else ""
+        )
+        parts.append(f'<h3>Loss{against}</h3><div class="chart">{loss}</div>')
+    parts.append("<h3>Criteria</h3>")
+    for c in report.criteria:
+        evidence = "".join(f'<div class="ev">{escape(line)}</div>' for line in c.evidence)
+        open_attr = " open" if c.status == "FAIL" else ""
+        status = f'<span class="{_status_class(c.status)}"> {c.status} </span>'
+        parts.append(
+            f'<details id="{anchor}-{c.id}"{open_attr}><summary>{status} <b>{escape(c.id)}</b>: '
+            f"{escape(c.reason)}</summary>{evidence}</details>"
+        )
+    events = report.timeline.events
+    if events:
+        rows = "".join(
+            f"<tr><td class=num>{e.t_s:.3f}</td><td>{escape(e.label)}</td>"
+            f"<td><code>{escape(e.ref or '')}</code></td></tr>"
+            for e in events
+        )
+        parts.append(
+            f"<details><summary>All {len(events)} timeline events, with the line that shows each"
+            f"</summary><table><tr><th>s</th><th>event</th><th>evidence</th></tr>{rows}</table>"
+            "</details>"
+        )
+    notes = [p for p in report.problems if not p.startswith("fatal")]
+    if notes:
+        parts.append("<p class=small>" + "<br>".join(escape(n) for n in notes) + "</p>")
+    return "\n".join(parts)
+
+
+def render_html(
+    reports: Sequence[ScenarioReport],
+    stack: Mapping[str, Any] | None = None,
+    *,
+    title: str = "Recovery report",
+) -> str:
+    """One self-contained page: the matrix, the recovery cost, then each scenario in detail."""
+    pairs = pair_baselines(reports)
+    passed = sum(r.passed for r in reports)
+    verdict = (
+        '<span class="ok">all scenarios qualified</span>'
+        if passed == len(reports)
+        else f'<span class="bad">{len(reports) - passed} of {len(reports)} not qualified</span>'
+    )
+    breakdown = breakdown_svg(reports)
+    body = [
+        f"<h1>{escape(title)}</h1>",
+        f"<p>{verdict} · {len(reports)} scenario{'s' if len(reports) != 1 else ''} · "
+        f"pytest-nvrx {escape(__version__)}</p>",
+        "<h2>Matrix</h2>",
+        _matrix(reports),
+        "<p class=small>Each cell links to the verdict and the log lines that prove it; hover "
+        "for the reason.</p>",
+    ]
+    if breakdown is not None:
+        body += [
+            "<h2>Recovery cost</h2>",
+            "<p class=small>Downtime: from the fault to the first step the replacement "
+            "committed after restoring its checkpoint. A phase whose milestone the logs do not "
+            "show is <i>missing</i>, never 0; its time is drawn hatched as not attributed.</p>",
+            f'<div class="chart">{breakdown}</div>',
+            _cost_table(reports),
+        ]
+    body.append("<h2>Stack</h2>")
+    if stack is not None:
+        body.append(_stack_table(stack))
+    else:
+        # one table per distinct stack, named by the scenarios that ran on it
+        groups: list[tuple[dict[str, Any], list[str]]] = []
+        for r in reports:
+            for known, names in groups:
+                if known == r.stack:
+                    names.append(r.name)
+                    break
+            else:
+                groups.append((r.stack, [r.name]))
+        for known, names in groups:
+            if len(groups) > 1:
+                body.append(f"<h3>{escape(', '.join(names))}</h3>")
+            body.append(_stack_table(known))
+    body += [_scenario(r, pairs.get(r.name)) for r in reports]
+    return (
+        "<!DOCTYPE html>\n<html lang=en><head><meta charset=utf-8>"
+        "<meta name=viewport content='width=device-width,initial-scale=1'>"
+        f"<title>{escape(title)}</title>"
+        f"<style>{_CSS}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n"
+    )

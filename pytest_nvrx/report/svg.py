@@ -1,0 +1,634 @@
+"""The report's three charts as inline SVG, drawn by hand: timeline, loss curve, recovery cost.
+
+Plain SVG written here rather than matplotlib or plotly: no dependency (matplotlib and plotly
+would add 10-50 MB to an install that runs beside a training stack), nothing to fetch (the page
+opens from disk, offline), a few kilobytes per chart, and text that stays crisp at any zoom and
+can be searched and copied. The charts are simple enough (bars, markers, polylines) that a few
+hundred lines draw them; colours are the Okabe-Ito palette, distinguishable with colour-blindness.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Sequence
+from html import escape
+
+from pytest_nvrx.report.model import (
+    EVENT_KINDS,
+    PHASES,
+    LossPoint,
+    ScenarioReport,
+    TimelineEvent,
+)
+
+WIDTH = 1000
+FONT = "font-family:system-ui,-apple-system,'Segoe UI',Roboto,sans-serif"
+
+#: one colour per recovery phase (Okabe-Ito)
+PHASE_COLORS: dict[str, str] = {
+    "detection": "#E69F00",
+    "termination": "#56B4E9",
+    "rendezvous": "#009E73",
+    "worker_start": "#CC79A7",
+    "checkpoint_load": "#0072B2",
+    "first_step": "#D55E00",
+}
+UNATTRIBUTED = "url(#hatch)"
+CYCLE_COLORS = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00")
+FAULT_COLOR = "#C0392B"
+
+# marker shape and colour per timeline event kind
+_MARKS: dict[str, tuple[str, str]] = {
+    "fault": ("cross", FAULT_COLOR),
+    "failure": ("x", FAULT_COLOR),
+    "detected": ("diamond", "#E69F00"),
+    "workers_terminated": ("square", "#333333"),
+    "rendezvous": ("circle", "#009E73"),
+    "workers_started": ("triangle", "#0072B2"),
+    "checkpoint_loaded": ("diamond", "#0072B2"),
+    "first_step": ("circle", "#D55E00"),
+    "save_submitted": ("triangle-open", "#555555"),
+    "save_finalized": ("triangle", "#555555"),
+    "decision": ("bar", "#7B3294"),
+}
+
+
+def _f(value: float) -> str:
+    """A coordinate: one decimal, no trailing zeros (keeps the file small)."""
+    text = f"{value:.1f}"
+    return text[:-2] if text.endswith(".0") else text
+
+
+def _el(tag: str, content: str | None = None, /, **attrs: object) -> str:
+    """One SVG element; attribute names use ``_`` for ``-`` (``stroke_width``), floats are
+    written with one decimal."""
+    parts = []
+    for key, value in attrs.items():
+        if value is None:
+            continue
+        text = _f(value) if isinstance(value, float) else str(value)
+        parts.append(f'{key.rstrip("_").replace("_", "-")}="{escape(text)}"')
+    head = f"<{tag} {' '.join(parts)}"
+    return f"{head}/>" if content is None else f"{head}>{content}</{tag}>"
+
+
+def _line(x1: float, y1: float, x2: float, y2: float, color: str, **attrs: object) -> str:
+    return _el("line", x1=x1, y1=y1, x2=x2, y2=y2, stroke=color, **attrs)
+
+
+def _text(
+    x: float,
+    y: float,
+    text: str,
+    *,
+    size: int = 12,
+    anchor: str = "start",
+    fill: str = "#222",
+    weight: str | None = None,
+) -> str:
+    return _el(
+        "text",
+        escape(text),
+        x=x,
+        y=y,
+        font_size=size,
+        text_anchor=anchor,
+        fill=fill,
+        font_weight=weight,
+    )
+
+
+def mark(
+    shape: str, x: float, y: float, color: str, size: float = 5.0, title: str | None = None
+) -> str:
+    """One marker; ``title`` becomes its hover text."""
+    r = size
+    edge: dict[str, object] = {"stroke": "#fff", "stroke_width": 1}
+    if shape == "circle":
+        body = _el("circle", cx=x, cy=y, r=r, fill=color, **edge)
+    elif shape == "square":
+        body = _el("rect", x=x - r, y=y - r, width=2 * r, height=2 * r, fill=color, **edge)
+    elif shape == "diamond":
+        d = r + 1
+        pts = f"{_f(x)},{_f(y - d)} {_f(x + d)},{_f(y)} {_f(x)},{_f(y + d)} {_f(x - d)},{_f(y)}"
+        body = _el("polygon", points=pts, fill=color, **edge)
+    elif shape in ("triangle", "triangle-open"):
+        pts = f"{_f(x)},{_f(y - r)} {_f(x + r)},{_f(y + r)} {_f(x - r)},{_f(y + r)}"
+        fill = "#fff" if shape == "triangle-open" else color
+        body = _el("polygon", points=pts, fill=fill, stroke=color, stroke_width=1.5)
+    elif shape in ("x", "cross"):
+        w = r + (1 if shape == "cross" else 0)
+        path = (
+            f"M{_f(x - w)},{_f(y - w)}L{_f(x + w)},{_f(y + w)}"
+            f"M{_f(x - w)},{_f(y + w)}L{_f(x + w)},{_f(y - w)}"
+        )
+        width = 3 if shape == "cross" else 2
+        body = _el("path", d=path, stroke=color, stroke_width=width, fill="none")
+    else:  # bar
+        body = _el("rect", x=x - 1.5, y=y - r - 2, width=3, height=2 * r + 4, fill=color)
+    tip = f"<title>{escape(title)}</title>" if title else ""
+    return f"<g>{tip}{body}</g>"
+
+
+def _defs() -> str:
+    return (
+        '<defs><pattern id="hatch" width="6" height="6" patternUnits="userSpaceOnUse" '
+        'patternTransform="rotate(45)"><rect width="6" height="6" fill="#eee"/>'
+        '<line x1="0" y1="0" x2="0" y2="6" stroke="#999" stroke-width="2"/></pattern></defs>'
+    )
+
+
+def _svg(height: float, body: Iterable[str], label: str) -> str:
+    return (
+        f'<svg role="img" aria-label="{escape(label)}" '
+        f'viewBox="0 0 {WIDTH} {_f(height)}" width="100%" style="max-width:{WIDTH}px;{FONT}">'
+        + _defs()
+        + "".join(body)
+        + "</svg>"
+    )
+
+
+def nice_ticks(lo: float, hi: float, count: int = 8) -> list[float]:
+    """Round tick values covering [lo, hi]."""
+    if not math.isfinite(lo) or not math.isfinite(hi) or hi <= lo:
+        return [lo]
+    raw = (hi - lo) / max(1, count)
+    mag = 10 ** math.floor(math.log10(raw))
+    step = next(m * mag for m in (1, 2, 2.5, 5, 10) if m * mag >= raw)
+    first = math.ceil(lo / step) * step
+    ticks = []
+    value = first
+    while value <= hi + step * 1e-9:
+        ticks.append(round(value, 10))
+        value += step
+    return ticks
+
+
+def _tick_text(value: float) -> str:
+    return f"{value:g}" if abs(value) >= 1e-3 or value == 0 else f"{value:.1e}"
+
+
+def _place_labels(
+    items: Sequence[tuple[float, str]], levels: int, char_w: float = 6.6
+) -> list[int]:
+    """A label level per item (sorted by x) so that labels on one level do not overlap; -1: none
+    free (the label is left to the hover text and the events table)."""
+    ends = [-1e9] * levels
+    out: list[int] = []
+    for x, text in items:
+        width = len(text) * char_w + 8
+        level = next((i for i in range(levels) if ends[i] < x), -1)
+        if level >= 0:
+            ends[level] = x + width
+        out.append(level)
+    return out
+
+
+# ----------------------------------------------------------------------------------------------
+# Timeline
+
+_LABELLED = (
+    "fault",
+    "detected",
+    "workers_terminated",
+    "workers_started",
+    "checkpoint_loaded",
+    "first_step",
+)
+_LANE_OF = {
+    "failure": "launcher",
+    "decision": "launcher",
+    "detected": "restart",
+    "workers_terminated": "restart",
+    "rendezvous": "restart",
+    "workers_started": "restart",
+    "save_submitted": "checkpoints",
+    "save_finalized": "checkpoints",
+    "checkpoint_loaded": "checkpoints",
+    "first_step": "checkpoints",
+}
+MAX_RANK_ROWS = 8
+
+
+def timeline_svg(report: ScenarioReport) -> str:
+    """Cycles per rank as bars, the fault window shaded, every milestone as a marker."""
+    tl = report.timeline
+    end = tl.end_s or max((e.t_s for e in tl.events), default=1.0)
+    end = max(end, 1.0)
+    left, right = 130.0, 20.0
+    plot_w = WIDTH - left - right
+
+    def x(t: float) -> float:
+        return left + max(0.0, min(t, end)) / end * plot_w
+
+    ranks = sorted({r for c in tl.cycles for r in c.ranks}) or [0]
+    hidden = 0
+    if len(ranks) > MAX_RANK_ROWS:
+        shown = ranks[: MAX_RANK_ROWS - 1]
+        if tl.fault_rank is not None and tl.fault_rank not in shown:
+            shown[-1] = tl.fault_rank
+        hidden = len(ranks) - len(shown)
+        ranks = sorted(shown)
+    label_levels = 4
+    top = 22.0 + label_levels * 15
+    row_h = 26.0
+    lanes = ["launcher", "restart", *(f"rank {r}" for r in ranks), "checkpoints"]
+    lane_y = {lane: top + i * row_h + row_h / 2 for i, lane in enumerate(lanes)}
+    bottom = top + len(lanes) * row_h
+    height = bottom + 40 + (14 if hidden else 0)
+    out: list[str] = []
+    for i, lane in enumerate(lanes):
+        y0 = top + i * row_h
+        if i % 2 == 0:
+            out.append(_el("rect", x=left, y=y0, width=plot_w, height=row_h, fill="#f6f6f6"))
+        name = lane + (" ✕" if lane == f"rank {tl.fault_rank}" else "")
+        out.append(
+            _text(
+                left - 8,
+                y0 + row_h / 2 + 4,
+                name,
+                anchor="end",
+                size=12,
+                fill=FAULT_COLOR if "✕" in name else "#222",
+            )
+        )
+    if tl.fault_window is not None:
+        a, b = tl.fault_window
+        out.append(
+            _el(
+                "rect",
+                x=x(a),
+                y=top - 4,
+                width=max(1.0, x(b) - x(a)),
+                height=bottom - top + 8,
+                fill=FAULT_COLOR,
+                fill_opacity=0.1,
+                stroke=FAULT_COLOR,
+                stroke_opacity=0.35,
+            )
+        )
+    # cycles per rank
+    for c in tl.cycles:
+        if c.start_s is None:
+            continue
+        color = CYCLE_COLORS[c.cycle % len(CYCLE_COLORS)]
+        x0 = x(c.start_s)
+        x1 = x(c.end_s if c.end_s is not None else end)
+        its = (
+            f"it {c.first_iteration}-{c.last_iteration}"
+            if c.first_iteration is not None
+            else "no iteration"
+        )
+        caption = f"cycle {c.cycle}: {its}"
+        for r in c.ranks or ranks:
+            if r not in ranks:
+                continue
+            y = lane_y[f"rank {r}"]
+            tip = f"<title>{escape(caption)} (rank {r})</title>"
+            out.append(
+                _el(
+                    "rect",
+                    tip,
+                    x=x0,
+                    y=y - 8,
+                    width=max(1.0, x1 - x0),
+                    height=16,
+                    rx=3,
+                    fill=color,
+                    fill_opacity=0.85,
+                )
+            )
+            if x1 - x0 > len(caption) * 6.6 + 10:
+                out.append(_text(x0 + 6, y + 4, caption, size=11, fill="#fff", weight="bold"))
+    # events
+    for e in tl.events:
+        shape, color = _MARKS.get(e.kind, ("circle", "#000"))
+        tip = f"{e.t_s:.3f} s: {e.label}" + (f" [{e.ref}]" if e.ref else "")
+        if e.kind == "fault":
+            out.append(_line(x(e.t_s), top - 4, x(e.t_s), bottom + 4, FAULT_COLOR, stroke_width=2))
+            lane = f"rank {e.rank}" if f"rank {e.rank}" in lane_y else "launcher"
+        else:
+            lane = _LANE_OF.get(e.kind, "launcher")
+        out.append(mark(shape, x(e.t_s), lane_y[lane], color, 5.5, tip))
+    # labels for the recovery's milestones, above the plot, staggered so that none overlap
+    labelled = [e for e in tl.events if e.kind in _LABELLED]
+    seen: set[str] = set()
+    unique = []
+    for e in labelled:  # the first of each kind after the fault (or the first at all)
+        key = e.kind
+        if key in seen:
+            continue
+        if tl.fault_window is not None and e.t_s < tl.fault_window[0] - 1e-6 and e.kind != "fault":
+            continue
+        seen.add(key)
+        unique.append(e)
+    texts = [(x(e.t_s), f"{EVENT_KINDS[e.kind]} {e.t_s:.1f}s") for e in unique]
+    levels = _place_labels(texts, label_levels)
+    for e, (px, text), level in zip(unique, texts, levels, strict=True):
+        if level < 0:
+            continue
+        y = 16 + level * 15
+        color = _MARKS.get(e.kind, ("", "#222"))[1]
+        out.append(_line(px, y + 3, px, top - 4, color, stroke_dasharray="2,2"))
+        out.append(
+            _text(
+                px + 3,
+                y,
+                text,
+                size=11,
+                fill=color if color != "#E69F00" else "#9a6700",
+                weight="bold",
+            )
+        )
+    # axis
+    out.append(_line(left, bottom, left + plot_w, bottom, "#444"))
+    for t in nice_ticks(0.0, end, 10):
+        out.append(_line(x(t), bottom, x(t), bottom + 4, "#444"))
+        out.append(_text(x(t), bottom + 16, _tick_text(t), size=11, anchor="middle"))
+    out.append(
+        _text(
+            left + plot_w,
+            bottom + 32,
+            "seconds since launcher start",
+            size=11,
+            anchor="end",
+            fill="#555",
+        )
+    )
+    if hidden:
+        out.append(
+            _text(
+                left,
+                bottom + 46,
+                f"{hidden} more ranks not drawn (same cycles)",
+                size=11,
+                fill="#555",
+            )
+        )
+    return _svg(height, out, f"timeline of {report.name}")
+
+
+def timeline_legend_svg(kinds: Iterable[str], window: bool = True) -> str:
+    """The markers used, with their names, in one row (wrapping)."""
+    out: list[str] = []
+    px, py = 10.0, 16.0
+    for kind in kinds:
+        shape, color = _MARKS[kind]
+        label = EVENT_KINDS[kind]
+        w = 26 + len(label) * 6.6
+        if px + w > WIDTH:
+            px, py = 10.0, py + 20
+        out.append(mark(shape, px + 6, py - 4, color, 5))
+        out.append(_text(px + 16, py, label, size=12))
+        px += w + 10
+    if window:
+        window_label = "fault window (fault → first committed step)"
+        if px + 40 + len(window_label) * 6.6 > WIDTH:
+            px, py = 10.0, py + 20
+        out.append(
+            _el(
+                "rect",
+                x=px,
+                y=py - 12,
+                width=22,
+                height=12,
+                fill=FAULT_COLOR,
+                fill_opacity=0.12,
+                stroke=FAULT_COLOR,
+                stroke_opacity=0.4,
+            )
+        )
+        out.append(_text(px + 28, py, window_label, size=12))
+    return _svg(py + 8, out, "timeline legend")
+
+
+# ----------------------------------------------------------------------------------------------
+# Loss curve
+
+
+def loss_svg(report: ScenarioReport, baseline: ScenarioReport | None) -> str | None:
+    """The run's loss per iteration over the baseline's; replayed iterations circled."""
+    points = report.loss.points
+    base = baseline.loss.points if baseline is not None else ()
+    if not points:
+        return None
+    every = [*points, *base]
+    lo_i = min(p.iteration for p in every)
+    hi_i = max(p.iteration for p in every)
+    lo_v = min(p.loss for p in every)
+    hi_v = max(p.loss for p in every)
+    if hi_i == lo_i:
+        hi_i = lo_i + 1
+    pad = (hi_v - lo_v) * 0.08 or 0.5
+    lo_v, hi_v = lo_v - pad, hi_v + pad
+    left, right, top, height = 70.0, 20.0, 34.0, 300.0
+    bottom = height - 44
+    plot_w = WIDTH - left - right
+
+    def x(i: float) -> float:
+        return left + (i - lo_i) / (hi_i - lo_i) * plot_w
+
+    def y(v: float) -> float:
+        return bottom - (v - lo_v) / (hi_v - lo_v) * (bottom - top)
+
+    out: list[str] = []
+    for v in nice_ticks(lo_v, hi_v, 5):
+        out.append(_line(left, y(v), left + plot_w, y(v), "#e4e4e4"))
+        out.append(_text(left - 6, y(v) + 4, _tick_text(v), size=11, anchor="end"))
+    for i in nice_ticks(lo_i, hi_i, 10):
+        if abs(i - round(i)) > 1e-9:
+            continue
+        out.append(_line(x(i), bottom, x(i), bottom + 4, "#444"))
+        out.append(_text(x(i), bottom + 16, f"{int(i)}", size=11, anchor="middle"))
+    out.append(_line(left, bottom, left + plot_w, bottom, "#444"))
+    out.append(_text(left + plot_w, bottom + 32, "iteration", size=11, anchor="end", fill="#555"))
+    out.append(_text(14, top - 14, "loss", size=11, fill="#555"))
+    recovery = report.recovery
+    if recovery is not None and recovery.lost_work.restored_iteration is not None:
+        r = recovery.lost_work.restored_iteration
+        if lo_i <= r <= hi_i:
+            out.append(_line(x(r), top, x(r), bottom, FAULT_COLOR, stroke_dasharray="4,3"))
+            out.append(_text(x(r) + 4, top + 10, f"restored {r}", size=11, fill=FAULT_COLOR))
+    if base:
+        out.append(_polyline(base, x, y, "#888", 5.0, opacity=0.55))
+    cycles = sorted({p.cycle for p in points})
+    for cycle in cycles:
+        mine = [p for p in points if p.cycle == cycle]
+        out.append(_polyline(mine, x, y, CYCLE_COLORS[cycle % len(CYCLE_COLORS)], 1.8))
+    replayed = [p for p in points if p.replayed]
+    small = len(points) > 400
+    for p in replayed:
+        tip = f"<title>replayed iteration {p.iteration} (cycle {p.cycle}): loss {p.loss:g}</title>"
+        radius = 2.5 if small else 4.0
+        out.append(
+            _el(
+                "circle",
+                tip,
+                cx=x(p.iteration),
+                cy=y(p.loss),
+                r=radius,
+                fill="none",
+                stroke="#111",
+                stroke_width=1.2,
+            )
+        )
+    # legend, top right
+    entries: list[tuple[str, str]] = []
+    if base and baseline is not None:
+        entries.append((f"baseline ({baseline.name})", "#888"))
+    entries += [(f"cycle {c}", CYCLE_COLORS[c % len(CYCLE_COLORS)]) for c in cycles]
+    px = left + 8
+    for label, color in entries:
+        width = 5.0 if color == "#888" else 2.5
+        out.append(_line(px, top - 18, px + 22, top - 18, color, stroke_width=width))
+        out.append(_text(px + 28, top - 14, label, size=12))
+        px += 40 + len(label) * 6.6
+    if replayed:
+        out.append(
+            _el("circle", cx=px + 6, cy=top - 18, r=4, fill="none", stroke="#111", stroke_width=1.2)
+        )
+        out.append(_text(px + 16, top - 14, f"replayed iterations ({len(replayed)})", size=12))
+    return _svg(height, out, f"loss curve of {report.name}")
+
+
+def _polyline(
+    points: Sequence[LossPoint],
+    x: Callable[[float], float],
+    y: Callable[[float], float],
+    color: str,
+    width: float,
+    opacity: float = 1.0,
+) -> str:
+    coords = " ".join(f"{_f(x(p.iteration))},{_f(y(p.loss))}" for p in points)
+    return _el(
+        "polyline",
+        points=coords,
+        fill="none",
+        stroke=color,
+        stroke_width=width,
+        stroke_opacity=opacity,
+        stroke_linejoin="round",
+        stroke_linecap="round",
+    )
+
+
+# ----------------------------------------------------------------------------------------------
+# Recovery cost
+
+
+def breakdown_svg(reports: Sequence[ScenarioReport]) -> str | None:
+    """One stacked bar per faulted scenario: the downtime split into its phases, on one scale."""
+    rows = [
+        r for r in reports if r.recovery is not None and r.recovery.milestones[0].t_s is not None
+    ]
+    if not rows:
+        return None
+    longest = max(_drawn_seconds(r) for r in rows) or 1.0
+    longest_name = max(len(r.name) for r in rows)
+    left, right = min(330.0, max(120.0, longest_name * 7.4 + 16)), 190.0
+    plot_w = WIDTH - left - right
+    bar_h, gap, top = 26.0, 16.0, 16.0
+    out: list[str] = []
+
+    def w(seconds: float) -> float:
+        return max(0.0, seconds) / longest * plot_w
+
+    for n, report in enumerate(rows):
+        recovery = report.recovery
+        assert recovery is not None
+        y0 = top + n * (bar_h + gap)
+        out.append(
+            _text(left - 8, y0 + bar_h / 2 + 4, report.name, anchor="end", size=12, weight="bold")
+        )
+        px = left
+        segments: list[tuple[str, float, str, str]] = []
+        for phase in recovery.phases:
+            if phase.seconds is not None:
+                segments.append((phase.id, phase.seconds, PHASE_COLORS[phase.id], phase.label))
+        if recovery.unattributed_s:
+            # where the missing milestones were: after the known phases before them
+            why = "not attributed (milestones missing)"
+            segments.append(("unattributed", recovery.unattributed_s, UNATTRIBUTED, why))
+        for pid, seconds, color, label in segments:
+            width = w(seconds)
+            tip = f"<title>{escape(label)}: {seconds:.3f} s</title>"
+            out.append(
+                _el(
+                    "rect",
+                    tip,
+                    x=px,
+                    y=y0,
+                    width=max(width, 0.5),
+                    height=bar_h,
+                    fill=color,
+                    stroke="#fff",
+                    stroke_width=0.5,
+                )
+            )
+            text = f"{seconds:.1f}s"
+            if width > len(text) * 7 + 6:
+                dark = pid in ("termination", "unattributed")
+                out.append(
+                    _text(
+                        px + width / 2,
+                        y0 + bar_h / 2 + 4,
+                        text,
+                        size=12,
+                        anchor="middle",
+                        fill="#111" if dark else "#fff",
+                        weight="bold",
+                    )
+                )
+            px += width
+        lost = recovery.lost_work
+        if recovery.downtime_s is None:
+            why = "not recovered: no step committed after the restore"
+            out.append(_text(px + 8, y0 + bar_h / 2 + 4, why, size=12, fill=FAULT_COLOR))
+            continue
+        tail = f"{recovery.downtime_s:.1f} s down"
+        if lost.iterations is not None:
+            tail += f", {lost.iterations} it lost"
+        out.append(_text(px + 8, y0 + bar_h / 2 + 4, tail, size=12))
+    y_axis = top + len(rows) * (bar_h + gap) - gap + 6
+    out.append(_line(left, y_axis, left + plot_w, y_axis, "#444"))
+    for t in nice_ticks(0.0, longest, 8):
+        out.append(_line(left + w(t), y_axis, left + w(t), y_axis + 4, "#444"))
+        out.append(_text(left + w(t), y_axis + 16, _tick_text(t), size=11, anchor="middle"))
+    out.append(
+        _text(
+            left + plot_w, y_axis + 30, "seconds from the fault", size=11, anchor="end", fill="#555"
+        )
+    )
+    # legend
+    py = y_axis + 52
+    px = 10.0
+    for spec in PHASES:
+        label = spec.label
+        if px + 22 + len(label) * 6.6 > WIDTH:
+            px, py = 10.0, py + 20
+        out.append(_el("rect", x=px, y=py - 11, width=14, height=14, fill=PHASE_COLORS[spec.id]))
+        out.append(_text(px + 19, py, label, size=12))
+        px += 34 + len(label) * 6.6
+    if any(r.recovery is not None and r.recovery.unattributed_s for r in rows):
+        if px + 200 > WIDTH:
+            px, py = 10.0, py + 20
+        out.append(
+            _el("rect", x=px, y=py - 11, width=14, height=14, fill=UNATTRIBUTED, stroke="#999")
+        )
+        out.append(_text(px + 19, py, "not attributed (a milestone is missing)", size=12))
+    return _svg(py + 12, out, "recovery cost breakdown")
+
+
+def _drawn_seconds(report: ScenarioReport) -> float:
+    """The length of a scenario's bar: its downtime, else the phases it did show."""
+    recovery = report.recovery
+    if recovery is None:
+        return 0.0
+    if recovery.downtime_s is not None:
+        return recovery.downtime_s
+    return sum(p.seconds for p in recovery.phases if p.seconds is not None and p.seconds > 0)
+
+
+def used_kinds(events: Iterable[TimelineEvent]) -> list[str]:
+    present = {e.kind for e in events}
+    return [k for k in EVENT_KINDS if k in present]
