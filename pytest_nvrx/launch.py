@@ -35,7 +35,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from pytest_nvrx.layout import MANIFEST_NAME, RunLayout, node_console_log_name, node_file_name
+from pytest_nvrx.layout import (
+    MANIFEST_NAME,
+    RunLayout,
+    cycle_log_name,
+    node_console_log_name,
+    node_file_name,
+)
 from pytest_nvrx.layout import RESULT_NAME as RESULT_NAME  # re-exported: launch.RESULT_NAME
 from pytest_nvrx.recipe import MULTI_LAUNCHERS_VAR as MULTI_LAUNCHERS_VAR  # re-exported
 from pytest_nvrx.recipe import (
@@ -181,22 +187,6 @@ def deferred_stop_signals() -> Iterator[None]:
 
 
 @dataclass(frozen=True)
-class Progress:
-    """What can be seen of a live run from its run directory."""
-
-    elapsed_s: float
-    cycles: int
-    iteration: int | None
-    total: int | None
-    fault_injected: bool
-
-    def describe(self) -> str:
-        it = f"iteration {self.iteration}/{self.total}" if self.iteration is not None else "setup"
-        fault = ", fault injected" if self.fault_injected else ""
-        return f"[{self.elapsed_s:6.1f}s] cycle {max(self.cycles - 1, 0)}, {it}{fault}"
-
-
-@dataclass(frozen=True)
 class RunResult:
     exit_code: int | None
     wall_s: float
@@ -337,7 +327,256 @@ def kill_tree(root: int | None, tag: str, *, grace_s: float = 5.0, poll_s: float
 # progress
 
 
-def _tail(path: Path, size: int = 65536) -> bytes:
+@dataclass(frozen=True)
+class InjectedFault:
+    """The fault as the progress lines tell it, from the marker: who, what and when."""
+
+    rank: int | None
+    fault: str | None
+    #: the cycle the fault hit, and the last iteration it had committed when the marker appeared
+    cycle: int
+    iteration: int | None
+
+    def describe(self) -> str:
+        kind = f" ({self.fault})" if self.fault else ""
+        rank = f" into rank {self.rank}" if self.rank is not None else ""
+        at = (
+            f" at iteration {self.iteration}"
+            if self.iteration is not None
+            else " before the first iteration"
+        )
+        return f"fault injected{rank}{at}{kind}"
+
+
+@dataclass(frozen=True)
+class Progress:
+    """What can be seen of a live run from its run directory.
+
+    Every field describes the newest cycle only (a new cycle never shows its predecessor's
+    iteration); ``fault`` is the injection, once its marker was read. ``news`` says what this
+    reading saw for the first time, so that a line announces the fault and a restore once.
+    """
+
+    elapsed_s: float
+    #: the newest cycle with a log (``train_cycle<N>.log``); None before the first one
+    cycle: int | None
+    iteration: int | None
+    total: int | None
+    #: the checkpoint iteration the newest cycle began loading (a workload that says so)
+    restoring: int | None = None
+    #: the checkpoint iteration the newest cycle reports loaded
+    restored: int | None = None
+    fault: InjectedFault | None = None
+    news: frozenset[str] = frozenset()
+
+    @property
+    def fault_injected(self) -> bool:
+        return self.fault is not None
+
+    @property
+    def state(self) -> tuple[object, ...]:
+        """What a new progress line is printed for (elapsed time aside)."""
+        return (self.cycle, self.iteration, self.restoring, self.restored, self.fault)
+
+    def describe(self) -> str:
+        cycle = f"cycle {self.cycle if self.cycle is not None else 0}"
+        if self.iteration is not None:
+            now = f"{cycle}, iteration {self.iteration}/{self.total}"
+            if "restored" in self.news:
+                now = f"{cycle} restored checkpoint {self.restored}, iteration "
+                now += f"{self.iteration}/{self.total}"
+        elif self.restored is not None:
+            now = f"{cycle} restored checkpoint {self.restored}"
+        elif self.restoring is not None:
+            now = f"{cycle} restoring checkpoint {self.restoring}"
+        else:
+            now = f"{cycle} starting"
+        if self.fault is not None and "fault" in self.news:
+            if self.fault.cycle == self.cycle and self.iteration == self.fault.iteration:
+                # the cycle that was hit, not past the fault: the fault is all there is to say
+                now = f"{cycle}: {self.fault.describe()}"
+            else:
+                now = f"cycle {self.fault.cycle}: {self.fault.describe()}; {now}"
+        return f"[{self.elapsed_s:6.1f}s] {now}"
+
+
+_CYCLE_LOG = re.compile(r"train_cycle(\d+)\.log$")
+#: a line's NVRx rank prefix ("0: ", "12: "), as the cycle-log parser strips it
+_RANK_PREFIX = re.compile(rb"^\s*\d+: ")
+#: at most this much of a cycle log is read per poll; a log that grew more is read from its tail
+_READ_LIMIT = 8 * 1024 * 1024
+_TAIL_SIZE = 65536
+
+
+class ProgressReader:
+    """Follows a live run's newest cycle log and its marker, reading only what was added.
+
+    Cheap on purpose (it runs every poll of a launch): each byte of the newest cycle log is read
+    once (a burst above ``_READ_LIMIT`` is skipped to its tail), the marker once it is complete.
+    Checkpoint loads are recognised by the workload's own log adapter
+    (:mod:`pytest_nvrx.evidence.workload`), so the formats stay defined in one place.
+    """
+
+    def __init__(self, layout: RunLayout, workload: str | None = None) -> None:
+        self.layout = layout
+        self._workload = workload
+        self._adapter: Any = None
+        self._adapter_loaded = False
+        self._cycle: int | None = None
+        self._offset = 0
+        self._partial = b""
+        self._iteration: int | None = None
+        self._total: int | None = None
+        self._restoring: int | None = None
+        self._restored: int | None = None
+        self._fault: InjectedFault | None = None
+
+    def read(self, elapsed_s: float) -> Progress:
+        news: set[str] = set()
+        logs = cycle_logs(self.layout)
+        if logs:
+            newest = max(logs)
+            if newest != self._cycle:
+                self._start_cycle(newest)
+            restored_before = self._restored
+            self._follow(logs[newest])
+            if self._restored is not None and restored_before is None:
+                news.add("restored")
+        if self._fault is None:
+            self._fault = self._read_fault(logs)
+            if self._fault is not None:
+                news.add("fault")
+        return Progress(
+            elapsed_s=elapsed_s,
+            cycle=self._cycle,
+            iteration=self._iteration,
+            total=self._total,
+            restoring=self._restoring,
+            restored=self._restored,
+            fault=self._fault,
+            news=frozenset(news),
+        )
+
+    def _start_cycle(self, cycle: int) -> None:
+        self._cycle = cycle
+        self._offset = 0
+        self._partial = b""
+        self._iteration = self._total = self._restoring = self._restored = None
+
+    def _follow(self, log: Path) -> None:
+        try:
+            with log.open("rb") as fh:
+                size = os.fstat(fh.fileno()).st_size
+                if size < self._offset:  # replaced or truncated: start over
+                    self._offset, self._partial = 0, b""
+                if size - self._offset > _READ_LIMIT:
+                    # a burst: its tail, from a line start
+                    self._offset, self._partial = size - _TAIL_SIZE, b""
+                    fh.seek(self._offset)
+                    fh.readline()
+                else:
+                    fh.seek(self._offset)
+                data = fh.read(_READ_LIMIT)
+                self._offset = fh.tell()
+        except OSError:
+            return
+        data = self._partial + data
+        complete = data.rfind(b"\n") + 1
+        self._partial = data[complete:]
+        self._scan(data[:complete])
+
+    def _scan(self, data: bytes) -> None:
+        for match in _ITERATION.finditer(data):
+            iteration = int(match[1])
+            if self._iteration is None or iteration >= self._iteration:
+                self._iteration, self._total = iteration, int(match[2])
+        if b"load" not in data:
+            return
+        adapter = self._load_adapter()
+        if adapter is None:
+            return
+        from pytest_nvrx.evidence.refs import LineCursor
+        from pytest_nvrx.evidence.workload import LoadCompleted, LoadStarted
+
+        cursor = LineCursor(cycle_log_name(self._cycle or 0))
+        for raw in data.splitlines():
+            if b"load" not in raw:
+                continue
+            prefix = _RANK_PREFIX.match(raw)
+            text = raw[prefix.end() if prefix else 0 :].decode("utf-8", "replace")
+            cursor.raw = text
+            event = adapter.parse_line(text, cursor)
+            if isinstance(event, LoadCompleted):
+                self._restored = event.iteration
+            elif isinstance(event, LoadStarted):
+                self._restoring = event.iteration
+
+    def _load_adapter(self) -> Any:
+        if not self._adapter_loaded:
+            self._adapter_loaded = True
+            workload = self._workload or _manifest_workload(self.layout)
+            if workload:
+                from pytest_nvrx.evidence.workload import get_adapter
+
+                with contextlib.suppress(KeyError, ImportError):
+                    self._adapter = get_adapter(workload)
+        return self._adapter
+
+    def _read_fault(self, logs: Mapping[int, Path]) -> InjectedFault | None:
+        """The injection, once the marker is complete (it is written after its claim: an
+        unreadable one is read again at the next poll)."""
+        marker_path = self.layout.marker
+        if not marker_path.exists():
+            return None
+        from pytest_nvrx.evidence.marker import read_marker
+
+        marker = read_marker(marker_path, self.layout.run_dir)
+        if marker is None or not marker.ok:
+            return None
+        # the cycle hit: the injecting worker's restart count names it where that cycle's log
+        # exists (our injector records it), else the newest cycle
+        data = marker.doc.data if marker.doc is not None else None
+        restarts = data.get("restart_count") if isinstance(data, dict) else None
+        cycle = self._cycle if self._cycle is not None else 0
+        if isinstance(restarts, int) and restarts in logs and restarts <= cycle:
+            cycle = restarts
+        if cycle == self._cycle:
+            iteration = self._iteration
+        else:
+            found = _ITERATION.findall(_tail(logs[cycle]))
+            iteration = max(int(it) for it, _ in found) if found else None
+        return InjectedFault(rank=marker.rank, fault=marker.fault, cycle=cycle, iteration=iteration)
+
+
+def read_progress(layout: RunLayout, elapsed_s: float, workload: str | None = None) -> Progress:
+    """One look at a run (a :class:`ProgressReader` read once)."""
+    return ProgressReader(layout, workload).read(elapsed_s)
+
+
+def cycle_logs(layout: RunLayout) -> dict[int, Path]:
+    """The run's cycle logs by cycle number (numeric: cycle 10 comes after cycle 9)."""
+    found: dict[int, Path] = {}
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(layout.logs):
+            m = _CYCLE_LOG.fullmatch(entry.name)
+            if m is not None:
+                found[int(m[1])] = Path(entry.path)
+    return found
+
+
+def _manifest_workload(layout: RunLayout) -> str | None:
+    import json
+
+    try:
+        data = json.loads(layout.manifest.read_text())
+    except (OSError, ValueError):
+        return None
+    config = data.get("config") if isinstance(data, dict) else None
+    workload = config.get("workload") if isinstance(config, dict) else None
+    return workload if isinstance(workload, str) else None
+
+
+def _tail(path: Path, size: int = _TAIL_SIZE) -> bytes:
     try:
         with path.open("rb") as fh:
             fh.seek(0, os.SEEK_END)
@@ -346,28 +585,6 @@ def _tail(path: Path, size: int = 65536) -> bytes:
             return fh.read()
     except OSError:
         return b""
-
-
-def read_progress(layout: RunLayout, elapsed_s: float) -> Progress:
-    logs = sorted(layout.logs.glob("train_cycle*.log"), key=_cycle_number)
-    iteration = total = None
-    for log in reversed(logs):
-        matches = _ITERATION.findall(_tail(log))
-        if matches:
-            iteration, total = int(matches[-1][0]), int(matches[-1][1])
-            break
-    return Progress(
-        elapsed_s=elapsed_s,
-        cycles=len(logs),
-        iteration=iteration,
-        total=total,
-        fault_injected=layout.marker.exists(),
-    )
-
-
-def _cycle_number(path: Path) -> int:
-    m = re.search(r"cycle(\d+)", path.name)
-    return int(m.group(1)) if m else -1
 
 
 def tail_text(path: Path, lines: int = 40) -> str:
@@ -746,6 +963,7 @@ class Launch:
         self._start_time = ""
         #: the Slurm side of a ``launcher == "slurm"`` launch, once start() began it
         self.slurm: SlurmLaunch | None = None
+        self._progress = ProgressReader(self.layout, recipe.config.workload)
 
     @property
     def pid(self) -> int | None:
@@ -853,7 +1071,13 @@ class Launch:
         return self.layout.run_dir / node_file_name(name, self.node_index)
 
     def progress(self) -> Progress:
-        return read_progress(self.layout, time.monotonic() - self._t0)
+        return self._progress.read(time.monotonic() - self._t0)
+
+    def _wait_for_exit(self, timeout_s: float) -> None:
+        """Like ``time.sleep(timeout_s)``, but returns as soon as the launcher exits."""
+        assert self._popen is not None
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self._popen.wait(timeout=timeout_s)
 
     def wait(
         self,
@@ -862,16 +1086,19 @@ class Launch:
         on_progress: Callable[[Progress], None] | None = None,
         poll_s: float = 1.0,
         clock: Callable[[], float] = time.monotonic,
-        sleep: Callable[[float], None] = time.sleep,
+        sleep: Callable[[float], None] | None = None,
     ) -> RunResult:
         """Wait for the launcher to exit; on timeout or a stop signal kill the tree and say so.
 
-        A stop signal (:class:`Interrupted`, or Ctrl-C's KeyboardInterrupt) propagates after the
-        tree is stopped and result.json names it.
+        Between polls it waits on the launcher itself (``sleep`` None), so its exit is seen at
+        once rather than up to ``poll_s`` later. A stop signal (:class:`Interrupted`, or Ctrl-C's
+        KeyboardInterrupt) propagates after the tree is stopped and result.json names it.
         """
         assert self._popen is not None, "start() first"
+        if sleep is None:
+            sleep = self._wait_for_exit
         deadline = clock() + timeout_s
-        last: tuple[int, int | None, bool] | None = None
+        last: tuple[object, ...] | None = None
         timed_out = False
         interrupted: signal.Signals | None = None
         try:
@@ -881,9 +1108,8 @@ class Launch:
                     break
                 if on_progress is not None:
                     prog = self.progress()
-                    key = (prog.cycles, prog.iteration, prog.fault_injected)
-                    if key != last:
-                        last = key
+                    if prog.state != last:
+                        last = prog.state
                         on_progress(prog)
                 sleep(poll_s)
         except KeyboardInterrupt as exc:
