@@ -26,7 +26,7 @@ from pytest_nvrx.criteria import judge
 from pytest_nvrx.criteria.judgement import Judgement
 from pytest_nvrx.evidence.cycle_log import CycleLog
 from pytest_nvrx.evidence.launcher_log import FAILURE_KINDS, LauncherEvent, LauncherEventKind
-from pytest_nvrx.evidence.refs import EvidenceRef
+from pytest_nvrx.evidence.refs import EvidenceRef, seconds_between
 from pytest_nvrx.evidence.rundir import RunEvidence, load_run
 from pytest_nvrx.evidence.timeline import Timeline, build_timeline
 from pytest_nvrx.evidence.workload import (
@@ -557,16 +557,14 @@ def _recovery(run: RunEvidence, tl: Timeline, t0: datetime | None) -> Recovery |
         MilestoneTime(mid, _rel(t0, t), ref.location if ref is not None and t is not None else None)
         for mid, (t, ref) in ((m, times[m]) for m, _ in MILESTONES)
     )
-    by_id = {m.id: m for m in milestones}
     phases: list[Phase] = []
     for spec in PHASES:
-        a, b = by_id[spec.start].t_s, by_id[spec.end].t_s
+        a, b = times[spec.start][0], times[spec.end][0]
         lacking = [MILESTONE_LABELS[m] for m, t in ((spec.start, a), (spec.end, b)) if t is None]
-        seconds = round(b - a, 3) if a is not None and b is not None else None
         missing = " and ".join(lacking) + " not in the evidence" if lacking else None
-        phases.append(Phase(spec.id, spec.label, seconds, missing))
-    start, end = by_id["failure"].t_s, by_id["first_step"].t_s
-    downtime = round(end - start, 3) if start is not None and end is not None else None
+        phases.append(Phase(spec.id, spec.label, seconds_between(a, b), missing))
+    # from the instants themselves, as verify's timings: each phase rounds to the millisecond
+    downtime = seconds_between(times["failure"][0], times["first_step"][0])
     unattributed = None
     if downtime is not None:
         known = sum(p.seconds for p in phases if p.seconds is not None)
