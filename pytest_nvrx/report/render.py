@@ -132,6 +132,21 @@ def _stack_table(stack: Mapping[str, Any]) -> str:
     return f"<table class=stack>{''.join(rows)}</table>"
 
 
+def _stack_line(stack: Mapping[str, Any] | None) -> str:
+    """The stack in one line under the title (the whole table is at the end of the page)."""
+    if not stack:
+        return '<p class=small>Stacks differ between scenarios: see <a href="#stack">Stack</a>.</p>'
+    shown = []
+    for key, label in _STACK_KEYS:
+        if key in stack and key not in ("megatron_describe", "driver", "cudnn", "profile"):
+            value = stack[key]
+            if key == "megatron" and stack.get("megatron_describe"):
+                value = f"{value} ({stack['megatron_describe']})"
+            shown.append(f"{label} {'not installed' if value is None else value}")
+    text = " · ".join(shown) or "not recorded"
+    return f'<p class=small><b>Stack:</b> {escape(text)} (<a href="#stack">details</a>)</p>'
+
+
 def _anchor(report: ScenarioReport) -> str:
     return "s-" + "".join(ch if ch.isalnum() or ch in "-_" else "-" for ch in report.name)
 
@@ -283,6 +298,7 @@ def render_html(
         f"<h1>{escape(title)}</h1>",
         f"<p>{verdict} · {len(reports)} scenario{'s' if len(reports) != 1 else ''} · "
         f"pytest-nvrx {escape(__version__)}</p>",
+        _stack_line(stack if stack is not None else _common_stack(reports)),
         "<h2>Matrix</h2>",
         _matrix(reports),
         "<p class=small>Each cell links to the verdict and the log lines that prove it; hover "
@@ -297,7 +313,8 @@ def render_html(
             f'<div class="chart">{breakdown}</div>',
             _cost_table(reports),
         ]
-    body.append("<h2>Stack</h2>")
+    body += [_scenario(r, pairs.get(r.name)) for r in reports]
+    body.append('<h2 id="stack">Stack</h2>')
     if stack is not None:
         body.append(_stack_table(stack))
     else:
@@ -314,7 +331,6 @@ def render_html(
             if len(groups) > 1:
                 body.append(f"<h3>{escape(', '.join(names))}</h3>")
             body.append(_stack_table(known))
-    body += [_scenario(r, pairs.get(r.name)) for r in reports]
     return (
         "<!DOCTYPE html>\n<html lang=en><head><meta charset=utf-8>"
         "<meta name=viewport content='width=device-width,initial-scale=1'>"
