@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -18,29 +17,26 @@ from typing import Any
 
 from pytest_nvrx.launch import (
     Launch,
-    RunTimeout,
+    Progress,
     interrupt_on_stop_signals,
     interrupt_signal,
     slurm_preview,
 )
 from pytest_nvrx.layout import RESULT_NAME
-from pytest_nvrx.planning import Plan, plan_run
-from pytest_nvrx.recipe import prepare_run_dir
+from pytest_nvrx.planning import Plan
+from pytest_nvrx.scenario_run import find_launcher, launch_run, plan_launch
 from pytest_nvrx.settings import (
-    DRY_RUN_ENV,
-    FAULT_KINDS,
-    FAULT_WINDOW_KINDS,
-    LAUNCHER_KINDS,
-    WORKLOAD_KINDS,
+    CLI_SETTINGS,
     ConfigError,
     RunConfig,
-    SectionTimeouts,
     argparse_type,
     dry_run_requested,
-    parse_port,
-    parse_seconds,
+    parse_value,
     resolve,
 )
+
+# find_launcher lived here; scripts and tests still import it from this module
+__all__ = ["build_parser", "config_from_args", "find_launcher", "main"]
 
 USAGE_ERROR = 2
 #: ``run`` killed by its own --timeout (what coreutils' timeout(1) returns)
@@ -49,155 +45,58 @@ TIMED_OUT = 124
 LAUNCH_ERROR = 1
 
 
-def find_launcher() -> str:
-    """ft_launcher of the interpreter running us (its workers use the same Python)."""
-    beside = Path(sys.executable).parent / "ft_launcher"
-    if beside.is_file() and os.access(beside, os.X_OK):
-        return str(beside)
-    found = shutil.which("ft_launcher")
-    if found is None:
-        raise ConfigError(
-            "ft_launcher not found beside the interpreter or on PATH; install "
-            "nvidia-resiliency-ext 0.7.x into this environment"
-        )
-    return found
-
-
-def _section_timeouts(text: str) -> SectionTimeouts:
-    try:
-        return SectionTimeouts.parse(text)
-    except ConfigError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
 def add_run_arguments(parser: argparse.ArgumentParser) -> None:
-    """Options of ``run``; each falls back to the walkthrough's environment variable."""
-    p = parser.add_argument
-    p("--workload", choices=WORKLOAD_KINDS, help="megatron (default) or the CPU reference")
-    p("--megatron-path", type=Path, help="Megatron-LM checkout [MEGATRON_PATH]")
-    p("--work-dir", type=Path, help="absolute work directory [NVRX_WORK_DIR]")
-    p("--run-id", help="unique run ID, [A-Za-z0-9_-]+ [NVRX_RUN_ID]")
-    p("--nnodes", help="number of nodes [NNODES, 1]")
-    p("--gpus-per-node", help="processes per node [GPUS_PER_NODE, 2]")
-    p("--tp", help="tensor-parallel size [TP, 1]")
-    p("--pp", help="pipeline-parallel size [PP, 1]")
-    p("--train-iters", help="training iterations [TRAIN_ITERS, 100]")
-    p("--save-interval", help="checkpoint interval [SAVE_INTERVAL, 5]")
-    p("--fault", choices=FAULT_KINDS, help="fault to inject [NVRX_DEMO_FAULT, kill]")
-    p(
-        "--window",
-        choices=FAULT_WINDOW_KINDS,
-        help="where the fault lands: a training step, a save's preparation, or while its "
-        "background write is finalized [step; ckpt-worker: finalize only; none for --fault none]",
-    )
-    p("--fault-rank", help="rank that receives the fault [NVRX_FAULT_RANK, 1]")
-    p("--checkpoint-dir", type=Path, help="checkpoint dir [NVRX_CHECKPOINT_DIR]")
-    p("--rdzv-endpoint", help="rendezvous host:port [RDZV_ENDPOINT, localhost:0]")
-    p(
-        "--launcher",
-        choices=LAUNCHER_KINDS,
-        help="local: ft_launcher here; slurm: one per node through srun, in this allocation or "
-        "one made with salloc [NVRX_LAUNCHER; slurm with --nnodes > 1 inside an allocation, "
-        "else local]",
-    )
-    p(
-        "--node-index",
-        help="this start's node of a multinode run started by hand, 0..NNODES-1; node 0 hosts "
-        "the rendezvous, each node claims and writes its own files, and nodes sharing the "
-        "endpoint's host may run side by side [NVRX_NODE_INDEX; unset: one start per host]",
-    )
-    p("--section-timeouts", type=_section_timeouts, help="setup:900,step:120,checkpointing:600")
-    p("--out-of-section-timeout", help="seconds out of any section [180]")
-    p("--max-restarts", help="launcher restarts [3]")
-    p("--workload-check-interval", help="ft_launcher's workload check interval, seconds")
-    p(
-        "--log-server-port",
-        type=argparse_type(parse_port, "--log-server-port"),
-        help="ft_launcher log server port [a free one]",
-    )
-    p(
-        "--no-distributed-optimizer",
-        action="store_true",
-        help="drop Megatron's --use-distributed-optimizer (qualify without it)",
-    )
-    te = parser.add_mutually_exclusive_group()
-    te.add_argument(
-        "--no-te-profile",
-        dest="no_te_profile",
-        action="store_const",
-        const=True,
-        help="force the Megatron flags for a stack without Transformer Engine/Apex",
-    )
-    te.add_argument(
-        "--default-profile",
-        dest="no_te_profile",
-        action="store_const",
-        const=False,
-        help="force the walkthrough's flags even where TE/Apex are missing",
-    )
-    p(
-        "--dry-run",
-        action="store_true",
-        help=f"print the command and stop [{DRY_RUN_ENV}=1/true/yes/on]",
-    )
-    p(
-        "--timeout",
-        type=argparse_type(parse_seconds, "--timeout"),
-        default=3600.0,
-        help="kill the run after this many seconds",
-    )
-    p("extra", nargs="*", help="extra workload arguments (after --)")
-
-
-#: CLI option → RunConfig field, for options given as text and parsed like environment values.
-_TEXT_OPTIONS = (
-    "nnodes",
-    "gpus_per_node",
-    "tp",
-    "pp",
-    "train_iters",
-    "save_interval",
-    "fault_rank",
-    "out_of_section_timeout",
-    "max_restarts",
-    "workload_check_interval",
-    "node_index",
-)
+    """Options of ``run``: the CLI rows of the settings table (pytest_nvrx.settings.SETTINGS);
+    each falls back to the walkthrough's environment variable, shown in brackets."""
+    for setting in CLI_SETTINGS:
+        option, text = setting.cli_option, setting.cli_help_text()
+        if setting.cli_off is not None:
+            # two flags, one setting: each sets its value, neither leaves it to the stack
+            both = parser.add_mutually_exclusive_group()
+            off, off_help = setting.cli_off
+            for name, value, shown in ((option, True, text), (f"--{off}", False, off_help)):
+                both.add_argument(
+                    name, dest=setting.cli_dest, action="store_const", const=value, help=shown
+                )
+        elif setting.flag:
+            parser.add_argument(option, action="store_true", help=text)
+        elif setting.cli_form == "choice":
+            parser.add_argument(option, choices=setting.choices, help=text)
+        elif setting.cli_form == "path":
+            parser.add_argument(option, type=Path, help=text)
+        elif setting.cli_form == "typed":
+            parser.add_argument(
+                option,
+                type=argparse_type(setting.parse, option),
+                default=setting.cli_default,
+                help=text,
+            )
+        else:  # text, parsed like an environment value (config_from_args)
+            parser.add_argument(option, help=text)
+    parser.add_argument("extra", nargs="*", help="extra workload arguments (after --)")
 
 
 def config_from_args(args: argparse.Namespace, environ: Mapping[str, str]) -> RunConfig:
-    from pytest_nvrx.settings import parse_value
-
-    explicit: dict[str, Any] = {
-        "workload": args.workload,
-        "megatron_path": args.megatron_path,
-        "work_dir": args.work_dir,
-        "run_id": args.run_id,
-        "fault": args.fault,
-        "window": args.window,
-        "checkpoint_dir": args.checkpoint_dir,
-        "rdzv_endpoint": args.rdzv_endpoint,
-        "launcher": args.launcher,
-        "section_timeouts": args.section_timeouts,
-        "no_te_profile": args.no_te_profile,
-        "extra_args": tuple(args.extra) if args.extra else None,
-    }
-    if args.no_distributed_optimizer:
-        explicit["distributed_optimizer"] = False
-    for name in _TEXT_OPTIONS:
-        raw = getattr(args, name)
-        if raw is not None:
-            explicit[name] = parse_value(name, raw, "--" + name.replace("_", "-"))
+    """The run's RunConfig: the options given, over the walkthrough's environment variables."""
+    explicit: dict[str, Any] = {"extra_args": tuple(args.extra) if args.extra else None}
+    for setting in CLI_SETTINGS:
+        if setting.field is None:
+            continue
+        value = getattr(args, setting.cli_dest)
+        if setting.flag and setting.cli_off is None:
+            # store_true: given, it sets the row's value
+            value = setting.flag_value if value else None
+        elif value is not None and not setting.flag and setting.cli_form == "text":
+            value = parse_value(setting.field, value, setting.cli_option)
+        if value is not None:
+            explicit[setting.field] = value
     return resolve(explicit, environ)
 
 
 def plan(args: argparse.Namespace, environ: Mapping[str, str]) -> Plan:
     """Resolve, validate, create the run dirs and build the recipe (nothing launched)."""
-    config = config_from_args(args, environ)
-    prepare_run_dir(config, claim=not args.dry_run)
-    launcher = "ft_launcher" if args.dry_run else find_launcher()
-    return plan_run(
-        config, launcher_exe=launcher, port=args.log_server_port, probe=not args.dry_run
+    return plan_launch(
+        config_from_args(args, environ), dry_run=args.dry_run, port=args.log_server_port
     )
 
 
@@ -248,28 +147,30 @@ def _cmd_run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     for note in planned.notes:
         print(f"note: {note}", file=sys.stderr)
 
-    def show(progress: Any) -> None:
+    def show(progress: Progress) -> None:
         print(progress.describe(), flush=True)
 
+    def started(launch: Launch) -> None:
+        if launch.slurm is not None:
+            slurm = launch.slurm
+            print(
+                f"Slurm job {slurm.job_id}{' (allocated here)' if slurm.owned else ''}: "
+                f"{len(slurm.nodes)} ft_launcher(s) on {', '.join(slurm.nodes)}, "
+                f"rendezvous {slurm.endpoint}",
+                flush=True,
+            )
+
     try:
-        with Launch(recipe, stack=planned.manifest_stack()) as launch:
-            if launch.slurm is not None:
-                slurm = launch.slurm
-                print(
-                    f"Slurm job {slurm.job_id}{' (allocated here)' if slurm.owned else ''}: "
-                    f"{len(slurm.nodes)} ft_launcher(s) on {', '.join(slurm.nodes)}, "
-                    f"rendezvous {slurm.endpoint}",
-                    flush=True,
-                )
-            result = launch.wait(args.timeout, on_progress=show)
+        outcome = launch_run(planned, args.timeout, on_progress=show, on_start=started)
     except KeyboardInterrupt as exc:
         return interrupted(exc, recipe.layout.run_dir)
-    except RunTimeout as exc:
-        print(f"pytest-nvrx run: {exc}", file=sys.stderr)
-        return TIMED_OUT
     except (RuntimeError, OSError) as exc:
         print(f"pytest-nvrx run: error: {exc}", file=sys.stderr)
         return LAUNCH_ERROR
+    result = outcome.result
+    if result is None:
+        print(f"pytest-nvrx run: {outcome.timed_out}", file=sys.stderr)
+        return TIMED_OUT
     print(f"ft_launcher exited with {result.exit_code} after {result.wall_s:.1f}s")
     return result.exit_code if result.exit_code is not None else 1
 

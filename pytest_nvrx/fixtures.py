@@ -1,137 +1,147 @@
-"""Fixtures: one launched run per scenario, shared by its criteria tests. Thin glue.
+"""Fixtures and the session state they share with the hooks: one launched run per scenario.
 
 The run happens in the session-scoped ``nvrx_scenario_run`` fixture (parametrized by the plugin
 with ``indirect=True, scope="session"``, so pytest groups a scenario's tests and launches it
-once). GPU scenarios hold a lock per GPU they see (gpu_slots), so scenarios never share a GPU
-(xdist workers or sessions on one host wait), while sessions on disjoint GPUs run side by side.
+once); plan -> launch -> judge is pytest_nvrx.scenario_run's, this module is the pytest glue
+around it. GPU scenarios hold a lock per GPU they see (gpu_slots), so scenarios never share a
+GPU (xdist workers or sessions on one host wait), while sessions on disjoint GPUs run side by
+side.
 
 A baseline scenario that passed becomes the reference of the same workload's fault scenarios
 (every fault and window) judged after it in the session (training_continuity compares every
 iteration after the restore with it); its parsed evidence is kept in memory. Every run dir is
 kept after the session, less its checkpoint payload unless --nvrx-keep (retention).
+
+The hooks (plugin.py) import from here, never the other way round.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
-import shutil
-import subprocess
-import time
-from collections.abc import Iterator
-from dataclasses import dataclass, field
-from pathlib import Path
+import sys
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
-from pytest_nvrx.criteria import Judgement, judge, judge_run_dir
-from pytest_nvrx.evidence.rundir import RunEvidence, load_run
-from pytest_nvrx.gpu_slots import gpu_locks, visible_gpus
-from pytest_nvrx.launch import (
-    Launch,
-    RunResult,
-    RunTimeout,
-    interrupt_on_stop_signals,
-    tail_text,
-)
-from pytest_nvrx.layout import RunLayout
-from pytest_nvrx.plugin import (
-    NvrxSettings,
-    nvrx_settings,
-    record_judged,
-    terminal_writer,
-)
-from pytest_nvrx.recipe import prepare_run_dir
+from pytest_nvrx.evidence.rundir import RunEvidence
+from pytest_nvrx.launch import interrupt_on_stop_signals
 from pytest_nvrx.retention import prune_checkpoint_payload
-from pytest_nvrx.scenarios import DEFAULTS, RUN_TIMEOUTS, Scenario
+from pytest_nvrx.scenario_run import (
+    ScenarioRun,
+    gpu_available,
+    judge_existing,
+    run_scenario,
+    scenario_config,
+)
+from pytest_nvrx.scenarios import Scenario
 from pytest_nvrx.settings import (
     ConfigError,
-    RunConfig,
-    default_launcher,
-    resolve,
-    shared_run_id,
+    NvrxSettings,
+    Setting,
+    resolve_plugin_settings,
 )
 
+# Names the shipped suite and older callers import from here.
+__all__ = [
+    "ScenarioRun",
+    "gpu_available",
+    "nvrx_scenario_run",
+    "nvrx_settings",
+    "record_judged",
+    "resolve_settings",
+    "scenario_config",
+    "terminal_writer",
+]
+
+SETTINGS_KEY = pytest.StashKey[NvrxSettings]()
 # workload -> the evidence of this session's passed baseline scenario
 BASELINES_KEY = pytest.StashKey[dict[str, RunEvidence]]()
+#: Judged runs in the order they finished, for the terminal summary.
+JUDGED_KEY = pytest.StashKey[list[ScenarioRun]]()
+#: Key of an xdist worker's workeroutput: its judged runs' summaries.
+WORKEROUTPUT_JUDGED = "nvrx_judged"
 
 
-@dataclass
-class ScenarioRun:
-    """A finished (or judged existing) run and its verdicts."""
-
-    key: str
-    scenario: Scenario | None
-    layout: RunLayout
-    judgement: Judgement
-    result: RunResult | None = None
-    stack: dict[str, Any] = field(default_factory=dict)
-    error: str | None = None
-
-    def junit_properties(self) -> list[tuple[str, Any]]:
-        props: list[tuple[str, Any]] = [("nvrx_run_dir", str(self.layout.run_dir))]
-        if self.result is not None:
-            props += [
-                ("nvrx_exit_code", self.result.exit_code),
-                ("nvrx_wall_s", round(self.result.wall_s, 1)),
-            ]
-        props += [(f"nvrx_stack_{k}", v) for k, v in sorted(self.stack.items())]
-        props += [(f"nvrx_timing_{k}", v) for k, v in sorted(self.judgement.timings.items())]
-        return props
-
-    def log_tails(self) -> list[tuple[str, str]]:
-        logs = sorted(self.layout.logs.glob("train_cycle*.log"))
-        out = []
-        for path in [
-            *logs[-1:],
-            self.layout.launcher_log,
-            self.layout.logs / "launcher.console.log",
-        ]:
-            if path.is_file():
-                rel = path.relative_to(self.layout.run_dir)
-                out.append((f"nvrx: tail of {rel}", tail_text(path, 30)))
-        return out
-
-
-def gpu_available() -> str | None:
-    """None when an NVIDIA GPU is visible, else the reason why not."""
-    smi = shutil.which("nvidia-smi")
-    if smi is None:
-        return "no NVIDIA GPU (nvidia-smi not found)"
-    try:
-        out = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return f"nvidia-smi failed: {exc}"
-    if out.returncode != 0 or "GPU" not in out.stdout:
-        return "nvidia-smi lists no GPU"
+def _lookup(config: pytest.Config, setting: Setting, *, env: bool) -> tuple[Any, str] | None:
+    """The first source that sets ``setting``: option, then env var (unless ``env`` is
+    False), then ini. (value, source)."""
+    value = config.getoption(setting.ini)
+    if value is not None:
+        return value, setting.plugin_option
+    if env and setting.env and os.environ.get(setting.env, "") != "":
+        return os.environ[setting.env], f"environment variable {setting.env}"
+    ini = config.getini(setting.ini)
+    if ini not in (None, "", [], False):
+        return ini, f"ini value {setting.ini}"
     return None
 
 
-def scenario_config(settings: NvrxSettings, scenario: Scenario, work_dir: Path) -> RunConfig:
-    values: dict[str, Any] = {**DEFAULTS[scenario.workload], **settings.overrides}
-    nnodes = int(values.get("nnodes", 1))
-    launcher = values.get("launcher") or default_launcher(nnodes, os.environ)
-    # every node runs this same session: they must agree on the run ID (and so on the
-    # rendezvous ID and the shared run dir); a slurm launch starts every node from here
-    base = shared_run_id(nnodes, launcher, os.environ)
-    if base is not None:
-        run_id = f"{base}-{scenario.id}"
-    else:
-        run_id = f"{scenario.id}-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid() % 100000:05d}"
-    values.update(
-        launcher=launcher,
-        workload=scenario.workload,
-        fault=scenario.fault,
-        window=scenario.window,
-        work_dir=work_dir,
-        run_id=run_id,
-        megatron_path=settings.megatron_path,
-    )
-    if int(values.get("gpus_per_node", 1)) * nnodes == 1 and "fault_rank" not in settings.overrides:
-        # one rank in all: it is the one faulted (the default rank 1 would not exist); with
-        # more, the walkthrough's rank 1 (on a multinode run, a rank of the second node)
-        values["fault_rank"] = 0
-    return resolve(values, environ={})
+def resolve_settings(config: pytest.Config, *, env: bool = True) -> NvrxSettings:
+    """Resolve and check every option; raise pytest.UsageError that says how to fix it.
+
+    ``env=False`` reads only our own options and ini values (what pytest_configure checks in
+    every session); environment variables count only once our scenarios are collected
+    (nvrx_settings)."""
+    try:
+        return resolve_plugin_settings(
+            lambda setting: _lookup(config, setting, env=env), os.environ if env else None
+        )
+    except ConfigError as exc:
+        raise pytest.UsageError(f"pytest-nvrx: {exc}") from None
+
+
+def nvrx_settings(config: pytest.Config) -> NvrxSettings:
+    """The session's settings, resolved on first use: when our scenarios are parametrized or
+    run, never in a session that collects none of them. Until then nothing reads the
+    walkthrough's environment variables (TP, PP, MEGATRON_PATH, ... are common names in ML
+    shells) and nothing probes the stack, so a project that merely has the plugin installed
+    runs as with ``-p no:nvrx``."""
+    settings = config.stash.get(SETTINGS_KEY, None)
+    if settings is None:
+        settings = resolve_settings(config)
+        config.stash[SETTINGS_KEY] = settings
+    return settings
+
+
+def record_judged(config: pytest.Config, run: ScenarioRun) -> None:
+    config.stash.setdefault(JUDGED_KEY, []).append(run)
+    workeroutput = getattr(config, "workeroutput", None)
+    if workeroutput is not None:
+        # an xdist worker: the controller prints the summary (plugin.pytest_testnodedown)
+        workeroutput.setdefault(WORKEROUTPUT_JUDGED, []).append(run.summary_lines())
+
+
+def terminal_writer(config: pytest.Config) -> Callable[[str], None]:
+    capman = config.pluginmanager.get_plugin("capturemanager")
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is not None:
+        # An xdist worker's terminal is not the user's; its stderr is (inherited from the
+        # controller): progress goes there, tagged with the worker, as it happens.
+        prefix = f"[{workerinput.get('workerid', 'worker')}] "
+
+        def write_worker(line: str) -> None:
+            with (
+                contextlib.nullcontext() if capman is None else capman.global_and_fixture_disabled()
+            ):
+                sys.stderr.write(prefix + line + "\n")
+                sys.stderr.flush()
+
+        return write_worker
+    tr = config.pluginmanager.get_plugin("terminalreporter")
+    if tr is None:
+        return lambda line: None
+
+    def write(line: str) -> None:
+        # Runs happen inside fixture setup, where output is captured: lift it for our line.
+        if capman is None:
+            tr.write_line(line)
+            return
+        with capman.global_and_fixture_disabled():
+            tr.write_line(line)
+
+    return write
 
 
 def _run_scenario(
@@ -155,80 +165,23 @@ def _run_scenario(
         work_dir = settings.work_dir
     else:
         work_dir = request.getfixturevalue("tmp_path_factory").mktemp(f"nvrx-{scenario.id}")
-    try:
-        run_config = scenario_config(settings, scenario, work_dir)
-        layout = prepare_run_dir(run_config)
-    except ConfigError as exc:
-        pytest.fail(f"pytest-nvrx: scenario {scenario.id}: {exc}", pytrace=False)
-
-    from pytest_nvrx.cli import find_launcher
-    from pytest_nvrx.planning import plan_run
-    from pytest_nvrx.stack import format_stack_line
-
     write = terminal_writer(config)
+    baselines = config.stash.setdefault(BASELINES_KEY, {})
     # SIGTERM (CI cancel, Slurm) and SIGHUP stop the session like Ctrl-C (pytest exits 2) after
     # the run's whole tree is stopped and result.json written; Ctrl-C works even where pytest was
     # started with SIGINT ignored (a background job).
     with interrupt_on_stop_signals():
         try:
-            planned = plan_run(run_config, launcher_exe=find_launcher())
+            run = run_scenario(settings, scenario, work_dir, baselines=baselines, write=write)
         except ConfigError as exc:
             pytest.fail(f"pytest-nvrx: scenario {scenario.id}: {exc}", pytrace=False)
-        recipe = planned.recipe
-        stack_dict: dict[str, Any] = planned.manifest_stack() or {}
-        if planned.stack is not None:
-            # "nvrx <scenario>: stack: ...", not "nvrx <scenario>: nvrx stack: ..."
-            stack_line = format_stack_line(planned.stack).removeprefix("nvrx ")
-            write(f"nvrx {scenario.id}: {stack_line}")
-        for note in planned.notes:
-            write(f"nvrx {scenario.id}: note: {note}")
-        write(f"nvrx {scenario.id}: launching in {layout.run_dir}")
-        timeout = settings.run_timeout or RUN_TIMEOUTS[scenario.workload]
-        result: RunResult | None = None
-        error: str | None = None
-        # one lock per GPU this session sees: sessions on disjoint GPUs run side by side
-        gpus = visible_gpus() if scenario.needs_gpu else []
-        with gpu_locks(gpus), Launch(recipe, stack=stack_dict) as launch:
-            try:
-                result = launch.wait(
-                    timeout, on_progress=lambda p: write(f"nvrx {scenario.id}: {p.describe()}")
-                )
-            except RunTimeout as exc:
-                error = str(exc)
-    if result is not None:
-        write(f"nvrx {scenario.id}: launcher exit {result.exit_code} after {result.wall_s:.1f}s")
-    evidence = load_run(layout.run_dir, layout.checkpoint_dir)
-    baselines = config.stash.setdefault(BASELINES_KEY, {})
-    reference = baselines.get(scenario.workload) if scenario.fault != "none" else None
-    judgement = judge(
-        evidence,
-        scenario.fault,
-        baseline=reference,
-        continuity_rtol=settings.continuity_rtol,
-    )
-    if judgement.first_cause is not None:
-        # the workers died before the fault: say so before any derived verdict
-        write(f"nvrx {scenario.id}: {judgement.first_cause.text}")
-    if scenario.fault == "none" and judgement.passed:
-        baselines[scenario.workload] = evidence
-    if reference is not None:
-        write(f"nvrx {scenario.id}: continuity also checked against {reference.run_dir.name}")
-    run = ScenarioRun(
-        key=scenario.id,
-        scenario=scenario,
-        layout=layout,
-        judgement=judgement,
-        result=result,
-        stack=stack_dict,
-        error=error,
-    )
     record_judged(config, run)
     yield run
     # Passed or failed, the run dir stays: the summary and JUnit name it and every verdict
     # quotes lines in it. Only checkpoint payload goes, and only from the directory we made
     # under pytest's tmp; --nvrx-keep keeps it, a user's --nvrx-work-dir is left as it is.
     if not settings.keep and settings.work_dir is None:
-        pruned = prune_checkpoint_payload(layout, owned_root=work_dir)
+        pruned = prune_checkpoint_payload(run.layout, owned_root=work_dir)
         write(f"nvrx {scenario.id}: {pruned.describe()} (--nvrx-keep keeps everything)")
 
 
@@ -239,19 +192,7 @@ def nvrx_scenario_run(request: pytest.FixtureRequest) -> Iterator[ScenarioRun]:
     scenario: Scenario | None = request.param
     if scenario is None:
         assert settings.run_dir is not None
-        judgement = judge_run_dir(
-            settings.run_dir, None, expect_fault=None, continuity_rtol=settings.continuity_rtol
-        )
-        layout = RunLayout.for_run(settings.run_dir, judgement.checkpoint_dir)
-        if judgement.first_cause is not None:
-            terminal_writer(request.config)(f"nvrx existing-run: {judgement.first_cause.text}")
-        run = ScenarioRun(
-            key="existing-run",
-            scenario=None,
-            layout=layout,
-            judgement=judgement,
-            stack=judgement.stack,
-        )
+        run = judge_existing(settings.run_dir, settings, terminal_writer(request.config))
         record_judged(request.config, run)
         yield run
         return

@@ -7,301 +7,55 @@ Nothing here needs a GPU: GPU scenarios are skipped at setup with a reason, so `
 
 from __future__ import annotations
 
-import contextlib
-import os
-import sys
-from collections.abc import Callable, Generator
-from dataclasses import dataclass, field
+from collections.abc import Generator
 from importlib import metadata
-from pathlib import Path
 from typing import Any
 
 import pytest
 
+from pytest_nvrx.fixtures import (
+    JUDGED_KEY,
+    WORKEROUTPUT_JUDGED,
+    nvrx_settings,
+    resolve_settings,
+    terminal_writer,
+)
 from pytest_nvrx.layout import FAULT_WINDOWS, INJECTED_FAULTS, windows_of
-from pytest_nvrx.scenarios import (
-    MATRIX_ENV,
-    WINDOW_ENV,
-    Scenario,
-    default_text,
-    matrix_scenarios,
-    parse_matrix,
-    parse_windows,
-)
-from pytest_nvrx.settings import (
-    ENV_VARS,
-    WORKLOAD_KINDS,
-    ConfigError,
-    SectionTimeouts,
-    default_launcher,
-    parse_rtol,
-    parse_value,
-)
+from pytest_nvrx.scenario_run import EXISTING_RUN, ScenarioRun
+from pytest_nvrx.scenarios import matrix_scenarios
+from pytest_nvrx.settings import PLUGIN_SETTINGS
 
+# the fixtures (and the session state the hooks share with them); that module imports nothing
+# from this one
 pytest_plugins = ["pytest_nvrx.fixtures"]
 
 SCENARIO_FIXTURE = "nvrx_scenario_run"
 
 
-@dataclass(frozen=True)
-class Option:
-    """One ``--nvrx-*`` option, its ini mirror and (where the walkthrough had one) env var."""
-
-    name: str  # without the --nvrx- prefix
-    help: str
-    field: str | None = None  # RunConfig field it sets
-    flag: bool = False
-    env_var: str | None = None  # an environment variable of the plugin's own (not a field's)
-
-    @property
-    def dest(self) -> str:
-        return "nvrx_" + self.name.replace("-", "_")
-
-    @property
-    def env(self) -> str | None:
-        if self.env_var is not None:
-            return self.env_var
-        return ENV_VARS.get(self.field) if self.field else None
-
-
-OPTIONS: tuple[Option, ...] = (
-    Option(
-        "megatron-path",
-        "Megatron-LM checkout to qualify (enables the gpu scenarios)",
-        "megatron_path",
-    ),
-    Option("work-dir", "absolute directory for run dirs (default: pytest's tmp dir)", "work_dir"),
-    Option(
-        "workload",
-        "megatron | reference: only this workload's scenarios (default: both; "
-        "megatron ones skip without a GPU and --nvrx-megatron-path)",
-    ),
-    Option(
-        "matrix",
-        "default | full: the fault scenarios per workload (default: every fault and every "
-        "window at least once; full: every fault in every window it exists in)",
-        env_var=MATRIX_ENV,
-    ),
-    Option(
-        "window",
-        "step,save,finalize (one or more, comma-separated): every fault in these windows "
-        "instead of the matrix (baselines stay)",
-        env_var=WINDOW_ENV,
-    ),
-    Option("nnodes", "nodes", "nnodes"),
-    Option("gpus-per-node", "processes per node", "gpus_per_node"),
-    Option("tp", "tensor-parallel size", "tp"),
-    Option("pp", "pipeline-parallel size", "pp"),
-    Option("train-iters", "training iterations", "train_iters"),
-    Option("save-interval", "checkpoint interval in iterations", "save_interval"),
-    Option("fault-rank", "rank that receives the fault", "fault_rank"),
-    Option(
-        "section-timeouts",
-        "NVRx section deadlines, all three names, seconds",
-        "section_timeouts",
-    ),
-    Option(
-        "out-of-section-timeout",
-        "seconds allowed outside sections",
-        "out_of_section_timeout",
-    ),
-    Option("rdzv-endpoint", "rendezvous host:port for multinode runs", "rdzv_endpoint"),
-    Option(
-        "node-index",
-        "this session's node in a multinode run started by hand, one session per node with the "
-        "same NVRX_RUN_ID and --nvrx-rdzv-endpoint (0 hosts the rendezvous)",
-        "node_index",
-    ),
-    Option(
-        "launcher",
-        "local | slurm: ft_launcher started here, or one per node through srun in this "
-        "allocation (or one made with salloc); default slurm when --nvrx-nnodes > 1 inside an "
-        "allocation, else local",
-        "launcher",
-    ),
-    Option(
-        "no-distributed-optimizer",
-        "qualify without Megatron's --use-distributed-optimizer",
-        flag=True,
-    ),
-    Option("run-dir", "judge this existing run directory instead of launching"),
-    Option("run-timeout", "seconds before a scenario run is killed (megatron 1800, reference 600)"),
-    Option(
-        "keep",
-        "keep the checkpoint shards too (run dirs are always kept; without it their checkpoint "
-        "payload is removed, metadata and tracker stay)",
-        flag=True,
-    ),
-    Option(
-        "continuity-rtol",
-        "relative tolerance of training_continuity for stacks that are not bitwise "
-        "deterministic (default 0: exact)",
-    ),
-)
-
-
-@dataclass
-class NvrxSettings:
-    """The resolved plugin settings (stored in config.stash)."""
-
-    overrides: dict[str, Any] = field(default_factory=dict)  # RunConfig fields the user set
-    workloads: tuple[str, ...] = WORKLOAD_KINDS
-    matrix: str = "default"
-    #: None: the matrix decides; else every fault in these windows
-    windows: tuple[str, ...] | None = None
-    megatron_path: Path | None = None
-    work_dir: Path | None = None
-    run_dir: Path | None = None
-    run_timeout: float | None = None
-    keep: bool = False
-    continuity_rtol: float = 0.0
-
-    def scenarios(self) -> list[Scenario]:
-        return list(matrix_scenarios(self.matrix, self.windows, self.workloads))
-
-
-SETTINGS_KEY = pytest.StashKey[NvrxSettings]()
-
-
-def nvrx_settings(config: pytest.Config) -> NvrxSettings:
-    """The session's settings, resolved on first use: when our scenarios are parametrized or
-    run, never in a session that collects none of them. Until then nothing reads the
-    walkthrough's environment variables (TP, PP, MEGATRON_PATH, ... are common names in ML
-    shells) and nothing probes the stack, so a project that merely has the plugin installed
-    runs as with ``-p no:nvrx``."""
-    settings = config.stash.get(SETTINGS_KEY, None)
-    if settings is None:
-        settings = resolve_settings(config)
-        config.stash[SETTINGS_KEY] = settings
-    return settings
-
-
-#: Options whose help shows the scenarios' default (scenarios.default_text: the same text as the
-#: default column of docs/options.md, tests/test_plugin.py compares them).
-DEFAULTED = (
-    "nnodes",
-    "gpus_per_node",
-    "tp",
-    "pp",
-    "train_iters",
-    "save_interval",
-    "fault_rank",
-    "section_timeouts",
-    "out_of_section_timeout",
-    "rdzv_endpoint",
-)
-
-
-def option_help(opt: Option) -> str:
-    if opt.field in DEFAULTED:
-        return f"{opt.help} (default: {default_text(opt.field)})"
-    return opt.help
-
-
 def pytest_addoption(parser: pytest.Parser) -> None:
+    """Every plugin row of the settings table (pytest_nvrx.settings.SETTINGS): an option and
+    its ini mirror with the same help."""
     group = parser.getgroup("nvrx", "fault-recovery qualification (pytest-nvrx)")
-    for opt in OPTIONS:
-        env = f" [env {opt.env}]" if opt.env else ""
-        if opt.flag:
+    for setting in PLUGIN_SETTINGS:
+        text = setting.plugin_help()
+        if setting.flag:
             group.addoption(
-                f"--nvrx-{opt.name}",
+                setting.plugin_option,
                 action="store_true",
                 default=None,
-                dest=opt.dest,
-                help=opt.help,
+                dest=setting.ini,
+                help=text,
             )
-            parser.addini(opt.dest, opt.help, type="bool", default=False)
+            parser.addini(setting.ini, text, type="bool", default=False)
         else:
             group.addoption(
-                f"--nvrx-{opt.name}",
-                dest=opt.dest,
+                setting.plugin_option,
+                dest=setting.ini,
                 default=None,
-                metavar=opt.name.split("-")[-1].upper(),
-                help=option_help(opt) + env,
+                metavar=setting.name.split("-")[-1].upper(),
+                help=text,
             )
-            parser.addini(opt.dest, option_help(opt) + env, default=None)
-
-
-def _lookup(config: pytest.Config, opt: Option, *, env: bool = True) -> tuple[Any, str] | None:
-    """The first source that sets ``opt``: option, then env var (unless ``env`` is False), then
-    ini. (value, source)."""
-    value = config.getoption(opt.dest)
-    if value is not None:
-        return value, f"--nvrx-{opt.name}"
-    if env and opt.env and os.environ.get(opt.env, "") != "":
-        return os.environ[opt.env], f"environment variable {opt.env}"
-    ini = config.getini(opt.dest)
-    if ini not in (None, "", [], False):
-        return ini, f"ini value {opt.dest}"
-    return None
-
-
-def resolve_settings(config: pytest.Config, *, env: bool = True) -> NvrxSettings:
-    """Resolve and check every option; raise pytest.UsageError that says how to fix it.
-
-    ``env=False`` reads only our own options and ini values (what pytest_configure checks in
-    every session); environment variables count only once our scenarios are collected
-    (nvrx_settings)."""
-    s = NvrxSettings()
-    try:
-        for opt in OPTIONS:
-            found = _lookup(config, opt, env=env)
-            if found is None:
-                continue
-            raw, source = found
-            value: Any
-            if opt.flag:
-                value = bool(raw)
-            elif opt.field is not None:
-                value = parse_value(opt.field, str(raw), source)
-            else:
-                value = str(raw)
-            if opt.field is not None and opt.field not in ("megatron_path", "work_dir"):
-                s.overrides[opt.field] = value
-            if opt.name == "megatron-path":
-                s.megatron_path = Path(value).resolve()
-                if not (s.megatron_path / "pretrain_gpt.py").is_file():
-                    raise ConfigError(
-                        f"{source}: pretrain_gpt.py not found in {s.megatron_path}; point it "
-                        "at a Megatron-LM checkout"
-                    )
-            elif opt.name == "work-dir":
-                if not Path(value).is_absolute():
-                    raise ConfigError(f"{source}: must be an absolute path, got {value!r}")
-                s.work_dir = Path(value)
-            elif opt.name == "workload":
-                if value not in WORKLOAD_KINDS:
-                    raise ConfigError(
-                        f"{source}: must be one of {', '.join(WORKLOAD_KINDS)}, got {value!r}"
-                    )
-                s.workloads = (value,)
-            elif opt.name == "matrix":
-                s.matrix = parse_matrix(value, source)
-            elif opt.name == "window":
-                s.windows = parse_windows(value, source)
-            elif opt.name == "run-dir":
-                path = Path(value).resolve()
-                if not path.is_dir():
-                    raise ConfigError(f"{source}: {path} is not a directory")
-                s.run_dir = path
-            elif opt.name == "run-timeout":
-                s.run_timeout = parse_value("out_of_section_timeout", value, source)
-            elif opt.name == "keep":
-                s.keep = value
-            elif opt.name == "continuity-rtol":
-                s.continuity_rtol = parse_rtol(value, source)
-            elif opt.name == "no-distributed-optimizer" and value:
-                s.overrides["distributed_optimizer"] = False
-        if env and "launcher" not in s.overrides:
-            # a multinode session inside an allocation launches through srun (the CLI's rule)
-            nnodes = int(s.overrides.get("nnodes", 1))
-            if default_launcher(nnodes, os.environ) == "slurm":
-                s.overrides["launcher"] = "slurm"
-        if "section_timeouts" in s.overrides:
-            assert isinstance(s.overrides["section_timeouts"], SectionTimeouts)
-    except ConfigError as exc:
-        raise pytest.UsageError(f"pytest-nvrx: {exc}") from None
-    return s
+            parser.addini(setting.ini, text, default=None)
 
 
 #: What one rank gets, by fault marker.
@@ -428,7 +182,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         # message alone, as a collection error of this module
         raise pytest.Collector.CollectError(str(exc)) from None
     if s.run_dir is not None:
-        params = [pytest.param(None, id="existing-run", marks=pytest.mark.xdist_group("nvrx"))]
+        params = [pytest.param(None, id=EXISTING_RUN, marks=pytest.mark.xdist_group("nvrx"))]
     else:
         # One xdist group per workload: a scenario's tests run on one worker, so it launches
         # once per session whatever -n is, and the faulted scenarios find their workload's
@@ -442,7 +196,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
                     pytest.mark.xdist_group(f"nvrx-{sc.workload}"),
                 ],
             )
-            for sc in s.scenarios()
+            for sc in matrix_scenarios(s.matrix, s.windows, s.workloads)
         ]
     metafunc.parametrize(SCENARIO_FIXTURE, params, indirect=True, scope="session")
 
@@ -456,7 +210,7 @@ OUTCOMES_KEY = pytest.StashKey[dict[str, bool]]()
 def pytest_runtest_makereport(
     item: pytest.Item, call: pytest.CallInfo[None]
 ) -> Generator[None, Any, None]:
-    run = getattr(item, "funcargs", {}).get(SCENARIO_FIXTURE)
+    run: ScenarioRun | None = getattr(item, "funcargs", {}).get(SCENARIO_FIXTURE)
     if run is not None and call.when == "call":
         for key, value in run.junit_properties():
             item.user_properties.append((key, value))
@@ -474,14 +228,11 @@ def pytest_runtest_makereport(
         outcomes.setdefault(run.key, True)
 
 
-#: Judged runs in the order they finished, for the terminal summary.
-JUDGED_KEY = pytest.StashKey[list[Any]]()
 #: Under xdist, on the controller: the summary lines of the runs the workers judged.
 REMOTE_JUDGED_KEY = pytest.StashKey[list[list[str]]]()
 #: Under xdist, on the controller: a worker collected scenarios.
 REMOTE_SELECTED_KEY = pytest.StashKey[bool]()
-#: Keys of an xdist worker's workeroutput: its judged runs' summaries, the scenarios it collected.
-WORKEROUTPUT_JUDGED = "nvrx_judged"
+#: Key of an xdist worker's workeroutput: the scenarios it collected.
 WORKEROUTPUT_SELECTED = "nvrx_selected"
 #: Scenario ids selected to run in this session (after -m/-k deselection).
 SELECTED_KEY = pytest.StashKey[list[str]]()
@@ -494,7 +245,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         if callspec is None or SCENARIO_FIXTURE not in callspec.params:
             continue
         scenario = callspec.params[SCENARIO_FIXTURE]
-        key = "existing-run" if scenario is None else scenario.id
+        key = EXISTING_RUN if scenario is None else scenario.id
         if key not in selected:
             selected.append(key)
     config = session.config
@@ -522,7 +273,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     remote = config.stash.get(REMOTE_SELECTED_KEY, False)
     if not (selected or remote) or config.option.collectonly or exitstatus != pytest.ExitCode.OK:
         return
-    if config.stash.get(JUDGED_KEY, []) or config.stash.get(REMOTE_JUDGED_KEY, []):
+    if JUDGED_KEY in config.stash or config.stash.get(REMOTE_JUDGED_KEY, []):
         return
     write = terminal_writer(config)
     which = f" ({', '.join(selected)})" if selected else ""
@@ -533,26 +284,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     session.exitstatus = pytest.ExitCode.NO_TESTS_COLLECTED
 
 
-def summary_lines(run: Any) -> list[str]:
-    """A judged run in the terminal summary: where it is, the launcher's end, every verdict
-    with the line that proves it."""
-    wall = f", launcher {run.result.wall_s:.1f}s exit {run.result.exit_code}" if run.result else ""
-    lines = [f"{run.key}: {run.layout.run_dir}{wall}"]
-    lines += [f"  {verdict.headline()}" for verdict in run.judgement.verdicts]
-    return lines
-
-
-def record_judged(config: pytest.Config, run: Any) -> None:
-    config.stash.setdefault(JUDGED_KEY, []).append(run)
-    workeroutput = getattr(config, "workeroutput", None)
-    if workeroutput is not None:
-        # an xdist worker: the controller prints the summary (pytest_testnodedown)
-        workeroutput.setdefault(WORKEROUTPUT_JUDGED, []).append(summary_lines(run))
-
-
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
     """Every judged scenario's verdicts, each with the line that proves it."""
-    blocks = [summary_lines(run) for run in config.stash.get(JUDGED_KEY, [])]
+    blocks = [run.summary_lines() for run in config.stash.get(JUDGED_KEY, [])]
     remote: list[list[str]] = config.stash.get(REMOTE_JUDGED_KEY, [])
     blocks.extend(remote)
     if not blocks:
@@ -562,34 +296,3 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     for block in blocks:
         for line in block:
             tr.write_line(line)
-
-
-def terminal_writer(config: pytest.Config) -> Callable[[str], None]:
-    capman = config.pluginmanager.get_plugin("capturemanager")
-    workerinput = getattr(config, "workerinput", None)
-    if workerinput is not None:
-        # An xdist worker's terminal is not the user's; its stderr is (inherited from the
-        # controller): progress goes there, tagged with the worker, as it happens.
-        prefix = f"[{workerinput.get('workerid', 'worker')}] "
-
-        def write_worker(line: str) -> None:
-            with (
-                contextlib.nullcontext() if capman is None else capman.global_and_fixture_disabled()
-            ):
-                sys.stderr.write(prefix + line + "\n")
-                sys.stderr.flush()
-
-        return write_worker
-    tr = config.pluginmanager.get_plugin("terminalreporter")
-    if tr is None:
-        return lambda line: None
-
-    def write(line: str) -> None:
-        # Runs happen inside fixture setup, where output is captured: lift it for our line.
-        if capman is None:
-            tr.write_line(line)
-            return
-        with capman.global_and_fixture_disabled():
-            tr.write_line(line)
-
-    return write

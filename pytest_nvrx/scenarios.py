@@ -10,35 +10,31 @@ covers every fault and every window at least once (six runs per workload); the *
 every fault in every window it exists in (16 runs per workload). Selecting windows (the plugin's
 ``--nvrx-window``) takes every fault in those windows, whatever the matrix.
 
-Defaults differ by workload: the Megatron ones are the walkthrough's (with a hang-friendly step
-timeout); the CPU reference ones are short so that a qualification fits in minutes on 2 cores.
-Both use a 30 s ``checkpointing`` deadline: a ``hang`` in the ``save`` or ``finalize`` window
-stops the rank inside that section, and the deadline is what detects it.
+Defaults differ by workload (declared in the settings table, pytest_nvrx.settings.SETTINGS): the
+Megatron ones are the walkthrough's (with a hang-friendly step timeout); the CPU reference ones
+are short so that a qualification fits in minutes on 2 cores. Both use a 30 s ``checkpointing``
+deadline: a ``hang`` in the ``save`` or ``finalize`` window stops the rank inside that section,
+and the deadline is what detects it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import MISSING, dataclass, fields
+from dataclasses import dataclass
 from typing import Any, cast
 
 from pytest_nvrx.layout import INJECTED_FAULTS, FaultKind, window_allowed, windows_of
 from pytest_nvrx.settings import (
-    FAULT_WINDOW_KINDS,
+    MATRICES,
     WORKLOAD_KINDS,
     ConfigError,
     FaultWindow,
-    RunConfig,
-    SectionTimeouts,
     WorkloadKind,
-    format_seconds,
+    plugin_setting,
     quote,
+    scenario_defaults,
 )
 
-#: The plugin's environment variables for the matrix and the windows (no walkthrough names).
-MATRIX_ENV = "NVRX_FAULT_MATRIX"
-WINDOW_ENV = "NVRX_FAULT_WINDOW"
-MATRICES = ("default", "full")
 #: Workloads in the order their scenarios run (the CPU one first: it fails fastest).
 WORKLOAD_ORDER: tuple[WorkloadKind, ...] = ("reference", "megatron")
 
@@ -137,80 +133,11 @@ SCENARIOS: tuple[Scenario, ...] = matrix_scenarios("default")
 ALL_SCENARIOS: tuple[Scenario, ...] = matrix_scenarios("full")
 
 
-def parse_matrix(raw: str, what: str) -> str:
-    """``default`` or ``full``; errors name ``what`` (the option, variable or ini value)."""
-    text = raw.strip()
-    if text not in MATRICES:
-        raise ConfigError(
-            f"{what} must be one of {', '.join(MATRICES)} (default: every fault and every window "
-            f"at least once; full: every fault in every window), got {quote(raw)}"
-        )
-    return text
-
-
-def parse_windows(raw: str, what: str) -> tuple[FaultWindow, ...]:
-    """A comma-separated list of windows, e.g. ``save,finalize`` (repeats dropped)."""
-    names = [part.strip() for part in raw.split(",")]
-    bad = [name for name in names if name not in FAULT_WINDOW_KINDS]
-    if not raw.strip() or bad:
-        shown = f"{quote(bad[0])} in {quote(raw)}" if bad and bad[0] != raw else quote(raw)
-        raise ConfigError(
-            f"{what} must be one or more of {', '.join(FAULT_WINDOW_KINDS)}, separated by "
-            f"commas (e.g. save,finalize), got {shown}"
-        )
-    return tuple(cast(FaultWindow, name) for name in dict.fromkeys(names))
-
-
-#: Settings a scenario uses unless the user gives them (option > env > ini > these).
-DEFAULTS: dict[WorkloadKind, dict[str, Any]] = {
-    "reference": {
-        "gpus_per_node": 2,
-        "fault_rank": 1,
-        "train_iters": 20,  # > 2 x save_interval: the step window needs a step after save 2
-        "save_interval": 5,
-        # checkpointing 30 s: a hang in the save/finalize window is detected in ~30 s
-        "section_timeouts": SectionTimeouts(setup=120, step=10, checkpointing=30),
-        "out_of_section_timeout": 60.0,
-        "workload_check_interval": 1.0,
-    },
-    "megatron": {
-        # one GPU per scenario unless the user gives a shape (the plugin's 1-GPU matrix)
-        "gpus_per_node": 1,
-        # The walkthrough's values, but a 30 s step deadline so a hang is detected in ~30 s
-        # rather than 120 s (measured on the H200: first step well under that), and a 30 s
-        # checkpointing deadline (the walkthrough's 600) for a hang while a save is prepared or
-        # finalized: the walkthrough model's saves take seconds.
-        "section_timeouts": SectionTimeouts(setup=900, step=30, checkpointing=30),
-        "workload_check_interval": 1.0,
-    },
-}
-
-
-def default_text(name: str) -> str:
-    """A setting's default in the scenarios, as ``--help`` and docs/options.md show it: one value,
-    or one per workload where they differ (``megatron 100, reference 20``). The one place the
-    plugin's help and the options table take their defaults from."""
-    base = {f.name: f.default for f in fields(RunConfig) if f.default is not MISSING}
-    base.update(
-        {f.name: f.default_factory() for f in fields(RunConfig) if f.default_factory is not MISSING}
-    )
-    shown: dict[str, str] = {}
-    order: tuple[WorkloadKind, ...] = ("megatron", "reference")
-    for workload in order:
-        value = DEFAULTS[workload].get(name, base.get(name))
-        if isinstance(value, SectionTimeouts):
-            text = value.render()
-        elif isinstance(value, float):
-            text = format_seconds(value)
-        else:
-            text = str(value)
-        shown[workload] = text
-    if name == "fault_rank":
-        return "1 (0 when the run has one rank in all)"
-    if len(set(shown.values())) == 1:
-        return next(iter(shown.values()))
-    return ", ".join(f"{w} {v}" for w, v in shown.items())
-
-
+#: Settings a scenario uses unless the user gives them (option > env > ini > these): the
+#: settings table's per-workload defaults (pytest_nvrx.settings.SETTINGS).
+DEFAULTS: dict[WorkloadKind, dict[str, Any]] = scenario_defaults()
 #: Wall-clock limit of one scenario run, seconds (the tree is killed when it is exceeded).
-RUN_TIMEOUTS: dict[WorkloadKind, float] = {"reference": 600.0, "megatron": 1800.0}
+RUN_TIMEOUTS: dict[WorkloadKind, float] = {
+    workload: float(value)
+    for workload, value in (plugin_setting("run_timeout").defaults or {}).items()
+}

@@ -15,7 +15,7 @@ import re
 import stat
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import MISSING, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Literal, cast, get_args
 
@@ -249,25 +249,6 @@ class RunConfig:
 # Resolution: explicit values (CLI options, pytest options) > walkthrough environment > defaults
 
 
-#: The walkthrough's environment variables, by RunConfig field.
-ENV_VARS: dict[str, str] = {
-    "megatron_path": "MEGATRON_PATH",
-    "work_dir": "NVRX_WORK_DIR",
-    "run_id": "NVRX_RUN_ID",
-    "nnodes": "NNODES",
-    "gpus_per_node": "GPUS_PER_NODE",
-    "tp": "TP",
-    "pp": "PP",
-    "train_iters": "TRAIN_ITERS",
-    "save_interval": "SAVE_INTERVAL",
-    "fault": "NVRX_DEMO_FAULT",
-    "fault_rank": "NVRX_FAULT_RANK",
-    "checkpoint_dir": "NVRX_CHECKPOINT_DIR",
-    "rdzv_endpoint": "RDZV_ENDPOINT",
-    # not the walkthrough's: pytest-nvrx's own
-    "launcher": "NVRX_LAUNCHER",
-    "node_index": "NVRX_NODE_INDEX",
-}
 DRY_RUN_ENV = "NVRX_DRY_RUN"
 
 
@@ -396,37 +377,684 @@ def dry_run_requested(environ: Mapping[str, str]) -> bool:
     return env_flag(environ, DRY_RUN_ENV)
 
 
+# --------------------------------------------------------------------------------------------
+# The settings table: every setting declared once. The plugin's --nvrx-* options and nvrx_* ini
+# values (plugin.py), the arguments of ``python -m pytest_nvrx run`` (cli.py), the parsers and
+# walkthrough variables of :func:`resolve`, the scenarios' per-workload defaults and the options
+# table of docs/options.md (:func:`options_table`) are all generated from it.
+
+#: The plugin's environment variables for the matrix and the windows (no walkthrough names).
+MATRIX_ENV = "NVRX_FAULT_MATRIX"
+WINDOW_ENV = "NVRX_FAULT_WINDOW"
+MATRICES = ("default", "full")
+
+
+def parse_matrix(raw: str, what: str) -> str:
+    """``default`` or ``full``; errors name ``what`` (the option, variable or ini value)."""
+    text = raw.strip()
+    if text not in MATRICES:
+        raise ConfigError(
+            f"{what} must be one of {', '.join(MATRICES)} (default: every fault and every window "
+            f"at least once; full: every fault in every window), got {quote(raw)}"
+        )
+    return text
+
+
+def parse_windows(raw: str, what: str) -> tuple[FaultWindow, ...]:
+    """A comma-separated list of windows, e.g. ``save,finalize`` (repeats dropped)."""
+    names = [part.strip() for part in raw.split(",")]
+    bad = [name for name in names if name not in FAULT_WINDOW_KINDS]
+    if not raw.strip() or bad:
+        shown = f"{quote(bad[0])} in {quote(raw)}" if bad and bad[0] != raw else quote(raw)
+        raise ConfigError(
+            f"{what} must be one or more of {', '.join(FAULT_WINDOW_KINDS)}, separated by "
+            f"commas (e.g. save,finalize), got {shown}"
+        )
+    return tuple(cast(FaultWindow, name) for name in dict.fromkeys(names))
+
+
+def _one_workload(raw: str, what: str) -> tuple[str, ...]:
+    if raw not in WORKLOAD_KINDS:
+        raise ConfigError(f"{what}: must be one of {', '.join(WORKLOAD_KINDS)}, got {raw!r}")
+    return (raw,)
+
+
+def _megatron_checkout(raw: str, what: str) -> Path:
+    path = _path(raw, what).resolve()
+    if not (path / "pretrain_gpt.py").is_file():
+        raise ConfigError(
+            f"{what}: pretrain_gpt.py not found in {path}; point it at a Megatron-LM checkout"
+        )
+    return path
+
+
+def _absolute_dir(raw: str, what: str) -> Path:
+    path = _path(raw, what)
+    if not path.is_absolute():
+        raise ConfigError(f"{what}: must be an absolute path, got {path!r}")
+    return path
+
+
+def _existing_dir(raw: str, what: str) -> Path:
+    path = Path(raw).resolve()
+    if not path.is_dir():
+        raise ConfigError(f"{what}: {path} is not a directory")
+    return path
+
+
+def _section_timeouts(raw: str, what: str) -> SectionTimeouts:
+    return SectionTimeouts.parse(raw)
+
+
+#: Where a setting is given: the pytest plugin (``--nvrx-<name>``, ini ``nvrx_<name>``), the
+#: CLI's ``run`` (``--<name>``), or both.
+SettingWhere = Literal["both", "plugin", "cli"]
+#: How the CLI reads a value: text parsed after argparse like an environment value (its error
+#: names the option), parsed by argparse itself (``typed``: an argparse error), a path, a choice.
+CliForm = Literal["text", "typed", "path", "choice"]
+#: The order in which per-workload defaults are shown.
+DEFAULTS_SHOWN: tuple[WorkloadKind, ...] = ("megatron", "reference")
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One setting: where it is given, how its text is read, what it means, its defaults.
+
+    ``field`` is the RunConfig field it sets; a plugin setting without ``attr`` puts its value
+    in :attr:`NvrxSettings.overrides` (the scenarios' RunConfig), one with ``attr`` sets that
+    attribute of NvrxSettings. A new option is a new row (plus the attribute it sets)."""
+
+    name: str  # the option without its prefix: --nvrx-<name>, --<name>, ini nvrx_<name>
+    help: str
+    field: str | None = None
+    #: text (environment, ini, option) -> value; errors name the source given as second argument
+    parse: Callable[[str, str], Any] = _text
+    env: str | None = None
+    where: SettingWhere = "both"
+    choices: tuple[str, ...] = ()
+    #: an option without a value; given, it sets ``flag_value``
+    flag: bool = False
+    flag_value: Any = True
+    attr: str | None = None
+    #: the plugin's parser where it checks more than the field's (a checkout, an absolute dir)
+    plugin_parse: Callable[[str, str], Any] | None = None
+    #: the scenarios' defaults where they are not RunConfig's (the walkthrough's)
+    defaults: Mapping[WorkloadKind, Any] | None = None
+    #: the plugin's help ends with ``(default: ...)``
+    show_default: bool = False
+    #: the default as shown, where it is not one value per workload
+    default_note: str | None = None
+    cli_help: str | None = None
+    #: what the CLI's help shows in brackets; None: the variable and the walkthrough's default,
+    #: "": nothing
+    cli_note: str | None = None
+    cli_form: CliForm = "text"
+    cli_default: Any = None
+    #: (name, help) of a second CLI flag that sets the opposite value (mutually exclusive)
+    cli_off: tuple[str, str] | None = None
+    #: the docs' table: what follows the option, its meaning (default: help), its default
+    doc_value: str = ""
+    doc: str | None = None
+    doc_default: str | None = None
+
+    @property
+    def in_plugin(self) -> bool:
+        return self.where != "cli"
+
+    @property
+    def in_cli(self) -> bool:
+        return self.where != "plugin"
+
+    @property
+    def plugin_option(self) -> str:
+        return f"--nvrx-{self.name}"
+
+    @property
+    def cli_option(self) -> str:
+        return f"--{self.name}"
+
+    @property
+    def ini(self) -> str:
+        """The ini name, also the plugin option's dest."""
+        return "nvrx_" + self.name.replace("-", "_")
+
+    @property
+    def cli_dest(self) -> str:
+        return self.name.replace("-", "_")
+
+    @property
+    def key(self) -> str:
+        """What the setting sets: its NvrxSettings attribute, else its RunConfig field."""
+        return self.attr or self.field or self.name.replace("-", "_")
+
+    def walkthrough_default(self) -> Any:
+        """RunConfig's default (the walkthrough's, what the CLI uses), or the CLI's own."""
+        if self.field is None:
+            return self.cli_default
+        return _RUN_CONFIG_DEFAULTS.get(self.field)
+
+    def default_text(self) -> str:
+        """The scenarios' default as ``--help`` and docs/options.md show it: one value, or one
+        per workload where they differ (``megatron 100, reference 20``)."""
+        if self.default_note is not None:
+            return self.default_note
+        base = self.walkthrough_default()
+        defaults = self.defaults or {}
+        shown = {w: _show_value(defaults.get(w, base)) for w in DEFAULTS_SHOWN}
+        if len(set(shown.values())) == 1:
+            return shown[DEFAULTS_SHOWN[0]]
+        return ", ".join(f"{w} {v}" for w, v in shown.items())
+
+    def plugin_help(self) -> str:
+        text = self.help
+        if self.show_default:
+            text += f" (default: {self.default_text()})"
+        if self.env and not self.flag:
+            text += f" [env {self.env}]"
+        return text
+
+    def cli_help_text(self) -> str:
+        text = self.cli_help or self.help
+        note = self.cli_note
+        if note is None:
+            default = None if self.flag else self.walkthrough_default()
+            parts = [part for part in (self.env, _show_value(default)) if part]
+            note = ", ".join(parts)
+        return f"{text} [{note}]" if note else text
+
+    def doc_row(self) -> str:
+        option = f"`{self.plugin_option}{' ' + self.doc_value if self.doc_value else ''}`"
+        env = f"`{self.env}`" if self.env else "—"
+        if self.doc_default is not None:
+            default = self.doc_default
+        elif self.show_default or self.defaults:
+            default = self.default_text()
+        else:
+            default = "—"
+        return f"| {option} | {env} | {default} | {self.doc or self.help} |"
+
+
+def _show_value(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, SectionTimeouts):
+        return value.render()
+    if isinstance(value, float):
+        return format_seconds(value)
+    return str(value)
+
+
+_RUN_CONFIG_DEFAULTS: dict[str, Any] = {
+    **{f.name: f.default for f in fields(RunConfig) if f.default is not MISSING},
+    **{f.name: f.default_factory() for f in fields(RunConfig) if f.default_factory is not MISSING},
+}
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting(
+        "megatron-path",
+        "Megatron-LM checkout to qualify (enables the gpu scenarios)",
+        "megatron_path",
+        _path,
+        env="MEGATRON_PATH",
+        attr="megatron_path",
+        plugin_parse=_megatron_checkout,
+        cli_help="Megatron-LM checkout",
+        cli_form="path",
+        doc_value="PATH",
+        doc="Megatron-LM checkout (must hold `pretrain_gpt.py`); enables the `gpu` scenarios",
+    ),
+    Setting(
+        "work-dir",
+        "absolute directory for run dirs (default: pytest's tmp dir)",
+        "work_dir",
+        _path,
+        env="NVRX_WORK_DIR",
+        attr="work_dir",
+        plugin_parse=_absolute_dir,
+        cli_help="absolute work directory",
+        cli_form="path",
+        doc_value="DIR",
+        doc="absolute directory; runs go to `DIR/runs/<scenario>-<time>-<n>/` and are always kept",
+        doc_default="pytest's tmp dir",
+    ),
+    Setting(
+        "workload",
+        "megatron | reference: only this workload's scenarios (default: both; "
+        "megatron ones skip without a GPU and --nvrx-megatron-path)",
+        parse=_one_workload,
+        where="plugin",
+        attr="workloads",
+        doc_value="megatron\\|reference",
+        doc="only this workload's scenarios",
+        doc_default="both",
+    ),
+    Setting(
+        "workload",
+        "megatron (default) or the CPU reference",
+        "workload",
+        _choice(WORKLOAD_KINDS),
+        where="cli",
+        choices=WORKLOAD_KINDS,
+        cli_note="",
+        cli_form="choice",
+    ),
+    Setting(
+        "matrix",
+        "default | full: the fault scenarios per workload (default: every fault and every "
+        "window at least once; full: every fault in every window it exists in)",
+        parse=parse_matrix,
+        env=MATRIX_ENV,
+        where="plugin",
+        attr="matrix",
+        doc_value="default\\|full",
+        doc="the fault scenarios per workload: `default` covers every fault and every window at "
+        "least once (6 runs), `full` is every fault in every window it exists in (16 runs); see "
+        "[Matrices](#matrices)",
+        doc_default="`default`",
+    ),
+    Setting(
+        "window",
+        "step,save,finalize (one or more, comma-separated): every fault in these windows "
+        "instead of the matrix (baselines stay)",
+        parse=parse_windows,
+        env=WINDOW_ENV,
+        where="plugin",
+        attr="windows",
+        doc_value="W[,W...]",
+        doc="`step`, `save`, `finalize`, comma-separated: every fault in these windows instead "
+        "of the matrix (the baselines stay)",
+    ),
+    Setting(
+        "run-id",
+        "unique run ID, [A-Za-z0-9_-]+",
+        "run_id",
+        env="NVRX_RUN_ID",
+        where="cli",
+    ),
+    Setting(
+        "nnodes",
+        "number of nodes",
+        "nnodes",
+        _positive_int,
+        env="NNODES",
+        show_default=True,
+        doc_value="N",
+    ),
+    Setting(
+        "gpus-per-node",
+        "processes per node",
+        "gpus_per_node",
+        _positive_int,
+        env="GPUS_PER_NODE",
+        # one GPU per Megatron scenario unless the user gives a shape (the plugin's 1-GPU matrix)
+        defaults={"reference": 2, "megatron": 1},
+        show_default=True,
+        doc_value="N",
+    ),
+    Setting(
+        "tp",
+        "tensor-parallel size",
+        "tp",
+        _positive_int,
+        env="TP",
+        show_default=True,
+        doc_value="N",
+        doc="tensor-parallel size; the world must divide by TP x PP and TP divide the 8 heads",
+    ),
+    Setting(
+        "pp",
+        "pipeline-parallel size",
+        "pp",
+        _positive_int,
+        env="PP",
+        show_default=True,
+        doc_value="N",
+        doc="pipeline-parallel size; the world must divide by TP x PP and PP divide the 4 layers",
+    ),
+    Setting(
+        "train-iters",
+        "training iterations",
+        "train_iters",
+        _positive_int,
+        env="TRAIN_ITERS",
+        # the reference's step window needs a step after its second save: > 2 x save interval
+        defaults={"reference": 20},
+        show_default=True,
+        doc_value="N",
+    ),
+    Setting(
+        "save-interval",
+        "checkpoint interval in iterations",
+        "save_interval",
+        _positive_int,
+        env="SAVE_INTERVAL",
+        defaults={"reference": 5},
+        show_default=True,
+        doc_value="N",
+    ),
+    Setting(
+        "fault",
+        "fault to inject",
+        "fault",
+        _choice(FAULT_KINDS),
+        env="NVRX_DEMO_FAULT",
+        where="cli",
+        choices=FAULT_KINDS,
+        cli_form="choice",
+    ),
+    Setting(
+        "window",
+        "where the fault lands: a training step, a save's preparation, or while its "
+        "background write is finalized",
+        "window",
+        _choice(FAULT_WINDOW_KINDS),
+        where="cli",
+        choices=FAULT_WINDOW_KINDS,
+        cli_note="step; ckpt-worker: finalize only; none for --fault none",
+        cli_form="choice",
+    ),
+    Setting(
+        "fault-rank",
+        "rank that receives the fault",
+        "fault_rank",
+        _non_negative_int,
+        env="NVRX_FAULT_RANK",
+        defaults={"reference": 1},
+        show_default=True,
+        doc_value="N",
+        default_note="1 (0 when the run has one rank in all)",
+    ),
+    Setting(
+        "checkpoint-dir",
+        "checkpoint dir",
+        "checkpoint_dir",
+        _path,
+        env="NVRX_CHECKPOINT_DIR",
+        where="cli",
+        cli_form="path",
+    ),
+    Setting(
+        "section-timeouts",
+        "NVRx section deadlines, all three names, seconds",
+        "section_timeouts",
+        _section_timeouts,
+        # Megatron: a 30 s step deadline so that a hang is detected in ~30 s rather than 120 s
+        # (measured on the H200: the first step well under that). Both: a 30 s checkpointing
+        # deadline (the walkthrough's 600) for a hang while a save is prepared or finalized: a
+        # hang in the save/finalize window stops the rank inside that section.
+        defaults={
+            "reference": SectionTimeouts(setup=120, step=10, checkpointing=30),
+            "megatron": SectionTimeouts(setup=900, step=30, checkpointing=30),
+        },
+        show_default=True,
+        cli_form="typed",
+        doc_value="S",
+        doc="NVRx section deadlines (all three names, seconds)",
+    ),
+    Setting(
+        "out-of-section-timeout",
+        "seconds allowed outside sections",
+        "out_of_section_timeout",
+        parse_seconds,
+        defaults={"reference": 60.0},
+        show_default=True,
+        doc_value="S",
+        doc="seconds outside any section",
+    ),
+    Setting(
+        "rdzv-endpoint",
+        "rendezvous host:port for multinode runs",
+        "rdzv_endpoint",
+        env="RDZV_ENDPOINT",
+        show_default=True,
+        doc_value="H:P",
+        doc="rendezvous endpoint (needed for `nnodes > 1` with the local launcher; the slurm "
+        "launcher picks the first node and a free port)",
+    ),
+    Setting(
+        "node-index",
+        "this session's node in a multinode run started by hand, one session per node with the "
+        "same NVRX_RUN_ID and --nvrx-rdzv-endpoint (0 hosts the rendezvous)",
+        "node_index",
+        _non_negative_int,
+        env="NVRX_NODE_INDEX",
+        cli_help="this start's node of a multinode run started by hand, 0..NNODES-1; node 0 "
+        "hosts the rendezvous, each node claims and writes its own files, and nodes sharing the "
+        "endpoint's host may run side by side",
+        cli_note="NVRX_NODE_INDEX; unset: one start per host",
+        doc_value="I",
+        doc="this session's node of a multinode run started by hand, `0 <= I < NNODES`, one "
+        "session per node with the same `NVRX_RUN_ID` and rendezvous endpoint (node 0 hosts the "
+        "rendezvous; [slurm.md](slurm.md))",
+        doc_default="unset: one node, or one start per host",
+    ),
+    Setting(
+        "launcher",
+        "local | slurm: ft_launcher started here, or one per node through srun in this "
+        "allocation (or one made with salloc); default slurm when --nvrx-nnodes > 1 inside an "
+        "allocation, else local",
+        "launcher",
+        _choice(LAUNCHER_KINDS),
+        env="NVRX_LAUNCHER",
+        choices=LAUNCHER_KINDS,
+        cli_help="local: ft_launcher here; slurm: one per node through srun, in this allocation "
+        "or one made with salloc",
+        cli_note="NVRX_LAUNCHER; slurm with --nnodes > 1 inside an allocation, else local",
+        cli_form="choice",
+        doc_value="local\\|slurm",
+        doc="`slurm`: one `ft_launcher` per node through one `srun` step, in this allocation or "
+        "one made with `salloc` ([slurm.md](slurm.md))",
+        doc_default="slurm when `nnodes > 1` inside an allocation (not inside a step), else local",
+    ),
+    Setting(
+        "max-restarts",
+        "launcher restarts",
+        "max_restarts",
+        _non_negative_int,
+        where="cli",
+    ),
+    Setting(
+        "workload-check-interval",
+        "ft_launcher's workload check interval, seconds",
+        "workload_check_interval",
+        parse_seconds,
+        where="cli",
+        defaults={"reference": 1.0, "megatron": 1.0},
+    ),
+    Setting(
+        "log-server-port",
+        "ft_launcher log server port",
+        parse=parse_port,
+        where="cli",
+        cli_note="a free one",
+        cli_form="typed",
+    ),
+    Setting(
+        "no-distributed-optimizer",
+        "qualify without Megatron's --use-distributed-optimizer",
+        "distributed_optimizer",
+        parse_bool,
+        flag=True,
+        flag_value=False,
+        doc="drop Megatron's `--use-distributed-optimizer` (see [gpu.md](gpu.md))",
+        doc_default="off",
+    ),
+    Setting(
+        "no-te-profile",
+        "force the Megatron flags for a stack without Transformer Engine/Apex",
+        "no_te_profile",
+        parse_bool,
+        where="cli",
+        flag=True,
+        cli_off=("default-profile", "force the walkthrough's flags even where TE/Apex are missing"),
+    ),
+    Setting(
+        "run-dir",
+        "judge this existing run directory instead of launching",
+        parse=_existing_dir,
+        where="plugin",
+        attr="run_dir",
+        doc_value="DIR",
+    ),
+    Setting(
+        "run-timeout",
+        "seconds before a scenario run is killed",
+        parse=parse_seconds,
+        where="plugin",
+        attr="run_timeout",
+        defaults={"reference": 600.0, "megatron": 1800.0},
+        show_default=True,
+        doc_value="S",
+        doc="wall-clock limit of one scenario run; the whole process tree is killed after it",
+    ),
+    Setting(
+        "keep",
+        "keep the checkpoint shards too (run dirs are always kept; without it their checkpoint "
+        "payload is removed, metadata and tracker stay)",
+        where="plugin",
+        flag=True,
+        attr="keep",
+        doc="keep the checkpoint shards too; without it every scenario's run dir is kept but its "
+        "checkpoint payload (`*.distcp`) is removed ([Run directories after the "
+        "session](#run-directories-after-the-session))",
+        doc_default="off",
+    ),
+    Setting(
+        "continuity-rtol",
+        "relative tolerance of training_continuity for stacks that are not bitwise "
+        "deterministic (default 0: exact)",
+        parse=parse_rtol,
+        where="plugin",
+        attr="continuity_rtol",
+        doc_value="R",
+        doc="relative tolerance of `training_continuity` for stacks that are not bitwise "
+        "deterministic (0 <= R < 1); reported in the verdict. A passed baseline scenario of the "
+        "session is the continuity reference of the same workload's fault scenarios (every fault "
+        "and window) judged after it",
+        doc_default="0 (exact)",
+    ),
+    Setting(
+        "dry-run",
+        "print the command and stop",
+        env=DRY_RUN_ENV,
+        where="cli",
+        flag=True,
+        cli_note=f"{DRY_RUN_ENV}=1/true/yes/on",
+    ),
+    Setting(
+        "timeout",
+        "kill the run after this many seconds",
+        parse=parse_seconds,
+        where="cli",
+        cli_form="typed",
+        cli_default=3600.0,
+    ),
+)
+PLUGIN_SETTINGS: tuple[Setting, ...] = tuple(s for s in SETTINGS if s.in_plugin)
+CLI_SETTINGS: tuple[Setting, ...] = tuple(s for s in SETTINGS if s.in_cli)
+
 #: How a text value (from the environment, an ini file or a CLI string) becomes a field value.
 PARSERS: dict[str, Callable[[str, str], Any]] = {
-    "work_dir": _path,
-    "run_id": _text,
-    "workload": _choice(WORKLOAD_KINDS),
-    "megatron_path": _path,
-    "nnodes": _positive_int,
-    "gpus_per_node": _positive_int,
-    "tp": _positive_int,
-    "pp": _positive_int,
-    "train_iters": _positive_int,
-    "save_interval": _positive_int,
-    "fault": _choice(FAULT_KINDS),
-    "window": _choice(FAULT_WINDOW_KINDS),
-    "fault_rank": _non_negative_int,
-    "checkpoint_dir": _path,
-    "rdzv_endpoint": _text,
-    "section_timeouts": lambda raw, what: SectionTimeouts.parse(raw),
-    "out_of_section_timeout": parse_seconds,
-    "max_restarts": _non_negative_int,
-    "workload_check_interval": parse_seconds,
-    "distributed_optimizer": parse_bool,
-    "no_te_profile": parse_bool,
-    "launcher": _choice(LAUNCHER_KINDS),
-    "node_index": _non_negative_int,
+    s.field: s.parse for s in SETTINGS if s.field is not None
+}
+#: The walkthrough's environment variables (and pytest-nvrx's own), by RunConfig field.
+ENV_VARS: dict[str, str] = {
+    s.field: s.env for s in SETTINGS if s.field is not None and s.env is not None
 }
 
 
 def parse_value(name: str, raw: str, source: str) -> Any:
     """Parse one text value for field ``name``; errors name the ``source`` (e.g. ``TP``)."""
     return PARSERS[name](raw, source)
+
+
+def plugin_setting(key: str) -> Setting:
+    """The plugin's row that sets ``key`` (a RunConfig field or an NvrxSettings attribute)."""
+    for setting in PLUGIN_SETTINGS:
+        if key in (setting.field, setting.attr):
+            return setting
+    raise KeyError(key)
+
+
+def default_text(key: str) -> str:
+    """A setting's default in the scenarios, as ``--help`` and docs/options.md show it."""
+    return plugin_setting(key).default_text()
+
+
+def scenario_defaults() -> dict[WorkloadKind, dict[str, Any]]:
+    """RunConfig values a scenario of each workload uses unless the user gives them
+    (option > env > ini > these)."""
+    out: dict[WorkloadKind, dict[str, Any]] = {}
+    for workload in cast(tuple[WorkloadKind, ...], WORKLOAD_KINDS):
+        out[workload] = {
+            s.field: s.defaults[workload]
+            for s in SETTINGS
+            if s.field is not None and s.defaults and workload in s.defaults
+        }
+    return out
+
+
+OPTIONS_TABLE_HEAD = "| option | env | default | meaning |\n|---|---|---|---|"
+
+
+def options_table() -> str:
+    """docs/options.md's table of the plugin's options (tests/test_settings_table.py holds the
+    committed one equal to this)."""
+    return "\n".join([OPTIONS_TABLE_HEAD, *(s.doc_row() for s in PLUGIN_SETTINGS)])
+
+
+@dataclass(slots=True)
+class NvrxSettings:
+    """The plugin's resolved settings: the scenarios' RunConfig overrides and the session's own.
+
+    Each attribute is a row's ``attr`` (slots: a row naming an attribute that is not here fails
+    at once)."""
+
+    overrides: dict[str, Any] = field(default_factory=dict)  # RunConfig fields the user set
+    workloads: tuple[str, ...] = WORKLOAD_KINDS
+    matrix: str = "default"
+    #: None: the matrix decides; else every fault in these windows
+    windows: tuple[str, ...] | None = None
+    megatron_path: Path | None = None
+    work_dir: Path | None = None
+    run_dir: Path | None = None
+    run_timeout: float | None = None
+    keep: bool = False
+    continuity_rtol: float = 0.0
+
+
+#: Where a plugin setting was found: (raw value, source for messages), or None where not given.
+Lookup = Callable[[Setting], "tuple[Any, str] | None"]
+
+
+def resolve_plugin_settings(lookup: Lookup, environ: Mapping[str, str] | None) -> NvrxSettings:
+    """Read and parse every plugin setting through ``lookup`` (option > env > ini); ConfigError
+    names the source. ``environ`` None: the environment is not consulted (nor the launcher's
+    default derived from it)."""
+    resolved = NvrxSettings()
+    for setting in PLUGIN_SETTINGS:
+        found = lookup(setting)
+        if found is None:
+            continue
+        raw, source = found
+        value: Any
+        if setting.flag:
+            given = raw if isinstance(raw, bool) else parse_bool(str(raw), source)
+            if not given:
+                continue
+            value = setting.flag_value
+        else:
+            value = (setting.plugin_parse or setting.parse)(str(raw), source)
+        if setting.attr is not None:
+            setattr(resolved, setting.attr, value)
+        elif setting.field is not None:
+            resolved.overrides[setting.field] = value
+    if environ is not None and "launcher" not in resolved.overrides:
+        # a multinode session inside an allocation launches through srun (the CLI's rule)
+        nnodes = int(resolved.overrides.get("nnodes", 1))
+        if default_launcher(nnodes, environ) == "slurm":
+            resolved.overrides["launcher"] = "slurm"
+    return resolved
 
 
 def default_run_id(now: float | None = None, pid: int | None = None) -> str:

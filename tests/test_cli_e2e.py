@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from pytest_nvrx.cli import build_parser, config_from_args
-from pytest_nvrx.fixtures import scenario_config
 from pytest_nvrx.planning import plan_run
-from pytest_nvrx.plugin import NvrxSettings
+from pytest_nvrx.scenario_run import scenario_config
 from pytest_nvrx.scenarios import Scenario, matrix_scenarios
+from pytest_nvrx.settings import NvrxSettings
 
 DEFAULT_PAIRS = [
     s for s in matrix_scenarios("default", workloads=["reference"]) if s.fault != "none"

@@ -99,28 +99,22 @@ def test_help_lists_the_nvrx_group(pytester: pytest.Pytester, clean_env: None) -
     assert "[env NVRX_FAULT_MATRIX]" in flowing and "[env NVRX_FAULT_WINDOW]" in flowing
 
 
-def test_help_defaults_equal_the_docs_table(pytester: pytest.Pytester, clean_env: None) -> None:
-    """--help and docs/options.md show the scenarios' defaults from one place
-    (scenarios.default_text)."""
-    from pytest_nvrx.plugin import DEFAULTED, OPTIONS
-    from pytest_nvrx.scenarios import default_text
+def test_help_shows_every_plugin_setting(pytester: pytest.Pytester, clean_env: None) -> None:
+    """--help carries each plugin row of the settings table with its generated help, the
+    scenarios' default included (the same text as docs/options.md's default column,
+    tests/test_settings_table.py), and its ini mirror."""
+    from pytest_nvrx.settings import PLUGIN_SETTINGS
 
-    docs = (Path(__file__).resolve().parents[1] / "docs" / "options.md").read_text()
-    rows: dict[str, str] = {}
-    for line in docs.splitlines():
-        cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if len(cells) >= 3 and cells[0].startswith("`--nvrx-"):
-            for flag, default in zip(
-                re.findall(r"--nvrx-[a-z-]+", cells[0]), cells[2].split(" / "), strict=False
-            ):
-                rows[flag] = default.replace("`", "").strip()
-    help_text = " ".join(pytester.runpytest("--help").stdout.str().split())
-    for opt in OPTIONS:
-        if opt.field not in DEFAULTED:
-            continue
-        expected = default_text(opt.field)
-        assert rows[f"--nvrx-{opt.name}"] == expected, opt.name
-        assert f"(default: {expected})" in help_text, opt.name
+    result = pytester.runpytest("--help")
+    help_text = " ".join(result.stdout.str().split())
+    for setting in PLUGIN_SETTINGS:
+        assert setting.plugin_option in help_text, setting.name
+        assert setting.ini in help_text, setting.name
+        assert " ".join(setting.plugin_help().split()) in help_text, setting.name
+        if setting.show_default:
+            assert f"(default: {setting.default_text()})" in help_text, setting.name
+    assert "(default: megatron 1, reference 2) [env GPUS_PER_NODE]" in help_text
+    assert "(default: megatron 1800, reference 600)" in help_text
 
 
 def test_markers_are_registered(pytester: pytest.Pytester, clean_env: None) -> None:

@@ -7,9 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_nvrx.fixtures import scenario_config
 from pytest_nvrx.layout import FAULT_WINDOWS, INJECTED_FAULTS, window_allowed
-from pytest_nvrx.plugin import NvrxSettings
+from pytest_nvrx.scenario_run import scenario_config
 from pytest_nvrx.scenarios import (
     ALL_SCENARIOS,
     DEFAULT_PAIRS,
@@ -18,10 +17,14 @@ from pytest_nvrx.scenarios import (
     Scenario,
     fault_pairs,
     matrix_scenarios,
+)
+from pytest_nvrx.settings import (
+    ConfigError,
+    NvrxSettings,
     parse_matrix,
     parse_windows,
+    validate,
 )
-from pytest_nvrx.settings import ConfigError, validate
 
 DEFAULT_IDS = [
     "baseline",

@@ -1,0 +1,261 @@
+"""One scenario, start to end: plan -> launch -> judge. No pytest here.
+
+The plugin's fixture runs a scenario through :func:`run_scenario`; ``python -m pytest_nvrx run``
+plans and launches one run through the same :func:`plan_launch` and :func:`launch_run` (it does
+not judge: ``verify`` does). What is printed along the way is the caller's: it passes ``write``
+(or callbacks), so the fixture writes to pytest's terminal and the CLI to stdout/stderr.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping, MutableMapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pytest_nvrx.criteria import Judgement, judge, judge_run_dir
+from pytest_nvrx.evidence.rundir import RunEvidence, load_run
+from pytest_nvrx.gpu_slots import gpu_locks, visible_gpus
+from pytest_nvrx.launch import Launch, Progress, RunResult, RunTimeout, tail_text
+from pytest_nvrx.layout import RunLayout
+from pytest_nvrx.planning import Plan, plan_run
+from pytest_nvrx.recipe import prepare_run_dir
+from pytest_nvrx.scenarios import DEFAULTS, RUN_TIMEOUTS, Scenario
+from pytest_nvrx.settings import (
+    ConfigError,
+    NvrxSettings,
+    RunConfig,
+    default_launcher,
+    resolve,
+    shared_run_id,
+)
+
+#: The key of a judged existing run (--nvrx-run-dir), where a scenario's id would be.
+EXISTING_RUN = "existing-run"
+
+
+def find_launcher() -> str:
+    """ft_launcher of the interpreter running us (its workers use the same Python)."""
+    beside = Path(sys.executable).parent / "ft_launcher"
+    if beside.is_file() and os.access(beside, os.X_OK):
+        return str(beside)
+    found = shutil.which("ft_launcher")
+    if found is None:
+        raise ConfigError(
+            "ft_launcher not found beside the interpreter or on PATH; install "
+            "nvidia-resiliency-ext 0.7.x into this environment"
+        )
+    return found
+
+
+def gpu_available() -> str | None:
+    """None when an NVIDIA GPU is visible, else the reason why not."""
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return "no NVIDIA GPU (nvidia-smi not found)"
+    try:
+        out = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"nvidia-smi failed: {exc}"
+    if out.returncode != 0 or "GPU" not in out.stdout:
+        return "nvidia-smi lists no GPU"
+    return None
+
+
+@dataclass
+class ScenarioRun:
+    """A finished (or judged existing) run and its verdicts."""
+
+    key: str
+    scenario: Scenario | None
+    layout: RunLayout
+    judgement: Judgement
+    result: RunResult | None = None
+    stack: dict[str, Any] = field(default_factory=dict)
+    #: why the launch did not end by itself (its deadline), else None
+    error: str | None = None
+
+    def junit_properties(self) -> list[tuple[str, Any]]:
+        props: list[tuple[str, Any]] = [("nvrx_run_dir", str(self.layout.run_dir))]
+        if self.result is not None:
+            props += [
+                ("nvrx_exit_code", self.result.exit_code),
+                ("nvrx_wall_s", round(self.result.wall_s, 1)),
+            ]
+        props += [(f"nvrx_stack_{k}", v) for k, v in sorted(self.stack.items())]
+        props += [(f"nvrx_timing_{k}", v) for k, v in sorted(self.judgement.timings.items())]
+        return props
+
+    def log_tails(self) -> list[tuple[str, str]]:
+        logs = sorted(self.layout.logs.glob("train_cycle*.log"))
+        out = []
+        for path in [
+            *logs[-1:],
+            self.layout.launcher_log,
+            self.layout.logs / "launcher.console.log",
+        ]:
+            if path.is_file():
+                rel = path.relative_to(self.layout.run_dir)
+                out.append((f"nvrx: tail of {rel}", tail_text(path, 30)))
+        return out
+
+    def summary_lines(self) -> list[str]:
+        """The run in the terminal summary: where it is, the launcher's end, every verdict with
+        the line that proves it."""
+        wall = ""
+        if self.result is not None:
+            wall = f", launcher {self.result.wall_s:.1f}s exit {self.result.exit_code}"
+        lines = [f"{self.key}: {self.layout.run_dir}{wall}"]
+        lines += [f"  {verdict.headline()}" for verdict in self.judgement.verdicts]
+        return lines
+
+
+def scenario_config(
+    settings: NvrxSettings,
+    scenario: Scenario,
+    work_dir: Path,
+    environ: Mapping[str, str] | None = None,
+) -> RunConfig:
+    """The scenario's RunConfig: its workload's defaults, the user's settings over them."""
+    env = os.environ if environ is None else environ
+    values: dict[str, Any] = {**DEFAULTS[scenario.workload], **settings.overrides}
+    nnodes = int(values.get("nnodes", 1))
+    launcher = values.get("launcher") or default_launcher(nnodes, env)
+    # every node runs this same session: they must agree on the run ID (and so on the
+    # rendezvous ID and the shared run dir); a slurm launch starts every node from here
+    base = shared_run_id(nnodes, launcher, env)
+    if base is not None:
+        run_id = f"{base}-{scenario.id}"
+    else:
+        run_id = f"{scenario.id}-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid() % 100000:05d}"
+    values.update(
+        launcher=launcher,
+        workload=scenario.workload,
+        fault=scenario.fault,
+        window=scenario.window,
+        work_dir=work_dir,
+        run_id=run_id,
+        megatron_path=settings.megatron_path,
+    )
+    if int(values.get("gpus_per_node", 1)) * nnodes == 1 and "fault_rank" not in settings.overrides:
+        # one rank in all: it is the one faulted (the default rank 1 would not exist); with
+        # more, the walkthrough's rank 1 (on a multinode run, a rank of the second node)
+        values["fault_rank"] = 0
+    return resolve(values, environ={})
+
+
+def plan_launch(config: RunConfig, *, dry_run: bool = False, port: int | None = None) -> Plan:
+    """Validate, claim and create the run dirs, build the recipe (nothing launched). A dry run
+    claims nothing, probes no stack and names ``ft_launcher`` without looking for it."""
+    prepare_run_dir(config, claim=not dry_run)
+    launcher = "ft_launcher" if dry_run else find_launcher()
+    return plan_run(config, launcher_exe=launcher, port=port, probe=not dry_run)
+
+
+@dataclass(frozen=True)
+class LaunchOutcome:
+    """How a launch ended: the launcher's result, or the deadline's message (tree killed)."""
+
+    result: RunResult | None
+    timed_out: str | None = None
+
+
+def launch_run(
+    planned: Plan,
+    timeout_s: float,
+    *,
+    on_progress: Callable[[Progress], None] | None = None,
+    on_start: Callable[[Launch], None] | None = None,
+    gpus: Sequence[str] = (),
+) -> LaunchOutcome:
+    """Launch the planned recipe and wait for it (holding a lock per GPU in ``gpus``); leaving
+    kills the whole tree and writes result.json, also on Ctrl-C or a stop signal."""
+    with gpu_locks(list(gpus)), Launch(planned.recipe, stack=planned.manifest_stack()) as launch:
+        if on_start is not None:
+            on_start(launch)
+        try:
+            return LaunchOutcome(launch.wait(timeout_s, on_progress=on_progress))
+        except RunTimeout as exc:
+            return LaunchOutcome(None, str(exc))
+
+
+def run_scenario(
+    settings: NvrxSettings,
+    scenario: Scenario,
+    work_dir: Path,
+    *,
+    baselines: MutableMapping[str, RunEvidence],
+    write: Callable[[str], None],
+) -> ScenarioRun:
+    """Plan, launch and judge one scenario; ConfigError (nothing launched) for bad settings.
+
+    ``baselines`` (workload -> evidence) holds the session's passed baselines: a fault
+    scenario's continuity is also checked against its workload's, and a passed baseline is
+    added. ``write`` gets the progress lines, each prefixed with the scenario."""
+
+    def say(text: str) -> None:
+        write(f"nvrx {scenario.id}: {text}")
+
+    planned = plan_launch(scenario_config(settings, scenario, work_dir))
+    layout = planned.recipe.layout
+    if planned.stack is not None:
+        # "nvrx <scenario>: stack: ...", not "nvrx <scenario>: nvrx stack: ..."
+        from pytest_nvrx.stack import format_stack_line
+
+        say(format_stack_line(planned.stack).removeprefix("nvrx "))
+    for note in planned.notes:
+        say(f"note: {note}")
+    say(f"launching in {layout.run_dir}")
+    outcome = launch_run(
+        planned,
+        settings.run_timeout or RUN_TIMEOUTS[scenario.workload],
+        on_progress=lambda progress: say(progress.describe()),
+        # one lock per GPU this session sees: sessions on disjoint GPUs run side by side
+        gpus=visible_gpus() if scenario.needs_gpu else (),
+    )
+    if outcome.result is not None:
+        say(f"launcher exit {outcome.result.exit_code} after {outcome.result.wall_s:.1f}s")
+    evidence = load_run(layout.run_dir, layout.checkpoint_dir)
+    reference = baselines.get(scenario.workload) if scenario.fault != "none" else None
+    judgement = judge(
+        evidence, scenario.fault, baseline=reference, continuity_rtol=settings.continuity_rtol
+    )
+    if judgement.first_cause is not None:
+        # the workers died before the fault: say so before any derived verdict
+        say(judgement.first_cause.text)
+    if scenario.fault == "none" and judgement.passed:
+        baselines[scenario.workload] = evidence
+    if reference is not None:
+        say(f"continuity also checked against {reference.run_dir.name}")
+    return ScenarioRun(
+        key=scenario.id,
+        scenario=scenario,
+        layout=layout,
+        judgement=judgement,
+        result=outcome.result,
+        stack=planned.manifest_stack() or {},
+        error=outcome.timed_out,
+    )
+
+
+def judge_existing(
+    run_dir: Path, settings: NvrxSettings, write: Callable[[str], None]
+) -> ScenarioRun:
+    """An existing run directory (--nvrx-run-dir) judged as it is."""
+    judgement = judge_run_dir(
+        run_dir, None, expect_fault=None, continuity_rtol=settings.continuity_rtol
+    )
+    if judgement.first_cause is not None:
+        write(f"nvrx {EXISTING_RUN}: {judgement.first_cause.text}")
+    return ScenarioRun(
+        key=EXISTING_RUN,
+        scenario=None,
+        layout=RunLayout.for_run(run_dir, judgement.checkpoint_dir),
+        judgement=judgement,
+        stack=judgement.stack,
+    )
