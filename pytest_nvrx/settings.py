@@ -589,6 +589,15 @@ _RUN_CONFIG_DEFAULTS: dict[str, Any] = {
     **{f.name: f.default_factory() for f in fields(RunConfig) if f.default_factory is not MISSING},
 }
 
+
+def _count(name: str, help: str, env: str, **more: Any) -> Setting:
+    """A walkthrough integer of both entry points (``--tp``, ``TP``), its default in the help."""
+    more.setdefault("parse", _positive_int)
+    return Setting(
+        name, help, name.replace("-", "_"), env=env, show_default=True, doc_value="N", **more
+    )
+
+
 SETTINGS: tuple[Setting, ...] = (
     Setting(
         "megatron-path",
@@ -671,66 +680,33 @@ SETTINGS: tuple[Setting, ...] = (
         env="NVRX_RUN_ID",
         where="cli",
     ),
-    Setting(
-        "nnodes",
-        "number of nodes",
-        "nnodes",
-        _positive_int,
-        env="NNODES",
-        show_default=True,
-        doc_value="N",
-    ),
-    Setting(
+    _count("nnodes", "number of nodes", "NNODES"),
+    # one GPU per Megatron scenario unless the user gives a shape (the plugin's 1-GPU matrix)
+    _count(
         "gpus-per-node",
         "processes per node",
-        "gpus_per_node",
-        _positive_int,
-        env="GPUS_PER_NODE",
-        # one GPU per Megatron scenario unless the user gives a shape (the plugin's 1-GPU matrix)
+        "GPUS_PER_NODE",
         defaults={"reference": 2, "megatron": 1},
-        show_default=True,
-        doc_value="N",
     ),
-    Setting(
+    _count(
         "tp",
         "tensor-parallel size",
-        "tp",
-        _positive_int,
-        env="TP",
-        show_default=True,
-        doc_value="N",
+        "TP",
         doc="tensor-parallel size; the world must divide by TP x PP and TP divide the 8 heads",
     ),
-    Setting(
+    _count(
         "pp",
         "pipeline-parallel size",
-        "pp",
-        _positive_int,
-        env="PP",
-        show_default=True,
-        doc_value="N",
+        "PP",
         doc="pipeline-parallel size; the world must divide by TP x PP and PP divide the 4 layers",
     ),
-    Setting(
-        "train-iters",
-        "training iterations",
-        "train_iters",
-        _positive_int,
-        env="TRAIN_ITERS",
-        # the reference's step window needs a step after its second save: > 2 x save interval
-        defaults={"reference": 20},
-        show_default=True,
-        doc_value="N",
-    ),
-    Setting(
+    # the reference's step window needs a step after its second save: > 2 x save interval
+    _count("train-iters", "training iterations", "TRAIN_ITERS", defaults={"reference": 20}),
+    _count(
         "save-interval",
         "checkpoint interval in iterations",
-        "save_interval",
-        _positive_int,
-        env="SAVE_INTERVAL",
+        "SAVE_INTERVAL",
         defaults={"reference": 5},
-        show_default=True,
-        doc_value="N",
     ),
     Setting(
         "fault",
@@ -753,15 +729,12 @@ SETTINGS: tuple[Setting, ...] = (
         cli_note="step; ckpt-worker: finalize only; none for --fault none",
         cli_form="choice",
     ),
-    Setting(
+    _count(
         "fault-rank",
         "rank that receives the fault",
-        "fault_rank",
-        _non_negative_int,
-        env="NVRX_FAULT_RANK",
+        "NVRX_FAULT_RANK",
+        parse=_non_negative_int,
         defaults={"reference": 1},
-        show_default=True,
-        doc_value="N",
         default_note="1 (0 when the run has one rank in all)",
     ),
     Setting(

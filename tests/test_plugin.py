@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 
 from pytest_nvrx.criteria import CRITERIA_IDS
-from pytest_nvrx.fixtures import gpu_available
 from pytest_nvrx.layout import FAULT_WINDOWS, INJECTED_FAULTS
+from pytest_nvrx.scenario_run import gpu_available
+from tests.test_scenarios import DEFAULT_IDS
 
 pytest_plugins = ["pytester"]
 
@@ -25,15 +26,7 @@ GPU_KILL = DATA / "gpu" / "gpu-kill-100"
 GPU_BASELINE = DATA / "gpu" / "gpu-baseline-20"
 SUITE_ARGS = ["--pyargs", "pytest_nvrx.suite", "-p", "no:cacheprovider"]
 #: The default matrix of one workload (issue #10): every fault once, every window at least once.
-DEFAULT_MATRIX = (
-    "baseline",
-    "kill-save",
-    "hang-finalize",
-    "term-finalize",
-    "segv-step",
-    "exception-step",
-    "ckpt-worker-finalize",
-)
+DEFAULT_MATRIX = tuple(DEFAULT_IDS)
 TESTS_PER_SCENARIO = 1 + len(CRITERIA_IDS)
 
 
@@ -45,6 +38,16 @@ def collected_scenarios(result: pytest.RunResult) -> list[str]:
         if "test_recovery_criterion[" in line
     ]
     return list(dict.fromkeys(ids))
+
+
+def given_by_env_and_ini(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, env: dict[str, str], ini: str
+) -> None:
+    """Set these environment variables and this ini line (if any) for the pytester run."""
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    if ini:
+        pytester.makeini(f"[pytest]\n{ini}\n")
 
 
 @pytest.fixture
@@ -197,10 +200,7 @@ def test_matrix_and_window_choose_the_scenarios(
     ini: str,
     scenarios: int,
 ) -> None:
-    for key, value in env.items():
-        monkeypatch.setenv(key, value)
-    if ini:
-        pytester.makeini(f"[pytest]\n{ini}\n")
+    given_by_env_and_ini(pytester, monkeypatch, env, ini)
     result = pytester.runpytest(
         *SUITE_ARGS, "--collect-only", "-q", "--nvrx-workload", "reference", *args
     )
@@ -291,10 +291,7 @@ def test_bad_values_are_usage_errors(
     ini: str,
     message: str,
 ) -> None:
-    for key, value in env.items():
-        monkeypatch.setenv(key, value)
-    if ini:
-        pytester.makeini(f"[pytest]\n{ini}\n")
+    given_by_env_and_ini(pytester, monkeypatch, env, ini)
     result = pytester.runpytest(*args)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([f"*pytest-nvrx:*{message}*"])
