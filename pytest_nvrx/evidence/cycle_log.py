@@ -26,7 +26,7 @@ import pickle
 import subprocess
 import sys
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import UTC, tzinfo
 from pathlib import Path
 from typing import IO, BinaryIO, cast
@@ -129,6 +129,9 @@ class _Part:
     max_no: int = -1
     its_head: list[_Kept] = field(default_factory=list)
     its_tail: deque[_Kept] = field(default_factory=lambda: deque(maxlen=ITERATIONS_KEPT))
+    # kept iteration lines already made events in a worker process, by line number, as
+    # _flat_iteration tuples: pickle restores a slots dataclass ~10x slower than it builds one
+    built: dict[int, tuple[object, ...] | None] = field(default_factory=dict)
     # a traceback still open at the range's end: the next range's lines may belong to it
     open_tracebacks: bool = False
     read_error: str | None = None
@@ -290,6 +293,7 @@ class _Merge:
         self.max_no = -1
         self.its_head: list[_Kept] = []
         self.its_tail: deque[_Kept] = deque(maxlen=ITERATIONS_KEPT)
+        self.built: dict[int, IterationCommitted | None] = {}
 
     def add(self, part: _Part) -> None:
         if self.lines == 0 and part.first_line is not None:
@@ -332,6 +336,8 @@ class _Merge:
             self.its_tail.extend(part.its_head[room:])
             self.its_tail.extend(part.its_tail)
             self.iterations += part.iterations
+            for lineno, flat in part.built.items():
+                self.built[lineno] = _unflat_iteration(flat)
 
     def result(self) -> CycleLog:
         name, lines = self.name, self.lines
@@ -340,14 +346,14 @@ class _Merge:
         if lines >= 1 and first_line is None and first_it is not None and first_it[0] == 1:
             first_line = EvidenceRef(name, 1, quote(first_it[1]))
         cursor = LineCursor(name, self.tz)
-        parse = self.adapter.parse_line
+        built = self.built
 
         def iteration_event(kept: _Kept | None) -> IterationCommitted | None:
             if kept is None:
                 return None
-            cursor.lineno, cursor.raw = kept[0], kept[1]
-            event = parse(kept[1][kept[2] :], cursor)
-            return event if isinstance(event, IterationCommitted) else None
+            if kept[0] in built:
+                return built[kept[0]]
+            return _iteration_event(kept, self.adapter, cursor)
 
         iterations = tuple(
             e
@@ -377,6 +383,37 @@ class _Merge:
             saves_not_kept=self.saves_seen - sum(self.saves_head.values()) - len(tails),
             injector=tuple(self.injector),
         )
+
+
+def _iteration_event(
+    kept: _Kept, adapter: WorkloadLogAdapter, cursor: LineCursor
+) -> IterationCommitted | None:
+    cursor.lineno, cursor.raw = kept[0], kept[1]
+    event = adapter.parse_line(kept[1][kept[2] :], cursor)
+    return event if isinstance(event, IterationCommitted) else None
+
+
+_ITERATION_FIELDS = tuple(f.name for f in fields(IterationCommitted))
+
+
+def _flat_iteration(event: IterationCommitted | None) -> tuple[object, ...] | None:
+    """An iteration event as plain values, its reference as (file, line, text)."""
+    if event is None:
+        return None
+    ref = event.ref
+    return tuple(
+        (ref.file, ref.line, ref.text) if name == "ref" else getattr(event, name)
+        for name in _ITERATION_FIELDS
+    )
+
+
+def _unflat_iteration(flat: tuple[object, ...] | None) -> IterationCommitted | None:
+    if flat is None:
+        return None
+    values = dict(zip(_ITERATION_FIELDS, flat, strict=True))
+    file, line, text = cast(tuple[str, int | None, str], values["ref"])
+    values["ref"] = EvidenceRef(file, line, text)
+    return IterationCommitted(**values)  # type: ignore[arg-type]
 
 
 def parse_cycle_log(
@@ -495,9 +532,11 @@ def _parse_in_ranges(
     """Parse the ranges that begin at ``starts`` in one worker process each, merged in order.
 
     A worker first counts its range's lines and is then told the number of its first line (the
-    lines before it, counted by the others meanwhile). Results are read one at a time, in order:
-    a worker not yet read waits with its result, so this process holds one part at a time.
-    None when a range ends inside a traceback or a worker fails: the caller parses in one pass.
+    lines before it, counted by the others meanwhile). When all have parsed, each says how many
+    iteration lines its range has and is told how many of its first and last ones the whole
+    log keeps (:func:`_kept_iterations`): the parts carry those alone, however many workers.
+    Parts are read one at a time, in order. None when a range ends inside a traceback or a
+    worker fails: the caller parses in one pass.
     """
     package_root = str(Path(__file__).resolve().parents[2])
     env = dict(os.environ)
@@ -521,8 +560,13 @@ def _parse_in_ranges(
         for proc in procs:
             pipe_in, pipe_out = cast(IO[bytes], proc.stdin), cast(IO[bytes], proc.stdout)
             pipe_in.write(b"%d\n" % first)
-            pipe_in.close()
+            pipe_in.flush()
             first += int(pipe_out.readline())
+        counts = [int(cast(IO[bytes], proc.stdout).readline()) for proc in procs]
+        for proc, (head, tail) in zip(procs, _kept_iterations(counts), strict=True):
+            pipe_in = cast(IO[bytes], proc.stdin)
+            pipe_in.write(b"%d %d\n" % (head, tail))
+            pipe_in.close()
         merge = _Merge(cycle, name, adapter, tz)
         for i, proc in enumerate(procs):
             part = pickle.load(cast(IO[bytes], proc.stdout))
@@ -546,6 +590,23 @@ def _parse_in_ranges(
                     pipe.close()
 
 
+def _kept_iterations(counts: list[int]) -> list[tuple[int, int]]:
+    """Given the iteration lines of each range, in order: how many of each range's first lines
+    the log's first ITERATIONS_KEPT take, and how many of its last lines the log's last
+    ITERATIONS_KEPT (of those not in the first) take."""
+    heads = []
+    room = ITERATIONS_KEPT
+    for count in counts:
+        heads.append(min(count, room))
+        room -= heads[-1]
+    tails = [0] * len(counts)
+    need = ITERATIONS_KEPT
+    for i in range(len(counts) - 1, -1, -1):
+        tails[i] = min(counts[i] - heads[i], need)
+        need -= tails[i]
+    return list(zip(heads, tails, strict=True))
+
+
 def _range_worker() -> None:
     """A worker process of :func:`_parse_in_ranges`: parse one range, pickle its part."""
     pipe_in, pipe_out = sys.stdin.buffer, sys.stdout.buffer
@@ -561,5 +622,17 @@ def _range_worker() -> None:
         pipe_out.flush()
         first = int(pipe_in.readline())
         part = _scan(cast(BinaryIO, _Window(f, start, end)), name, adapter, tz, first, end is None)
+    pipe_out.write(b"%d\n" % part.iterations)
+    pipe_out.flush()
+    head, tail = (int(n) for n in pipe_in.readline().split())
+    kept = [*part.its_head, *part.its_tail]  # the first and the last ITERATIONS_KEPT
+    heads, tails = part.its_head[:head], kept[len(kept) - tail :] if tail else []
+    # the events of the lines kept are made here, in parallel, and sent without their text
+    cursor = LineCursor(name, tz)
+    for one in (*heads, *tails, part.first_it, part.last_it, part.max_it):
+        if one is not None and one[0] not in part.built:
+            part.built[one[0]] = _flat_iteration(_iteration_event(one, adapter, cursor))
+    part.its_head = [(one[0], "", 0) for one in heads]
+    part.its_tail = deque(((one[0], "", 0) for one in tails), maxlen=ITERATIONS_KEPT)
     pickle.dump(part, pipe_out, protocol=pickle.HIGHEST_PROTOCOL)
     pipe_out.flush()
