@@ -379,7 +379,10 @@ class Progress:
         return (self.cycle, self.iteration, self.restoring, self.restored, self.fault)
 
     def describe(self) -> str:
-        cycle = f"cycle {self.cycle if self.cycle is not None else 0}"
+        if self.cycle is None:
+            # no worker has written a line yet: rendezvous, or the launcher still importing
+            return f"[{self.elapsed_s:6.1f}s] launcher starting"
+        cycle = f"cycle {self.cycle}"
         if self.iteration is not None:
             now = f"{cycle}, iteration {self.iteration}/{self.total}"
             if "restored" in self.news:

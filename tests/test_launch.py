@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import signal
@@ -289,8 +290,10 @@ def test_reference_kill_progress_lines(tmp_path: Path) -> None:
     """cycle 0 counts up, the fault is said once with its rank and iteration, cycle 1 never shows
     cycle 0's iteration, says when it restored checkpoint 10, then counts on from 11."""
     run = GrowingRun(tmp_path, REF_KILL, "reference")
+    assert run.poll().describe().endswith("launcher starting")
+    run.write(0, 1)  # the injector's first line: cycle 0 exists, no step yet
     assert run.poll().describe().endswith("cycle 0 starting")
-    run.write(0, 10)
+    run.write(0, 10, start=1)
     first = run.poll()
     assert first.cycle == 0 and first.iteration is not None and first.total == 40
     run.write(0, 28, start=10)  # through "iteration 20/40" and "save completed iteration 10"
@@ -315,6 +318,8 @@ def test_reference_kill_progress_lines(tmp_path: Path) -> None:
     assert done.describe().endswith("cycle 1, iteration 40/40")
     assert sum("fault injected" in line for line in run.printed) == 1, run.printed
     assert sum("restored checkpoint" in line for line in run.printed) == 1, run.printed
+    said = [line.split("] ", 1)[1] for line in run.printed]
+    assert all(a != b for a, b in itertools.pairwise(said)), run.printed
     cycle1 = [line for line in run.printed if "cycle 1" in line]
     assert cycle1 and not any("iteration 20/" in line for line in cycle1), run.printed
 
