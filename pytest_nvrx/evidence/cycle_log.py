@@ -26,6 +26,7 @@ import pickle
 import subprocess
 import sys
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from datetime import UTC, tzinfo
 from pathlib import Path
@@ -146,6 +147,7 @@ def _scan(
     cursor = LineCursor(name, tz)
     parse = adapter.parse_line
     iteration_of = adapter.iteration_of
+    event_kind = _event_kind(adapter)
     tracebacks = TracebackAssembler(source_roots(adapter))
     rank_texts = part.ranks
     unprefixed = 0
@@ -161,7 +163,8 @@ def _scan(
             events.append(event)
 
     saves_head = dict.fromkeys(_SAVE_KINDS, 0)
-    saves_tail = part.saves_tail
+    # saves past the head: only the last SAVES_KEPT of each kind become events, at the end
+    saves_tail: dict[type, deque[_Kept]] = {kind: deque(maxlen=SAVES_KEPT) for kind in _SAVE_KINDS}
     saves_seen = 0
     injector = part.injector
     # Iteration lines are the bulk of a log: only their number is read in the loop; the kept
@@ -236,6 +239,16 @@ def _scan(
                         if len(injector) < MAX_INJECTOR_LINES:
                             injector.append(line)
                         continue
+                if event_kind is not None:
+                    kind = event_kind(body)
+                    if kind is None:
+                        continue
+                    if (kind is SaveCompleted or kind is SaveScheduled) and saves_head[
+                        kind
+                    ] >= SAVES_KEPT:
+                        saves_seen += 1
+                        saves_tail[kind].append((lineno, text, at))
+                        continue
                 event = parse(body, cursor)
                 if event is None:
                     continue
@@ -246,7 +259,7 @@ def _scan(
                         saves_head[kind] += 1
                         events.append(event)
                     else:
-                        saves_tail[kind].append(event)
+                        saves_tail[kind].append((lineno, text, at))
                     continue
                 if isinstance(event, WorkloadError):
                     keep_error(event)
@@ -258,6 +271,12 @@ def _scan(
         for error in tracebacks.finish():
             keep_error(error)
     part.open_tracebacks = tracebacks.active
+    for kind, tail in saves_tail.items():
+        for lineno_, text_, at_ in tail:
+            cursor.lineno, cursor.raw = lineno_, text_
+            event = parse(text_[at_:], cursor)
+            if event is not None:
+                part.saves_tail[kind].append(event)
     part.lines = lineno - first_lineno + 1
     part.last_text = text
     part.unprefixed = unprefixed
@@ -383,6 +402,13 @@ class _Merge:
             saves_not_kept=self.saves_seen - sum(self.saves_head.values()) - len(tails),
             injector=tuple(self.injector),
         )
+
+
+def _event_kind(adapter: WorkloadLogAdapter) -> Callable[[str], type | None] | None:
+    """The adapter's ``event_kind`` (optional): the type of event ``parse_line`` would make of a
+    line, without making it."""
+    kind = getattr(adapter, "event_kind", None)
+    return kind if callable(kind) else None
 
 
 def _iteration_event(

@@ -13,6 +13,7 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import cast
 
 from pytest_nvrx.evidence.refs import LineCursor
 from pytest_nvrx.evidence.replay import PrintModel
@@ -42,8 +43,9 @@ _ITERATION = re.compile(
 )
 _ITERATION_NO = re.compile(r"\s*\[[^\]]*\] iteration\s+(\d+)/\s*\d+ \|")
 _LM_LOSS = re.compile(r"\| lm loss: (?P<loss>[-+0-9.eEnaifNAIF]+) \|")
-# " name: value |" fields of an iteration line (values as printed, compared as text)
-_FIELD = re.compile(r" (?P<key>[a-z][a-z ()]*?):\s+(?P<value>[^|\s]+) \|")
+# " name: value |" fields of an iteration line (values as printed, compared as text); possessive
+# (no character a quantifier takes can start what follows it), so nothing is tried twice
+_FIELD = re.compile(r" (?P<key>[a-z][a-z ()]*+):\s++(?P<value>[^|\s]++) \|")
 _FIELDS = {
     "consumed samples": "consumed_samples",
     "elapsed time per iteration (ms)": "elapsed_ms",
@@ -121,6 +123,75 @@ def _float_or_none(value: str | None) -> float | None:
         return None
 
 
+_RefOnly = (
+    type[StartedFromScratch]
+    | type[OptimizerLoadFailed]
+    | type[RngLoadFailed]
+    | type[LoadFailed]
+    | type[WorkloadError]
+)
+
+
+def _recognize(text: str) -> tuple[type, re.Match[str] | None] | None:
+    """Which event a line is and the match its values come from (None: the line itself).
+
+    One decision for :meth:`MegatronLogAdapter.parse_line` and ``event_kind``. Cheap substring
+    tests first: almost every line of a big log fails all of them.
+    """
+    if "] iteration " in text:
+        m = _ITERATION.match(text)
+        return None if m is None else (IterationCommitted, m)
+    if " ...." in text:
+        m = _SETTING.match(text)
+        if m is not None:
+            return (SettingReported, m) if m["name"] in SETTINGS else None
+    if "checkpoint" in text:
+        found = _checkpoint_line(text)
+        if found is not None:
+            return found
+    if "Unable to load" in text:
+        if "Unable to load optimizer" in text:
+            return OptimizerLoadFailed, None
+        if "Unable to load rng" in text:
+            return RngLoadFailed, None
+    if "Traceback (most recent call last)" in text:
+        return WorkloadError, None
+    if ("Error" in text or "Exception" in text) and _EXCEPTION.match(text):
+        return WorkloadError, None
+    if "] datetime: " in text:
+        m = _MILESTONE.search(text)
+        return (Milestone, m) if m is not None and m["what"] in _MILESTONES else None
+    if " version ." in text:
+        m = _VERSION.match(text)
+        if m is not None and m["what"] in _COMPONENTS:
+            return VersionReported, m
+    return None
+
+
+def _checkpoint_line(text: str) -> tuple[type, re.Match[str] | None] | None:
+    if "successfully saved checkpoint" in text:
+        m = _SAVED.match(text)
+        if m is not None:
+            return SaveCompleted, m
+    elif "scheduled an async checkpoint save" in text:
+        m = _SCHEDULED.match(text)
+        if m is not None:
+            return SaveScheduled, m
+    elif "successfully loaded checkpoint" in text:
+        m = _LOADED.match(text)
+        if m is not None:
+            return LoadCompleted, m
+    elif "checkpoint from" in text:
+        m = _LOADING.match(text)
+        if m is not None:
+            return LoadStarted, m
+    elif "will start from random" in text:
+        return StartedFromScratch, None
+    elif "could not load the checkpoint" in text:
+        return LoadFailed, None
+    return None
+
+
 class MegatronLogAdapter:
     """:class:`~pytest_nvrx.evidence.workload.WorkloadLogAdapter` for ``pretrain_gpt.py``."""
 
@@ -134,83 +205,49 @@ class MegatronLogAdapter:
         m = _ITERATION_NO.match(text)
         return int(m[1]) if m is not None else None
 
-    def parse_line(self, text: str, at: LineCursor) -> WorkloadEvent | None:
-        # Cheap substring tests first: almost every line of a big log fails all of them.
-        if "] iteration " in text:
-            m = _ITERATION.match(text)
-            if m is not None:
-                loss = _LM_LOSS.search(text, m.end())
-                values = tuple(
-                    (_FIELDS[f["key"]], f["value"])
-                    for f in _FIELD.finditer(text, m.start("it"))
-                    if f["key"] in _FIELDS
-                )
-                return IterationCommitted(
-                    iteration=int(m["it"]),
-                    total=int(m["total"]),
-                    consumed_samples=_int_or_none(m["consumed"]),
-                    loss=_float_or_none(loss["loss"]) if loss is not None else None,
-                    time=at.local_time(m["ts"]),
-                    ref=at.ref(),
-                    values=values,
-                )
-            return None
-        if " ...." in text:
-            m = _SETTING.match(text)
-            if m is not None:
-                name = m["name"]
-                return SettingReported(name, m["value"], at.ref()) if name in SETTINGS else None
-        if "checkpoint" in text:
-            event = self._checkpoint_line(text, at)
-            if event is not None:
-                return event
-        if "Unable to load" in text:
-            if "Unable to load optimizer" in text:
-                return OptimizerLoadFailed(at.ref())
-            if "Unable to load rng" in text:
-                return RngLoadFailed(at.ref())
-        if "Traceback (most recent call last)" in text:
-            return WorkloadError(at.ref())
-        if ("Error" in text or "Exception" in text) and _EXCEPTION.match(text):
-            return WorkloadError(at.ref())
-        if "] datetime: " in text:
-            m = _MILESTONE.search(text)
-            if m is not None and m["what"] in _MILESTONES:
-                return Milestone(_MILESTONES[m["what"]], at.local_time(m["ts"]), at.ref())
-            return None
-        if " version ." in text:
-            m = _VERSION.match(text)
-            if m is not None and m["what"] in _COMPONENTS:
-                component, version = _COMPONENTS[m["what"]], m["version"]
-                if component == "transformer_engine" and version == _TE_ABSENT:
-                    return VersionReported(component, None, at.ref())
-                return VersionReported(component, version, at.ref())
-        return None
+    def event_kind(self, text: str) -> type | None:
+        """The type of event :meth:`parse_line` makes of ``text`` (None: none), without making
+        it: the parser counts the saves it does not keep."""
+        found = _recognize(text)
+        return None if found is None else found[0]
 
-    def _checkpoint_line(self, text: str, at: LineCursor) -> WorkloadEvent | None:
-        if "successfully saved checkpoint" in text:
-            m = _SAVED.match(text)
-            if m is not None:
-                ts = m["ts"]
-                return SaveCompleted(int(m["it"]), at.local_time(ts) if ts else None, at.ref())
-        elif "scheduled an async checkpoint save" in text:
-            m = _SCHEDULED.match(text)
-            if m is not None:
-                ts = m["ts"]
-                return SaveScheduled(int(m["it"]), at.local_time(ts) if ts else None, at.ref())
-        elif "successfully loaded checkpoint" in text:
-            m = _LOADED.match(text)
-            if m is not None:
-                return LoadCompleted(int(m["it"]), at.ref())
-        elif "checkpoint from" in text:
-            m = _LOADING.match(text)
-            if m is not None:
-                return LoadStarted(int(m["it"]), at.ref())
-        elif "will start from random" in text:
-            return StartedFromScratch(at.ref())
-        elif "could not load the checkpoint" in text:
-            return LoadFailed(at.ref())
-        return None
+    def parse_line(self, text: str, at: LineCursor) -> WorkloadEvent | None:
+        found = _recognize(text)
+        if found is None:
+            return None
+        kind, m = found
+        if kind is IterationCommitted:
+            assert m is not None
+            loss = _LM_LOSS.search(text, m.end())
+            values = tuple(
+                (_FIELDS[f["key"]], f["value"])
+                for f in _FIELD.finditer(text, m.start("it"))
+                if f["key"] in _FIELDS
+            )
+            return IterationCommitted(
+                iteration=int(m["it"]),
+                total=int(m["total"]),
+                consumed_samples=_int_or_none(m["consumed"]),
+                loss=_float_or_none(loss["loss"]) if loss is not None else None,
+                time=at.local_time(m["ts"]),
+                ref=at.ref(),
+                values=values,
+            )
+        if m is None:  # the line itself is the event
+            return cast(_RefOnly, kind)(at.ref())
+        if kind is SaveCompleted or kind is SaveScheduled:
+            ts = m["ts"]
+            return kind(int(m["it"]), at.local_time(ts) if ts else None, at.ref())
+        if kind is LoadCompleted or kind is LoadStarted:
+            return kind(int(m["it"]), at.ref())
+        if kind is SettingReported:
+            return SettingReported(m["name"], m["value"], at.ref())
+        if kind is Milestone:
+            return Milestone(_MILESTONES[m["what"]], at.local_time(m["ts"]), at.ref())
+        component, version = _COMPONENTS[m["what"]], m["version"]
+        if component == "transformer_engine" and version == _TE_ABSENT:
+            return VersionReported(component, None, at.ref())
+        return VersionReported(component, version, at.ref())
 
     def checkpoint_path(self, checkpoint_dir: Path, iteration: int) -> Path:
         return checkpoint_dir / f"iter_{iteration:07d}"
