@@ -236,6 +236,12 @@ class WorkloadLogAdapter(Protocol):
         ...
 
 
+# Optional adapter attributes, looked up with getattr (an adapter without them works as well):
+# ``source_roots`` (see source_roots below) and ``event_kind(text) -> type | None``: the type of
+# event ``parse_line`` would make of ``text`` (None: none) without making it; the cycle-log
+# parser then makes only the save events it keeps (Megatron's logs hold millions of saves).
+
+
 def source_roots(adapter: WorkloadLogAdapter) -> tuple[str, ...]:
     """The package directories an adapter names for shortening traceback paths.
 
