@@ -26,6 +26,7 @@ speed-up of one result over another (serial vs parallel), and the union of the l
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -47,24 +48,23 @@ TIMINGS_VAR = "BENCH_MATRIX_TIMINGS"
 QUALIFY_ARGS = ("--pyargs", "pytest_nvrx.suite", "-m", "not gpu", "-v", "-rA")
 RESULT_SCHEMA = 1
 
-# Harness functions timed inside pytest: (label, module, attribute path). The names a refactor
-# moves are listed under each place they may live; the ones not found are reported as such.
+# Harness functions timed inside pytest: (label, module, attribute path). Each is wrapped where
+# it is defined and wherever a pytest_nvrx module bound it by name (``from x import f``), so a
+# refactor that moves a caller does not hide it; the ones not found are reported as such.
 TIMED: tuple[tuple[str, str, str], ...] = (
     ("stack_probe", "pytest_nvrx.stack", "detect_stack"),
     ("plan", "pytest_nvrx.planning", "plan_run"),
-    ("prepare_run_dir", "pytest_nvrx.fixtures", "prepare_run_dir"),
-    ("prepare_run_dir", "pytest_nvrx.scenario_run", "prepare_run_dir"),
+    ("prepare_run_dir", "pytest_nvrx.recipe", "prepare_run_dir"),
     ("launch_start", "pytest_nvrx.launch", "Launch.start"),
     ("launch_wait", "pytest_nvrx.launch", "Launch.wait"),
     ("launch_stop", "pytest_nvrx.launch", "Launch.stop"),
     ("kill_tree", "pytest_nvrx.launch", "kill_tree"),
-    ("load_run", "pytest_nvrx.fixtures", "load_run"),
-    ("load_run", "pytest_nvrx.scenario_run", "load_run"),
-    ("judge", "pytest_nvrx.fixtures", "judge"),
-    ("judge", "pytest_nvrx.scenario_run", "judge"),
-    ("retention", "pytest_nvrx.fixtures", "prune_checkpoint_payload"),
-    ("retention", "pytest_nvrx.scenario_run", "prune_checkpoint_payload"),
+    ("load_run", "pytest_nvrx.evidence.rundir", "load_run"),
+    ("judge", "pytest_nvrx.criteria", "judge"),
+    ("retention", "pytest_nvrx.retention", "prune_checkpoint_payload"),
 )
+#: modules imported before wrapping, so that their by-name bindings are found and wrapped too
+CALLERS = ("pytest_nvrx.fixtures", "pytest_nvrx.scenario_run", "pytest_nvrx.cli")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -161,6 +161,12 @@ def scenario_of(nodeid: str) -> str | None:
     return nodeid[nodeid.index("[") + 1 : -1]
 
 
+def run_scenario(run_dir_name: str) -> str:
+    """The scenario of a run dir the plugin named ``<scenario>-<YYYYmmddTHHMMSS>-<pid>``."""
+    m = re.fullmatch(r"(.+)-\d{8}T\d{6}-\d+", run_dir_name)
+    return m[1] if m else run_dir_name
+
+
 @dataclass
 class Breakdown:
     """Where a pytest wall went, in seconds; ``unaccounted`` is what no timer covers."""
@@ -204,25 +210,34 @@ def breakdown(
     if tests:
         phases["tests"] = round(union_s((s.start, s.end) for s in tests), 3)
         phases["session_end"] = round(end - max(s.end for s in tests), 3)
-    harness = [s for s in spans if s.label not in ("configure", "collection", "session")]
-    harness = [s for s in harness if s.label not in ("setup", "call", "teardown")]
-    phases.update({f"calls.{k}": v for k, v in totals(harness).items()})
 
+    # a suite test's id is <scenario>-<criterion>; the scenarios are the run dirs' names
+    names = sorted({run_scenario(Path(w.run_dir).name) for w in walls}, key=len, reverse=True)
+
+    def owner(test_id: str | None) -> str | None:
+        if test_id is None:
+            return None
+        return next((n for n in names if test_id == n or test_id.startswith(f"{n}-")), test_id)
+
+    spans = [Span(s.label, s.start, s.end, owner(s.scenario)) for s in spans]
+    tests = [s for s in spans if s.label in ("setup", "call", "teardown")]
     scenarios: dict[str, dict[str, float]] = {}
     for span in tests:
         if span.scenario is None:
             continue
         entry = scenarios.setdefault(span.scenario, {})
         entry[span.label] = round(entry.get(span.label, 0.0) + span.seconds, 3)
+    harness = [s for s in spans if s.label not in ("configure", "collection", "session")]
+    harness = [s for s in harness if s.label not in ("setup", "call", "teardown")]
+    phases.update({f"calls.{k}": v for k, v in totals(harness).items()})
     for span in harness:
         if span.scenario is not None and span.scenario in scenarios:
             entry = scenarios[span.scenario]
             entry[span.label] = round(entry.get(span.label, 0.0) + span.seconds, 3)
     for wall in walls:
-        for name, entry in scenarios.items():
-            # the plugin names a run dir <scenario>-<YYYYmmddTHHMMSS>-<pid>
-            if re.fullmatch(re.escape(name) + r"-\d{8}T\d{6}-\d+", Path(wall.run_dir).name):
-                entry["launcher_wall"] = round(entry.get("launcher_wall", 0.0) + wall.wall_s, 3)
+        ran = scenarios.get(run_scenario(Path(wall.run_dir).name))
+        if ran is not None:
+            ran["launcher_wall"] = round(ran.get("launcher_wall", 0.0) + wall.wall_s, 3)
 
     # what no timer covers: the wall less the union of launchers, collection and harness calls
     covered = [*intervals]
@@ -328,6 +343,9 @@ def _timed(label: str, fn: Callable[..., Any]) -> Callable[..., Any]:
 def _instrument() -> None:
     import importlib
 
+    for caller in CALLERS:
+        with contextlib.suppress(ImportError):
+            importlib.import_module(caller)
     for label, module_name, path in TIMED:
         try:
             owner: Any = importlib.import_module(module_name)
@@ -341,7 +359,15 @@ def _instrument() -> None:
         if fn is None or not callable(fn):
             _MISSING.append(f"{module_name}.{path}")
             continue
-        setattr(owner, name, _timed(label, fn))
+        wrapper = _timed(label, fn)
+        setattr(owner, name, wrapper)
+        if parents:
+            continue  # a method: every caller reaches it through its class
+        for module in list(sys.modules.values()):
+            if getattr(module, "__name__", "").startswith("pytest_nvrx"):
+                for attr, value in list(vars(module).items()):
+                    if value is fn:
+                        setattr(module, attr, wrapper)
 
 
 def pytest_configure(config: Any) -> None:
@@ -431,6 +457,8 @@ def run(out: Path, parallel: int | None, extra: Sequence[str], keep: Path | None
         # labels looked for in places a refactor may have moved them from: not all can exist
         "not_instrumented": missing,
         "scratch": str(scratch),
+        # what the breakdown was computed from, to recompute it
+        "spans": [asdict(s) for s in spans],
     }
     out.write_text(json.dumps(result, indent=2) + "\n")
     return result

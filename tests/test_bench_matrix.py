@@ -85,7 +85,7 @@ def test_breakdown_of_a_session_around_committed_runs(tmp_path: Path) -> None:
         S("call", base.end + 2.0, base.end + 2.1, "reference-baseline"),
         S("setup", base.end + 2.1, kill.end + 1.0, "reference-kill"),
         S("judge", kill.end + 0.2, kill.end + 0.9, "reference-kill"),
-        S("call", kill.end + 1.0, kill.end + 1.1, "reference-kill"),
+        S("call", kill.end + 1.0, kill.end + 1.1, "reference-kill-replaced_cycle"),
     ]
     wall = kill.end + 3.0 - started
     result = bench.breakdown(wall, started, walls, spans)
@@ -97,8 +97,11 @@ def test_breakdown_of_a_session_around_committed_runs(tmp_path: Path) -> None:
     assert result.phases["session_end"] == pytest.approx(1.9, abs=0.002)
     assert result.phases["calls.judge"] == pytest.approx(1.7, abs=0.002)
     assert result.phases["calls.stack_probe"] == 6.0
+    # a criterion's test (<scenario>-<criterion>) counts for its scenario
+    assert set(result.scenarios) == {"reference-baseline", "reference-kill"}
     scenario = result.scenarios["reference-kill"]
     assert scenario["launcher_wall"] == 48.518 and scenario["judge"] == pytest.approx(0.7)
+    assert scenario["call"] == pytest.approx(0.1)
     # no timer covers: the second between the probe and the baseline's launcher, the few ms
     # between the two launchers, and the 0.2 s before and after the kill run's judgement (the
     # baseline's judgement ran while the next launcher did: here they are back to back)
@@ -115,6 +118,11 @@ def test_breakdown_of_a_session_around_committed_runs(tmp_path: Path) -> None:
         }
     )
     assert "overhead" in text and "reference-kill" in text and "calls.judge" in text
+
+
+def test_scenario_of_a_run_dir() -> None:
+    assert bench.run_scenario("reference-kill-save-20261130T223439-30702") == "reference-kill-save"
+    assert bench.run_scenario("reference-kill") == "reference-kill"  # not named by the plugin
 
 
 def test_speedup_of_two_results() -> None:
