@@ -1,6 +1,7 @@
 """Benchmark the cycle-log parser on a generated Megatron-format log (1 GiB by default).
 
 Run: .venv/bin/python benchmarks/bench_parsers.py [--size-mib 1024] [--save-interval 5]
+     [--workers N]
 
 The log repeats what a real H200 cycle log (tests/data/gpu/gpu-kill-100/logs/train_cycle1.log)
 shows per iteration: the rank-prefixed iteration line, and every ``--save-interval`` iterations
@@ -11,10 +12,13 @@ It is written to a temporary directory and deleted afterwards.
 Reported, in one run on the same file (wall times, and CPU times, which another job on the
 machine disturbs less):
 * ``grep -c`` of the iteration pattern (the floor: what a line scanner costs),
-* our parser (``parse_cycle_log`` with the Megatron adapter) run in a child process: wall time,
-  MiB/s, and the child's peak RSS (``ru_maxrss`` from ``wait4``), next to the peak RSS of a
-  child that only imports the parser (the interpreter's own share),
-* a check that both counted the same iteration lines,
+* our parser (``parse_cycle_log`` with the Megatron adapter) run in a child process, twice: with
+  its default workers (one per CPU: a log this large is parsed in byte ranges) and with
+  ``workers=1`` (one pass, one core: the per-core figure). Wall time, CPU time (the child's and
+  its workers', from ``getrusage``) and peak RSS (the child's, the largest worker's), next to
+  the peak RSS of a child that only imports the parser (the interpreter's own share),
+* a check that both counted the same iteration lines, and that the two parser runs agree
+  (a digest of the whole CycleLog),
 * the same check on every committed Megatron cycle log (tests/data: real H200 runs),
 * the floor of any pure-Python parser: one ``bytes.count(b"\\n")`` pass over the file in 1 MiB
   chunks (the cheapest whole-file pass CPython has; a parser makes several).
@@ -58,15 +62,20 @@ SAVE_BLOCK = (
 )
 
 CHILD = """
-import resource, sys, time
+import hashlib, resource, sys, time
 from pathlib import Path
 from pytest_nvrx.evidence.cycle_log import parse_cycle_log
 from pytest_nvrx.evidence.megatron import MEGATRON
 if sys.argv[1] != "--import-only":
+    workers = int(sys.argv[2]) if sys.argv[2] != "default" else None
     t, c = time.perf_counter(), time.process_time()
-    log = parse_cycle_log(Path(sys.argv[1]), 0, MEGATRON)
+    log = parse_cycle_log(Path(sys.argv[1]), 0, MEGATRON, workers=workers)
     wall, cpu = time.perf_counter() - t, time.process_time() - c
-    print(wall, cpu, log.iteration_lines, log.line_count, len(log.events), log.saves_not_kept)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    digest = hashlib.sha256(repr(log).encode()).hexdigest()[:16]
+    print(wall, cpu, kids.ru_utime + kids.ru_stime, kids.ru_maxrss, own, log.iteration_lines,
+          log.line_count, len(log.events), log.saves_not_kept, digest)
 """
 
 
@@ -149,6 +158,9 @@ def main() -> int:
     parser.add_argument("--size-mib", type=int, default=1024)
     parser.add_argument("--save-interval", type=int, default=5)
     parser.add_argument("--dir", type=Path, default=None, help="where to write the log (temp)")
+    parser.add_argument(
+        "--workers", type=int, default=None, help="parser processes (default: one per CPU)"
+    )
     args = parser.parse_args()
     size = args.size_mib << 20
     with tempfile.TemporaryDirectory(prefix="bench-parsers-", dir=args.dir) as tmp:
@@ -174,11 +186,10 @@ def main() -> int:
         grep_count = int(grep_out.strip())
 
         newlines, floor_s = count_newlines(path)
-        out, child_s, rss_kib = run_child(str(path))
-        parse_s, cpu_s, counted, lines, kept_events, dropped = out.split()
+        workers = "default" if args.workers is None else str(args.workers)
+        runs = [run_child(str(path), mode) for mode in (workers, "1")]
         _, _, base_kib = run_child("--import-only")
 
-    parse, cpu = float(parse_s), float(cpu_s)
     print(f"date: {datetime.now(UTC):%Y-%m-%d %H:%M} UTC")
     print(
         f"machine: {platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}"
@@ -187,22 +198,37 @@ def main() -> int:
         f"grep -c -E '{ITERATION_PATTERN}': {grep_s:.2f}s ({mib / grep_s:.0f} MiB/s),"
         f" {grep_count} lines; CPU {grep_cpu:.2f}s ({mib / grep_cpu:.0f} MiB/s)"
     )
-    print(
-        f"parse_cycle_log: {parse:.2f}s ({mib / parse:.0f} MiB/s; child wall {child_s:.2f}s),"
-        f" {counted} iteration lines of {lines}, {kept_events} events kept, {dropped} saves"
-        " counted not kept"
-    )
-    print(f"parse_cycle_log CPU: {cpu:.2f}s ({mib / cpu:.0f} MiB/s of CPU time: less load-bound)")
-    print(f"ratio parser/grep: {parse / grep_s:.1f}x")
+    digests = set()
+    counted = lines = ""
+    for (out, child_s, rss_kib), mode in zip(runs, (workers, "1"), strict=True):
+        fields = out.split()
+        parse, cpu, kids_cpu, kids_kib, own_kib = (float(v) for v in fields[:5])
+        counted, lines, kept_events, dropped, digest = fields[5:]
+        digests.add(digest)
+        total_cpu = cpu + kids_cpu
+        label = f"parse_cycle_log workers={mode}"
+        print(
+            f"{label}: {parse:.2f}s ({mib / parse:.0f} MiB/s; child wall {child_s:.2f}s),"
+            f" {counted} iteration lines of {lines}, {kept_events} events kept, {dropped} saves"
+            f" counted not kept, digest {digest}"
+        )
+        print(
+            f"{label} CPU: {total_cpu:.2f}s ({mib / total_cpu:.0f} MiB/s of CPU time) = this"
+            f" process {cpu:.2f}s + workers {kids_cpu:.2f}s; ratio to grep {parse / grep_s:.1f}x"
+        )
+        print(
+            f"{label} peak RSS: the parsing process {own_kib / 1024:.0f} MiB (wait4, with"
+            f" the digest's repr: {rss_kib / 1024:.0f}), largest worker"
+            f" {kids_kib / 1024:.0f} MiB; import-only child {base_kib / 1024:.0f} MiB"
+        )
     print(
         f"floor: one bytes.count pass in Python {floor_s:.2f}s ({mib / floor_s:.0f} MiB/s),"
         f" {newlines} newlines"
     )
-    print(
-        f"peak RSS: parser child {rss_kib / 1024:.0f} MiB, import-only child"
-        f" {base_kib / 1024:.0f} MiB (parser's own share {(rss_kib - base_kib) / 1024:.0f} MiB)"
-    )
     failed = False
+    if len(digests) != 1:
+        print(f"MISMATCH: the parser runs disagree: {sorted(digests)}")
+        failed = True
     if int(counted) != grep_count or grep_count != iterations:
         print(f"MISMATCH: generated {iterations}, grep {grep_count}, parser {counted}")
         failed = True
