@@ -99,6 +99,8 @@ class CycleLog:
 # An iteration line kept for later: (line number, line text, where the body starts in the text).
 _Kept = tuple[int, str, int]
 _SAVE_KINDS: tuple[type, ...] = (SaveScheduled, SaveCompleted)
+# A save past the head: (line number, text, where the body starts, its event if made).
+_PendingSave = tuple[int, str, int, WorkloadEvent | None]
 
 
 @dataclass(slots=True)
@@ -164,7 +166,10 @@ def _scan(
 
     saves_head = dict.fromkeys(_SAVE_KINDS, 0)
     # saves past the head: only the last SAVES_KEPT of each kind become events, at the end
-    saves_tail: dict[type, deque[_Kept]] = {kind: deque(maxlen=SAVES_KEPT) for kind in _SAVE_KINDS}
+    # (the event itself where it was made anyway: an adapter without event_kind)
+    saves_tail: dict[type, deque[_PendingSave]] = {
+        kind: deque(maxlen=SAVES_KEPT) for kind in _SAVE_KINDS
+    }
     saves_seen = 0
     injector = part.injector
     # Iteration lines are the bulk of a log: only their number is read in the loop; the kept
@@ -247,7 +252,7 @@ def _scan(
                         kind
                     ] >= SAVES_KEPT:
                         saves_seen += 1
-                        saves_tail[kind].append((lineno, text, at))
+                        saves_tail[kind].append((lineno, text, at, None))
                         continue
                 event = parse(body, cursor)
                 if event is None:
@@ -259,7 +264,7 @@ def _scan(
                         saves_head[kind] += 1
                         events.append(event)
                     else:
-                        saves_tail[kind].append((lineno, text, at))
+                        saves_tail[kind].append((lineno, text, at, event))
                     continue
                 if isinstance(event, WorkloadError):
                     keep_error(event)
@@ -272,11 +277,12 @@ def _scan(
             keep_error(error)
     part.open_tracebacks = tracebacks.active
     for kind, tail in saves_tail.items():
-        for lineno_, text_, at_ in tail:
-            cursor.lineno, cursor.raw = lineno_, text_
-            event = parse(text_[at_:], cursor)
-            if event is not None:
-                part.saves_tail[kind].append(event)
+        for lineno_, text_, at_, made in tail:
+            if made is None:
+                cursor.lineno, cursor.raw = lineno_, text_
+                made = parse(text_[at_:], cursor)
+            if made is not None:
+                part.saves_tail[kind].append(made)
     part.lines = lineno - first_lineno + 1
     part.last_text = text
     part.unprefixed = unprefixed
