@@ -435,6 +435,13 @@ def _absolute_dir(raw: str, what: str) -> Path:
     return path
 
 
+def parse_parallel(raw: str, what: str) -> int | None:
+    """``auto`` (None: as many as fit) or a positive number of scenarios at once."""
+    if raw.strip().lower() == "auto":
+        return None
+    return _positive_int(raw, what)
+
+
 def _existing_dir(raw: str, what: str) -> Path:
     path = Path(raw).resolve()
     if not path.is_dir():
@@ -907,6 +914,33 @@ SETTINGS: tuple[Setting, ...] = (
         doc_default="0 (exact)",
     ),
     Setting(
+        "parallel",
+        "scenarios of one workload run at once: a number, or auto (GPU scenarios: as many as "
+        "the visible GPUs hold, see --nvrx-gpu-share; reference: 1)",
+        parse=parse_parallel,
+        where="plugin",
+        attr="parallel",
+        doc_value="N\\|auto",
+        doc="how many scenarios of one workload run at once; each GPU scenario gets GPUs of its "
+        "own (`CUDA_VISIBLE_DEVICES`, one file lock per GPU slot, shared with other sessions and "
+        "xdist workers), its own ports, TMPDIR and run dir. `auto`: GPU scenarios as many as the "
+        "visible GPUs hold, reference scenarios one at a time ([Scenarios side by "
+        "side](#scenarios-side-by-side))",
+        doc_default="auto",
+    ),
+    Setting(
+        "gpu-share",
+        "GPU scenarios that may use one GPU at once (default 1: every scenario on GPUs of its own)",
+        parse=_positive_int,
+        where="plugin",
+        attr="gpu_share",
+        doc_value="K",
+        doc="how many GPU scenarios may use one GPU at once; 1 keeps scenarios on disjoint GPUs. "
+        "A small GPT run leaves most of an H200 idle: 2 runs a 3-scenario 1-GPU matrix at once "
+        "on a 2-GPU host",
+        doc_default="1",
+    ),
+    Setting(
         "dry-run",
         "print the command and stop",
         env=DRY_RUN_ENV,
@@ -994,6 +1028,9 @@ class NvrxSettings:
     run_timeout: float | None = None
     keep: bool = False
     continuity_rtol: float = 0.0
+    #: scenarios of one workload at once; None: auto
+    parallel: int | None = None
+    gpu_share: int = 1
 
 
 #: Where a plugin setting was found: (raw value, source for messages), or None where not given.
