@@ -202,7 +202,23 @@ def run_scenario(
         write(f"nvrx {scenario.id}: {text}")
 
     planned = plan_launch(scenario_config(settings, scenario, work_dir))
-    layout = planned.recipe.layout
+    announce_plan(planned, say)
+    outcome = launch_run(
+        planned,
+        scenario_timeout(settings, scenario),
+        on_progress=lambda progress: say(progress.describe()),
+        # one lock per GPU this session sees: sessions on disjoint GPUs run side by side
+        gpus=visible_gpus() if scenario.needs_gpu else (),
+    )
+    return judge_scenario(settings, scenario, planned, outcome, baselines=baselines, say=say)
+
+
+def scenario_timeout(settings: NvrxSettings, scenario: Scenario) -> float:
+    return settings.run_timeout or RUN_TIMEOUTS[scenario.workload]
+
+
+def announce_plan(planned: Plan, say: Callable[[str], None]) -> None:
+    """The stack, the plan's notes and the run dir, before the launch."""
     if planned.stack is not None:
         # "nvrx <scenario>: stack: ...", not "nvrx <scenario>: nvrx stack: ..."
         from pytest_nvrx.stack import format_stack_line
@@ -210,14 +226,22 @@ def run_scenario(
         say(format_stack_line(planned.stack).removeprefix("nvrx "))
     for note in planned.notes:
         say(f"note: {note}")
-    say(f"launching in {layout.run_dir}")
-    outcome = launch_run(
-        planned,
-        settings.run_timeout or RUN_TIMEOUTS[scenario.workload],
-        on_progress=lambda progress: say(progress.describe()),
-        # one lock per GPU this session sees: sessions on disjoint GPUs run side by side
-        gpus=visible_gpus() if scenario.needs_gpu else (),
-    )
+    gpus = planned.recipe.env.get("CUDA_VISIBLE_DEVICES")
+    on = f" on GPU {gpus}" if gpus is not None else ""
+    say(f"launching in {planned.recipe.layout.run_dir}{on}")
+
+
+def judge_scenario(
+    settings: NvrxSettings,
+    scenario: Scenario,
+    planned: Plan,
+    outcome: LaunchOutcome,
+    *,
+    baselines: MutableMapping[str, RunEvidence],
+    say: Callable[[str], None],
+) -> ScenarioRun:
+    """Judge a launched scenario's run dir (see :func:`run_scenario` for ``baselines``)."""
+    layout = planned.recipe.layout
     if outcome.result is not None:
         say(f"launcher exit {outcome.result.exit_code} after {outcome.result.wall_s:.1f}s")
     evidence = load_run(layout.run_dir, layout.checkpoint_dir)
