@@ -1,4 +1,8 @@
-"""``python -m pytest_nvrx run | verify``: the core without pytest.
+"""``python -m pytest_nvrx run | verify | report``: the core without pytest.
+
+``run --workload reference`` takes the plugin's reference scenario sizing (20 iterations, a save
+every 5, 30 s checkpointing deadline, ...) for every value neither an option nor the
+walkthrough's environment variable gives; a Megatron run keeps the walkthrough's values.
 
 Exit status of ``run``: the launcher's own (0 = the run finished); 2 for bad input (nothing
 launched); 124 when ``--timeout`` killed the run; 128 + N when signal N (SIGINT 130, SIGTERM 143,
@@ -27,12 +31,14 @@ from pytest_nvrx.planning import Plan
 from pytest_nvrx.scenario_run import find_launcher, launch_run, plan_launch
 from pytest_nvrx.settings import (
     CLI_SETTINGS,
+    ENV_VARS,
     ConfigError,
     RunConfig,
     argparse_type,
     dry_run_requested,
     parse_value,
     resolve,
+    scenario_defaults,
 )
 
 # find_launcher lived here; scripts and tests still import it from this module
@@ -90,7 +96,21 @@ def config_from_args(args: argparse.Namespace, environ: Mapping[str, str]) -> Ru
             value = parse_value(setting.field, value, setting.cli_option)
         if value is not None:
             explicit[setting.field] = value
+    if explicit.get("workload") == "reference":
+        explicit = reference_defaults(explicit, environ)
     return resolve(explicit, environ)
+
+
+def reference_defaults(explicit: Mapping[str, Any], environ: Mapping[str, str]) -> dict[str, Any]:
+    """The reference workload's scenario defaults (the plugin's, e.g. a 30 s checkpointing
+    deadline instead of the walkthrough's 600 s) under what the options and the walkthrough's
+    environment variables give: a CPU run sized like the plugin's reference scenarios."""
+    out = dict(explicit)
+    for name, value in scenario_defaults()["reference"].items():
+        var = ENV_VARS.get(name)
+        if out.get(name) is None and not (var and environ.get(var, "")):
+            out[name] = value
+    return out
 
 
 def plan(args: argparse.Namespace, environ: Mapping[str, str]) -> Plan:
@@ -185,10 +205,18 @@ def build_parser() -> argparse.ArgumentParser:
         "run",
         help="launch the GPT recovery recipe (or print it with --dry-run)",
         description="Launch the recovery recipe. Options override the walkthrough's "
-        "environment variables (shown in brackets).",
+        "environment variables (shown in brackets, with the walkthrough's default). With "
+        "--workload reference a value neither gives is the plugin's reference scenario default "
+        "(shown as 'reference: ...'); a Megatron run keeps the walkthrough's.",
     )
     add_run_arguments(run)
     sub.add_parser("verify", help="judge an existing run directory", add_help=False)
+    sub.add_parser(
+        "report",
+        help="judge run directories and write one offline HTML recovery report and its "
+        "report.json (RUN_DIR... [-o report.html] [--json report.json])",
+        add_help=False,
+    )
     return parser
 
 
@@ -199,6 +227,10 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
         from pytest_nvrx.verify import verify_main
 
         return verify_main(args_list[1:])
+    if args_list[:1] == ["report"]:
+        from pytest_nvrx.report import report_main
+
+        return report_main(args_list[1:])
     parser = build_parser()
     args = parser.parse_args(args_list)
     return cmd_run(args, env)

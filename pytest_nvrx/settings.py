@@ -567,6 +567,10 @@ class Setting:
             default = None if self.flag else self.walkthrough_default()
             parts = [part for part in (self.env, _show_value(default)) if part]
             note = ", ".join(parts)
+            reference = (self.defaults or {}).get("reference")
+            if self.field is not None and reference is not None and reference != default:
+                # `run --workload reference` takes the plugin's reference scenario default
+                note = f"{note}; reference: {_show_value(reference)}".lstrip("; ")
         return f"{text} [{note}]" if note else text
 
     def doc_row(self) -> str:

@@ -149,8 +149,10 @@ def test_cli_arguments_are_the_cli_rows() -> None:
     assert set(options) == expected
     for setting in CLI_SETTINGS:
         assert options[setting.cli_option].help == setting.cli_help_text(), setting.name
-    # the walkthrough's variable and default, in brackets
-    assert options["--train-iters"].help == "training iterations [TRAIN_ITERS, 100]"
+    # the walkthrough's variable and default, in brackets; the reference workload's where it
+    # differs (run --workload reference takes it)
+    assert options["--train-iters"].help == "training iterations [TRAIN_ITERS, 100; reference: 20]"
+    assert options["--tp"].help == "tensor-parallel size [TP, 1]"
     assert options["--fault"].help == "fault to inject [NVRX_DEMO_FAULT, kill]"
     assert options["--megatron-path"].help == "Megatron-LM checkout [MEGATRON_PATH]"
     assert options["--log-server-port"].help == "ft_launcher log server port [a free one]"

@@ -1,7 +1,7 @@
 """Build and write reports of run directories; the ``report`` command's body (no pytest).
 
-``python -m pytest_nvrx.report RUN_DIR... [-o report.html] [--json report.json]`` until
-``python -m pytest_nvrx report`` dispatches here. Exit status: 0 every scenario qualified, 1 one
+``python -m pytest_nvrx report RUN_DIR... [-o report.html] [--json report.json]`` (also
+``python -m pytest_nvrx.report``). Exit status: 0 every scenario qualified, 1 one
 did not, 2 a path is not a run directory or an output cannot be written.
 """
 
