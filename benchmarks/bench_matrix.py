@@ -18,7 +18,8 @@ unchanged. Afterwards each run dir's ``result.json`` gives the launcher's own wa
 
 Reported: pytest's wall (this script starts and reaps the process), the sum of the launcher walls,
 the overhead ratio ``(pytest wall - sum of launcher walls) / pytest wall``, and where the rest
-went. ``--parallel N`` passes ``-n N`` (pytest-xdist) and records it; ``compare`` gives the
+went. ``--parallel N`` passes ``--nvrx-parallel N`` (N scenarios of a workload side by side; GPU
+scenarios on GPU slots of their own, see ``--nvrx-gpu-share``) and records it; ``compare`` gives the
 speed-up of one result over another (serial vs parallel), and the union of the launcher intervals
 (with scenarios side by side, the launchers' sum can exceed the wall).
 """
@@ -429,7 +430,7 @@ def run(out: Path, parallel: int | None, extra: Sequence[str], keep: Path | None
     args = [*QUALIFY_ARGS, "-p", "bench_matrix", f"--basetemp={basetemp}"]
     args += [f"--junitxml={scratch / 'junit.xml'}", "-p", "no:cacheprovider"]
     if parallel:
-        args += ["-n", str(parallel)]
+        args += ["--nvrx-parallel", str(parallel)]
     command = [sys.executable, "-m", "pytest", *args, *extra]
     env = dict(os.environ)
     # the plugin (this file), and this checkout's package for pytest and the launched workers
@@ -469,7 +470,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     p_run = sub.add_parser("run", help="run the matrix under pytest and measure it")
     p_run.add_argument("--out", type=Path, default=Path("bench-matrix.json"))
-    p_run.add_argument("--parallel", type=int, default=None, help="pass -n N (pytest-xdist)")
+    p_run.add_argument("--parallel", type=int, default=None, help="pass --nvrx-parallel N")
     p_run.add_argument("--keep", type=Path, default=None, help="scratch dir to keep (run dirs)")
     p_run.add_argument("pytest_args", nargs="*", help="after --: more pytest arguments")
     p_report = sub.add_parser("report", help="print a result file")

@@ -21,13 +21,16 @@ import contextlib
 import os
 import sys
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from pytest_nvrx.evidence.rundir import RunEvidence
+from pytest_nvrx.gpu_slots import visible_gpus
 from pytest_nvrx.launch import interrupt_on_stop_signals
 from pytest_nvrx.retention import prune_checkpoint_payload
+from pytest_nvrx.scenario_pool import ScenarioPool, parallel_limit
 from pytest_nvrx.scenario_run import (
     ScenarioRun,
     gpu_available,
@@ -58,6 +61,11 @@ __all__ = [
 SETTINGS_KEY = pytest.StashKey[NvrxSettings]()
 # workload -> the evidence of this session's passed baseline scenario
 BASELINES_KEY = pytest.StashKey[dict[str, RunEvidence]]()
+#: workload -> the pool that launches its scenarios side by side (None: one after the other)
+POOLS_KEY = pytest.StashKey[dict[str, "ScenarioPool | None"]]()
+#: scenario id -> the work dir made for it (before its launch when a pool submitted it)
+WORK_DIRS_KEY = pytest.StashKey[dict[str, Path]]()
+SCENARIO_FIXTURE = "nvrx_scenario_run"
 #: Judged runs in the order they finished, for the terminal summary.
 JUDGED_KEY = pytest.StashKey[list[ScenarioRun]]()
 #: Key of an xdist worker's workeroutput: its judged runs' summaries.
@@ -161,10 +169,7 @@ def _run_scenario(
                 " (probed with nvidia-smi -L)",
                 pytrace=False,
             )
-    if settings.work_dir is not None:
-        work_dir = settings.work_dir
-    else:
-        work_dir = request.getfixturevalue("tmp_path_factory").mktemp(f"nvrx-{scenario.id}")
+    work_dir = _work_dir(request, settings, scenario)
     write = terminal_writer(config)
     baselines = config.stash.setdefault(BASELINES_KEY, {})
     # SIGTERM (CI cancel, Slurm) and SIGHUP stop the session like Ctrl-C (pytest exits 2) after
@@ -172,7 +177,11 @@ def _run_scenario(
     # started with SIGINT ignored (a background job).
     with interrupt_on_stop_signals():
         try:
-            run = run_scenario(settings, scenario, work_dir, baselines=baselines, write=write)
+            pool = _pool_for(request, settings, scenario)
+            if pool is not None and scenario in pool:
+                run = pool.run(scenario, baselines=baselines)
+            else:
+                run = run_scenario(settings, scenario, work_dir, baselines=baselines, write=write)
         except ConfigError as exc:
             pytest.fail(f"pytest-nvrx: scenario {scenario.id}: {exc}", pytrace=False)
     record_judged(config, run)
@@ -183,6 +192,66 @@ def _run_scenario(
     if not settings.keep and settings.work_dir is None:
         pruned = prune_checkpoint_payload(run.layout, owned_root=work_dir)
         write(f"nvrx {scenario.id}: {pruned.describe()} (--nvrx-keep keeps everything)")
+
+
+def _work_dir(request: pytest.FixtureRequest, settings: NvrxSettings, scenario: Scenario) -> Path:
+    """The scenario's work dir: --nvrx-work-dir, else one made for it under pytest's tmp."""
+    if settings.work_dir is not None:
+        return settings.work_dir
+    made = request.config.stash.setdefault(WORK_DIRS_KEY, {})
+    if scenario.id not in made:
+        factory = request.getfixturevalue("tmp_path_factory")
+        made[scenario.id] = factory.mktemp(f"nvrx-{scenario.id}")
+    return made[scenario.id]
+
+
+def _runnable(settings: NvrxSettings, scenario: Scenario) -> bool:
+    """Would the fixture launch this scenario (not skip or fail it for want of a GPU)?"""
+    if not scenario.needs_gpu:
+        return True
+    return settings.megatron_path is not None and gpu_available() is None
+
+
+def _session_scenarios(session: pytest.Session, workload: str) -> list[Scenario]:
+    """The scenarios of ``workload`` this session's (selected) tests use, in test order."""
+    seen: dict[str, Scenario] = {}
+    for item in session.items:
+        callspec = getattr(item, "callspec", None)
+        scenario = callspec.params.get(SCENARIO_FIXTURE) if callspec is not None else None
+        if isinstance(scenario, Scenario) and scenario.workload == workload:
+            seen.setdefault(scenario.id, scenario)
+    return list(seen.values())
+
+
+def _pool_for(
+    request: pytest.FixtureRequest, settings: NvrxSettings, scenario: Scenario
+) -> ScenarioPool | None:
+    """The pool of ``scenario``'s workload, made on the first ask: every scenario of that
+    workload in the session is submitted then (--nvrx-parallel; None: one after the other).
+    Under pytest-xdist a workload's scenarios all run on one worker (xdist_support), so the
+    worker that asks first runs them all."""
+    pools = request.config.stash.setdefault(POOLS_KEY, {})
+    if scenario.workload in pools:
+        return pools[scenario.workload]
+    scenarios = [
+        s for s in _session_scenarios(request.session, scenario.workload) if _runnable(settings, s)
+    ] or [scenario]
+    gpus = visible_gpus() if scenario.needs_gpu else []
+    limit = parallel_limit(settings, scenarios, gpus)
+    pool: ScenarioPool | None = None
+    if limit > 1 and len(scenarios) > 1:
+        pool = ScenarioPool(
+            settings, max_parallel=limit, write=terminal_writer(request.config), gpus=gpus
+        )
+        request.config.add_cleanup(pool.stop)
+        for each in scenarios:
+            pool.submit(each, _work_dir(request, settings, each))
+        terminal_writer(request.config)(
+            f"nvrx {scenario.workload}: {len(scenarios)} scenarios, up to {limit} at once"
+            + (f" on GPUs {','.join(gpus)} (share {settings.gpu_share})" if gpus else "")
+        )
+    pools[scenario.workload] = pool
+    return pool
 
 
 @pytest.fixture(scope="session")

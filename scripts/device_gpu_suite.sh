@@ -10,6 +10,7 @@
 #                                                 "node" of one run: CUDA_VISIBLE_DEVICES=i,
 #                                                 --nvrx-node-index i, one NVRX_RUN_ID, a
 #                                                 rendezvous on localhost, --nvrx-nnodes N
+#   scripts/device_gpu_suite.sh --exec CMD ...  any command (a benchmark) in that environment
 #   scripts/device_gpu_suite.sh [PYTEST ARGS]    run pytest with our plugin
 #
 # Needs .whl/ and .megatron/ from scripts/prepare_device.sh, carried with the tree
@@ -400,6 +401,14 @@ cli_one() {
         print_stack
         run_pytest_nodes "$@"
         exit $?
+    fi
+    if [[ "${1:-}" == "--exec" ]]; then
+        # --exec CMD ARGS...: any command (a benchmark) with the carried wheels installed and
+        # this script's environment (PYTHONPATH, PATH with ft_launcher, MEGATRON_PATH, OUT)
+        shift
+        print_stack 2>&1 | tee "$OUT/exec.log"
+        timeout -s INT -k 20 $((LIMIT_S - SECONDS - 10)) "$@" 2>&1 | tee -a "$OUT/exec.log"
+        exit "${PIPESTATUS[0]}"
     fi
     if [[ "${1:-}" == "--smoke" ]]; then
         smoke 2>&1 | tee "$OUT/smoke.log"

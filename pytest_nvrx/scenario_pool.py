@@ -1,0 +1,159 @@
+"""Several scenarios of a session launched side by side (``--nvrx-parallel``). No pytest here.
+
+The fixture asks for one scenario at a time; the first ask submits every scenario of that
+workload the session will run, and :class:`ScenarioPool` launches as many as fit at once
+(:class:`pytest_nvrx.parallel.LaunchPool`: ``--nvrx-parallel``, and GPU slots per
+``--nvrx-gpu-share``). Each run is planned when its turn comes (its own run dir, TMPDIR, log
+server port and rendezvous port are chosen then, moments before its launcher binds them) and
+gets ``CUDA_VISIBLE_DEVICES`` naming the GPUs of its slot. Judging stays in the order pytest asks,
+so a workload's baseline is judged first and is the continuity reference of its fault
+scenarios, exactly as one after the other.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from collections.abc import Callable, MutableMapping, Sequence
+from pathlib import Path
+
+from pytest_nvrx.evidence.rundir import RunEvidence
+from pytest_nvrx.gpu_slots import visible_gpus
+from pytest_nvrx.launch import Launch, RunTimeout
+from pytest_nvrx.parallel import GpuSlots, Job, LaunchPool, Slot
+from pytest_nvrx.planning import Plan
+from pytest_nvrx.scenario_run import (
+    LaunchOutcome,
+    ScenarioRun,
+    announce_plan,
+    judge_scenario,
+    plan_launch,
+    scenario_config,
+    scenario_timeout,
+)
+from pytest_nvrx.scenarios import Scenario
+from pytest_nvrx.settings import NvrxSettings
+
+
+def scenario_gpus(settings: NvrxSettings, scenario: Scenario) -> int:
+    """GPUs one launch of ``scenario`` uses on this host (0 for the CPU workload)."""
+    if not scenario.needs_gpu:
+        return 0
+    per_node = settings.overrides.get("gpus_per_node")
+    if per_node is None:
+        from pytest_nvrx.scenarios import DEFAULTS
+
+        per_node = DEFAULTS[scenario.workload].get("gpus_per_node", 1)
+    return int(per_node)
+
+
+def parallel_limit(
+    settings: NvrxSettings, scenarios: Sequence[Scenario], gpus: Sequence[str]
+) -> int:
+    """How many of ``scenarios`` (one workload's) may run at once: ``--nvrx-parallel`` when given,
+    else for GPU scenarios what the visible GPUs hold (``--nvrx-gpu-share`` per GPU), else 1.
+
+    A multinode run (started by hand node by node, or through Slurm) is never pooled: its other
+    nodes start their launches in step with this one."""
+    if not scenarios:
+        return 1
+    multinode = (
+        int(settings.overrides.get("nnodes", 1)) > 1
+        or settings.overrides.get("node_index") is not None
+    )
+    if multinode:
+        return 1
+    if settings.parallel is not None:
+        return settings.parallel
+    need = max(scenario_gpus(settings, s) for s in scenarios)
+    if need == 0:
+        return 1
+    return max(1, GpuSlots(gpus, share=settings.gpu_share).capacity(need))
+
+
+class ScenarioPool:
+    """Launches submitted scenarios side by side; :meth:`run` waits for one and judges it."""
+
+    def __init__(
+        self,
+        settings: NvrxSettings,
+        *,
+        max_parallel: int,
+        write: Callable[[str], None],
+        gpus: Sequence[str] | None = None,
+    ) -> None:
+        self.settings = settings
+        self._write_lock = threading.Lock()
+        self._write = write
+        slots = None
+        if gpus is None:
+            gpus = visible_gpus()
+        if gpus:
+            slots = GpuSlots(gpus, share=settings.gpu_share)
+        self.pool = LaunchPool(max_parallel=max_parallel, slots=slots)
+        self._scenarios: dict[str, Scenario] = {}
+        self._plans: dict[str, Plan] = {}
+
+    def write(self, scenario: Scenario, text: str) -> None:
+        # progress lines come from the pool's waiting threads too
+        with self._write_lock:
+            self._write(f"nvrx {scenario.id}: {text}")
+
+    def __contains__(self, scenario: Scenario) -> bool:
+        return scenario.id in self._scenarios
+
+    def submit(self, scenario: Scenario, work_dir: Path) -> None:
+        settings = self.settings
+
+        def say(text: str) -> None:
+            self.write(scenario, text)
+
+        def make(slot: Slot) -> Launch:
+            planned = plan_launch(scenario_config(settings, scenario, work_dir))
+            if slot.gpus:
+                recipe = dataclasses.replace(
+                    planned.recipe,
+                    env={**planned.recipe.env, "CUDA_VISIBLE_DEVICES": slot.cuda_visible_devices},
+                )
+                planned = dataclasses.replace(planned, recipe=recipe)
+            self._plans[scenario.id] = planned
+            announce_plan(planned, say)
+            return Launch(planned.recipe, stack=planned.manifest_stack())
+
+        timeout = scenario_timeout(settings, scenario)
+
+        def wait(launch: Launch) -> LaunchOutcome:
+            try:
+                return LaunchOutcome(launch.wait(timeout, on_progress=lambda p: say(p.describe())))
+            except RunTimeout as exc:
+                return LaunchOutcome(None, str(exc))
+
+        self._scenarios[scenario.id] = scenario
+        self.pool.submit(Job(scenario.id, scenario_gpus(settings, scenario), make, wait))
+
+    def run(
+        self, scenario: Scenario, *, baselines: MutableMapping[str, RunEvidence]
+    ) -> ScenarioRun:
+        """Wait for ``scenario``'s launch (running the others meanwhile) and judge it. What
+        planning or starting it raised (a ConfigError: nothing launched) is raised here."""
+        outcome = self.pool.wait_for(scenario.id)
+        if outcome.launch is None:
+            assert outcome.error is not None
+            raise outcome.error
+        if outcome.error is not None:
+            raise outcome.error
+        launched = outcome.result
+        assert isinstance(launched, LaunchOutcome)
+        planned = self._plans[scenario.id]
+        return judge_scenario(
+            self.settings,
+            scenario,
+            planned,
+            launched,
+            baselines=baselines,
+            say=lambda text: self.write(scenario, text),
+        )
+
+    def stop(self) -> None:
+        """Stop whatever still runs (the session ends early: -x, Ctrl-C)."""
+        self.pool.stop_all()

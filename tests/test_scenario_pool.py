@@ -1,0 +1,70 @@
+"""Scenarios side by side (--nvrx-parallel): how many at once, and a real session that runs the
+reference baseline and kill-save together through the real ft_launcher (~45 s)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from pytest_nvrx.scenario_pool import parallel_limit, scenario_gpus
+from pytest_nvrx.scenarios import Scenario
+from pytest_nvrx.settings import NvrxSettings
+
+pytest_plugins = ["pytester"]
+
+GPU = [
+    Scenario("megatron", "none"),
+    Scenario("megatron", "kill", "save"),
+    Scenario("megatron", "hang", "step"),
+]
+CPU = [Scenario("reference", "none"), Scenario("reference", "kill", "save")]
+
+
+def test_gpu_scenarios_fill_the_visible_gpus_slots() -> None:
+    settings = NvrxSettings()
+    assert [scenario_gpus(settings, s) for s in GPU] == [1, 1, 1]
+    assert parallel_limit(settings, GPU, ["0", "1"]) == 2
+    assert parallel_limit(NvrxSettings(gpu_share=2), GPU, ["0", "1"]) == 4
+    two = NvrxSettings(overrides={"gpus_per_node": 2})
+    assert scenario_gpus(two, GPU[0]) == 2
+    assert parallel_limit(two, GPU, ["0", "1", "2", "3"]) == 2
+    # a scenario wider than the host: one at a time (its launch then says why it cannot run)
+    assert parallel_limit(two, GPU, ["0"]) == 1
+
+
+def test_explicit_multinode_and_cpu_limits() -> None:
+    assert parallel_limit(NvrxSettings(parallel=3), GPU, ["0"]) == 3
+    assert parallel_limit(NvrxSettings(parallel=3), CPU, []) == 3
+    assert parallel_limit(NvrxSettings(), CPU, []) == 1
+    assert [scenario_gpus(NvrxSettings(), s) for s in CPU] == [0, 0]
+    # the nodes of a multinode run start in step: never pooled, whatever was asked
+    assert parallel_limit(NvrxSettings(parallel=3, overrides={"nnodes": 2}), GPU, ["0", "1"]) == 1
+    assert parallel_limit(NvrxSettings(overrides={"node_index": 1}), GPU, ["0", "1"]) == 1
+    assert parallel_limit(NvrxSettings(), [], ["0"]) == 1
+
+
+@pytest.mark.timeout(600)
+def test_two_reference_scenarios_side_by_side(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest_subprocess(
+        "--pyargs", "pytest_nvrx.suite", "-p", "no:cacheprovider", "--nvrx-parallel", "2",
+        "-k", "reference-baseline or reference-kill-save",
+    )  # fmt: skip
+    out = result.stdout.str()
+    assert result.ret == pytest.ExitCode.OK, out[-4000:]
+    result.assert_outcomes(passed=10, skipped=4)
+    assert "nvrx reference: 2 scenarios, up to 2 at once" in out
+    events = re.findall(
+        r"^nvrx (reference-\S+): (launching in|launcher exit|continuity also checked)", out, re.M
+    )
+    order = [f"{name} {what.split()[0]}" for name, what in events]
+    # both launched before either launcher ended: they ran side by side
+    first_exit = min(i for i, e in enumerate(order) if e.endswith(" launcher"))
+    assert sorted(order[:first_exit]) == [
+        "reference-baseline launching",
+        "reference-kill-save launching",
+    ], order
+    # and the kill-save was still judged against the session's baseline
+    assert "reference-kill-save continuity" in order
+    runs = re.findall(r"^(reference-\S+): (\S+), launcher \S+ exit 0", out, re.M)
+    assert len({d for _, d in runs}) == 2
