@@ -3,16 +3,25 @@
 Settings resolve as option > walkthrough environment variable > ini value > scenario default.
 Nothing here needs a GPU: GPU scenarios are skipped at setup with a reason, so ``--help`` and
 ``--collect-only`` work anywhere.
+
+Reports travel the way pytest's own do, so they work under pytest-xdist: the first test report of
+each scenario carries the scenario's outcome, summary and (with ``--nvrx-report``) its recovery
+report as plain data (``report.nvrx_scenario``; a TestReport's extra attributes survive xdist's
+serialization), and :class:`NvrxReporter`, registered on the controller only (as junitxml's
+LogXML is), collects them in ``pytest_runtest_logreport``, writes the report at the session's end
+and prints the summary.
 """
 
 from __future__ import annotations
 
 from collections.abc import Generator
 from importlib import metadata
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from pytest_nvrx.criteria import CRITERIA_IDS
 from pytest_nvrx.fixtures import (
     JUDGED_KEY,
     WORKEROUTPUT_JUDGED,
@@ -30,6 +39,10 @@ from pytest_nvrx.settings import PLUGIN_SETTINGS
 pytest_plugins = ["pytest_nvrx.fixtures"]
 
 SCENARIO_FIXTURE = "nvrx_scenario_run"
+#: the marker of the shipped suite's downtime test, collected only with --nvrx-max-downtime
+DOWNTIME_GATE = "nvrx_downtime_gate"
+#: the controller's report plugin, by name (config.pluginmanager.get_plugin)
+REPORTER_NAME = "nvrx-reporter"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -84,6 +97,8 @@ MARKERS: dict[str, str] = {
         for fault in INJECTED_FAULTS
     },
     **{window: f"scenario window: {WINDOW_HELP[window]}" for window in FAULT_WINDOWS},
+    DOWNTIME_GATE: "the scenario's downtime held to --nvrx-max-downtime (collected only when "
+    "it is given)",
 }
 
 
@@ -97,7 +112,16 @@ def pytest_configure(config: pytest.Config) -> None:
     )
     # Our own --nvrx-* options and nvrx_* ini values are checked now (a typo is a usage error
     # whatever is collected); the environment only once scenarios are (nvrx_settings).
-    resolve_settings(config, env=False)
+    settings = resolve_settings(config, env=False)
+    if not hasattr(config, "workerinput"):
+        # the controller (or a session without xdist) collects the scenarios' reports
+        config.pluginmanager.register(NvrxReporter(config, settings.report), REPORTER_NAME)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    reporter = config.pluginmanager.get_plugin(REPORTER_NAME)
+    if reporter is not None:
+        config.pluginmanager.unregister(reporter)
 
 
 @pytest.hookimpl(optionalhook=True, tryfirst=True)
@@ -203,7 +227,65 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 # --- reports ------------------------------------------------------------------------------------
 
-OUTCOMES_KEY = pytest.StashKey[dict[str, bool]]()
+#: Scenarios whose run-wide JUnit properties were given (to their first testcase), by key.
+PROPERTIES_GIVEN_KEY = pytest.StashKey[set[str]]()
+#: Scenarios whose entry (outcome, summary, report data) a test report already carries, by key.
+SHIPPED_KEY = pytest.StashKey[set[str]]()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pycollect_makeitem(collector: pytest.Collector, name: str, obj: object) -> Any:
+    """The downtime gate's tests exist only when a limit is given: without one they are not
+    collected at all (neither counted nor "deselected": nothing the user asked for is left
+    out)."""
+    if not any(getattr(m, "name", None) == DOWNTIME_GATE for m in getattr(obj, "pytestmark", [])):
+        return None
+    try:
+        limit = nvrx_settings(collector.config).max_downtime
+    except pytest.UsageError:
+        return None  # pytest_generate_tests reports it as this module's collection error
+    return [] if limit is None else None
+
+
+def _junit_properties(item: pytest.Item, run: ScenarioRun) -> list[tuple[str, str]]:
+    """The run's own properties on its first testcase, its run dir on the others; a criterion's
+    testcase also gets its verdict, the downtime test the measured value and the limit."""
+    given = item.config.stash.setdefault(PROPERTIES_GIVEN_KEY, set())
+    if run.key not in given:
+        given.add(run.key)
+        props = run.junit_properties()
+    else:
+        props = [("nvrx_run_dir", str(run.layout.run_dir))]
+    callspec = getattr(item, "callspec", None)
+    criterion = callspec.params.get("criterion") if callspec is not None else None
+    if criterion in CRITERIA_IDS:
+        props += run.criterion_properties(str(criterion))
+    if item.get_closest_marker(DOWNTIME_GATE) is not None:
+        limit = nvrx_settings(item.config).max_downtime
+        for name, value in (("nvrx_downtime_s", run.downtime_s), ("nvrx_max_downtime_s", limit)):
+            if value is not None:
+                props.append((name, str(value)))
+    return props
+
+
+def scenario_entry(config: pytest.Config, run: ScenarioRun) -> dict[str, Any]:
+    """What the controller learns of a judged scenario, as plain data: its outcome line, its
+    summary block and, with --nvrx-report, its recovery report (ScenarioReport.as_dict)."""
+    settings = nvrx_settings(config)
+    limit = settings.max_downtime
+    entry: dict[str, Any] = {
+        "key": run.key,
+        "outcome": run.outcome_line(limit),
+        "lines": run.summary_lines(),
+        "report": None,
+        "report_error": None,
+    }
+    if settings.report is not None:
+        try:
+            entry["report"] = run.report(limit).as_dict()
+        except Exception as exc:  # a report bug must not cost the qualification: say it instead
+            entry["report_error"] = f"{type(exc).__name__}: {exc}"
+    return entry
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -212,20 +294,90 @@ def pytest_runtest_makereport(
 ) -> Generator[None, Any, None]:
     run: ScenarioRun | None = getattr(item, "funcargs", {}).get(SCENARIO_FIXTURE)
     if run is not None and call.when == "call":
-        for key, value in run.junit_properties():
-            item.user_properties.append((key, value))
+        item.user_properties.extend(_junit_properties(item, run))
     outcome = yield
     report: pytest.TestReport = outcome.get_result()
     if run is None:
         return
-    outcomes = item.config.stash.setdefault(OUTCOMES_KEY, {})
-    if report.failed:
-        outcomes[run.key] = False
-        if call.when == "call":
-            for title, text in run.log_tails():
-                report.sections.append((title, text))
-    else:
-        outcomes.setdefault(run.key, True)
+    if report.failed and call.when == "call":
+        for title, text in run.log_tails():
+            report.sections.append((title, text))
+    shipped = item.config.stash.setdefault(SHIPPED_KEY, set())
+    if run.key not in shipped:
+        # the scenario's first report (its run just ended): the outcome now, and the entry for
+        # the controller's summary and report
+        shipped.add(run.key)
+        entry = scenario_entry(item.config, run)
+        report.nvrx_scenario = entry  # type: ignore[attr-defined]
+        terminal_writer(item.config)(entry["outcome"])
+
+
+class NvrxReporter:
+    """The scenarios' outcomes and recovery report, on the controller: fed from test reports,
+    written at the session's end (--nvrx-report), announced in the terminal summary."""
+
+    def __init__(self, config: pytest.Config, path: Path | None) -> None:
+        self.config = config
+        self.html = None if path is None else config.invocation_params.dir / path
+        self.entries: dict[str, dict[str, Any]] = {}
+        self.outcome: str | None = None
+
+    @property
+    def json_path(self) -> Path | None:
+        return None if self.html is None else self.html.with_name("report.json")
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        entry = getattr(report, "nvrx_scenario", None)
+        if isinstance(entry, dict) and isinstance(entry.get("key"), str):
+            self.entries.setdefault(entry["key"], entry)
+
+    def blocks(self) -> list[list[str]]:
+        """Each scenario's summary block, led by its outcome line; runs judged here whose entry
+        no report carried (none should be) still show their verdicts."""
+        blocks = [[entry["outcome"], *entry["lines"]] for entry in self.entries.values()]
+        for run in self.config.stash.get(JUDGED_KEY, []):
+            if run.key not in self.entries:
+                blocks.append(run.summary_lines())
+        return blocks
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        if self.html is None or self.json_path is None or self.config.option.collectonly:
+            return
+        from pytest_nvrx.report import ScenarioReport, write_report
+
+        data = [e["report"] for e in self.entries.values() if e.get("report") is not None]
+        if not data:
+            self.outcome = f"no scenario was judged: {self.html} not written"
+            return
+        try:
+            self.html.parent.mkdir(parents=True, exist_ok=True)
+            write_report(
+                [ScenarioReport.from_dict(d) for d in data],
+                html=self.html,
+                json_path=self.json_path,
+            )
+        except OSError as exc:
+            self.outcome = f"cannot write the report: {exc}"
+            session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
+            return
+        self.outcome = f"{self.html} and {self.json_path} ({len(data)} scenarios)"
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        """Every judged scenario: its outcome line, its run, its verdicts with the line that
+        proves each; then where the report went."""
+        tr = terminalreporter
+        blocks = self.blocks()
+        if blocks:
+            tr.section("nvrx verdicts")
+            for block in blocks:
+                for line in block:
+                    tr.write_line(line)
+        for entry in self.entries.values():
+            if entry.get("report_error"):
+                tr.write_line(f"nvrx report: {entry['key']} left out: {entry['report_error']}")
+        if self.outcome is not None:
+            tr.write_line(f"nvrx report: {self.outcome}")
 
 
 #: Under xdist, on the controller: the summary lines of the runs the workers judged.
@@ -282,17 +434,3 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         " exit status 5"
     )
     session.exitstatus = pytest.ExitCode.NO_TESTS_COLLECTED
-
-
-def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
-    """Every judged scenario's verdicts, each with the line that proves it."""
-    blocks = [run.summary_lines() for run in config.stash.get(JUDGED_KEY, [])]
-    remote: list[list[str]] = config.stash.get(REMOTE_JUDGED_KEY, [])
-    blocks.extend(remote)
-    if not blocks:
-        return
-    tr = terminalreporter
-    tr.section("nvrx verdicts")
-    for block in blocks:
-        for line in block:
-            tr.write_line(line)

@@ -8,6 +8,7 @@ not judge: ``verify`` does). What is printed along the way is the caller's: it p
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -16,7 +17,7 @@ import time
 from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pytest_nvrx.criteria import Judgement, judge, judge_run_dir
 from pytest_nvrx.evidence.rundir import RunEvidence, load_run
@@ -34,6 +35,9 @@ from pytest_nvrx.settings import (
     resolve,
     shared_run_id,
 )
+
+if TYPE_CHECKING:
+    from pytest_nvrx.report import ScenarioReport
 
 #: The key of a judged existing run (--nvrx-run-dir), where a scenario's id would be.
 EXISTING_RUN = "existing-run"
@@ -67,6 +71,58 @@ def gpu_available() -> str | None:
     return None
 
 
+#: verify's timing that the downtime gate holds to its limit (equal to report.json's downtime_s)
+DOWNTIME_TIMING = "failure_to_first_iteration_after_restore_s"
+
+
+def downtime_breakdown(timings: Mapping[str, float]) -> list[str]:
+    """verify's timings as the steps of a downtime, each from the one before it."""
+    parts = []
+    for key, text in (
+        ("failure_to_detected_s", "detected after {:.1f} s"),
+        ("detected_to_replacement_start_s", "replacement started {:.1f} s later"),
+        ("replacement_start_to_checkpoint_loaded_s", "checkpoint loaded {:.1f} s later"),
+    ):
+        if key in timings:
+            parts.append(text.format(timings[key]))
+    first = timings.get("replacement_start_to_first_iteration_s")
+    loaded = timings.get("replacement_start_to_checkpoint_loaded_s")
+    if first is not None:
+        if loaded is not None:
+            parts.append(f"first step {first - loaded:.1f} s later")
+        else:
+            parts.append(f"first step {first:.1f} s after the replacement started")
+    return parts
+
+
+def property_text(value: Any) -> str | None:
+    """A JUnit property's value as a person reads it: no Python reprs (``None`` leaves the
+    property out, ``True`` is ``true``, a list is its items joined by `` | ``: XML readers turn
+    a newline in an attribute into a space)."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (list, tuple)):
+        return " | ".join(str(v) for v in value)
+    if isinstance(value, dict):
+        return json.dumps(value, sort_keys=True)
+    return str(value)
+
+
+def _properties(pairs: Sequence[tuple[str, Any]]) -> list[tuple[str, str]]:
+    """(name, text) pairs; a dict value becomes one property per key, a None value none."""
+    out: list[tuple[str, str]] = []
+    for name, value in pairs:
+        if isinstance(value, dict):
+            out += _properties([(f"{name}_{k}", v) for k, v in sorted(value.items())])
+            continue
+        text = property_text(value)
+        if text is not None:
+            out.append((name, text))
+    return out
+
+
 @dataclass
 class ScenarioRun:
     """A finished (or judged existing) run and its verdicts."""
@@ -80,7 +136,9 @@ class ScenarioRun:
     #: why the launch did not end by itself (its deadline), else None
     error: str | None = None
 
-    def junit_properties(self) -> list[tuple[str, Any]]:
+    def junit_properties(self) -> list[tuple[str, str]]:
+        """The run's own properties (its dir, the launcher's end, the stack, verify's timings),
+        as text: the plugin puts them on the scenario's first testcase only."""
         props: list[tuple[str, Any]] = [("nvrx_run_dir", str(self.layout.run_dir))]
         if self.result is not None:
             props += [
@@ -89,7 +147,19 @@ class ScenarioRun:
             ]
         props += [(f"nvrx_stack_{k}", v) for k, v in sorted(self.stack.items())]
         props += [(f"nvrx_timing_{k}", v) for k, v in sorted(self.judgement.timings.items())]
-        return props
+        return _properties(props)
+
+    def criterion_properties(self, criterion: str) -> list[tuple[str, str]]:
+        """One criterion's testcase: its own verdict and the lines that prove it."""
+        verdict = self.judgement.verdict(criterion)
+        return _properties(
+            [
+                ("nvrx_criterion", verdict.id),
+                ("nvrx_status", verdict.status),
+                ("nvrx_reason", verdict.reason),
+                ("nvrx_evidence", [ref.render() for ref in verdict.evidence]),
+            ]
+        )
 
     def log_tails(self) -> list[tuple[str, str]]:
         logs = sorted(self.layout.logs.glob("train_cycle*.log"))
@@ -113,6 +183,77 @@ class ScenarioRun:
         lines = [f"{self.key}: {self.layout.run_dir}{wall}"]
         lines += [f"  {verdict.headline()}" for verdict in self.judgement.verdicts]
         return lines
+
+    # --- the outcome and the downtime gate ---------------------------------------------------
+
+    @property
+    def baseline(self) -> bool:
+        return self.judgement.expected.baseline
+
+    @property
+    def downtime_s(self) -> float | None:
+        """The fault's instant to the first step committed after the restore (None: the
+        evidence shows no such pair)."""
+        return self.judgement.timings.get(DOWNTIME_TIMING)
+
+    def downtime_failure(self, limit_s: float) -> str | None:
+        """Why the run breaks ``--nvrx-max-downtime limit_s``; None when it keeps to it (a
+        baseline has no downtime to hold). No measurement is a failure, never a pass."""
+        if self.baseline:
+            return None
+        downtime = self.downtime_s
+        if downtime is None:
+            return (
+                f"no measurable downtime, limit {limit_s:g} s (--nvrx-max-downtime): the evidence "
+                "shows no fault instant or no step committed after a restore"
+            )
+        if downtime <= limit_s:
+            return None
+        parts = downtime_breakdown(self.judgement.timings)
+        split = f" ({', '.join(parts)})" if parts else ""
+        return (
+            f"downtime {downtime:.3f} s exceeds the limit {limit_s:g} s (--nvrx-max-downtime): "
+            f"fault to first step committed after the restore{split}"
+        )
+
+    def cause(self, max_downtime_s: float | None = None) -> str | None:
+        """Why the scenario did not qualify, in one line; None when it did. The first cause
+        leads (the workers died before the fault), then the launch's deadline, broken
+        artifacts, the first failing criterion, the downtime limit."""
+        judgement = self.judgement
+        if judgement.first_cause is not None:
+            return judgement.first_cause.text
+        if self.error is not None:
+            return self.error
+        fatal = [p.message for p in judgement.problems if p.severity == "fatal"]
+        if fatal:
+            return "cannot judge the run directory: " + "; ".join(fatal)
+        failing = next((v for v in judgement.verdicts if not v.passed), None)
+        if failing is not None:
+            return f"{failing.id}: {failing.reason} [{failing.evidence[0].location}]"
+        if max_downtime_s is not None:
+            return self.downtime_failure(max_downtime_s)
+        return None
+
+    def outcome(self, max_downtime_s: float | None = None) -> str:
+        """``QUALIFIED`` or ``NOT QUALIFIED: <cause>``."""
+        cause = self.cause(max_downtime_s)
+        return "QUALIFIED" if cause is None else f"NOT QUALIFIED: {cause}"
+
+    def outcome_line(self, max_downtime_s: float | None = None) -> str:
+        return f"nvrx {self.key}: {self.outcome(max_downtime_s)}"
+
+    def report(self, max_downtime_s: float | None = None) -> ScenarioReport:
+        """The recovery report's view of this run (pytest_nvrx.report): its evidence loaded
+        again (checkpoint payload unread), the verdicts this judgement gave; a broken downtime
+        limit makes it not qualified."""
+        from pytest_nvrx.report import ScenarioReport
+
+        evidence = load_run(self.layout.run_dir, self.layout.checkpoint_dir, read_checkpoints=False)
+        report = ScenarioReport.from_judgement(evidence, self.judgement, name=self.key)
+        if max_downtime_s is not None:
+            report = report.held_to(max_downtime_s, self.downtime_failure(max_downtime_s))
+        return report
 
 
 def scenario_config(

@@ -945,6 +945,33 @@ SETTINGS: tuple[Setting, ...] = (
         doc_default="1",
     ),
     Setting(
+        "report",
+        "write the recovery report of the session's scenarios: one offline HTML page at PATH "
+        "and report.json beside it",
+        parse=_path,
+        where="plugin",
+        attr="report",
+        doc_value="PATH",
+        doc="write the recovery report of the session's scenarios: one self-contained offline "
+        "HTML page at `PATH` (matrix, timelines, recovery cost, loss curves) and `report.json` "
+        "beside it ([report.md](report.md)); also under pytest-xdist",
+    ),
+    Setting(
+        "max-downtime",
+        "fail a fault scenario whose downtime (fault to the first step committed after the "
+        "restore) exceeds S seconds, or cannot be measured (test_recovery_downtime)",
+        parse=parse_seconds,
+        where="plugin",
+        attr="max_downtime",
+        doc_value="S",
+        doc="the downtime gate: each fault scenario gets a `test_recovery_downtime` test that "
+        "fails when its downtime (the fault's instant to the first step committed after the "
+        "restore, report.json's `downtime_s`) exceeds `S` seconds or cannot be measured; the "
+        "message has the measured value, the limit and the breakdown ([Downtime "
+        "gate](#downtime-gate))",
+        doc_default="none (no gate)",
+    ),
+    Setting(
         "dry-run",
         "print the command and stop",
         env=DRY_RUN_ENV,
@@ -1035,6 +1062,10 @@ class NvrxSettings:
     #: scenarios of one workload at once; None: auto
     parallel: int | None = None
     gpu_share: int = 1
+    #: the HTML report's path (report.json beside it)
+    report: Path | None = None
+    #: the downtime gate's limit, seconds
+    max_downtime: float | None = None
 
 
 #: Where a plugin setting was found: (raw value, source for messages), or None where not given.

@@ -216,6 +216,8 @@ def test_report_json_schema_is_stable(megatron: list[ScenarioReport]) -> None:
         "stack",
         "timings",
         "downtime_s",
+        "max_downtime_s",
+        "gate",
         "recovery",
         "timeline",
         "loss",

@@ -238,4 +238,4 @@ def test_plugin_errors_name_the_source(name: str, raw: str, message: str) -> Non
 def test_a_row_needs_an_attribute_that_exists() -> None:
     """NvrxSettings has slots: a row whose attribute is missing fails at once, not silently."""
     with pytest.raises(AttributeError):
-        setattr(NvrxSettings(), Setting("report", "h", attr="report").attr or "", 1)
+        setattr(NvrxSettings(), Setting("no-such", "h", attr="no_such").attr or "", 1)

@@ -17,7 +17,7 @@ plus ``unattributed_s`` are always the downtime.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -330,6 +330,9 @@ class ScenarioReport:
     recovery: Recovery | None  # None: a baseline, or no fault time to measure from
     timeline: TimelineData
     loss: LossSeries
+    #: the downtime limit the run was held to (--nvrx-max-downtime), and why it broke it
+    max_downtime_s: float | None = None
+    gate: str | None = None
 
     @property
     def baseline(self) -> bool:
@@ -344,7 +347,9 @@ class ScenarioReport:
         if self.first_cause:
             return self.first_cause
         failing = next((c for c in self.criteria if c.status == "FAIL"), None)
-        return f"{failing.id}: {failing.reason}" if failing is not None else self.summary
+        if failing is not None:
+            return f"{failing.id}: {failing.reason}"
+        return self.gate or self.summary
 
     @property
     def outcome(self) -> str:
@@ -354,6 +359,16 @@ class ScenarioReport:
     @property
     def downtime_s(self) -> float | None:
         return self.recovery.downtime_s if self.recovery is not None else None
+
+    def held_to(self, max_downtime_s: float, failure: str | None) -> ScenarioReport:
+        """This report under a downtime limit: ``failure`` (why the run broke it, None when it
+        kept to it) makes it not qualified."""
+        return replace(
+            self,
+            max_downtime_s=max_downtime_s,
+            gate=failure,
+            passed=self.passed and failure is None,
+        )
 
     @classmethod
     def from_run_dir(
@@ -444,6 +459,8 @@ class ScenarioReport:
             "stack": self.stack,
             "timings": self.timings,
             "downtime_s": self.downtime_s,
+            "max_downtime_s": self.max_downtime_s,
+            "gate": self.gate,
             "recovery": self.recovery.as_dict() if self.recovery is not None else None,
             "timeline": self.timeline.as_dict(),
             "loss": self.loss.as_dict(),
@@ -470,6 +487,8 @@ class ScenarioReport:
             recovery=Recovery.from_dict(recovery) if recovery is not None else None,
             timeline=TimelineData.from_dict(data["timeline"]),
             loss=LossSeries.from_dict(data["loss"]),
+            max_downtime_s=data.get("max_downtime_s"),
+            gate=data.get("gate"),
         )
 
 

@@ -53,7 +53,7 @@ def report_json(
         "schema_version": SCHEMA_VERSION,
         "tool": {"name": "pytest-nvrx", "version": __version__},
         "stack": dict(stack) if stack is not None else _common_stack(reports),
-        "passed": all(r.passed for r in reports),
+        "passed": bool(reports) and all(r.passed for r in reports),
         "scenarios": scenarios,
     }
 
