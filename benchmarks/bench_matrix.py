@@ -437,6 +437,9 @@ def run(out: Path, parallel: int | None, extra: Sequence[str], keep: Path | None
     here = (str(Path(__file__).resolve().parent), str(ROOT), env.get("PYTHONPATH"))
     env["PYTHONPATH"] = os.pathsep.join(p for p in here if p)
     env[TIMINGS_VAR] = str(timings)
+    # run dirs under the fresh --basetemp, where they are looked for (a work dir set in the
+    # environment, as scripts/device_gpu_suite.sh sets one, would take them elsewhere)
+    env.pop("NVRX_WORK_DIR", None)
     print(f"bench_matrix: {' '.join(command)}", file=sys.stderr, flush=True)
     started = time.time()
     t0 = time.monotonic()
