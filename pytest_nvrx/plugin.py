@@ -30,7 +30,7 @@ from pytest_nvrx.fixtures import (
     terminal_writer,
 )
 from pytest_nvrx.layout import FAULT_WINDOWS, INJECTED_FAULTS, windows_of
-from pytest_nvrx.scenario_run import EXISTING_RUN, ScenarioRun
+from pytest_nvrx.scenario_run import EXISTING_RUN, Limits, ScenarioRun
 from pytest_nvrx.scenarios import matrix_scenarios
 from pytest_nvrx.settings import PLUGIN_SETTINGS
 
@@ -97,8 +97,8 @@ MARKERS: dict[str, str] = {
         for fault in INJECTED_FAULTS
     },
     **{window: f"scenario window: {WINDOW_HELP[window]}" for window in FAULT_WINDOWS},
-    DOWNTIME_GATE: "the scenario's downtime held to --nvrx-max-downtime (collected only when "
-    "it is given)",
+    DOWNTIME_GATE: "the scenario's downtime held to --nvrx-max-downtime and --nvrx-max-phase "
+    "(collected only when one is given)",
 }
 
 
@@ -241,10 +241,10 @@ def pytest_pycollect_makeitem(collector: pytest.Collector, name: str, obj: objec
     if not any(getattr(m, "name", None) == DOWNTIME_GATE for m in getattr(obj, "pytestmark", [])):
         return None
     try:
-        limit = nvrx_settings(collector.config).max_downtime
+        limits = Limits.of(nvrx_settings(collector.config))
     except pytest.UsageError:
         return None  # pytest_generate_tests reports it as this module's collection error
-    return [] if limit is None else None
+    return None if limits.given else []
 
 
 def _junit_properties(item: pytest.Item, run: ScenarioRun) -> list[tuple[str, str]]:
@@ -261,10 +261,15 @@ def _junit_properties(item: pytest.Item, run: ScenarioRun) -> list[tuple[str, st
     if criterion in CRITERIA_IDS:
         props += run.criterion_properties(str(criterion))
     if item.get_closest_marker(DOWNTIME_GATE) is not None:
-        limit = nvrx_settings(item.config).max_downtime
-        for name, value in (("nvrx_downtime_s", run.downtime_s), ("nvrx_max_downtime_s", limit)):
+        limits = Limits.of(nvrx_settings(item.config))
+        for name, value in (
+            ("nvrx_downtime_s", run.downtime_s),
+            ("nvrx_max_downtime_s", limits.downtime_s),
+        ):
             if value is not None:
                 props.append((name, str(value)))
+        for phase, limit in limits.phases.items():
+            props.append((f"nvrx_max_phase_{phase}_s", str(limit)))
     return props
 
 
@@ -272,17 +277,17 @@ def scenario_entry(config: pytest.Config, run: ScenarioRun) -> dict[str, Any]:
     """What the controller learns of a judged scenario, as plain data: its outcome line, its
     summary block and, with --nvrx-report, its recovery report (ScenarioReport.as_dict)."""
     settings = nvrx_settings(config)
-    limit = settings.max_downtime
+    limits = Limits.of(settings)
     entry: dict[str, Any] = {
         "key": run.key,
-        "outcome": run.outcome_line(limit),
+        "outcome": run.outcome_line(limits),
         "lines": run.summary_lines(),
         "report": None,
         "report_error": None,
     }
     if settings.report is not None:
         try:
-            entry["report"] = run.report(limit).as_dict()
+            entry["report"] = run.report(limits).as_dict()
         except Exception as exc:  # a report bug must not cost the qualification: say it instead
             entry["report_error"] = f"{type(exc).__name__}: {exc}"
     return entry

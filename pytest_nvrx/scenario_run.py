@@ -135,6 +135,8 @@ class ScenarioRun:
     stack: dict[str, Any] = field(default_factory=dict)
     #: why the launch did not end by itself (its deadline), else None
     error: str | None = None
+    #: the recovery report of this run, built on first use (report())
+    _report: ScenarioReport | None = field(default=None, init=False, repr=False, compare=False)
 
     def junit_properties(self) -> list[tuple[str, str]]:
         """The run's own properties (its dir, the launcher's end, the stack, verify's timings),
@@ -216,10 +218,47 @@ class ScenarioRun:
             f"fault to first step committed after the restore{split}"
         )
 
-    def cause(self, max_downtime_s: float | None = None) -> str | None:
+    def phase_failures(self, limits: Mapping[str, float]) -> list[str]:
+        """Why the run breaks ``--nvrx-max-phase`` (the recovery report's phases); a phase the
+        evidence cannot measure breaks its limit too."""
+        if self.baseline or not limits:
+            return []
+        recovery = self.report().recovery
+        phases = {phase.id: phase for phase in recovery.phases} if recovery is not None else {}
+        out = []
+        for phase_id, limit in limits.items():
+            given = f"--nvrx-max-phase {phase_id}={limit:g}"
+            phase = phases.get(phase_id)
+            if phase is None:
+                out.append(f"phase {phase_id} not measurable, limit {limit:g} s ({given}): no "
+                           "recovery to measure (no fault instant)")  # fmt: skip
+            elif phase.seconds is None:
+                out.append(
+                    f"phase {phase_id} ({phase.label}) not measurable, limit {limit:g} s "
+                    f"({given}): {phase.missing}"
+                )
+            elif phase.seconds > limit:
+                out.append(
+                    f"phase {phase_id} ({phase.label}) {phase.seconds:.3f} s exceeds the limit "
+                    f"{limit:g} s ({given})"
+                )
+        return out
+
+    def gate_failures(self, limits: Limits | None) -> list[str]:
+        """Every limit the run breaks (none for a baseline or without limits)."""
+        if limits is None or self.baseline:
+            return []
+        out = []
+        if limits.downtime_s is not None:
+            failure = self.downtime_failure(limits.downtime_s)
+            if failure is not None:
+                out.append(failure)
+        return out + self.phase_failures(limits.phases)
+
+    def cause(self, limits: Limits | None = None) -> str | None:
         """Why the scenario did not qualify, in one line; None when it did. The first cause
         leads (the workers died before the fault), then the launch's deadline, broken
-        artifacts, the first failing criterion, the downtime limit."""
+        artifacts, the first failing criterion, the time limits."""
         judgement = self.judgement
         if judgement.first_cause is not None:
             return judgement.first_cause.text
@@ -231,29 +270,52 @@ class ScenarioRun:
         failing = next((v for v in judgement.verdicts if not v.passed), None)
         if failing is not None:
             return f"{failing.id}: {failing.reason} [{failing.evidence[0].location}]"
-        if max_downtime_s is not None:
-            return self.downtime_failure(max_downtime_s)
-        return None
+        return "; ".join(self.gate_failures(limits)) or None
 
-    def outcome(self, max_downtime_s: float | None = None) -> str:
+    def outcome(self, limits: Limits | None = None) -> str:
         """``QUALIFIED`` or ``NOT QUALIFIED: <cause>``."""
-        cause = self.cause(max_downtime_s)
+        cause = self.cause(limits)
         return "QUALIFIED" if cause is None else f"NOT QUALIFIED: {cause}"
 
-    def outcome_line(self, max_downtime_s: float | None = None) -> str:
-        return f"nvrx {self.key}: {self.outcome(max_downtime_s)}"
+    def outcome_line(self, limits: Limits | None = None) -> str:
+        return f"nvrx {self.key}: {self.outcome(limits)}"
 
-    def report(self, max_downtime_s: float | None = None) -> ScenarioReport:
+    def report(self, limits: Limits | None = None) -> ScenarioReport:
         """The recovery report's view of this run (pytest_nvrx.report): its evidence loaded
-        again (checkpoint payload unread), the verdicts this judgement gave; a broken downtime
+        again once (checkpoint payload unread), the verdicts this judgement gave; a broken
         limit makes it not qualified."""
-        from pytest_nvrx.report import ScenarioReport
+        if self._report is None:
+            from pytest_nvrx.report import ScenarioReport
 
-        evidence = load_run(self.layout.run_dir, self.layout.checkpoint_dir, read_checkpoints=False)
-        report = ScenarioReport.from_judgement(evidence, self.judgement, name=self.key)
-        if max_downtime_s is not None:
-            report = report.held_to(max_downtime_s, self.downtime_failure(max_downtime_s))
-        return report
+            evidence = load_run(
+                self.layout.run_dir, self.layout.checkpoint_dir, read_checkpoints=False
+            )
+            self._report = ScenarioReport.from_judgement(evidence, self.judgement, name=self.key)
+        if limits is None or not limits.given:
+            return self._report
+        failures = self.gate_failures(limits)
+        return self._report.held_to(
+            "; ".join(failures) or None,
+            max_downtime_s=limits.downtime_s,
+            max_phases=dict(limits.phases) or None,
+        )
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The recovery-time limits fault scenarios are held to: ``--nvrx-max-downtime`` and
+    ``--nvrx-max-phase`` (phase id -> seconds, the recovery report's phases)."""
+
+    downtime_s: float | None = None
+    phases: Mapping[str, float] = field(default_factory=dict)
+
+    @property
+    def given(self) -> bool:
+        return self.downtime_s is not None or bool(self.phases)
+
+    @classmethod
+    def of(cls, settings: NvrxSettings) -> Limits:
+        return cls(settings.max_downtime, dict(settings.max_phases or {}))
 
 
 def scenario_config(

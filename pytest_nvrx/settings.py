@@ -449,6 +449,23 @@ def _existing_dir(raw: str, what: str) -> Path:
     return path
 
 
+def parse_phase_limits(raw: str, what: str) -> dict[str, float]:
+    """``PHASE=S[,PHASE=S...]``: seconds per phase of the recovery report."""
+    from pytest_nvrx.report.model import PHASES
+
+    ids = [phase.id for phase in PHASES]
+    out: dict[str, float] = {}
+    for part in raw.split(","):
+        name, sep, value = part.strip().partition("=")
+        if not sep or name not in ids:
+            raise ConfigError(
+                f"{what} must be PHASE=SECONDS[,PHASE=SECONDS...] with PHASE one of "
+                f"{', '.join(ids)}; got {quote(part.strip())}"
+            )
+        out[name] = parse_seconds(value, f"{what} {name}")
+    return out
+
+
 def _section_timeouts(raw: str, what: str) -> SectionTimeouts:
     return SectionTimeouts.parse(raw)
 
@@ -972,6 +989,21 @@ SETTINGS: tuple[Setting, ...] = (
         doc_default="none (no gate)",
     ),
     Setting(
+        "max-phase",
+        "fail a fault scenario whose recovery phase takes longer than its limit, or cannot be "
+        "measured: PHASE=S[,PHASE=S...] with PHASE detection, termination, rendezvous, "
+        "worker_start, checkpoint_load, first_step",
+        parse=parse_phase_limits,
+        where="plugin",
+        attr="max_phases",
+        doc_value="P=S[,P=S...]",
+        doc="per-phase limits of the downtime gate, seconds per phase of the recovery report "
+        "(`detection`, `termination`, `rendezvous`, `worker_start`, `checkpoint_load`, "
+        "`first_step`); a phase the evidence cannot measure fails its limit ([Downtime "
+        "gate](#downtime-gate))",
+        doc_default="none",
+    ),
+    Setting(
         "dry-run",
         "print the command and stop",
         env=DRY_RUN_ENV,
@@ -1066,6 +1098,8 @@ class NvrxSettings:
     report: Path | None = None
     #: the downtime gate's limit, seconds
     max_downtime: float | None = None
+    #: the downtime gate's limits per recovery phase, seconds
+    max_phases: dict[str, float] | None = None
 
 
 #: Where a plugin setting was found: (raw value, source for messages), or None where not given.

@@ -241,3 +241,49 @@ def test_a_real_reference_kill_against_two_limits(
     )
     again.assert_outcomes(passed=2 + len(CRITERIA_IDS))
     again.stdout.fnmatch_lines(["nvrx existing-run: QUALIFIED"])
+
+
+def test_phase_limits(pytester: pytest.Pytester, clean_env: None, tmp_path: Path) -> None:
+    """--nvrx-max-phase: a phase over its limit fails with its seconds, one the evidence cannot
+    measure fails saying why, one within its limit says nothing; the report holds the limits."""
+    kill = copy_run(GPU_KILL, tmp_path)
+    html = tmp_path / "report.html"
+    result = pytester.runpytest(
+        *SUITE_ARGS, "--nvrx-run-dir", str(kill), "-k", "downtime", "--nvrx-report", str(html),
+        "--nvrx-max-phase", "checkpoint_load=5,detection=1",
+    )  # fmt: skip
+    result.assert_outcomes(failed=1)
+    out = result.stdout.str()
+    result.stdout.fnmatch_lines(
+        [
+            "phase checkpoint_load (started → checkpoint loaded) 19.489 s exceeds the limit 5 s"
+            " (--nvrx-max-phase checkpoint_load=5)"
+        ]
+    )
+    assert "phase detection" not in out  # 0.197 s: within its limit
+    scenario = check_report(html)
+    assert scenario["max_phases"] == {"checkpoint_load": 5.0, "detection": 1.0}
+    assert scenario["passed"] is False and "phase checkpoint_load" in str(scenario["gate"])
+
+    reference = copy_run(DATA / "cpu" / "reference-kill", tmp_path)
+    result = pytester.runpytest(
+        *SUITE_ARGS, "--nvrx-run-dir", str(reference), "-k", "downtime",
+        "--nvrx-max-phase", "detection=600,checkpoint_load=600", "--nvrx-max-downtime", "600",
+    )  # fmt: skip
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "phase checkpoint_load (started → checkpoint loaded) not measurable, limit 600 s"
+            " (--nvrx-max-phase checkpoint_load=600): checkpoint loaded not in the evidence"
+        ]
+    )
+    assert "exceeds the limit" not in result.stdout.str()  # downtime 12.9 s, detection 0.1 s
+    ok = pytester.runpytest(
+        *SUITE_ARGS, "--nvrx-run-dir", str(reference), "-k", "downtime",
+        "--nvrx-max-phase", "detection=600,rendezvous=600",
+    )  # fmt: skip
+    ok.assert_outcomes(passed=1)
+    bad = pytester.runpytest(*SUITE_ARGS, "--collect-only", "--nvrx-max-phase", "restore=5")
+    assert bad.ret == pytest.ExitCode.USAGE_ERROR
+    assert "PHASE one of detection, termination, rendezvous" in bad.stderr.str()
+    assert "got 'restore=5'" in bad.stderr.str()

@@ -217,6 +217,7 @@ def test_report_json_schema_is_stable(megatron: list[ScenarioReport]) -> None:
         "timings",
         "downtime_s",
         "max_downtime_s",
+        "max_phases",
         "gate",
         "recovery",
         "timeline",

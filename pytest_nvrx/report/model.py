@@ -330,8 +330,10 @@ class ScenarioReport:
     recovery: Recovery | None  # None: a baseline, or no fault time to measure from
     timeline: TimelineData
     loss: LossSeries
-    #: the downtime limit the run was held to (--nvrx-max-downtime), and why it broke it
+    #: the limits the run was held to (--nvrx-max-downtime, --nvrx-max-phase), and why it
+    #: broke them
     max_downtime_s: float | None = None
+    max_phases: dict[str, float] | None = None
     gate: str | None = None
 
     @property
@@ -360,12 +362,19 @@ class ScenarioReport:
     def downtime_s(self) -> float | None:
         return self.recovery.downtime_s if self.recovery is not None else None
 
-    def held_to(self, max_downtime_s: float, failure: str | None) -> ScenarioReport:
-        """This report under a downtime limit: ``failure`` (why the run broke it, None when it
-        kept to it) makes it not qualified."""
+    def held_to(
+        self,
+        failure: str | None,
+        *,
+        max_downtime_s: float | None = None,
+        max_phases: dict[str, float] | None = None,
+    ) -> ScenarioReport:
+        """This report under time limits: ``failure`` (why the run broke them, None when it
+        kept to them) makes it not qualified."""
         return replace(
             self,
             max_downtime_s=max_downtime_s,
+            max_phases=max_phases,
             gate=failure,
             passed=self.passed and failure is None,
         )
@@ -460,6 +469,7 @@ class ScenarioReport:
             "timings": self.timings,
             "downtime_s": self.downtime_s,
             "max_downtime_s": self.max_downtime_s,
+            "max_phases": self.max_phases,
             "gate": self.gate,
             "recovery": self.recovery.as_dict() if self.recovery is not None else None,
             "timeline": self.timeline.as_dict(),
@@ -488,6 +498,7 @@ class ScenarioReport:
             timeline=TimelineData.from_dict(data["timeline"]),
             loss=LossSeries.from_dict(data["loss"]),
             max_downtime_s=data.get("max_downtime_s"),
+            max_phases=data.get("max_phases"),
             gate=data.get("gate"),
         )
 

@@ -4,8 +4,8 @@ Each scenario (``reference-baseline``, ``reference-kill-save``, ``megatron-hang-
 is launched once by the ``nvrx_scenario_run`` fixture; these tests only read its verdicts. The
 matrix is ``--nvrx-matrix default|full`` or ``--nvrx-window``; markers select within it, by
 fault, window and workload: ``-m "gpu and finalize"``, ``-m "kill and not step"``,
-``-m "not gpu"``. With ``--nvrx-max-downtime S`` each scenario also gets
-``test_recovery_downtime``, the downtime gate.
+``-m "not gpu"``. With ``--nvrx-max-downtime S`` or ``--nvrx-max-phase P=S``
+each scenario also gets ``test_recovery_downtime``, the downtime gate.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import pytest
 
 from pytest_nvrx.criteria import CRITERIA_IDS
 from pytest_nvrx.fixtures import ScenarioRun, nvrx_settings
+from pytest_nvrx.scenario_run import Limits
 
 # A scenario's run has its own deadline (--nvrx-run-timeout) that kills the whole process tree;
 # pytest-timeout must not interrupt it first (the run happens inside the first test's setup).
@@ -42,12 +43,13 @@ def test_recovery_criterion(nvrx_scenario_run: ScenarioRun, criterion: str) -> N
 @pytest.mark.nvrx_downtime_gate
 def test_recovery_downtime(nvrx_scenario_run: ScenarioRun, pytestconfig: pytest.Config) -> None:
     """The fault's instant to the first step committed after the restore is within
-    --nvrx-max-downtime (collected only when it is given); no measurement fails too."""
-    limit = nvrx_settings(pytestconfig).max_downtime
-    if limit is None:
-        pytest.skip("no --nvrx-max-downtime given")
+    --nvrx-max-downtime, and each phase named by --nvrx-max-phase within its limit (collected
+    only when one is given); a limit with nothing measured fails too."""
+    limits = Limits.of(nvrx_settings(pytestconfig))
+    if not limits.given:
+        pytest.skip("no --nvrx-max-downtime or --nvrx-max-phase given")
     if nvrx_scenario_run.baseline:
         pytest.skip("baseline scenario: no fault, no downtime")
-    failure = nvrx_scenario_run.downtime_failure(limit)
-    if failure is not None:
-        pytest.fail(failure, pytrace=False)
+    failures = nvrx_scenario_run.gate_failures(limits)
+    if failures:
+        pytest.fail("\n".join(failures), pytrace=False)
