@@ -366,7 +366,8 @@ class NvrxReporter:
             self.outcome = f"cannot write the report: {exc}"
             session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
             return
-        self.outcome = f"{self.html} and {self.json_path} ({len(data)} scenarios)"
+        count = f"{len(data)} scenario{'' if len(data) == 1 else 's'}"
+        self.outcome = f"{self.html} and {self.json_path} ({count})"
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         """Every judged scenario: its outcome line, its run, its verdicts with the line that

@@ -83,7 +83,7 @@ def test_report_and_outcome_without_xdist(
             "nvrx existing-run: QUALIFIED",
             f"existing-run: {run}",
             "  PASS prior_checkpoint: *",
-            f"nvrx report: {html} and {html.parent / 'report.json'} (1 scenarios)",
+            f"nvrx report: {html} and {html.parent / 'report.json'} (1 scenario)",
         ]
     )
     assert "test_recovery_downtime" not in out
@@ -132,7 +132,7 @@ def test_report_under_xdist(pytester: pytest.Pytester, clean_env: None, tmp_path
             "*= nvrx verdicts =*",
             "nvrx existing-run: QUALIFIED",
             f"existing-run: {run}",
-            f"nvrx report: {html} and {tmp_path / 'report.json'} (1 scenarios)",
+            f"nvrx report: {html} and {tmp_path / 'report.json'} (1 scenario)",
         ]
     )
     # the worker says the outcome at the end of the run, tagged with itself
