@@ -1,11 +1,11 @@
 """Scenarios side by side on the GPU (issue #14): a real 2x H200 matrix through the plugin.
 
-``tests/data/parallel/gpu-share2``: ``pytest -m gpu --nvrx-workload megatron -k
-"megatron-baseline or megatron-kill-save or megatron-hang-finalize"
---nvrx-no-distributed-optimizer --nvrx-gpu-share 2`` under benchmarks/bench_matrix.py: the three
-1-GPU scenarios launched at once, two on GPU 0 and one on GPU 1; pytest took 139.7 s for a slowest launcher of 129.0 s (1.08x), against 270.2 s one
-after the other (docs/performance.md). Re-judged here: running side by side changed nothing the
-criteria see, continuity against the baseline included.
+``tests/data/parallel/gpu-share2``: the three 1-GPU megatron scenarios baseline, kill-save and
+hang-finalize (``--nvrx-no-distributed-optimizer --nvrx-gpu-share 2``, under
+benchmarks/bench_matrix.py) launched at once, two on GPU 0 and one on GPU 1. pytest took 139.7 s
+for a slowest launcher of 129.0 s (1.08x), against 270.2 s one after the other
+(docs/performance.md). Re-judged here: running side by side changed nothing the criteria see,
+continuity against the baseline included.
 """
 
 from __future__ import annotations
