@@ -13,6 +13,7 @@ scenarios, exactly as one after the other.
 from __future__ import annotations
 
 import dataclasses
+import os
 import threading
 from collections.abc import Callable, MutableMapping, Sequence
 from pathlib import Path
@@ -51,7 +52,8 @@ def parallel_limit(
     settings: NvrxSettings, scenarios: Sequence[Scenario], gpus: Sequence[str]
 ) -> int:
     """How many of ``scenarios`` (one workload's) may run at once: ``--nvrx-parallel`` when given,
-    else for GPU scenarios what the visible GPUs hold (``--nvrx-gpu-share`` per GPU), else 1.
+    else for GPU scenarios what the visible GPUs hold (``--nvrx-gpu-share`` per GPU), else
+    :func:`cpu_parallel`.
 
     A multinode run (started by hand node by node, or through Slurm) is never pooled: its other
     nodes start their launches in step with this one."""
@@ -67,8 +69,19 @@ def parallel_limit(
         return settings.parallel
     need = max(scenario_gpus(settings, s) for s in scenarios)
     if need == 0:
-        return 1
+        return cpu_parallel(os.cpu_count())
     return max(1, GpuSlots(gpus, share=settings.gpu_share).capacity(need))
+
+
+def cpu_parallel(cpus: int | None) -> int:
+    """Reference scenarios at once by default: 3, or half the CPUs where there are more than 6.
+
+    A reference run mostly waits (for the launcher's monitors, detection timeouts, rendezvous):
+    on the 2-core machine the default matrix (7 scenarios) took 242.2 s one after the other,
+    149.5 s two at a time and 132.4 s three at a time, every criterion passing
+    (docs/performance.md). More than 3 was not measured there; on larger hosts half the CPUs
+    keeps each run's two ranks a core."""
+    return max(3, (cpus or 1) // 2)
 
 
 class ScenarioPool:

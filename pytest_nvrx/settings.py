@@ -937,7 +937,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "parallel",
         "scenarios of one workload run at once: a number, or auto (GPU scenarios: as many as "
-        "the visible GPUs hold, see --nvrx-gpu-share; reference: 1)",
+        "the visible GPUs hold, see --nvrx-gpu-share; reference: 3, or half the CPUs)",
         parse=parse_parallel,
         where="plugin",
         attr="parallel",
@@ -945,8 +945,8 @@ SETTINGS: tuple[Setting, ...] = (
         doc="how many scenarios of one workload run at once; each GPU scenario gets GPUs of its "
         "own (`CUDA_VISIBLE_DEVICES`, one file lock per GPU slot, shared with other sessions and "
         "xdist workers), its own ports, TMPDIR and run dir. `auto`: GPU scenarios as many as the "
-        "visible GPUs hold, reference scenarios one at a time ([Scenarios side by "
-        "side](#scenarios-side-by-side))",
+        "visible GPUs hold, reference scenarios 3 at once (half the CPUs on hosts with more than "
+        "6) ([Scenarios side by side](#scenarios-side-by-side))",
         doc_default="auto",
     ),
     Setting(

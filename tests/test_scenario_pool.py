@@ -3,11 +3,12 @@ reference baseline and kill-save together through the real ft_launcher (~45 s)."
 
 from __future__ import annotations
 
+import os
 import re
 
 import pytest
 
-from pytest_nvrx.scenario_pool import parallel_limit, scenario_gpus
+from pytest_nvrx.scenario_pool import cpu_parallel, parallel_limit, scenario_gpus
 from pytest_nvrx.scenarios import Scenario
 from pytest_nvrx.settings import NvrxSettings
 
@@ -36,7 +37,8 @@ def test_gpu_scenarios_fill_the_visible_gpus_slots() -> None:
 def test_explicit_multinode_and_cpu_limits() -> None:
     assert parallel_limit(NvrxSettings(parallel=3), GPU, ["0"]) == 3
     assert parallel_limit(NvrxSettings(parallel=3), CPU, []) == 3
-    assert parallel_limit(NvrxSettings(), CPU, []) == 1
+    assert parallel_limit(NvrxSettings(), CPU, []) == cpu_parallel(os.cpu_count())
+    assert [cpu_parallel(n) for n in (None, 1, 2, 6, 8, 32)] == [3, 3, 3, 3, 4, 16]
     assert [scenario_gpus(NvrxSettings(), s) for s in CPU] == [0, 0]
     # the nodes of a multinode run start in step: never pooled, whatever was asked
     assert parallel_limit(NvrxSettings(parallel=3, overrides={"nnodes": 2}), GPU, ["0", "1"]) == 1
