@@ -7,6 +7,13 @@ Megatron's version and revision are read from the checkout, without importing it
 checkout's own parser and argument validation say is :mod:`pytest_nvrx.megatron_source`.
 
 Every field that cannot be determined is None; nothing here raises for a missing package.
+
+Where nvidia-smi lists GPUs and torch is a CUDA wheel whose cuDNN and NCCL are the
+``nvidia-cudnn-cuN`` / ``nvidia-nccl-cuN`` wheels beside it, the probe reads torch's
+``version.py`` and those wheels' metadata instead of importing torch (0.17 s instead of 6.9 s on
+the H200 device, the same answers); anywhere else (a container's source-built torch, system
+libraries, no GPU listed) it imports torch. ``NVRX_STACK_PROBE=import`` always imports it. The
+answer says which (``torch_facts``: ``metadata`` or ``import``).
 """
 
 from __future__ import annotations
@@ -247,6 +254,17 @@ def probe_interpreter() -> dict[str, Any]:
     for key, dists in _DISTRIBUTIONS.items():
         info[key] = _distribution_version(dists, _MODULES.get(key))
     torch: Any = None
+    names, drivers = _nvidia_smi(errors)
+    # With GPUs listed and a CUDA wheel of torch whose cuDNN and NCCL come as wheels too, those
+    # wheels' metadata say what an import would: no torch import (~3-5 s) then.
+    quick = torch_from_metadata() if names and os.environ.get(PROBE_MODE_ENV) != "import" else None
+    if quick is not None:
+        info.update(quick, cuda_available=True, torch_facts="metadata")
+        info["gpu"] = summarize_gpus(names)
+        info["driver"] = ", ".join(sorted(set(drivers))) or None
+        info["errors"] = errors
+        return info
+    info["torch_facts"] = "import"
     try:
         import torch
 
@@ -264,7 +282,6 @@ def probe_interpreter() -> dict[str, Any]:
         info["cuda_available"] = bool(torch.cuda.is_available())
     except Exception as exc:
         errors.append(f"torch: {type(exc).__name__}: {exc}")
-    names, drivers = _nvidia_smi(errors)
     if not names and torch is not None and info.get("cuda_available"):
         try:  # initializes CUDA in this short-lived process; only without nvidia-smi
             names = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
@@ -274,6 +291,51 @@ def probe_interpreter() -> dict[str, Any]:
     info["driver"] = ", ".join(sorted(set(drivers))) or None
     info["errors"] = errors
     return info
+
+
+#: ``import``: the probe always imports torch (never reads its facts from wheel metadata)
+PROBE_MODE_ENV = "NVRX_STACK_PROBE"
+
+
+def torch_from_metadata() -> dict[str, str] | None:
+    """torch's version and CUDA from its ``version.py`` (read, not imported) and cuDNN's and
+    NCCL's from the ``nvidia-cudnn-cuN`` / ``nvidia-nccl-cuN`` wheels a CUDA wheel of torch loads;
+    None where any of them is not there (a source build, a container's system libraries: the
+    probe imports torch then)."""
+    try:
+        spec = importlib.util.find_spec("torch")
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    try:
+        package = Path(next(iter(spec.submodule_search_locations)))
+        tree = ast.parse((package / "version.py").read_text())
+    except (OSError, SyntaxError, StopIteration, UnicodeDecodeError):
+        return None
+    values: dict[str, object] = {}
+    for node in tree.body:
+        target = value = None
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target, value = node.targets[0], node.value
+        elif isinstance(node, ast.AnnAssign):
+            target, value = node.target, node.value
+        if isinstance(target, ast.Name) and isinstance(value, ast.Constant):
+            values[target.id] = value.value
+    version, cuda = values.get("__version__"), values.get("cuda")
+    if not isinstance(version, str) or not isinstance(cuda, str) or not cuda:
+        return None
+    major = cuda.split(".")[0]
+    found: dict[str, str] = {}
+    for key, dist in (("cudnn", f"nvidia-cudnn-cu{major}"), ("nccl", f"nvidia-nccl-cu{major}")):
+        # installed beside torch (the libraries its wheel loads), not elsewhere on the path
+        beside = next(
+            iter(importlib.metadata.distributions(name=dist, path=[str(package.parent)])), None
+        )
+        if beside is None or not beside.version:
+            return None
+        found[key] = ".".join(beside.version.split(".")[:3])
+    return {"torch": version, "cuda": cuda, **found}
 
 
 def _distribution_version(names: tuple[str, ...], module: str | None) -> str | None:

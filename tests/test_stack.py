@@ -389,3 +389,69 @@ def test_planned_reference_run_reports_megatron_not_used(tmp_path: Path) -> None
     assert (recorded["megatron"], recorded["megatron_path"], recorded["megatron_rev"]) == (
         None, None, None,
     )  # fmt: skip
+
+
+def _wheel_site(root: Path, *, nccl: bool = True) -> dict[str, str]:
+    """A CUDA wheel of torch as pip lays it out: version.py, and cuDNN/NCCL as nvidia wheels.
+    Importing this torch fails: the probe must read, not import, where the wheels say it all."""
+    files = {
+        "site/torch/version.py": (
+            "from typing import Optional\n__all__ = ['__version__']\n"
+            "__version__ = '2.11.0+cu130'\ndebug = False\ncuda: Optional[str] = '13.0'\n"
+        ),
+        "site/nvidia_cudnn_cu13-9.19.0.56.dist-info/METADATA": (
+            "Metadata-Version: 2.1\nName: nvidia-cudnn-cu13\nVersion: 9.19.0.56\n"
+        ),
+    }
+    if nccl:
+        files["site/nvidia_nccl_cu13-2.28.9.dist-info/METADATA"] = (
+            "Metadata-Version: 2.1\nName: nvidia-nccl-cu13\nVersion: 2.28.9\n"
+        )
+    env = fake_site(root, torch=FAKE_TORCH, smi="NVIDIA H200, 580.95.05\\n")
+    write_tree(root, files)
+    return env
+
+
+def test_probe_reads_a_torch_wheels_facts_without_importing_it(tmp_path: Path) -> None:
+    env = _wheel_site(tmp_path)
+    write_tree(tmp_path, {"site/torch/__init__.py": "raise SystemExit('torch was imported')\n"})
+    data, errors = st._run_probe(sys.executable, env=env, timeout=60)
+    assert not errors and data["torch_facts"] == "metadata", data
+    assert (data["torch"], data["cuda"], data["cudnn"], data["nccl"]) == (
+        "2.11.0+cu130",
+        "13.0",
+        "9.19.0",
+        "2.28.9",
+    )
+    assert data["cuda_available"] is True and data["gpu"] == "NVIDIA H200"
+
+
+@pytest.mark.parametrize("case", ["no nccl wheel", "forced", "no gpu listed"])
+def test_probe_imports_torch_where_metadata_cannot_say(tmp_path: Path, case: str) -> None:
+    env = _wheel_site(tmp_path, nccl=case != "no nccl wheel")
+    if case == "forced":
+        env[st.PROBE_MODE_ENV] = "import"
+    if case == "no gpu listed":
+        env["PATH"] = str(tmp_path / "bin-empty")
+    data, errors = st._run_probe(sys.executable, env=env, timeout=60)
+    assert not errors and data["torch_facts"] == "import", data
+    # FAKE_TORCH's own answers (cuDNN 9.10.2), not the wheels'
+    assert (data["torch"], data["cudnn"]) == ("2.11.0+cu130", "9.10.2")
+
+
+def test_metadata_facts_equal_what_importing_this_torch_says() -> None:
+    """This environment's real torch wheel: the metadata route and the import agree."""
+    quick = st.torch_from_metadata()
+    if quick is None:
+        pytest.skip("this torch does not come as a CUDA wheel with nvidia cuDNN/NCCL wheels")
+    code = (
+        "import json, torch\n"
+        "from pytest_nvrx.stack import format_cudnn, format_nccl\n"
+        "print(json.dumps({'torch': str(torch.__version__), 'cuda': torch.version.cuda,"
+        " 'cudnn': format_cudnn(torch.backends.cudnn.version()),"
+        " 'nccl': format_nccl(torch.cuda.nccl.version())}))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
+    )
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == quick
