@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -66,6 +67,8 @@ POOLS_KEY = pytest.StashKey[dict[str, "ScenarioPool | None"]]()
 #: scenario id -> the work dir made for it (before its launch when a pool submitted it)
 WORK_DIRS_KEY = pytest.StashKey[dict[str, Path]]()
 SCENARIO_FIXTURE = "nvrx_scenario_run"
+#: checkpoint payload removals running in the background (_Pruning), joined at session end
+PRUNING_KEY = pytest.StashKey[list["_Pruning"]]()
 #: Judged runs in the order they finished, for the terminal summary.
 JUDGED_KEY = pytest.StashKey[list[ScenarioRun]]()
 #: Key of an xdist worker's workeroutput: its judged runs' summaries.
@@ -189,9 +192,45 @@ def _run_scenario(
     # Passed or failed, the run dir stays: the summary and JUnit name it and every verdict
     # quotes lines in it. Only checkpoint payload goes, and only from the directory we made
     # under pytest's tmp; --nvrx-keep keeps it, a user's --nvrx-work-dir is left as it is.
+    # Unlinking GBs of shards takes seconds: it runs beside the next scenario, and the session
+    # waits for it at its end (pytest_sessionfinish), where each scenario's line is written.
     if not settings.keep and settings.work_dir is None:
-        pruned = prune_checkpoint_payload(run.layout, owned_root=work_dir)
-        write(f"nvrx {scenario.id}: {pruned.describe()} (--nvrx-keep keeps everything)")
+        _prune_in_background(config, run, work_dir)
+
+
+class _Pruning:
+    """A scenario's checkpoint payload being removed in a thread of its own."""
+
+    def __init__(self, run: ScenarioRun, work_dir: Path) -> None:
+        self.key = run.key
+        self.line: str | None = None
+        self.thread = threading.Thread(
+            target=self._prune, args=(run, work_dir), name=f"nvrx-prune-{run.key}"
+        )
+        self.thread.start()
+
+    def _prune(self, run: ScenarioRun, work_dir: Path) -> None:
+        try:
+            pruned = prune_checkpoint_payload(run.layout, owned_root=work_dir)
+            self.line = f"{pruned.describe()} (--nvrx-keep keeps everything)"
+        except Exception as exc:  # reported, never lost: the evidence is what matters
+            self.line = f"checkpoint payload not removed: {type(exc).__name__}: {exc}"
+
+
+def _prune_in_background(config: pytest.Config, run: ScenarioRun, work_dir: Path) -> None:
+    config.stash.setdefault(PRUNING_KEY, []).append(_Pruning(run, work_dir))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Wait for the payload removals still running; say what each removed."""
+    pending = session.config.stash.get(PRUNING_KEY, [])
+    write = terminal_writer(session.config)
+    for pruning in pending:
+        pruning.thread.join()
+        if pruning.line is not None:
+            write(f"nvrx {pruning.key}: {pruning.line}")
+    pending.clear()
 
 
 def _work_dir(request: pytest.FixtureRequest, settings: NvrxSettings, scenario: Scenario) -> Path:
