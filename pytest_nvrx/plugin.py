@@ -24,6 +24,7 @@ import pytest
 from pytest_nvrx.criteria import CRITERIA_IDS
 from pytest_nvrx.fixtures import (
     JUDGED_KEY,
+    SCENARIO_FIXTURE,
     WORKEROUTPUT_JUDGED,
     nvrx_settings,
     resolve_settings,
@@ -38,7 +39,6 @@ from pytest_nvrx.settings import PLUGIN_SETTINGS
 # from this one
 pytest_plugins = ["pytest_nvrx.fixtures"]
 
-SCENARIO_FIXTURE = "nvrx_scenario_run"
 #: the marker of the shipped suite's downtime test, collected only with --nvrx-max-downtime
 DOWNTIME_GATE = "nvrx_downtime_gate"
 #: the controller's report plugin, by name (config.pluginmanager.get_plugin)
