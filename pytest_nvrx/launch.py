@@ -966,6 +966,9 @@ class Launch:
         self._start_time = ""
         #: the Slurm side of a ``launcher == "slurm"`` launch, once start() began it
         self.slurm: SlurmLaunch | None = None
+        #: the stop signal that ended this launch from outside wait() (stop_for): a pool's
+        #: waiting thread records it in result.json as wait() does its own
+        self.interrupted_by: signal.Signals | None = None
         self._progress = ProgressReader(self.layout, recipe.config.workload)
 
     @property
@@ -1035,6 +1038,12 @@ class Launch:
             if self._popen is not None and self.result is None:
                 stopped_by = interrupt_signal(exc) if isinstance(exc, KeyboardInterrupt) else None
                 self._record(timed_out=False, interrupted=stopped_by)
+
+    def stop_for(self, cause: BaseException | None) -> None:
+        """Stop the tree because of ``cause`` (a stop signal: result.json names it)."""
+        if isinstance(cause, KeyboardInterrupt):
+            self.interrupted_by = interrupt_signal(cause)
+        self.stop()
 
     def stop(self, grace_s: float = 5.0) -> None:
         # srun forwards the SIGTERM to the step's tasks; on this host the tag finds them too
@@ -1122,6 +1131,7 @@ class Launch:
             with deferred_stop_signals():
                 if timed_out or interrupted is not None or self._popen.poll() is None:
                     self.stop()
+                interrupted = interrupted or self.interrupted_by
                 result = self._record(timed_out=timed_out, interrupted=interrupted)
         # The launcher exited: its workers, monitors and log server must be gone too.
         with deferred_stop_signals():

@@ -253,15 +253,21 @@ class LaunchPool:
             # start the next ones before the caller judges this one
             self._reap()
             self._start_what_fits()
-        except BaseException:
-            self.stop_all()
+        except BaseException as exc:
+            self.stop_all(exc)
             raise
         return self._done[key]
 
-    def stop_all(self) -> None:
-        """Stop every running launch's tree (the waiting threads then see it exit)."""
+    def stop_all(self, cause: BaseException | None = None) -> None:
+        """Stop every running launch's tree (the waiting threads then see it exit); a launch
+        with ``stop_for`` is told the cause (a stop signal its result then names)."""
         for outcome, _ in self._running.values():
-            if outcome.launch is not None:
+            if outcome.launch is None:
+                continue
+            stop_for = getattr(outcome.launch, "stop_for", None)
+            if stop_for is not None:
+                stop_for(cause)
+            else:
                 outcome.launch.stop()
         for key, (outcome, thread) in list(self._running.items()):
             thread.join(timeout=30)

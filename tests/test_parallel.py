@@ -192,3 +192,31 @@ def test_bad_pool_settings_are_refused(tmp_path: Path) -> None:
         pool.submit(Job("g", 1, lambda s: FileWaiter(None, [], "g"), lambda launch: None))
     with pytest.raises(KeyError):
         pool.wait_for("missing")
+
+
+class CauseRecorder(FileWaiter):
+    causes: list[BaseException | None]
+
+    def stop_for(self, cause: BaseException | None) -> None:
+        self.causes.append(cause)
+        self.stop()
+
+
+def test_stop_all_tells_each_launch_the_cause(tmp_path: Path) -> None:
+    log: list[str] = []
+    made: list[CauseRecorder] = []
+
+    def make(slot: Slot) -> CauseRecorder:
+        waiter = CauseRecorder(tmp_path / "never", log, "a")
+        waiter.causes = []
+        made.append(waiter)
+        return waiter
+
+    pool = LaunchPool(max_parallel=2)
+    pool.submit(Job("a", 0, make, lambda launch: launch.wait()))
+    pool.submit(_job("b", 0, None, log, {}))
+    pool.wait_for("b")
+    cause = KeyboardInterrupt("SIGTERM")
+    pool.stop_all(cause)
+    assert made[0].causes == [cause]
+    assert made[0].proc is not None and made[0].proc.poll() is not None

@@ -5,12 +5,18 @@ from __future__ import annotations
 
 import os
 import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
 
 from pytest_nvrx.scenario_pool import cpu_parallel, parallel_limit, scenario_gpus
 from pytest_nvrx.scenarios import Scenario
 from pytest_nvrx.settings import NvrxSettings
+from tests.processes import kill_marked, marked_env, new_mark, stop, stopped_run
 
 pytest_plugins = ["pytester"]
 
@@ -70,3 +76,41 @@ def test_two_reference_scenarios_side_by_side(pytester: pytest.Pytester) -> None
     assert "reference-kill-save continuity" in order
     runs = re.findall(r"^(reference-\S+): (\S+), launcher \S+ exit 0", out, re.M)
     assert len({d for _, d in runs}) == 2
+
+
+@pytest.mark.timeout(300)
+def test_a_stop_signal_stops_every_run_of_the_pool(tmp_path: Path) -> None:
+    """SIGTERM while two scenarios train side by side: pytest exits 2 (interrupted), both trees
+    are gone, both result.json name the signal, both TMPDIRs are removed."""
+    work = tmp_path / "work"
+    mark = new_mark()
+    out = tmp_path / "pytest.out"
+    with out.open("wb") as console:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "pytest", "--pyargs", "pytest_nvrx.suite", "-p",
+             "no:cacheprovider", "-k", "reference-baseline or reference-kill-save",
+             "--nvrx-parallel", "2", "--nvrx-work-dir", str(work)],
+            stdout=console, stderr=subprocess.STDOUT, env=marked_env(mark),
+            start_new_session=True,
+        )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 180
+        while len(list(work.glob("runs/*/logs/train_cycle0.log"))) < 2:
+            assert proc.poll() is None, out.read_text(errors="replace")
+            assert time.monotonic() < deadline, "the two scenarios never both started training"
+            time.sleep(0.5)
+        returncode, left = stop(proc, signal.SIGTERM, mark, repeat=False, within=90)
+    finally:
+        kill_marked(mark)
+    run_dirs = sorted(work.glob("runs/*"))
+    assert len(run_dirs) == 2
+    for run_dir in run_dirs:
+        assert stopped_run(run_dir, returncode, left) == {
+            "exit": pytest.ExitCode.INTERRUPTED,
+            "processes left": 0,
+            "interrupted": "SIGTERM",
+            "TMPDIR left": False,
+        }, (
+            f"{run_dir.name} left: {sorted(left.values())}\n"
+            + out.read_text(errors="replace")[-3000:]
+        )
