@@ -88,7 +88,7 @@ UNIT_COSTS = (
     ("tests/test_reference_workload.py", 70),
     ("tests/test_plugin_retention.py", 65),
     ("tests/test_plugin_xdist.py", 60),
-    ("tests/test_scenario_pool.py", 45),
+    ("tests/test_scenario_pool.py", 80),
     ("tests/test_cli_e2e.py::test_run_each", 45),
     ("tests/test_broken_resumes.py[", 35),
     ("tests/test_packaging.py", 30),
