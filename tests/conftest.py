@@ -82,7 +82,7 @@ SPLIT_BY_PARAM = frozenset({"tests/test_broken_resumes.py"})
 
 #: Work units that take long (real launches), roughly in seconds on 2 cores; the rest ~1 s.
 UNIT_COSTS = (
-    ("nvrx-reference", 300),
+    ("nvrx-reference", 150),  # 7 scenarios, 3 at once (--nvrx-parallel auto)
     ("tests/test_slurm_launch.py", 170),
     ("tests/test_local_nodes.py", 75),
     ("tests/test_reference_workload.py", 70),
