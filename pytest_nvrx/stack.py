@@ -253,21 +253,30 @@ def probe_interpreter() -> dict[str, Any]:
     errors: list[str] = []
     for key, dists in _DISTRIBUTIONS.items():
         info[key] = _distribution_version(dists, _MODULES.get(key))
-    torch: Any = None
     names, drivers = _nvidia_smi(errors)
     # With GPUs listed and a CUDA wheel of torch whose cuDNN and NCCL come as wheels too, those
     # wheels' metadata say what an import would: no torch import (~3-5 s) then.
     quick = torch_from_metadata() if names and os.environ.get(PROBE_MODE_ENV) != "import" else None
     if quick is not None:
         info.update(quick, cuda_available=True, torch_facts="metadata")
-        info["gpu"] = summarize_gpus(names)
-        info["driver"] = ", ".join(sorted(set(drivers))) or None
-        info["errors"] = errors
-        return info
-    info["torch_facts"] = "import"
-    try:
-        import torch
+    else:
+        info["torch_facts"] = "import"
+        names = _torch_facts_by_import(info, errors, names)
+    info["gpu"] = summarize_gpus(names)
+    info["driver"] = ", ".join(sorted(set(drivers))) or None
+    info["errors"] = errors
+    return info
 
+
+def _torch_facts_by_import(info: dict[str, Any], errors: list[str], names: list[str]) -> list[str]:
+    """torch's, CUDA's, cuDNN's and NCCL's versions from importing torch, into ``info``; the GPU
+    names (torch's, only where nvidia-smi listed none)."""
+    try:
+        torch: Any = importlib.import_module("torch")
+    except Exception as exc:
+        errors.append(f"torch: {type(exc).__name__}: {exc}")
+        return names
+    try:
         info["torch"] = str(torch.__version__)
         info["cuda"] = torch.version.cuda
         try:
@@ -282,15 +291,12 @@ def probe_interpreter() -> dict[str, Any]:
         info["cuda_available"] = bool(torch.cuda.is_available())
     except Exception as exc:
         errors.append(f"torch: {type(exc).__name__}: {exc}")
-    if not names and torch is not None and info.get("cuda_available"):
+    if not names and info.get("cuda_available"):
         try:  # initializes CUDA in this short-lived process; only without nvidia-smi
-            names = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+            return [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
         except Exception as exc:
             errors.append(f"gpu: {exc}")
-    info["gpu"] = summarize_gpus(names)
-    info["driver"] = ", ".join(sorted(set(drivers))) or None
-    info["errors"] = errors
-    return info
+    return names
 
 
 #: ``import``: the probe always imports torch (never reads its facts from wheel metadata)
