@@ -31,6 +31,7 @@ from pytest_nvrx.scenario_run import (
     plan_launch,
     scenario_config,
     scenario_timeout,
+    scenario_values,
 )
 from pytest_nvrx.scenarios import Scenario
 from pytest_nvrx.settings import NvrxSettings
@@ -40,12 +41,7 @@ def scenario_gpus(settings: NvrxSettings, scenario: Scenario) -> int:
     """GPUs one launch of ``scenario`` uses on this host (0 for the CPU workload)."""
     if not scenario.needs_gpu:
         return 0
-    per_node = settings.overrides.get("gpus_per_node")
-    if per_node is None:
-        from pytest_nvrx.scenarios import DEFAULTS
-
-        per_node = DEFAULTS[scenario.workload].get("gpus_per_node", 1)
-    return int(per_node)
+    return int(scenario_values(settings, scenario).get("gpus_per_node", 1))
 
 
 def parallel_limit(
@@ -59,11 +55,8 @@ def parallel_limit(
     nodes start their launches in step with this one."""
     if not scenarios:
         return 1
-    multinode = (
-        int(settings.overrides.get("nnodes", 1)) > 1
-        or settings.overrides.get("node_index") is not None
-    )
-    if multinode:
+    values = scenario_values(settings, scenarios[0])
+    if int(values.get("nnodes", 1)) > 1 or values.get("node_index") is not None:
         return 1
     if settings.parallel is not None:
         return settings.parallel

@@ -318,6 +318,11 @@ class Limits:
         return cls(settings.max_downtime, dict(settings.max_phases or {}))
 
 
+def scenario_values(settings: NvrxSettings, scenario: Scenario) -> dict[str, Any]:
+    """The RunConfig values the user set for the scenarios, over its workload's defaults."""
+    return {**DEFAULTS[scenario.workload], **settings.overrides}
+
+
 def scenario_config(
     settings: NvrxSettings,
     scenario: Scenario,
@@ -326,7 +331,7 @@ def scenario_config(
 ) -> RunConfig:
     """The scenario's RunConfig: its workload's defaults, the user's settings over them."""
     env = os.environ if environ is None else environ
-    values: dict[str, Any] = {**DEFAULTS[scenario.workload], **settings.overrides}
+    values = scenario_values(settings, scenario)
     nnodes = int(values.get("nnodes", 1))
     launcher = values.get("launcher") or default_launcher(nnodes, env)
     # every node runs this same session: they must agree on the run ID (and so on the
