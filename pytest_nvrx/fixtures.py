@@ -244,13 +244,6 @@ def _work_dir(request: pytest.FixtureRequest, settings: NvrxSettings, scenario: 
     return made[scenario.id]
 
 
-def _runnable(settings: NvrxSettings, scenario: Scenario) -> bool:
-    """Would the fixture launch this scenario (not skip or fail it for want of a GPU)?"""
-    if not scenario.needs_gpu:
-        return True
-    return settings.megatron_path is not None and gpu_available() is None
-
-
 def _session_scenarios(session: pytest.Session, workload: str) -> list[Scenario]:
     """The scenarios of ``workload`` this session's (selected) tests use, in test order."""
     seen: dict[str, Scenario] = {}
@@ -268,24 +261,22 @@ def _pool_for(
     """The pool of ``scenario``'s workload, made on the first ask: every scenario of that
     workload in the session is submitted then (--nvrx-parallel; None: one after the other).
     Under pytest-xdist a workload's scenarios all run on one worker (xdist_support), so the
-    worker that asks first runs them all."""
+    worker that asks first runs them all. The caller has checked that this workload can run
+    here (a GPU and a checkout for megatron): that holds for all its scenarios alike."""
     pools = request.config.stash.setdefault(POOLS_KEY, {})
     if scenario.workload in pools:
         return pools[scenario.workload]
-    scenarios = [
-        s for s in _session_scenarios(request.session, scenario.workload) if _runnable(settings, s)
-    ] or [scenario]
+    scenarios = _session_scenarios(request.session, scenario.workload) or [scenario]
     gpus = visible_gpus() if scenario.needs_gpu else []
     limit = parallel_limit(settings, scenarios, gpus)
     pool: ScenarioPool | None = None
     if limit > 1 and len(scenarios) > 1:
-        pool = ScenarioPool(
-            settings, max_parallel=limit, write=terminal_writer(request.config), gpus=gpus
-        )
+        write = terminal_writer(request.config)
+        pool = ScenarioPool(settings, max_parallel=limit, write=write, gpus=gpus)
         request.config.add_cleanup(pool.stop)
         for each in scenarios:
             pool.submit(each, _work_dir(request, settings, each))
-        terminal_writer(request.config)(
+        write(
             f"nvrx {scenario.workload}: {len(scenarios)} scenarios, up to {limit} at once"
             + (f" on GPUs {','.join(gpus)} (share {settings.gpu_share})" if gpus else "")
         )

@@ -148,14 +148,12 @@ class LaunchPool:
         *,
         max_parallel: int,
         slots: GpuSlots | None = None,
-        on_start: Callable[[str, Slot], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if max_parallel < 1:
             raise ValueError(f"max_parallel must be a positive integer, got {max_parallel}")
         self.max_parallel = max_parallel
         self.slots = slots
-        self.on_start = on_start
         self.clock = clock
         self._queue: list[Job] = []
         self._running: dict[str, tuple[Outcome, threading.Thread]] = {}
@@ -202,8 +200,6 @@ class LaunchPool:
                 raise
             return
         outcome.launch = launch
-        if self.on_start is not None:
-            self.on_start(job.key, slot)
 
         def wait() -> None:
             try:
