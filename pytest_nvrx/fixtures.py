@@ -71,7 +71,7 @@ SCENARIO_FIXTURE = "nvrx_scenario_run"
 PRUNING_KEY = pytest.StashKey[list["_Pruning"]]()
 #: Judged runs in the order they finished, for the terminal summary.
 JUDGED_KEY = pytest.StashKey[list[ScenarioRun]]()
-#: Key of an xdist worker's workeroutput: its judged runs' summaries.
+#: Key of an xdist worker's workeroutput: the keys of the runs it judged.
 WORKEROUTPUT_JUDGED = "nvrx_judged"
 
 
@@ -120,8 +120,9 @@ def record_judged(config: pytest.Config, run: ScenarioRun) -> None:
     config.stash.setdefault(JUDGED_KEY, []).append(run)
     workeroutput = getattr(config, "workeroutput", None)
     if workeroutput is not None:
-        # an xdist worker: the controller prints the summary (plugin.pytest_testnodedown)
-        workeroutput.setdefault(WORKEROUTPUT_JUDGED, []).append(run.summary_lines())
+        # an xdist worker: the controller learns that something was judged here (its
+        # "nothing qualified" rule); the summary itself travels on the test reports
+        workeroutput.setdefault(WORKEROUTPUT_JUDGED, []).append(run.key)
 
 
 def terminal_writer(config: pytest.Config) -> Callable[[str], None]:

@@ -386,8 +386,8 @@ class NvrxReporter:
             tr.write_line(f"nvrx report: {self.outcome}")
 
 
-#: Under xdist, on the controller: the summary lines of the runs the workers judged.
-REMOTE_JUDGED_KEY = pytest.StashKey[list[list[str]]]()
+#: Under xdist, on the controller: the keys of the runs the workers judged.
+REMOTE_JUDGED_KEY = pytest.StashKey[list[str]]()
 #: Under xdist, on the controller: a worker collected scenarios.
 REMOTE_SELECTED_KEY = pytest.StashKey[bool]()
 #: Key of an xdist worker's workeroutput: the scenarios it collected.
