@@ -403,7 +403,6 @@ class Progress:
         return f"[{self.elapsed_s:6.1f}s] {now}"
 
 
-_CYCLE_LOG = re.compile(r"train_cycle(\d+)\.log$")
 #: a line's NVRx rank prefix ("0: ", "12: "), as the cycle-log parser strips it
 _RANK_PREFIX = re.compile(rb"^\s*\d+: ")
 #: at most this much of a cycle log is read per poll; a log that grew more is read from its tail
@@ -436,7 +435,7 @@ class ProgressReader:
 
     def read(self, elapsed_s: float) -> Progress:
         news: set[str] = set()
-        logs = cycle_logs(self.layout)
+        logs = self.layout.cycle_log_paths()
         if logs:
             newest = max(logs)
             if newest != self._cycle:
@@ -554,17 +553,6 @@ class ProgressReader:
 def read_progress(layout: RunLayout, elapsed_s: float, workload: str | None = None) -> Progress:
     """One look at a run (a :class:`ProgressReader` read once)."""
     return ProgressReader(layout, workload).read(elapsed_s)
-
-
-def cycle_logs(layout: RunLayout) -> dict[int, Path]:
-    """The run's cycle logs by cycle number (numeric: cycle 10 comes after cycle 9)."""
-    found: dict[int, Path] = {}
-    with contextlib.suppress(OSError):
-        for entry in os.scandir(layout.logs):
-            m = _CYCLE_LOG.fullmatch(entry.name)
-            if m is not None:
-                found[int(m[1])] = Path(entry.path)
-    return found
 
 
 def _manifest_workload(layout: RunLayout) -> str | None:

@@ -7,6 +7,8 @@ importable as a plain script, repeats the few it needs.
 
 from __future__ import annotations
 
+import os
+import re
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -78,6 +80,14 @@ def cycle_log_name(cycle: int) -> str:
     return f"train_cycle{cycle}.log"
 
 
+_APPLOG_STEM, _APPLOG_EXT = APPLOG_PREFIX_NAME.rsplit(".", 1)
+#: ft_launcher names cycle N's log <prefix-stem>_cycle<N>.<ext> (cycle_log_name)
+CYCLE_LOG_NAMES = f"{_APPLOG_STEM}_cycle<N>.{_APPLOG_EXT}"
+CYCLE_LOG_PATTERN = re.compile(
+    re.escape(_APPLOG_STEM) + r"_cycle(?P<n>\d+)\." + re.escape(_APPLOG_EXT)
+)
+
+
 @dataclass(frozen=True)
 class RunLayout:
     """Absolute paths of one run's artifacts."""
@@ -117,6 +127,20 @@ class RunLayout:
 
     def cycle_log(self, cycle: int) -> Path:
         return self.logs / cycle_log_name(cycle)
+
+    def cycle_log_paths(self) -> dict[int, Path]:
+        """The cycle logs on disk by cycle number, in numeric order (cycle 10 after cycle 9);
+        none where the logs directory cannot be read."""
+        found: dict[int, Path] = {}
+        try:
+            with os.scandir(self.logs) as entries:
+                for entry in entries:
+                    m = CYCLE_LOG_PATTERN.fullmatch(entry.name)
+                    if m is not None:
+                        found[int(m["n"])] = Path(entry.path)
+        except OSError:
+            return {}
+        return dict(sorted(found.items()))
 
     @property
     def tracker(self) -> Path:

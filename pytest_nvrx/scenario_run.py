@@ -164,10 +164,10 @@ class ScenarioRun:
         )
 
     def log_tails(self) -> list[tuple[str, str]]:
-        logs = sorted(self.layout.logs.glob("train_cycle*.log"))
+        logs = self.layout.cycle_log_paths()
         out = []
         for path in [
-            *logs[-1:],
+            *([logs[max(logs)]] if logs else []),
             self.layout.launcher_log,
             self.layout.logs / "launcher.console.log",
         ]:

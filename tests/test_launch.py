@@ -415,3 +415,15 @@ def test_wait_sees_the_launcher_exit_at_once(tmp_path: Path) -> None:
         waited = time.monotonic() - started
     assert result.exit_code == 0
     assert waited < 5, f"wait took {waited:.1f}s for a 0.2 s launcher"
+
+
+def test_cycle_log_paths_in_numeric_order(tmp_path: Path) -> None:
+    layout = RunLayout.for_run(tmp_path / "run")
+    assert layout.cycle_log_paths() == {}  # no logs directory yet
+    layout.logs.mkdir(parents=True)
+    for name in ("train_cycle10.log", "train_cycle9.log", "train_cycle2.log", "launcher.log",
+                 "train_cycle1.log.tmp", "train_cyclex.log"):  # fmt: skip
+        (layout.logs / name).write_text("")
+    paths = layout.cycle_log_paths()
+    assert list(paths) == [2, 9, 10]
+    assert paths[10] == layout.cycle_log(10)

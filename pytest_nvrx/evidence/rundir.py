@@ -7,7 +7,6 @@ here judges; it reads, normalizes times to UTC and records what is missing or br
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from datetime import UTC, timezone, tzinfo
 from pathlib import Path
@@ -29,11 +28,7 @@ from pytest_nvrx.evidence.workload import (
     WorkloadLogAdapter,
     get_adapter,
 )
-from pytest_nvrx.layout import APPLOG_PREFIX_NAME, RunLayout
-
-_stem, _ext = APPLOG_PREFIX_NAME.rsplit(".", 1)
-# ft_launcher names cycle N's log <prefix-stem>_cycle<N>.<ext> (layout.cycle_log_name)
-_CYCLE_LOG = re.compile(re.escape(_stem) + r"_cycle(?P<n>\d+)\." + re.escape(_ext))
+from pytest_nvrx.layout import CYCLE_LOG_NAMES, RunLayout
 
 
 class RunDirError(ValueError):
@@ -182,7 +177,7 @@ def load_run(
                 "fatal",
                 f"{run_dir} is not a run directory: no"
                 f" {display_path(layout.launcher_log, run_dir)},"
-                f" no {display_path(layout.logs, run_dir)}/{_stem}_cycle<N>.{_ext},"
+                f" no {display_path(layout.logs, run_dir)}/{CYCLE_LOG_NAMES},"
                 f" no {infos.dir}/ records, no injection marker",
             )
         )
@@ -244,12 +239,7 @@ def _read_cycle_logs(
 ) -> tuple[CycleLog, ...]:
     """One CycleLog per cycle known from records or from log files on disk."""
     run_dir = layout.run_dir
-    paths: dict[int, Path] = {}
-    if layout.logs.is_dir():
-        for path in layout.logs.iterdir():
-            m = _CYCLE_LOG.fullmatch(path.name)
-            if m is not None:
-                paths[int(m["n"])] = path
+    paths = layout.cycle_log_paths()
     for record in infos.records:
         if record.cycle in paths:
             continue
