@@ -185,6 +185,18 @@ def first_iteration(logs: list[CycleLog]) -> IterationCommitted | None:
     return None
 
 
+def checkpoint_loaded(log: CycleLog) -> tuple[LoadCompleted | None, Milestone | None]:
+    """A cycle's first checkpoint load and the instant it was done: the first ``setup_done``
+    milestone after the load line (Megatron's load lines carry no time of their own)."""
+    load: LoadCompleted | None = None
+    for event in log.events:
+        if isinstance(event, LoadCompleted):
+            load = load or event
+        elif load is not None and isinstance(event, Milestone) and event.name == "setup_done":
+            return load, event
+    return load, None
+
+
 def timings(run: RunEvidence, tl: Timeline) -> dict[str, float]:
     """Seconds between the recovery's milestones, where the evidence shows both ends.
 
@@ -217,13 +229,8 @@ def timings(run: RunEvidence, tl: Timeline) -> dict[str, float]:
     loaded_t = None
     restored_first_t = None
     if replacement_log is not None:
-        seen_load = False
-        for event in replacement_log.events:
-            if isinstance(event, LoadCompleted):
-                seen_load = True
-            elif seen_load and isinstance(event, Milestone) and event.name == "setup_done":
-                loaded_t = event.time
-                break
+        loaded = checkpoint_loaded(replacement_log)[1]
+        loaded_t = loaded.time if loaded is not None else None
         if replacement_log.first_iteration is not None:
             restored_first_t = replacement_log.first_iteration.time
 

@@ -28,10 +28,8 @@ from pytest_nvrx.evidence.cycle_log import CycleLog
 from pytest_nvrx.evidence.launcher_log import FAILURE_KINDS, LauncherEvent, LauncherEventKind
 from pytest_nvrx.evidence.refs import EvidenceRef, seconds_between
 from pytest_nvrx.evidence.rundir import RunEvidence, load_run
-from pytest_nvrx.evidence.timeline import Timeline, build_timeline
+from pytest_nvrx.evidence.timeline import Timeline, build_timeline, checkpoint_loaded
 from pytest_nvrx.evidence.workload import (
-    LoadCompleted,
-    Milestone,
     SaveCompleted,
     SaveScheduled,
 )
@@ -539,14 +537,11 @@ def _loaded(log: CycleLog | None) -> tuple[datetime | None, EvidenceRef | None, 
     line (Megatron's load lines carry no time), and the iteration it loaded."""
     if log is None:
         return None, None, None
-    iteration: int | None = None
-    for event in log.events:
-        if isinstance(event, LoadCompleted):
-            if iteration is None:
-                iteration = event.iteration
-        elif iteration is not None and isinstance(event, Milestone) and event.name == "setup_done":
-            return event.time, event.ref, iteration
-    return None, None, iteration
+    load, done = checkpoint_loaded(log)
+    iteration = load.iteration if load is not None else None
+    if done is None:
+        return None, None, iteration
+    return done.time, done.ref, iteration
 
 
 def _recovery(run: RunEvidence, tl: Timeline, t0: datetime | None) -> Recovery | None:
