@@ -48,7 +48,7 @@ import traceback
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Final
+from typing import Any, Final, NoReturn
 
 # Megatron's checkpoint tracker, repeated from pytest_nvrx.layout (stdlib-only module).
 TRACKER_NAME: Final = "latest_checkpointed_iteration.txt"
@@ -532,10 +532,30 @@ class Injection:
             signal.pthread_kill(threading.get_ident(), sig)
         # Only a continued SIGSTOP, or a SIGTERM the workload handles, gets here.
         if sig is signal.SIGSTOP:
-            _log(self.rank, f"resumed after {sig.name}")
-        else:
-            _log(self.rank, f"still running after {sig.name}: the workload handles or ignores it")
+            stay_hung(self.rank, rank_pid)
+        _log(self.rank, f"still running after {sig.name}: the workload handles or ignores it")
         return False
+
+
+def stay_hung(rank: int, rank_pid: int) -> NoReturn:
+    """Keep a continued hang hung until the process is killed; never returns.
+
+    A hang is a rank that makes no progress until it is killed. NVRx's rank monitor sends
+    SIGCONT right before its ``rank_termination_signal`` (so that a SIGTERM can act on a stopped
+    process): a rank that simply went on after SIGSTOP would run for the moment between the two
+    signals and could, under load, finish the very collective it hung in (measured: a stopped
+    rank woken at the checkpointing timeout completed the finalization of the in-flight save, so
+    the tracker advanced after the fault). So the hang persists: on the training thread, which
+    fired it, it sleeps (signal handlers still run, and their exceptions end the wait as they
+    would end a real hang's); on any other thread (the tracker watcher) it stops the process
+    again at once, before giving up the GIL, so no Python code of the training thread runs.
+    """
+    if threading.current_thread() is threading.main_thread():
+        _log(rank, "continued after SIGSTOP; the hang persists: this thread blocks until killed")
+        while True:
+            time.sleep(3600)
+    while True:  # os.kill keeps the GIL: the training thread runs no Python code in between
+        os.kill(rank_pid, signal.SIGSTOP)
 
 
 class Watcher:

@@ -276,9 +276,70 @@ def test_hang_stops_the_process(launcher: Launcher, sc: Scenario) -> None:
     _assert_full_marker(record, fault="hang", signal_name="SIGSTOP")
     assert record["tracker_iteration"] == 1
     assert "sending SIGSTOP" in run.stderr
+    # NVRx's rank monitor sends SIGCONT before its termination signal: a hang stays a hang.
+    # Fired from the watcher thread, the process stops itself again; the trainer never ends.
+    os.kill(run.proc.pid, signal.SIGCONT)
+    _wait_for(lambda: _proc_state(run.proc.pid) in "Tt", "the process to stop again", run)
+    time.sleep(0.5)
+    assert _proc_state(run.proc.pid) in "Tt" and run.proc.poll() is None
     os.killpg(run.proc.pid, signal.SIGKILL)
     assert run.wait() == -signal.SIGKILL
     assert not sc.finished.exists()
+
+
+HANG_ON_THE_TRAINING_THREAD = """
+import sys, time
+from pathlib import Path
+from pytest_nvrx import injector
+tmp = Path(sys.argv[1])
+opts = injector.Options(
+    checkpoint_dir=str(tmp), fault_marker=str(tmp / "marker.json"), fault="hang",
+    fault_rank=1, window="finalize", script=None, module="train", poll_interval=0.05,
+    workload_args=(),
+)
+probes = injector.WindowProbes(injector.Injection(opts, rank=1, baseline=0))
+(tmp / "latest_checkpointed_iteration.txt").write_text("5")
+path = tmp / "iter_0000010"
+probes.section_started("checkpointing")
+probes.submit_entry(path)
+probes.submit_return(path, None)
+probes.section_ended("checkpointing")
+probes.section_started("checkpointing")  # finalizing 10: the hang fires here, on this thread
+(tmp / "went-on").write_text("the hung rank finalized")
+"""
+
+
+def test_a_hang_continued_by_sigcont_stays_hung_on_the_training_thread(tmp_path: Path) -> None:
+    """The rank monitor's SIGCONT (sent before its SIGKILL) must not let the rank finish the
+    collective it hung in: it logs that it was continued and blocks until it is killed."""
+    err = tmp_path / "err"
+    with err.open("wb") as fe:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", HANG_ON_THE_TRAINING_THREAD, str(tmp_path)],
+            stdin=subprocess.DEVNULL,
+            stderr=fe,
+            start_new_session=True,
+        )
+    try:
+        deadline = time.monotonic() + WAIT_S
+        while _proc_state(proc.pid) not in "Tt":
+            assert proc.poll() is None, err.read_text()
+            assert time.monotonic() < deadline, "the hang never stopped the process"
+            time.sleep(0.02)
+        os.kill(proc.pid, signal.SIGCONT)
+        deadline = time.monotonic() + WAIT_S
+        while "continued after SIGSTOP" not in err.read_text():
+            assert proc.poll() is None, err.read_text()
+            assert time.monotonic() < deadline, err.read_text()
+            time.sleep(0.02)
+        time.sleep(0.5)
+        assert proc.poll() is None, err.read_text()
+        assert not (tmp_path / "went-on").exists()
+        assert json.loads((tmp_path / "marker.json").read_text())["signal"] == "SIGSTOP"
+    finally:
+        _kill_group(proc)
+    assert proc.returncode == -signal.SIGKILL
+    assert not (tmp_path / "went-on").exists()
 
 
 @pytest.mark.parametrize(
