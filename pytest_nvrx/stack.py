@@ -8,11 +8,12 @@ checkout's own parser and argument validation say is :mod:`pytest_nvrx.megatron_
 
 Every field that cannot be determined is None; nothing here raises for a missing package.
 
-Where nvidia-smi lists GPUs and torch is a CUDA wheel whose cuDNN and NCCL are the
-``nvidia-cudnn-cuN`` / ``nvidia-nccl-cuN`` wheels beside it, the probe reads torch's
-``version.py`` and those wheels' metadata instead of importing torch (0.17 s instead of 6.9 s on
-the H200 device, the same answers); anywhere else (a container's source-built torch, system
-libraries, no GPU listed) it imports torch. ``NVRX_STACK_PROBE=import`` always imports it. The
+Where nvidia-smi lists GPUs (or the host has no NVIDIA driver at all: CUDA cannot be available)
+and torch is a CUDA wheel whose cuDNN and NCCL are the ``nvidia-cudnn-cuN`` / ``nvidia-nccl-cuN``
+wheels beside it, the probe reads torch's ``version.py`` and those wheels' metadata instead of
+importing torch (0.17 s instead of 6.9 s on the H200 device, 0.14 s instead of 3.1 s on the
+2-core CPU machine, the same answers); anywhere else (a container's source-built torch, system
+libraries, a driver with no GPU listed) it imports torch. ``NVRX_STACK_PROBE=import`` always imports it. The
 answer says which (``torch_facts``: ``metadata`` or ``import``).
 """
 
@@ -214,10 +215,16 @@ def run_probe(
 
 
 def _run_probe(
-    python: str, *, env: Mapping[str, str] | None = None, timeout: float = 120.0
+    python: str,
+    *,
+    env: Mapping[str, str] | None = None,
+    timeout: float = 120.0,
+    host_root: Path | None = None,
 ) -> tuple[dict[str, Any], list[str]]:
     """Run this file as the probe under ``python``; ({} , [why]) when it gives no answer."""
     cmd = [python, "-c", _BOOTSTRAP, str(Path(__file__).resolve())]
+    if host_root is not None:
+        cmd.append(str(host_root))
     try:
         proc = subprocess.run(
             cmd,
@@ -244,8 +251,9 @@ def _run_probe(
     return {}, [f"stack probe: {python} exited {proc.returncode} without an answer: {tail}"]
 
 
-def probe_interpreter() -> dict[str, Any]:
-    """What this interpreter would give the workers. Runs inside the probe subprocess."""
+def probe_interpreter(host_root: Path = Path("/")) -> dict[str, Any]:
+    """What this interpreter would give the workers. Runs inside the probe subprocess;
+    ``host_root`` is where ``/proc`` and ``/dev`` are looked up (tests give a tree)."""
     info: dict[str, Any] = {
         "python": platform.python_version(),
         "python_executable": sys.executable,
@@ -254,11 +262,18 @@ def probe_interpreter() -> dict[str, Any]:
     for key, dists in _DISTRIBUTIONS.items():
         info[key] = _distribution_version(dists, _MODULES.get(key))
     names, drivers = _nvidia_smi(errors)
-    # With GPUs listed and a CUDA wheel of torch whose cuDNN and NCCL come as wheels too, those
-    # wheels' metadata say what an import would: no torch import (~3-5 s) then.
-    quick = torch_from_metadata() if names and os.environ.get(PROBE_MODE_ENV) != "import" else None
+    # With GPUs listed (CUDA is usable), or on a host with no NVIDIA driver at all (it cannot
+    # be), and a CUDA wheel of torch whose cuDNN and NCCL come as wheels too, those wheels'
+    # metadata say what an import would: no torch import (~3-5 s) then. A driver that nvidia-smi
+    # does not list is left to the import, which asks CUDA itself.
+    driverless = not names and no_nvidia_driver(host_root)
+    quick = (
+        torch_from_metadata()
+        if (names or driverless) and os.environ.get(PROBE_MODE_ENV) != "import"
+        else None
+    )
     if quick is not None:
-        info.update(quick, cuda_available=True, torch_facts="metadata")
+        info.update(quick, cuda_available=bool(names), torch_facts="metadata")
     else:
         info["torch_facts"] = "import"
         names = _torch_facts_by_import(info, errors, names)
@@ -301,6 +316,17 @@ def _torch_facts_by_import(info: dict[str, Any], errors: list[str], names: list[
 
 #: ``import``: the probe always imports torch (never reads its facts from wheel metadata)
 PROBE_MODE_ENV = "NVRX_STACK_PROBE"
+
+
+def no_nvidia_driver(root: Path = Path("/")) -> bool:
+    """True when this host has no NVIDIA kernel driver: no ``/proc/driver/nvidia`` and no
+    ``/dev/nvidia*`` device node. CUDA cannot be available then, whatever torch was built for."""
+    if (root / "proc/driver/nvidia").exists():
+        return False
+    try:
+        return not any(p.name.startswith("nvidia") for p in (root / "dev").iterdir())
+    except OSError:
+        return False
 
 
 def torch_from_metadata() -> dict[str, str] | None:
@@ -524,7 +550,9 @@ def no_te_profile_applies(stack: Stack) -> bool:
 
 
 def _probe_main() -> int:
-    print(PROBE_PREFIX + json.dumps(probe_interpreter(), sort_keys=True), flush=True)
+    # argv: [this file] or [this file, host root] (tests: a tree with or without a driver)
+    root = Path(sys.argv[2]) if len(sys.argv) > 2 else Path("/")
+    print(PROBE_PREFIX + json.dumps(probe_interpreter(root), sort_keys=True), flush=True)
     return 0
 
 

@@ -426,17 +426,50 @@ def test_probe_reads_a_torch_wheels_facts_without_importing_it(tmp_path: Path) -
     assert data["cuda_available"] is True and data["gpu"] == "NVIDIA H200"
 
 
-@pytest.mark.parametrize("case", ["no nccl wheel", "forced", "no gpu listed"])
+@pytest.mark.parametrize("case", ["no nccl wheel", "forced", "a driver but no gpu listed"])
 def test_probe_imports_torch_where_metadata_cannot_say(tmp_path: Path, case: str) -> None:
     env = _wheel_site(tmp_path, nccl=case != "no nccl wheel")
     if case == "forced":
         env[st.PROBE_MODE_ENV] = "import"
-    if case == "no gpu listed":
+    if case == "a driver but no gpu listed":
         env["PATH"] = str(tmp_path / "bin-empty")
-    data, errors = st._run_probe(sys.executable, env=env, timeout=60)
+    host = write_tree(tmp_path / "host", {"dev/nvidiactl": "", "proc/driver/nvidia/version": ""})
+    data, errors = st._run_probe(sys.executable, env=env, timeout=60, host_root=host)
     assert not errors and data["torch_facts"] == "import", data
     # FAKE_TORCH's own answers (cuDNN 9.10.2), not the wheels'
     assert (data["torch"], data["cudnn"]) == ("2.11.0+cu130", "9.10.2")
+
+
+def test_a_host_without_an_nvidia_driver_reads_the_wheels_too(tmp_path: Path) -> None:
+    """No nvidia-smi listing and no driver (a CPU machine such as CI's): CUDA cannot be
+    available, and the wheels say the rest; torch is not imported (~3 s on a 2-core VM)."""
+    env = _wheel_site(tmp_path)
+    env["PATH"] = str(tmp_path / "bin-empty")
+    write_tree(tmp_path, {"site/torch/__init__.py": "raise SystemExit('torch was imported')\n"})
+    host = write_tree(tmp_path / "host", {"dev/null": "", "proc/cpuinfo": ""})
+    data, errors = st._run_probe(sys.executable, env=env, timeout=60, host_root=host)
+    assert not errors and data["torch_facts"] == "metadata", data
+    assert (data["torch"], data["cuda"], data["cudnn"], data["nccl"]) == (
+        "2.11.0+cu130",
+        "13.0",
+        "9.19.0",
+        "2.28.9",
+    )
+    assert data["cuda_available"] is False and data["gpu"] is None
+
+
+@pytest.mark.parametrize(
+    ("files", "driverless"),
+    [
+        ({"dev/null": ""}, True),
+        ({"dev/nvidia0": ""}, False),
+        ({"dev/nvidia-uvm": ""}, False),
+        ({"dev/null": "", "proc/driver/nvidia/version": ""}, False),
+    ],
+)
+def test_no_nvidia_driver(tmp_path: Path, files: dict[str, str], driverless: bool) -> None:
+    assert st.no_nvidia_driver(write_tree(tmp_path, files)) is driverless
+    assert st.no_nvidia_driver(tmp_path / "missing") is False  # unreadable /dev: cannot tell
 
 
 def test_metadata_facts_equal_what_importing_this_torch_says() -> None:
