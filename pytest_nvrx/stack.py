@@ -13,8 +13,8 @@ and torch is a CUDA wheel whose cuDNN and NCCL are the ``nvidia-cudnn-cuN`` / ``
 wheels beside it, the probe reads torch's ``version.py`` and those wheels' metadata instead of
 importing torch (0.17 s instead of 6.9 s on the H200 device, 0.14 s instead of 3.1 s on the
 2-core CPU machine, the same answers); anywhere else (a container's source-built torch, system
-libraries, a driver with no GPU listed) it imports torch. ``NVRX_STACK_PROBE=import`` always imports it. The
-answer says which (``torch_facts``: ``metadata`` or ``import``).
+libraries, a driver with no GPU listed) it imports torch. ``NVRX_STACK_PROBE=import`` always
+imports it. The answer says which (``torch_facts``: ``metadata`` or ``import``).
 """
 
 from __future__ import annotations
