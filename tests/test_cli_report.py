@@ -62,7 +62,7 @@ def test_a_reference_run_is_sized_like_the_plugins_scenario(
     tmp_path: Path, scenario: Scenario
 ) -> None:
     """``run --workload reference --fault F --window W`` with nothing else given plans the
-    plugin's reference scenario (a 30 s checkpointing deadline, not the walkthrough's 600 s:
+    plugin's reference scenario (a 15 s checkpointing deadline, not the walkthrough's 600 s:
     a hang in the finalize window took 646 s before)."""
     plugin = scenario_config(NvrxSettings(), scenario, tmp_path)
     argv = ["run", "--workload", "reference", "--fault", scenario.fault,
@@ -70,7 +70,7 @@ def test_a_reference_run_is_sized_like_the_plugins_scenario(
             "--run-id", plugin.run_id]  # fmt: skip
     cli = config_from_args(build_parser().parse_args(argv), {})
     assert cli == plugin
-    assert cli.section_timeouts.checkpointing == 30
+    assert cli.section_timeouts.checkpointing == 15
     assert (cli.train_iters, cli.out_of_section_timeout) == (20, 60.0)
 
 
@@ -87,7 +87,7 @@ def test_options_and_variables_win_over_the_reference_sizing() -> None:
     assert given.save_interval == 5 and given.out_of_section_timeout == 60.0
     env = cli_config("--workload", "reference", environ={"TRAIN_ITERS": "30"})
     assert env.train_iters == 30
-    assert env.section_timeouts.checkpointing == 30
+    assert env.section_timeouts.checkpointing == 15
 
 
 def test_a_megatron_run_keeps_the_walkthroughs_values() -> None:
@@ -102,6 +102,6 @@ def test_help_shows_both_defaults() -> None:
     text = run_cli("run", "--help").stdout
     flat = " ".join(text.split())
     assert "training iterations [TRAIN_ITERS, 100; reference: 20]" in flat
-    assert "setup:900,step:120,checkpointing:600; reference: setup:120,step:10,checkpointing:30" \
+    assert "setup:900,step:120,checkpointing:600; reference: setup:120,step:10,checkpointing:15" \
         in flat  # fmt: skip
     assert "a Megatron run keeps the walkthrough's" in flat

@@ -123,7 +123,7 @@ def test_reference_defaults(tmp_path: Path) -> None:
     c = scenario_config(NvrxSettings(), Scenario("reference", "kill", "save"), tmp_path)
     assert (c.gpus_per_node, c.fault_rank, c.train_iters) == (2, 1, 20)
     # checkpointing 30 s: a hang in the save/finalize window is detected by it
-    assert c.section_timeouts.render() == "setup:120,step:10,checkpointing:30"
+    assert c.section_timeouts.render() == "setup:120,step:10,checkpointing:15"
     validate(c)
 
 

@@ -122,7 +122,7 @@ def test_scenario_defaults_come_from_the_table() -> None:
             "fault_rank": 1,
             "train_iters": 20,
             "save_interval": 5,
-            "section_timeouts": SectionTimeouts(setup=120, step=10, checkpointing=30),
+            "section_timeouts": SectionTimeouts(setup=120, step=10, checkpointing=15),
             "out_of_section_timeout": 60.0,
             "workload_check_interval": 1.0,
         },
