@@ -41,6 +41,7 @@ from pytest_nvrx.injector import (
 from pytest_nvrx.layout import MARKER_NAME, TRACKER_NAME
 
 INJECTOR = Path(injector.__file__).resolve()
+REPO = Path(__file__).resolve().parents[1]
 HELPERS = Path(__file__).resolve().parent / "helpers"
 TRAINER = HELPERS / "injector_trainer.py"
 WAIT_S = 30.0
@@ -288,24 +289,15 @@ def test_hang_stops_the_process(launcher: Launcher, sc: Scenario) -> None:
 
 
 HANG_ON_THE_TRAINING_THREAD = """
-import sys, time
+import sys
 from pathlib import Path
-from pytest_nvrx import injector
-tmp = Path(sys.argv[1])
-opts = injector.Options(
-    checkpoint_dir=str(tmp), fault_marker=str(tmp / "marker.json"), fault="hang",
-    fault_rank=1, window="finalize", script=None, module="train", poll_interval=0.05,
-    workload_args=(),
-)
-probes = injector.WindowProbes(injector.Injection(opts, rank=1, baseline=0))
-(tmp / "latest_checkpointed_iteration.txt").write_text("5")
-path = tmp / "iter_0000010"
-probes.section_started("checkpointing")
-probes.submit_entry(path)
-probes.submit_return(path, None)
-probes.section_ended("checkpointing")
-probes.section_started("checkpointing")  # finalizing 10: the hang fires here, on this thread
-(tmp / "went-on").write_text("the hung rank finalized")
+sys.path.insert(0, sys.argv[2])
+from tests.test_injector import Windows
+w = Windows(Path(sys.argv[1]), "finalize", fault="hang")
+w.complete(5)
+w.save(10)
+w.probes.section_started("checkpointing")  # finalizing 10: the hang fires here, on this thread
+(w.tmp / "went-on").write_text("the hung rank finalized")
 """
 
 
@@ -315,7 +307,7 @@ def test_a_hang_continued_by_sigcont_stays_hung_on_the_training_thread(tmp_path:
     err = tmp_path / "err"
     with err.open("wb") as fe:
         proc = subprocess.Popen(
-            [sys.executable, "-c", HANG_ON_THE_TRAINING_THREAD, str(tmp_path)],
+            [sys.executable, "-c", HANG_ON_THE_TRAINING_THREAD, str(tmp_path), str(REPO)],
             stdin=subprocess.DEVNULL,
             stderr=fe,
             start_new_session=True,
@@ -335,7 +327,7 @@ def test_a_hang_continued_by_sigcont_stays_hung_on_the_training_thread(tmp_path:
         time.sleep(0.5)
         assert proc.poll() is None, err.read_text()
         assert not (tmp_path / "went-on").exists()
-        assert json.loads((tmp_path / "marker.json").read_text())["signal"] == "SIGSTOP"
+        assert json.loads((tmp_path / MARKER_NAME).read_text())["signal"] == "SIGSTOP"
     finally:
         _kill_group(proc)
     assert proc.returncode == -signal.SIGKILL

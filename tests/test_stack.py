@@ -412,10 +412,23 @@ def _wheel_site(root: Path, *, nccl: bool = True) -> dict[str, str]:
     return env
 
 
-def test_probe_reads_a_torch_wheels_facts_without_importing_it(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("host", "cuda_available", "gpu"),
+    [("gpu listed", True, "NVIDIA H200"), ("no driver", False, None)],
+)
+def test_probe_reads_a_torch_wheels_facts_without_importing_it(
+    tmp_path: Path, host: str, cuda_available: bool, gpu: str | None
+) -> None:
+    """nvidia-smi lists a GPU, or there is no listing and no driver at all (a CPU machine such
+    as CI's: CUDA cannot be available): the wheels say the rest; torch is not imported (~3 s on
+    a 2-core VM)."""
     env = _wheel_site(tmp_path)
     write_tree(tmp_path, {"site/torch/__init__.py": "raise SystemExit('torch was imported')\n"})
-    data, errors = st._run_probe(sys.executable, env=env, timeout=60)
+    root = None
+    if host == "no driver":
+        env["PATH"] = str(tmp_path / "bin-empty")
+        root = write_tree(tmp_path / "host", {"dev/null": "", "proc/cpuinfo": ""})
+    data, errors = st._run_probe(sys.executable, env=env, timeout=60, host_root=root)
     assert not errors and data["torch_facts"] == "metadata", data
     assert (data["torch"], data["cuda"], data["cudnn"], data["nccl"]) == (
         "2.11.0+cu130",
@@ -423,7 +436,7 @@ def test_probe_reads_a_torch_wheels_facts_without_importing_it(tmp_path: Path) -
         "9.19.0",
         "2.28.9",
     )
-    assert data["cuda_available"] is True and data["gpu"] == "NVIDIA H200"
+    assert data["cuda_available"] is cuda_available and data["gpu"] == gpu
 
 
 @pytest.mark.parametrize("case", ["no nccl wheel", "forced", "a driver but no gpu listed"])
@@ -438,24 +451,6 @@ def test_probe_imports_torch_where_metadata_cannot_say(tmp_path: Path, case: str
     assert not errors and data["torch_facts"] == "import", data
     # FAKE_TORCH's own answers (cuDNN 9.10.2), not the wheels'
     assert (data["torch"], data["cudnn"]) == ("2.11.0+cu130", "9.10.2")
-
-
-def test_a_host_without_an_nvidia_driver_reads_the_wheels_too(tmp_path: Path) -> None:
-    """No nvidia-smi listing and no driver (a CPU machine such as CI's): CUDA cannot be
-    available, and the wheels say the rest; torch is not imported (~3 s on a 2-core VM)."""
-    env = _wheel_site(tmp_path)
-    env["PATH"] = str(tmp_path / "bin-empty")
-    write_tree(tmp_path, {"site/torch/__init__.py": "raise SystemExit('torch was imported')\n"})
-    host = write_tree(tmp_path / "host", {"dev/null": "", "proc/cpuinfo": ""})
-    data, errors = st._run_probe(sys.executable, env=env, timeout=60, host_root=host)
-    assert not errors and data["torch_facts"] == "metadata", data
-    assert (data["torch"], data["cuda"], data["cudnn"], data["nccl"]) == (
-        "2.11.0+cu130",
-        "13.0",
-        "9.19.0",
-        "2.28.9",
-    )
-    assert data["cuda_available"] is False and data["gpu"] is None
 
 
 @pytest.mark.parametrize(
