@@ -281,6 +281,8 @@ def scenario_entry(config: pytest.Config, run: ScenarioRun) -> dict[str, Any]:
     entry: dict[str, Any] = {
         "key": run.key,
         "outcome": run.outcome_line(limits),
+        # why it did not qualify (None: it did): the session fails on it whatever was selected
+        "cause": run.cause(limits),
         "lines": run.summary_lines(),
         "report": None,
         "report_error": None,
@@ -326,6 +328,8 @@ class NvrxReporter:
         self.html = None if path is None else config.invocation_params.dir / path
         self.entries: dict[str, dict[str, Any]] = {}
         self.outcome: str | None = None
+        # why the session failed although its tests passed (a NOT QUALIFIED scenario)
+        self.session_failures: list[str] = []
 
     @property
     def json_path(self) -> Path | None:
@@ -345,8 +349,34 @@ class NvrxReporter:
                 blocks.append(run.summary_lines())
         return blocks
 
+    def not_qualified(self) -> list[tuple[str, str]]:
+        """(scenario, first cause) of every judged scenario that did not qualify."""
+        return [
+            (key, str(entry["cause"]))
+            for key, entry in self.entries.items()
+            if entry.get("cause") is not None
+        ]
+
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        self._fail_unqualified(session)
+        self._write_report(session)
+
+    def _fail_unqualified(self, session: pytest.Session) -> None:
+        """A NOT QUALIFIED scenario fails the session even when every test that ran passed
+        (``-k prior_checkpoint``, ``--lf`` after a failed session, ``-m`` of a few criteria):
+        a retry of the failed tests never turns a broken stack green."""
+        failed = self.not_qualified()
+        if not failed or session.exitstatus != pytest.ExitCode.OK:
+            return
+        self.session_failures = [
+            f"pytest-nvrx: scenario {key} is NOT QUALIFIED although every selected test of it"
+            f" passed: {cause}"
+            for key, cause in failed
+        ]
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+    def _write_report(self, session: pytest.Session) -> None:
         if self.html is None or self.json_path is None or self.config.option.collectonly:
             return
         from pytest_nvrx.report import ScenarioReport, write_report
@@ -384,6 +414,8 @@ class NvrxReporter:
                 tr.write_line(f"nvrx report: {entry['key']} left out: {entry['report_error']}")
         if self.outcome is not None:
             tr.write_line(f"nvrx report: {self.outcome}")
+        for line in self.session_failures:
+            tr.write_line(line, red=True, bold=True)
 
 
 #: Under xdist, on the controller: the keys of the runs the workers judged.

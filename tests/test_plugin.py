@@ -17,6 +17,7 @@ import pytest
 from pytest_nvrx.criteria import CRITERIA_IDS
 from pytest_nvrx.layout import FAULT_WINDOWS, INJECTED_FAULTS
 from pytest_nvrx.scenario_run import gpu_available
+from tests.doctor import CYCLE1, copy_run
 from tests.test_scenarios import DEFAULT_IDS
 
 pytest_plugins = ["pytester"]
@@ -452,3 +453,31 @@ def test_header_has_full_stack_for_a_gpu_qualification(
             "| Megatron * | NVRx 0.7.*"
         ]
     )
+
+
+@pytest.mark.parametrize(
+    "selection",
+    [["-k", "prior_checkpoint"], ["-k", "test_run_finished"], ["-m", "not nothing"]],
+    ids=["k-prior-checkpoint", "k-run-finished", "all"],
+)
+def test_a_not_qualified_scenario_fails_the_session_whatever_was_selected(
+    pytester: pytest.Pytester, clean_env: None, tmp_path: Path, selection: list[str]
+) -> None:
+    """One replayed loss changed in a real passing run: only training_continuity fails. Selecting
+    tests that pass (``-k prior_checkpoint``, as ``--lf`` or a retry of the others would) still
+    fails the session, naming the scenario and its first cause."""
+    run = copy_run(DATA / "gpu-continuity" / "g2-kill-30", tmp_path / "run")
+    run.replace(CYCLE1, "lm loss: 6.720069E+00", "lm loss: 6.720169E+00", 1)
+    result = pytester.runpytest(*SUITE_ARGS, "--nvrx-run-dir", str(run.root), *selection)
+    outcomes = result.parseoutcomes()
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(
+        [
+            "pytest-nvrx: scenario existing-run is NOT QUALIFIED although every selected test"
+            " of it passed: training_continuity: replayed iteration 8 loss 6.720169E+00 *"
+        ]
+        if not outcomes.get("failed")
+        else ["*FAILED*training_continuity*"]
+    )
+    if selection[0] == "-k":
+        assert outcomes.get("passed", 0) >= 1 and not outcomes.get("failed")
