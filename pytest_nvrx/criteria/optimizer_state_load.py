@@ -27,7 +27,7 @@ from pytest_nvrx.criteria.workload_errors import (
 )
 from pytest_nvrx.evidence.checkpoint import CheckpointMetadata, OptimizerState
 from pytest_nvrx.evidence.cycle_log import CycleLog
-from pytest_nvrx.evidence.refs import absent
+from pytest_nvrx.evidence.refs import EvidenceRef, absent, split_rank_prefix
 from pytest_nvrx.evidence.rundir import RunEvidence
 from pytest_nvrx.evidence.workload import (
     LOAD_FAILURES,
@@ -37,6 +37,8 @@ from pytest_nvrx.evidence.workload import (
     SaveCompleted,
     StartedFromScratch,
     WorkloadError,
+    get_adapter,
+    loads_on_every_rank,
 )
 
 ID: CriterionId = "optimizer_state_load"
@@ -166,7 +168,70 @@ def _find_load(
         )
     if not loads:
         return _no_load(run, restore, target)
-    return loads[0]
+    return _ranks_disagree(run, restore) or loads[0]
+
+
+def _rank(ref: EvidenceRef) -> int | None:
+    return split_rank_prefix(ref.text)[0]
+
+
+def _ranks_disagree(run: RunEvidence, restore: _Restore) -> Verdict | None:
+    """Every rank of the cycle restored one and the same iteration: a rank whose "loading ... at
+    N" line is followed by "loaded ... at M", two ranks (or two lines) naming different
+    iterations, or, where every rank prints its own load line, a rank without one, is a restore
+    the ranks do not agree on."""
+    cycle, loads = restore.cycle, restore.loads
+    for load in loads:
+        rank = _rank(load.ref)
+        began = [s for s in restore.starts if _rank(s.ref) == rank]
+        if began and began[-1].iteration != load.iteration:
+            return failing(
+                ID,
+                f"cycle {cycle} rank {_n(rank)} began loading iteration {began[-1].iteration} but"
+                f" reports iteration {load.iteration} loaded",
+                began[-1].ref,
+                load.ref,
+            )
+    iterations = sorted({e.iteration for e in loads})
+    if len(iterations) > 1:
+        firsts = [next(e for e in loads if e.iteration == it) for it in iterations]
+        said = ", ".join(f"rank {_n(_rank(e.ref))} iteration {e.iteration}" for e in firsts)
+        return failing(
+            ID,
+            f"the ranks of cycle {cycle} restored different checkpoints ({said}): one"
+            " training state cannot be resumed from two",
+            [e.ref for e in firsts],
+        )
+    if not loads_on_every_rank(get_adapter(run.workload)):
+        return None
+    loaded = {_rank(e.ref) for e in loads}
+    missing = [r for r in restore.log.ranks if r not in loaded]
+    if missing:
+        return failing(
+            ID,
+            f"cycle {cycle} rank {missing[0]} shows no checkpoint load while rank(s)"
+            f" {', '.join(_n(r) for r in sorted(loaded, key=_order))} loaded iteration"
+            f" {iterations[0]}: every rank of the workload prints its own load line",
+            loads[0].ref,
+            _first_line_of_rank(restore.log, missing[0]),
+        )
+    return None
+
+
+def _n(rank: int | None) -> str:
+    return "?" if rank is None else str(rank)
+
+
+def _order(rank: int | None) -> int:
+    return -1 if rank is None else rank
+
+
+def _first_line_of_rank(log: CycleLog, rank: int) -> EvidenceRef:
+    """Where the rank without a load line can be seen: its first iteration line, else the log."""
+    for it in log.iterations:
+        if _rank(it.ref) == rank:
+            return it.ref
+    return log.first_line or absent(log.file, "empty")
 
 
 def _no_load(run: RunEvidence, restore: _Restore, target: RestoreTarget) -> Verdict:

@@ -237,9 +237,17 @@ class WorkloadLogAdapter(Protocol):
 
 
 # Optional adapter attributes, looked up with getattr (an adapter without them works as well):
-# ``source_roots`` (see source_roots below) and ``event_kind(text) -> type | None``: the type of
+# ``source_roots`` (see source_roots below), ``event_kind(text) -> type | None``: the type of
 # event ``parse_line`` would make of ``text`` (None: none) without making it; the cycle-log
-# parser then makes only the save events it keeps (Megatron's logs hold millions of saves).
+# parser then makes only the save events it keeps (Megatron's logs hold millions of saves); and
+# ``loads_on_every_rank`` (see loads_on_every_rank below).
+
+
+def loads_on_every_rank(adapter: WorkloadLogAdapter) -> bool:
+    """Whether every rank of a restoring cycle prints its own load line (the reference
+    workload), so a rank without one did not load; Megatron prints its load lines on rank 0
+    only (``print_rank_0``), so there only the lines printed can be compared."""
+    return getattr(adapter, "loads_on_every_rank", False) is True
 
 
 def source_roots(adapter: WorkloadLogAdapter) -> tuple[str, ...]:
