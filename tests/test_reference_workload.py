@@ -52,6 +52,14 @@ EVENT_RES = {
     r"consumed_samples (?P<consumed>\d+) path (?P<path>\S+)",
     "skipped": rf"restore skipped (?P<parts>{BREAKABLE}) of iteration (?P<iteration>\d+) "
     r"on purpose \(--break-restore, restart_count (?P<restart_count>\d+)\)",
+    "broke_previous": r"restore broke previous on purpose: loaded iteration (?P<loaded>\d+), not"
+    r" the tracker's (?P<iteration>\d+); counters set to iteration \d+ consumed_samples \d+"
+    r" \(--break-restore, restart_count (?P<restart_count>\d+)\)",
+    "broke_iteration": r"restore broke iteration on purpose: counter set to (?P<counter>\d+)"
+    r" after loading iteration (?P<iteration>\d+)"
+    r" \(--break-restore, restart_count (?P<restart_count>\d+)\)",
+    "tracker_at_submit": r"tracker written at submit of iteration (?P<iteration>\d+) on purpose"
+    r" \(--break-save tracker-at-submit\)",
     "load_failed": r"load failed: (?P<reason>.+)",
     "iteration": r"iteration (?P<iteration>\d+)/(?P<train_iters>\d+) "
     rf"consumed_samples (?P<consumed>\d+) loss (?P<loss>{FLOAT_REPR}) lr (?P<lr>{FLOAT_REPR}) "
@@ -286,6 +294,114 @@ def test_break_restore_acts_in_replacements_only(gloo: dist.ProcessGroup, tmp_pa
         assert classify(f"[ref] 2026-11-30T00:00:00.000+00:00 rank 0 {event}") is not None
     iterations = [classify(f"[ref] 2026-11-30T00:00:00.000+00:00 rank 0 {e}") for e in first]
     assert [k for k, _ in filter(None, iterations)].count("iteration") == 2
+
+
+def _iterations(events: list[str]) -> list[int]:
+    return [int(e.split()[1].split("/")[0]) for e in events if e.startswith("iteration ")]
+
+
+def test_break_restore_iteration_jumps_the_counter(gloo: dist.ProcessGroup, tmp_path: Path) -> None:
+    """#21 item 10b: the replacement loads 2 but its counter says 4: iterations 3 and 4 are never
+    trained, and the first line after the restore is 5 (restored + save interval + 1)."""
+    ckpt = tmp_path / "checkpoints"
+    common = ["--save-interval=2", f"--save={ckpt}", f"--load={ckpt}"]
+    code, cycle0 = _train(["--train-iters=2", *common, "--break-restore=iteration"], restarts=0)
+    assert code == 0 and not any("broke" in e for e in cycle0)
+    code, events = _train(["--train-iters=6", *common, "--break-restore=iteration"], restarts=1)
+    assert code == 0
+    assert events[0].startswith(f"load checkpoint iteration 2 ({ref.LOADED_PARTS}) ")
+    assert events[1] == (
+        "restore broke iteration on purpose: counter set to 4 after loading iteration 2"
+        " (--break-restore, restart_count 1)"
+    )
+    assert _iterations(events) == [5, 6]
+    for event in events:
+        assert classify(f"[ref] 2026-11-30T00:00:00.000+00:00 rank 0 {event}") is not None
+
+
+def test_break_restore_previous_loads_the_checkpoint_before_the_trackers(
+    gloo: dist.ProcessGroup, tmp_path: Path
+) -> None:
+    """#21 item 10a: the last rank (here the only one) loads 2 while the tracker names 4; its
+    counters are the tracker's (the ranks must stay in step), so training goes on at 5."""
+    ckpt = tmp_path / "checkpoints"
+    common = ["--save-interval=2", f"--save={ckpt}", f"--load={ckpt}"]
+    code, _ = _train(["--train-iters=4", *common], restarts=0)
+    assert code == 0 and tracker(ckpt) == "4"
+    code, events = _train(["--train-iters=6", *common, "--break-restore=previous"], restarts=1)
+    assert code == 0
+    assert events[0] == (
+        f"load checkpoint iteration 2 ({ref.LOADED_PARTS}) consumed_samples 4 "
+        f"path {ckpt / 'iter_0000002'}"
+    )
+    assert events[1] == (
+        "restore broke previous on purpose: loaded iteration 2, not the tracker's 4; counters"
+        " set to iteration 4 consumed_samples 8 (--break-restore, restart_count 1)"
+    )
+    assert _iterations(events) == [5, 6]
+    for event in events:
+        assert classify(f"[ref] 2026-11-30T00:00:00.000+00:00 rank 0 {event}") is not None
+
+
+def test_break_restore_previous_needs_an_older_checkpoint(
+    gloo: dist.ProcessGroup, tmp_path: Path
+) -> None:
+    ckpt = tmp_path / "checkpoints"
+    common = ["--save-interval=2", f"--save={ckpt}", f"--load={ckpt}"]
+    assert _train(["--train-iters=2", *common], restarts=0)[0] == 0
+    code, events = _train(["--train-iters=4", *common, "--break-restore=previous"], restarts=1)
+    assert code == 1
+    assert events == [
+        "load failed: --break-restore previous: no complete checkpoint before iteration 2"
+        f" in {ckpt}"
+    ]
+
+
+class TrackerAtEvent(ListLog):
+    """Reads the tracker as each event is logged: what a poller sees at that moment."""
+
+    def __init__(self, ckpt: Path) -> None:
+        super().__init__()
+        self.ckpt = ckpt
+        self.trackers: list[str | None] = []
+
+    def __call__(self, event: str) -> None:
+        super().__call__(event)
+        self.trackers.append(tracker(self.ckpt))
+
+
+def test_break_save_tracker_at_submit(gloo: dist.ProcessGroup, tmp_path: Path) -> None:
+    """#21 item 10c: the tracker names 2 as soon as its save is submitted, before the save is
+    finalized (its 'save completed' line comes at the next save); in every cycle."""
+    t, log = trainer(), TrackerAtEvent(tmp_path)
+    ckpt = ref.AsyncCheckpointer(tmp_path, gloo, ref.NullMonitor(), log, tracker_at_submit=True)
+    t.train_step()
+    t.train_step()
+    ckpt.save(2, t.checkpoint_state)
+    assert ckpt.pending is not None  # not finalized ...
+    assert tracker(tmp_path) == "2"  # ... and already published
+    t.train_step()
+    t.train_step()
+    ckpt.save(4, t.checkpoint_state)
+    ckpt.finalize()
+    assert list(zip(log.events, log.trackers, strict=True)) == [
+        (f"save scheduled iteration 2 path {tmp_path / 'iter_0000002'}", None),
+        (
+            "tracker written at submit of iteration 2 on purpose (--break-save tracker-at-submit)",
+            "2",
+        ),
+        ("save completed iteration 2", "2"),
+        (f"save scheduled iteration 4 path {tmp_path / 'iter_0000004'}", "2"),
+        (
+            "tracker written at submit of iteration 4 on purpose (--break-save tracker-at-submit)",
+            "4",
+        ),
+        ("save completed iteration 4", "4"),
+    ]
+    for event in log.events:
+        assert classify(f"[ref] 2026-11-30T00:00:00.000+00:00 rank 0 {event}") is not None
+    args = ref.parse_args(["--train-iters=2", "--break-save=tracker-at-submit"])
+    assert args.break_save == ["tracker-at-submit"]
 
 
 def test_restart_count_comes_from_the_environment() -> None:

@@ -17,7 +17,10 @@ Megatron's behaviour that fault-recovery qualification looks at:
   schedule moves every step, and AdamW's moments shape every update. Each iteration line prints
   loss, LR and gradient norm exactly (``repr``), so a resume that loses any part shows.
 * ``--break-restore PART`` makes a replacement (restart count >= 1) deliberately skip restoring
-  one part, and say so: the broken resumes the criteria must catch, produced for real.
+  one part, restore the previous checkpoint on its last rank (``previous``) or jump the restored
+  iteration counter (``iteration``), and say so; ``--break-save tracker-at-submit`` makes rank 0
+  write the tracker when a save is submitted (every cycle): the broken resumes the criteria must
+  catch, produced for real.
 
 Its log lines (``[ref] <UTC time> rank <r> <event>``) are documented in
 ``docs/reference-workload.md``; the evidence adapter parses exactly those.
@@ -32,6 +35,7 @@ import argparse
 import contextlib
 import math
 import os
+import re
 import sys
 import time
 import traceback
@@ -64,6 +68,13 @@ RESTORED_PARTS: tuple[str, ...] = ("model", "optimizer", "scheduler", "rng", "da
 LOADED_PARTS = ", ".join(RESTORED_PARTS)
 #: Parts ``--break-restore`` may leave out (the model is always restored).
 BREAKABLE_PARTS: tuple[str, ...] = ("optimizer", "rng", "data", "scheduler")
+#: The other ``--break-restore`` values: not a part left out but a wrong restore point.
+#: ``previous``: the last rank restores the newest complete checkpoint before the tracker's;
+#: ``iteration``: the restored iteration counter jumps by the save interval.
+RESTORE_BREAKS: tuple[str, ...] = ("previous", "iteration")
+#: ``--break-save`` values (every cycle): ``tracker-at-submit``: rank 0 writes the tracker when a
+#: save is submitted, not when it is finalized (the durability bug the walkthrough warns about).
+SAVE_BREAKS: tuple[str, ...] = ("tracker-at-submit",)
 #: Set by torchelastic and ft_launcher in every worker: 0 in the first cycle, then 1, 2, ...
 RESTART_COUNT_ENV = "TORCHELASTIC_RESTART_COUNT"
 #: Where the background write runs (``--async-writer``): a DCP thread in the rank, or DCP's
@@ -571,8 +582,12 @@ class AsyncCheckpointer:
         monitor: Monitor,
         log: Callable[[str], None],
         writer: AsyncCheckpointerType = AsyncCheckpointerType.THREAD,
+        *,
+        tracker_at_submit: bool = False,
     ) -> None:
         self.checkpoint_dir = checkpoint_dir
+        # --break-save tracker-at-submit: publish N as soon as its save is submitted (broken)
+        self.tracker_at_submit = tracker_at_submit
         self.group = group
         self.monitor = monitor
         self.log = log
@@ -596,6 +611,12 @@ class AsyncCheckpointer:
             self.last_scheduled = iteration
             if self.rank == 0:
                 self.log(f"save scheduled iteration {iteration} path {path}")
+                if self.tracker_at_submit:
+                    self._write_tracker(iteration)
+                    self.log(
+                        f"tracker written at submit of iteration {iteration} on purpose "
+                        "(--break-save tracker-at-submit)"
+                    )
 
     def finalize(self) -> None:
         if self.pending is None:
@@ -618,10 +639,13 @@ class AsyncCheckpointer:
                 self.log(f"save failed iteration {pending.iteration}: {reason}")
                 raise SaveError(f"async save of iteration {pending.iteration} failed: {reason}")
             if self.rank == 0:
-                # Plain open/write, as Megatron: a poller may briefly read it empty.
-                with open(self.checkpoint_dir / TRACKER_NAME, "w") as f:
-                    f.write(str(pending.iteration))
+                self._write_tracker(pending.iteration)
                 self.log(f"save completed iteration {pending.iteration}")
+
+    def _write_tracker(self, iteration: int) -> None:
+        # Plain open/write, as Megatron: a poller may briefly read it empty.
+        with open(self.checkpoint_dir / TRACKER_NAME, "w") as f:
+            f.write(str(iteration))
 
     def abandon(self) -> None:
         """Wait for an in-flight write without finalizing it (tests, error paths)."""
@@ -727,13 +751,24 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument(
         "--break-restore",
         action="append",
-        choices=BREAKABLE_PARTS,
+        choices=BREAKABLE_PARTS + RESTORE_BREAKS,
         default=[],
         metavar="PART",
         help="in a replacement only (restart count >= 1, from $"
         + RESTART_COUNT_ENV
-        + "), do not restore this part of the checkpoint; repeatable; one of "
-        + ", ".join(BREAKABLE_PARTS),
+        + "), do not restore this part of the checkpoint ("
+        + ", ".join(BREAKABLE_PARTS)
+        + "), or restore the previous checkpoint on the last rank (previous), or jump the "
+        "restored iteration counter by the save interval (iteration); repeatable",
+    )
+    c.add_argument(
+        "--break-save",
+        action="append",
+        choices=SAVE_BREAKS,
+        default=[],
+        metavar="WHAT",
+        help="in every cycle: rank 0 writes the tracker when a save is submitted, not when it "
+        "is finalized (tracker-at-submit)",
     )
     m = p.add_argument_group("model")
     m.add_argument(
@@ -876,14 +911,29 @@ def _train(
             # --break-restore acts in replacements only: cycle 0 has nothing to resume anyway,
             # and a first cycle that resumes a previous run's checkpoint is not a replacement.
             skip = tuple(args.break_restore) if restarts >= 1 else ()
-            load_checkpoint(trainer, args.load, ckpt_group, log, skip=skip, restarts=restarts)
+            load_checkpoint(
+                trainer,
+                args.load,
+                ckpt_group,
+                log,
+                skip=skip,
+                restarts=restarts,
+                jump=args.save_interval or 1,
+            )
         except LoadError as exc:
             log(f"load failed: {exc}")
             return 1
     checkpointer = None
     if args.save is not None:
         args.save.mkdir(parents=True, exist_ok=True)
-        checkpointer = AsyncCheckpointer(args.save, ckpt_group, monitor, log, args.async_writer)
+        checkpointer = AsyncCheckpointer(
+            args.save,
+            ckpt_group,
+            monitor,
+            log,
+            args.async_writer,
+            tracker_at_submit="tracker-at-submit" in args.break_save,
+        )
     start_iteration = trainer.iteration
     monitor.end_section("setup")  # as Megatron: closed before the first step
 
@@ -929,19 +979,34 @@ def load_checkpoint(
     *,
     skip: Sequence[str] = (),
     restarts: int = 0,
+    jump: int = 1,
 ) -> int | None:
     """Restore from the tracker's iteration; returns it, or None when starting from scratch.
 
     The load line lists only the parts restored; each part in ``skip`` is left out and one
-    more line says so (``restore skipped ...``)."""
+    more line says so (``restore skipped ...``). The restore breaks in ``skip`` (RESTORE_BREAKS)
+    each say what they did in a line of their own: ``previous`` (the last rank loads the newest
+    complete checkpoint before the tracker's, and its load line says so; its iteration and
+    ``consumed_samples`` counters are the tracker's, so that the ranks stay in step) and
+    ``iteration`` (the iteration counter jumps by ``jump`` past the loaded one)."""
     iteration = agreed_tracker(checkpoint_dir)
     if iteration is None:
         log(f"no checkpoint found at {checkpoint_dir / TRACKER_NAME}, starting from scratch")
         return None
-    parts = trainer.load(checkpoint_dir, iteration, group, skip=skip)
+    parts_skipped = [p for p in skip if p in BREAKABLE_PARTS]
+    source = iteration
+    if "previous" in skip and trainer.rank == trainer.world_size - 1:
+        older = previous_checkpoint(checkpoint_dir, iteration)
+        if older is None:
+            raise LoadError(
+                f"--break-restore previous: no complete checkpoint before iteration {iteration}"
+                f" in {checkpoint_dir}"
+            )
+        source = older
+    parts = trainer.load(checkpoint_dir, source, group, skip=parts_skipped)
     log(
-        f"load checkpoint iteration {iteration} ({', '.join(parts)}) consumed_samples "
-        f"{trainer.consumed_samples} path {checkpoint_dir / iteration_dir_name(iteration)}"
+        f"load checkpoint iteration {source} ({', '.join(parts)}) consumed_samples "
+        f"{trainer.consumed_samples} path {checkpoint_dir / iteration_dir_name(source)}"
     )
     skipped = [p for p in BREAKABLE_PARTS if p in skip]
     if skipped:
@@ -949,7 +1014,32 @@ def load_checkpoint(
             f"restore skipped {', '.join(skipped)} of iteration {iteration} on purpose "
             f"(--break-restore, restart_count {restarts})"
         )
+    if source != iteration:
+        trainer.consumed_samples += (iteration - source) * trainer.global_batch_size
+        trainer.iteration = iteration
+        log(
+            f"restore broke previous on purpose: loaded iteration {source}, not the tracker's "
+            f"{iteration}; counters set to iteration {iteration} consumed_samples "
+            f"{trainer.consumed_samples} (--break-restore, restart_count {restarts})"
+        )
+    if "iteration" in skip:
+        trainer.iteration += jump
+        log(
+            f"restore broke iteration on purpose: counter set to {trainer.iteration} after "
+            f"loading iteration {source} (--break-restore, restart_count {restarts})"
+        )
     return iteration
+
+
+def previous_checkpoint(checkpoint_dir: Path, iteration: int) -> int | None:
+    """The newest complete checkpoint (``iter_N/.metadata`` on disk) before ``iteration``."""
+    found = [
+        int(m[1])
+        for path in checkpoint_dir.glob("iter_*/.metadata")
+        if (m := re.fullmatch(r"iter_([0-9]+)", path.parent.name)) is not None
+    ]
+    older = [n for n in found if n < iteration]
+    return max(older) if older else None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
