@@ -628,6 +628,10 @@ class WindowProbes:
         self.in_flight_result: Any = None
         self.submitted_in_section = False  # submit(N) returned inside the open checkpointing
         self.submits: list[int] = []
+        # finalize: the saves the tracker already named when a checkpointing section began after
+        # their submit (published at submit, not at finalization: the window cannot open)
+        self.named_before_finalize: list[int] = []
+        self.checkpointing_since_submit = 0
         self.highest_tracker: int | None = None
         self.broken = False
 
@@ -664,6 +668,7 @@ class WindowProbes:
         self.open_sections.append(name)
         if name == "checkpointing":
             self.submitted_in_section = False
+            self.checkpointing_since_submit += 1
         if self.window == "step" and name == "step":
             tracker = self._armed_tracker(below=None)
             if tracker is not None:
@@ -686,6 +691,9 @@ class WindowProbes:
         ):
             in_flight = self.in_flight
             tracker = self._armed_tracker(below=in_flight)
+            if tracker is None and self.in_flight is None and self.checkpointing_since_submit == 1:
+                # the first checkpointing section after the submit is the one that finalizes it
+                self.named_before_finalize.append(in_flight)
             if tracker is not None:
                 self.injection.fire(
                     Firing(
@@ -749,6 +757,7 @@ class WindowProbes:
         if iteration is None:
             return
         self.submits.append(iteration)
+        self.checkpointing_since_submit = 0
         self.in_flight = iteration
         self.in_flight_result = result
         self.submitted_in_section = "checkpointing" in self.open_sections
@@ -795,10 +804,17 @@ class WindowProbes:
         """Why the window never opened, for the exit-3 message."""
         seen = "NVRx sections seen" if self.sections_seen else "no NVRx section ever started"
         submits = ", ".join(map(str, self.submits[:8])) or "none"
+        early = ""
+        if self.named_before_finalize:
+            named = ", ".join(map(str, self.named_before_finalize[:8]))
+            early = (
+                f"; the tracker already named the save in flight when its finalization began: "
+                f"{named}"
+            )
         return (
             f"window {self.window} never opened while training ran (baseline {self.baseline}, "
-            f"highest tracker read {_or_none(self.highest_tracker)}, saves submitted: {submits}; "
-            f"{seen})"
+            f"highest tracker read {_or_none(self.highest_tracker)}, saves submitted: {submits}"
+            f"{early}; {seen})"
         )
 
 

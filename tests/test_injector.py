@@ -1144,6 +1144,34 @@ def test_finalize_window_misses_a_save_finalized_before_the_next_section(tmp_pat
     assert "saves submitted: 10" in w.probes.never_fired()
 
 
+def test_finalize_window_says_the_tracker_named_each_save_at_submit(tmp_path: Path) -> None:
+    """#21 item 5: a stack that publishes the tracker at submit never opens the finalize window;
+    the exit-3 reason names every save the tracker already named when its finalization began."""
+    w = Windows(tmp_path, "finalize")
+    for iteration in (5, 10, 15):
+        w.save(iteration)
+        w.complete(iteration)  # rank 0 wrote the tracker at submit
+        w.probes.section_started("checkpointing")  # the finalization of that save
+        w.probes.section_ended("checkpointing")
+    assert not w.marker.exists()
+    assert w.probes.never_fired() == (
+        "window finalize never opened while training ran (baseline 0, highest tracker read 15,"
+        " saves submitted: 5, 10, 15; the tracker already named the save in flight when its"
+        " finalization began: 5, 10, 15; NVRx sections seen)"
+    )
+
+
+def test_finalize_window_a_second_poll_is_no_finalization_begun(tmp_path: Path) -> None:
+    """A save finalized between two polls (the first saw it in flight) was not named early."""
+    w = Windows(tmp_path, "finalize")
+    w.save(5)
+    w.probes.section_started("checkpointing")  # tracker absent: 5 in flight, no checkpoint yet
+    w.probes.section_ended("checkpointing")
+    w.complete(5)
+    w.probes.section_started("checkpointing")
+    assert "already named" not in w.probes.never_fired()
+
+
 def test_windows_arm_only_above_the_start_up_tracker(tmp_path: Path) -> None:
     w = Windows(tmp_path, "save", baseline=5)
     w.complete(5)  # the checkpoint this run resumed from is no new restore point
