@@ -83,9 +83,14 @@ def cycle_log_name(cycle: int) -> str:
 _APPLOG_STEM, _APPLOG_EXT = APPLOG_PREFIX_NAME.rsplit(".", 1)
 #: ft_launcher names cycle N's log <prefix-stem>_cycle<N>.<ext> (cycle_log_name)
 CYCLE_LOG_NAMES = f"{_APPLOG_STEM}_cycle<N>.{_APPLOG_EXT}"
+# ASCII digits only: re's \d (and int()) also take other scripts' digits, so that
+# train_cycle\u0661.log would be read as cycle 1's log
 CYCLE_LOG_PATTERN = re.compile(
-    re.escape(_APPLOG_STEM) + r"_cycle(?P<n>\d+)\." + re.escape(_APPLOG_EXT)
+    re.escape(_APPLOG_STEM) + r"_cycle(?P<n>[0-9]+)\." + re.escape(_APPLOG_EXT)
 )
+#: what looks like a cycle log to a reader (any letters or digits of any script after
+#: ``_cycle``): a name that matches this but not CYCLE_LOG_PATTERN is reported, never read
+CYCLE_LOG_LOOK_ALIKE = re.compile(re.escape(_APPLOG_STEM) + r"_cycle\w+\." + re.escape(_APPLOG_EXT))
 
 
 @dataclass(frozen=True)
@@ -130,17 +135,29 @@ class RunLayout:
 
     def cycle_log_paths(self) -> dict[int, Path]:
         """The cycle logs on disk by cycle number, in numeric order (cycle 10 after cycle 9);
-        none where the logs directory cannot be read."""
-        found: dict[int, Path] = {}
+        none where the logs directory cannot be read. Where several names parse to one cycle
+        (``train_cycle1.log``, ``train_cycle01.log``) the launcher's own name wins, else the
+        first by name: the same file whatever order the directory lists them in. (Launch
+        progress and log tails read this; the evidence reads :meth:`cycle_log_candidates` and
+        lets the launcher's cycle record decide.)"""
+        return {
+            cycle: next((p for p in paths if p.name == cycle_log_name(cycle)), paths[0])
+            for cycle, paths in self.cycle_log_candidates().items()
+        }
+
+    def cycle_log_candidates(self) -> dict[int, tuple[Path, ...]]:
+        """Every file named like a cycle log (ASCII digits), by the cycle its name parses to, in
+        numeric order; each cycle's files sorted by name."""
+        found: dict[int, list[Path]] = {}
         try:
             with os.scandir(self.logs) as entries:
                 for entry in entries:
                     m = CYCLE_LOG_PATTERN.fullmatch(entry.name)
                     if m is not None:
-                        found[int(m["n"])] = Path(entry.path)
+                        found.setdefault(int(m["n"]), []).append(Path(entry.path))
         except OSError:
             return {}
-        return dict(sorted(found.items()))
+        return {cycle: tuple(sorted(found[cycle])) for cycle in sorted(found)}
 
     @property
     def tracker(self) -> Path:

@@ -38,6 +38,8 @@ class CycleInfo:
     active_ranks: str | None
     ref: EvidenceRef  # the cycle_start_time line
     end_ref: EvidenceRef | None
+    # the cycle_log_file line: the launcher's own word on which file is the cycle's log
+    log_ref: EvidenceRef | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +107,9 @@ def read_cycle_infos(directory: Path, run_dir: Path) -> CycleInfos:
                 ref=json_key_ref(file, doc, "cycle_start_time"),
                 end_ref=json_key_ref(file, doc, "cycle_end_time")
                 if "cycle_end_time" in data
+                else None,
+                log_ref=json_key_ref(file, doc, "cycle_log_file")
+                if "cycle_log_file" in data
                 else None,
             )
         )

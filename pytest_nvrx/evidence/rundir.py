@@ -7,6 +7,8 @@ here judges; it reads, normalizes times to UTC and records what is missing or br
 
 from __future__ import annotations
 
+import os
+import re
 from dataclasses import dataclass
 from datetime import UTC, timezone, tzinfo
 from pathlib import Path
@@ -28,7 +30,12 @@ from pytest_nvrx.evidence.workload import (
     WorkloadLogAdapter,
     get_adapter,
 )
-from pytest_nvrx.layout import CYCLE_LOG_NAMES, RunLayout
+from pytest_nvrx.layout import (
+    CYCLE_LOG_LOOK_ALIKE,
+    CYCLE_LOG_NAMES,
+    CYCLE_LOG_PATTERN,
+    RunLayout,
+)
 
 
 class RunDirError(ValueError):
@@ -239,13 +246,7 @@ def _read_cycle_logs(
 ) -> tuple[CycleLog, ...]:
     """One CycleLog per cycle known from records or from log files on disk."""
     run_dir = layout.run_dir
-    paths = layout.cycle_log_paths()
-    for record in infos.records:
-        if record.cycle in paths:
-            continue
-        # the record names the log by an absolute path on the run host: use its name only
-        name = record.log_name or layout.cycle_log(record.cycle).name
-        paths[record.cycle] = layout.logs / name
+    paths = _cycle_log_paths(layout, infos, problems)
     logs: list[CycleLog] = []
     for cycle in sorted(paths):
         path = paths[cycle]
@@ -263,6 +264,117 @@ def _read_cycle_logs(
             problems.append(Problem("warning", f"{log.file} unreadable: {log.read_error}"))
         logs.append(log)
     return tuple(logs)
+
+
+# a name that parses to a cycle with any script's digits (train_cycle\u0661.log: cycle 1)
+_ANY_DIGITS = re.compile(r"_cycle(?P<n>\d+)\.")
+
+
+def _cycle_log_paths(
+    layout: RunLayout, infos: CycleInfos, problems: list[Problem]
+) -> dict[int, Path]:
+    """Which file is each cycle's log. The cycle's record names it (the launcher that wrote the
+    log wrote the record): that file is read, and any other file that looks like the same
+    cycle's log is reported, not read. Without a record, the one file named for the cycle;
+    two such files, or a recorded log that is absent while a look-alike exists, are a fatal
+    problem: nothing says which file is the evidence."""
+    run_dir = layout.run_dir
+    candidates = {c: list(files) for c, files in layout.cycle_log_candidates().items()}
+    strays = _look_alikes(layout)
+    records: dict[int, CycleInfo] = {}
+    for info in infos.records:
+        if info.log_name is not None:
+            records.setdefault(info.cycle, info)
+    named = {info.log_name for info in records.values()}
+    for stray in strays:
+        if stray.name not in named:
+            problems.append(
+                Problem(
+                    "warning",
+                    f"{display_path(stray, run_dir)} looks like a cycle log but is not named"
+                    f" {CYCLE_LOG_NAMES} with ASCII digits: not read",
+                )
+            )
+    paths: dict[int, Path] = {}
+    for cycle in sorted({*candidates, *(r.cycle for r in infos.records)}):
+        files = candidates.get(cycle, [])
+        alike = files + [s for s in strays if _cycle_of(s.name) == cycle and s.name not in named]
+        record = records.get(cycle)
+        if record is None or record.log_name is None:
+            if len(files) > 1:
+                shown = [display_path(f, run_dir) for f in files]
+                problems.append(
+                    Problem(
+                        "fatal",
+                        f"{' and '.join(shown)} {'both' if len(files) == 2 else 'all'} look like"
+                        f" cycle {cycle}'s log and no cycle record names"
+                        f" {'either' if len(files) == 2 else 'any'}: cannot tell which file is"
+                        f" cycle {cycle}'s log",
+                        EvidenceRef(shown[-1], None, "(a second log of one cycle)"),
+                    )
+                )
+            paths[cycle] = files[0] if files else layout.cycle_log(cycle)
+            continue
+        # the record names the log by an absolute path on the run host: its name is used
+        name = record.log_name
+        path = layout.logs / name
+        record_file = record.ref.file
+        owner = _cycle_of(name)
+        if owner is not None and owner != cycle:
+            problems.append(
+                Problem(
+                    "fatal",
+                    f"{record_file} names {name} as cycle {cycle}'s log: the name of cycle"
+                    f" {owner}'s log; cannot tell which file is cycle {cycle}'s log",
+                    record.log_ref or record.ref,
+                )
+            )
+        others = [f for f in alike if f.name != name]
+        if others and not (path.exists() or path.is_symlink()):
+            problems.append(
+                Problem(
+                    "fatal",
+                    f"{record_file} names {name} as cycle {cycle}'s log, which is absent, while"
+                    f" {', '.join(display_path(f, run_dir) for f in others)} looks like it:"
+                    f" cannot tell which file is cycle {cycle}'s log",
+                    record.log_ref or record.ref,
+                )
+            )
+        else:
+            problems.extend(
+                Problem(
+                    "warning",
+                    f"{display_path(other, run_dir)} looks like cycle {cycle}'s log but"
+                    f" {record_file} names {name}: not read",
+                    record.log_ref or record.ref,
+                )
+                for other in others
+                if other in files
+            )
+        paths[cycle] = path
+    return paths
+
+
+def _cycle_of(name: str) -> int | None:
+    """The cycle a log name (any script's digits) says it is of; None: no number."""
+    if CYCLE_LOG_LOOK_ALIKE.fullmatch(name) is None:
+        return None
+    m = _ANY_DIGITS.search(name)
+    return int(m["n"]) if m is not None else None  # int() reads every script's digits
+
+
+def _look_alikes(layout: RunLayout) -> list[Path]:
+    """Files in logs/ that look like a cycle log but are not named with ASCII digits."""
+    try:
+        with os.scandir(layout.logs) as entries:
+            names = sorted(e.name for e in entries)
+    except OSError:
+        return []
+    return [
+        layout.logs / n
+        for n in names
+        if CYCLE_LOG_LOOK_ALIKE.fullmatch(n) and not CYCLE_LOG_PATTERN.fullmatch(n)
+    ]
 
 
 def _refuse(path: Path, run_dir: Path, file: str, problems: list[Problem]) -> str | None:

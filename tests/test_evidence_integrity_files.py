@@ -1,0 +1,184 @@
+"""Which file is the evidence, and which run is the reference (issue #21, items 7 and 8).
+
+Doctored copies of committed real passing runs, each with one thing edited that was judged
+PASSED before: a second file claiming a cycle's log, a cycle log name with a non-ASCII digit,
+the reference workload loading another run's checkpoints, a ``--baseline`` that is the run
+itself, a fault run, a failed run or one of another configuration, a ``result.json`` saying the
+run was interrupted or timed out, a ``run.json`` of an unknown schema.
+
+The runs: ``ref-kill-save`` (the CPU reference workload, 2 ranks) and ``g2-kill-30`` /
+``g2-baseline-30`` (Megatron on 2 x H200).
+"""
+
+from __future__ import annotations
+
+import io
+import shutil
+from pathlib import Path
+
+import pytest
+
+from pytest_nvrx.criteria import judge_run_dir
+from pytest_nvrx.evidence.rundir import load_run
+from pytest_nvrx.layout import RunLayout
+from pytest_nvrx.verify import verify_main
+from tests.doctor import CYCLE1, Doctor, copy_run
+
+DATA = Path(__file__).parent / "data"
+REF_KILL = DATA / "windows" / "cpu" / "ref-kill-save"
+G2_KILL = DATA / "gpu-continuity" / "g2-kill-30"
+G2_BASELINE = DATA / "gpu-continuity" / "g2-baseline-30"
+RECORD1 = "cycle_infos/cycle_info..0.1"
+RESULT = "result.json"
+RUN_JSON = "run.json"
+ARABIC_ONE = "\u0661"  # ARABIC-INDIC DIGIT ONE: str.isdigit() and re's \d say it is a digit
+
+
+def run_verify(*argv: str | Path) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    code = verify_main([str(a) for a in argv], stdout=out, stderr=err)
+    return code, out.getvalue(), err.getvalue()
+
+
+def errors(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if line.startswith("verify: error:")]
+
+
+def messages(run: Path, severity: str) -> list[str]:
+    return [p.message for p in load_run(run).problems if p.severity == severity]
+
+
+@pytest.fixture
+def ref(tmp_path: Path) -> Doctor:
+    return copy_run(REF_KILL, tmp_path / "ref-kill-save")
+
+
+@pytest.fixture
+def g2(tmp_path: Path) -> Doctor:
+    return copy_run(G2_KILL, tmp_path / "g2-kill-30")
+
+
+@pytest.fixture
+def base(tmp_path: Path) -> Doctor:
+    return copy_run(G2_BASELINE, tmp_path / "g2-baseline-30")
+
+
+def test_the_unchanged_runs_pass_and_the_baseline_is_used() -> None:
+    assert judge_run_dir(REF_KILL).passed
+    j = judge_run_dir(G2_KILL, baseline=G2_BASELINE)
+    assert j.passed and j.baseline_dir == G2_BASELINE
+    assert "baseline g2-baseline-30" in j.verdict("training_continuity").reason
+
+
+# --- item 7: one cycle log per cycle ------------------------------------------------------------
+
+
+def test_cycle_log_names_take_ascii_digits_only(tmp_path: Path) -> None:
+    layout = RunLayout.for_run(tmp_path / "run")
+    layout.logs.mkdir(parents=True)
+    for name in ("train_cycle1.log", f"train_cycle{ARABIC_ONE}.log", "train_cycle\uff12.log"):
+        (layout.logs / name).write_text("")
+    assert layout.cycle_log_paths() == {1: layout.cycle_log(1)}
+
+
+def test_the_launchers_own_name_wins_among_look_alikes_for_progress_and_tails(
+    tmp_path: Path,
+) -> None:
+    """Launch progress and log tails read cycle_log_paths: one file per cycle, the same one
+    whatever order the directory lists them in."""
+    layout = RunLayout.for_run(tmp_path / "run")
+    layout.logs.mkdir(parents=True)
+    for name in (
+        "train_cycle01.log",
+        "train_cycle1.log",
+        "train_cycle001.log",
+        "train_cycle02.log",
+    ):
+        (layout.logs / name).write_text("")
+    assert layout.cycle_log_paths() == {
+        1: layout.cycle_log(1),
+        2: layout.logs / "train_cycle02.log",
+    }
+    assert [p.name for p in layout.cycle_log_candidates()[1]] == [
+        "train_cycle001.log",
+        "train_cycle01.log",
+        "train_cycle1.log",
+    ]
+
+
+def test_a_non_ascii_digit_log_in_place_of_the_recorded_one_cannot_be_judged(ref: Doctor) -> None:
+    """The record names train_cycle1.log; only train_cycle<ARABIC ONE>.log is there (it passed
+    as cycle 1's log before)."""
+    ref.path(CYCLE1).rename(ref.path(f"logs/train_cycle{ARABIC_ONE}.log"))
+    code, _, err = run_verify(ref.root)
+    assert code == 2
+    assert any(
+        "cannot tell which file is cycle 1's log" in line and "train_cycle1.log" in line
+        for line in errors(err)
+    ), err
+    assert not judge_run_dir(ref.root).passed
+
+
+def test_a_second_file_claiming_cycle_1_is_reported_and_not_read(ref: Doctor) -> None:
+    shutil.copy(ref.path(CYCLE1), ref.path("logs/train_cycle01.log"))
+    # the look-alike tells another story: had it been read, cycle 1 restored nothing
+    Doctor(ref.root).delete("logs/train_cycle01.log", "load checkpoint iteration 5")
+    run = load_run(ref.root)
+    log = run.cycle_log(1)
+    assert log is not None and log.file == CYCLE1
+    (note,) = [m for m in messages(ref.root, "warning") if "train_cycle01.log" in m]
+    assert note.startswith("logs/train_cycle01.log looks like cycle 1's log but")
+    assert f"{RECORD1} names train_cycle1.log" in note
+    assert judge_run_dir(ref.root).passed
+
+
+def test_a_non_ascii_digit_look_alike_is_reported(ref: Doctor) -> None:
+    shutil.copy(ref.path(CYCLE1), ref.path(f"logs/train_cycle{ARABIC_ONE}.log"))
+    notes = [m for m in messages(ref.root, "warning") if ARABIC_ONE in m]
+    assert len(notes) == 1 and "looks like a cycle log" in notes[0], notes
+    assert load_run(ref.root).cycle_log(1).file == CYCLE1  # type: ignore[union-attr]
+
+
+def test_the_record_decides_which_file_is_the_cycle_log(ref: Doctor) -> None:
+    """Cycle 1's record names train_cycle01.log: that file is cycle 1's log, the canonical name
+    beside it a look-alike (the launcher wrote what its record says)."""
+    shutil.copy(ref.path(CYCLE1), ref.path("logs/train_cycle01.log"))
+    ref.delete("logs/train_cycle01.log", "rank 1 load checkpoint iteration 5")
+    ref.set_json(RECORD1, cycle_log_file="/tmp/wt/runs/ks1/logs/train_cycle01.log")
+    run = load_run(ref.root)
+    assert run.cycle_log(1).file == "logs/train_cycle01.log"  # type: ignore[union-attr]
+    assert any(
+        m.startswith(f"{CYCLE1} looks like cycle 1's log but")
+        for m in messages(ref.root, "warning")
+    )
+    assert not judge_run_dir(ref.root).verdict("optimizer_state_load").passed
+
+
+def test_two_files_for_one_cycle_without_a_record_cannot_be_judged(ref: Doctor) -> None:
+    shutil.copy(ref.path(CYCLE1), ref.path("logs/train_cycle01.log"))
+    ref.remove(RECORD1)
+    (fatal,) = messages(ref.root, "fatal")
+    assert fatal == (
+        "logs/train_cycle01.log and logs/train_cycle1.log both look like cycle 1's log and no"
+        " cycle record names either: cannot tell which file is cycle 1's log"
+    )
+    code, _, err = run_verify(ref.root)
+    assert code == 2 and errors(err)
+
+
+def test_a_recorded_log_that_is_absent_beside_a_look_alike_cannot_be_judged(ref: Doctor) -> None:
+    ref.path(CYCLE1).rename(ref.path("logs/train_cycle01.log"))
+    (fatal,) = messages(ref.root, "fatal")
+    assert fatal.startswith(
+        f"{RECORD1} names train_cycle1.log as cycle 1's log, which is absent, while"
+        " logs/train_cycle01.log looks like it: cannot tell which file is cycle 1's log"
+    )
+    code, _, _ = run_verify(ref.root)
+    assert code == 2
+
+
+def test_a_record_naming_another_cycles_log_cannot_be_judged(ref: Doctor) -> None:
+    ref.set_json(RECORD1, cycle_log_file="/tmp/wt/runs/ks1/logs/train_cycle0.log")
+    (fatal,) = messages(ref.root, "fatal")
+    assert "names train_cycle0.log as cycle 1's log: the name of cycle 0's log" in fatal
+    assert run_verify(ref.root)[0] == 2
