@@ -264,9 +264,8 @@ class ScenarioRun:
             return judgement.first_cause.text
         if self.error is not None:
             return self.error
-        fatal = [p.message for p in judgement.problems if p.severity == "fatal"]
-        if fatal:
-            return "cannot judge the run directory: " + "; ".join(fatal)
+        if not judgement.judgeable:
+            return "cannot judge the run directory: " + "; ".join(judgement.unjudgeable_reasons)
         failing = next((v for v in judgement.verdicts if not v.passed), None)
         if failing is not None:
             return f"{failing.id}: {failing.reason} [{failing.evidence[0].location}]"

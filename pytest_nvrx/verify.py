@@ -174,10 +174,9 @@ def verify_main(argv: list[str], stdout: TextIO | None = None, stderr: TextIO | 
     # with the JSON on stdout the text goes to stderr: stdout stays one parseable document
     report(judgement, err if args.json_file == "-" else out)
     status = EXIT_PASSED if judgement.passed else EXIT_FAILED
-    for problem in judgement.problems:
-        if problem.severity == "fatal":
-            err.write(f"verify: error: cannot judge {args.run_dir}: {problem.message}\n")
-            status = EXIT_USAGE
+    for why in judgement.unjudgeable_reasons:
+        err.write(f"verify: error: cannot judge {args.run_dir}: {why}\n")
+        status = EXIT_USAGE
     if args.json_file is not None:
         error = _write_json(args.json_file, json_report(judgement, status), out)
         if error is not None:

@@ -7,11 +7,13 @@ and ``g2-kill-30`` (Megatron on 2 x H200, rank 0 printing the load lines).
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 import pytest
 
 from pytest_nvrx.criteria import judge_run_dir
+from pytest_nvrx.verify import verify_main
 from tests.doctor import CYCLE1, Doctor, copy_run
 
 DATA = Path(__file__).parent / "data"
@@ -72,3 +74,107 @@ def test_megatron_loading_one_iteration_and_loaded_another_fails(g2: Doctor) -> 
         "cycle 1 rank 0 began loading iteration 10 but reports iteration 5 loaded"
     )
     assert [e.location for e in verdict.evidence] == [f"{CYCLE1}:957", f"{CYCLE1}:976"]
+
+
+# --- the iteration sequence is an invariant ----------------------------------------------------
+
+
+def _sequence_failure(run: Doctor) -> str:
+    verdict = judge_run_dir(run.root).verdict("progress_past_restore")
+    assert not verdict.passed, verdict.render()
+    return verdict.reason
+
+
+def test_a_replacement_that_resumes_past_the_restored_iteration_fails(ref: Doctor) -> None:
+    """Restored 5, resumed at 11: iterations 6..10 never trained (a counter restored too high)."""
+    for it in range(6, 11):
+        ref.delete(CYCLE1, f"rank 0 iteration {it}/20 ")
+    assert _sequence_failure(ref) == (
+        "the iteration sequence is broken: cycle 1 rank 0 resumed at iteration 11 after restored"
+        " iteration 5: the first iteration after it is 6; iterations 6..10 were never trained"
+    )
+
+
+def test_a_missing_iteration_in_the_middle_fails(ref: Doctor) -> None:
+    ref.delete(CYCLE1, "rank 0 iteration 12/20 ")
+    assert _sequence_failure(ref).endswith(
+        "cycle 1 rank 0 printed iteration 13 after 11: the next line is 12 (a line at every"
+        " iteration); iterations 12..12 are missing"
+    )
+
+
+def test_a_missing_replayed_iteration_fails(ref: Doctor) -> None:
+    ref.delete(CYCLE1, "rank 0 iteration 7/20 ")
+    assert "printed iteration 8 after 6" in _sequence_failure(ref)
+
+
+def test_an_iteration_printed_twice_with_two_losses_fails(ref: Doctor) -> None:
+    line = ref.lines(CYCLE1)[ref.line_no(CYCLE1, "rank 0 iteration 13/20 ") - 1]
+    twice = line.replace("loss 4.987517356872559", "loss 4.987517356872550")
+    ref.insert_after(CYCLE1, "rank 0 iteration 13/20 ", twice)
+    reason = _sequence_failure(ref)
+    assert reason.endswith(
+        "cycle 1 rank 0 printed iteration 13 twice with different values (loss"
+        " 4.987517356872559 vs 4.987517356872550): two trainings of one iteration"
+    )
+
+
+def test_iterations_printed_again_after_later_ones_fail(ref: Doctor) -> None:
+    """A rewind: 11..13 printed again after 15."""
+    again = [
+        ref.lines(CYCLE1)[ref.line_no(CYCLE1, f"rank 0 iteration {it}/20 ") - 1]
+        for it in (11, 12, 13)
+    ]
+    ref.insert_after(CYCLE1, "rank 0 iteration 15/20 ", *again)
+    assert "cycle 1 rank 0 printed iteration 11 twice (the same values" in _sequence_failure(ref)
+
+
+def test_a_fresh_start_that_does_not_begin_at_iteration_1_fails(ref: Doctor) -> None:
+    ref.delete("logs/train_cycle0.log", "rank 0 iteration 1/20 ")
+    assert "cycle 0 rank 0 resumed at iteration 2 after a fresh start" in _sequence_failure(ref)
+
+
+def test_megatron_log_interval_and_iterations_to_skip_are_honoured(g2: Doctor) -> None:
+    """What Megatron legitimately prints (evidence/sequence.py): with --log-interval 5 only
+    the first iteration of a process and the multiples of 5; --iterations-to-skip leaves no
+    line for the skipped ones. Either rule given, the thinned logs pass; without it they fail."""
+    for rel in ("logs/train_cycle0.log", CYCLE1):
+        for line in g2.lines(rel):
+            if " iteration " in line and "/      30 |" in line:
+                it = int(line.split(" iteration ")[1].split("/")[0])
+                if it in (7, 8):
+                    g2.delete(rel, f" iteration        {it}/")
+    assert "iterations 7..8 are missing" in _sequence_failure(g2)
+    g2.replace(
+        "logs/train_cycle0.log",
+        "iterations_to_skip .............................. []",
+        "iterations_to_skip .............................. [7, 8]",
+    )
+    g2.replace(
+        CYCLE1,
+        "iterations_to_skip .............................. []",
+        "iterations_to_skip .............................. [7, 8]",
+    )
+    assert judge_run_dir(g2.root).verdict("progress_past_restore").passed
+
+
+# --- a replayed line without its values cannot be judged ---------------------------------------
+
+
+def test_replayed_lines_stripped_of_their_values_cannot_be_judged(g2: Doctor) -> None:
+    """Megatron's replayed lines 6..9 keep their iteration and lose every value: continuity
+    was "not applicable" (nothing compared); now the run cannot be judged."""
+    for it in range(6, 10):
+        line = g2.lines(CYCLE1)[g2.line_no(CYCLE1, f"iteration        {it}/") - 1]
+        head = line.split(" | consumed samples:")[0]
+        g2.replace(CYCLE1, line.rstrip("\n"), head + " |")
+    judgement = judge_run_dir(g2.root)
+    verdict = judgement.verdict("training_continuity")
+    assert verdict.cannot_judge and not verdict.passed
+    assert verdict.reason.startswith(
+        "cannot judge: replayed iteration 6 of cycle 1 prints no value that can be compared"
+    )
+    assert verdict.evidence[0].location == f"{CYCLE1}:1014"
+    assert not judgement.judgeable and not judgement.passed
+    assert judgement.summary() == "CANNOT JUDGE (see errors)"
+    assert verify_main([str(g2.root)], io.StringIO(), io.StringIO()) == 2

@@ -43,8 +43,23 @@ class Judgement:
 
     @property
     def judgeable(self) -> bool:
-        """False when the artifacts are too broken to judge (verify exits 2)."""
-        return not any(p.severity == "fatal" for p in self.problems)
+        """False when the artifacts are too broken to judge, or a criterion found the evidence
+        it reads contradicting itself (verify exits 2)."""
+        return not any(p.severity == "fatal" for p in self.problems) and not any(
+            v.cannot_judge for v in self.verdicts
+        )
+
+    @property
+    def unjudgeable_reasons(self) -> list[str]:
+        """Why the run cannot be judged: each fatal problem, then each criterion that could
+        not judge its evidence (with the line it could not judge)."""
+        out = [p.message for p in self.problems if p.severity == "fatal"]
+        out += [
+            f"{v.id}: {v.reason} [{v.evidence[0].location}]"
+            for v in self.verdicts
+            if v.cannot_judge
+        ]
+        return out
 
     @property
     def passed(self) -> bool:

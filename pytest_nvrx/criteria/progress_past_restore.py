@@ -5,15 +5,19 @@ left of ``iter_N/``)."""
 
 from __future__ import annotations
 
+import re
+
 from pytest_nvrx.criteria.context import JudgeContext
 from pytest_nvrx.criteria.expected import ExpectedFault
 from pytest_nvrx.criteria.helpers import clock, marker_ref
+from pytest_nvrx.criteria.resume_settings import settings_of
 from pytest_nvrx.criteria.verdict import CriterionId, Verdict, failing, passing
 from pytest_nvrx.criteria.workload_errors import died_loading, errors_before_training, load_death
 from pytest_nvrx.evidence.cycle_log import CycleLog
 from pytest_nvrx.evidence.launcher_log import LauncherEventKind
 from pytest_nvrx.evidence.refs import EvidenceRef
 from pytest_nvrx.evidence.rundir import RunEvidence
+from pytest_nvrx.evidence.sequence import PrintRule, sequence_breaks
 from pytest_nvrx.evidence.timeline import logs_from
 from pytest_nvrx.evidence.workload import (
     IterationCommitted,
@@ -47,6 +51,9 @@ def check(ctx: JudgeContext) -> Verdict:
             )
         logs = logs_from(run, ctx.timeline.replacement_cycle)
         first_log = ctx.replacement_log
+    broken = _sequence_broken(run)
+    if broken is not None:
+        return broken
     loads = first_log.of_type(LoadCompleted) if first_log is not None else ()
     restored = loads[0].iteration if loads else 0
     restored_text = f"iteration {restored}" if loads else "a fresh start (no checkpoint loaded)"
@@ -159,6 +166,44 @@ def check(ctx: JudgeContext) -> Verdict:
         tracker_ref,
         resaved_ref,
     )
+
+
+def print_rule(log: CycleLog) -> PrintRule:
+    """How the cycle's process prints its iterations, from its startup settings (Megatron's
+    ``log_interval`` and ``iterations_to_skip``); every iteration where it prints none."""
+    settings = settings_of(log)
+    interval_event = settings.get("log_interval")
+    interval_text = interval_event.value if interval_event is not None else "1"
+    interval = int(interval_text) if interval_text.isdigit() and int(interval_text) > 0 else 1
+    skip_event = settings.get("iterations_to_skip")
+    skipped = (
+        frozenset(int(n) for n in re.findall(r"\d+", skip_event.value, re.ASCII))
+        if skip_event is not None
+        else frozenset()
+    )
+    basis = "a line at every iteration" if interval == 1 else f"a line every {interval} iterations"
+    if skipped:
+        basis += f", none for the iterations to skip {sorted(skipped)}"
+    return PrintRule(interval, skipped, basis)
+
+
+def _sequence_broken(run: RunEvidence) -> Verdict | None:
+    """Every cycle trained step by step from where it started: its printed iterations begin
+    right after the iteration it restored (1 after a fresh start), follow one another by the
+    print rule, never repeat and never go back (pytest_nvrx.evidence.sequence)."""
+    for log in run.cycle_logs:
+        loads = log.of_type(LoadCompleted)
+        restored = loads[0].iteration if loads else None
+        breaks = sequence_breaks(log, restored, print_rule(log))
+        if breaks:
+            first = breaks[0]
+            return failing(
+                ID,
+                f"the iteration sequence is broken: {first.text}",
+                first.refs,
+                loads[0].ref if loads else None,
+            )
+    return None
 
 
 def _cycle_of(logs: list[CycleLog], event: SaveCompleted) -> int | None:

@@ -17,7 +17,14 @@ from collections.abc import Sequence
 from pytest_nvrx.criteria.context import JudgeContext
 from pytest_nvrx.criteria.helpers import marker_ref
 from pytest_nvrx.criteria.resume_settings import settings_of
-from pytest_nvrx.criteria.verdict import CriterionId, Verdict, failing, not_applicable, passing
+from pytest_nvrx.criteria.verdict import (
+    CriterionId,
+    Verdict,
+    failing,
+    not_applicable,
+    passing,
+    unjudgeable,
+)
 from pytest_nvrx.evidence.cycle_log import CycleLog
 from pytest_nvrx.evidence.refs import EvidenceRef, absent
 from pytest_nvrx.evidence.replay import Comparison, Printed, PrintModel, compare, windows
@@ -112,6 +119,17 @@ def check(ctx: JudgeContext) -> Verdict:
     restored = f"restored iteration {loads[0].iteration}" if loads else "no checkpoint load"
     cycles = f"cycle {replacement} vs cycle {failed}"
     comparisons = [replay]
+    blank = [p for p in replayed if p.iteration not in replay.compared]
+    if blank:
+        ref_line = next((r for r in reference if r.iteration == blank[0].iteration), None)
+        return unjudgeable(
+            CID,
+            f"replayed iteration {blank[0].iteration} of cycle {replacement} prints no value"
+            f" that can be compared with cycle {failed}'s line of it: the replay cannot be"
+            " judged from it",
+            blank[0].event.ref,
+            ref_line.event.ref if ref_line is not None else None,
+        )
     if not replay.passed:
         bad = replay.mismatches[0]
         return failing(

@@ -31,6 +31,9 @@ class Verdict:
     evidence: tuple[EvidenceRef, ...]
     # True only for a baseline (fault=none) criterion that needs a fault; passed is then True.
     not_applicable: bool = False
+    # True when the evidence contradicts itself where this criterion must read it: passed is
+    # then False and the run cannot be judged (verify exits 2), never a pass
+    cannot_judge: bool = False
 
     def __post_init__(self) -> None:
         if not self.evidence:
@@ -55,6 +58,7 @@ class Verdict:
             "id": self.id,
             "passed": self.passed,
             "not_applicable": self.not_applicable,
+            "cannot_judge": self.cannot_judge,
             "reason": self.reason,
             "evidence": [ref.render() for ref in self.evidence],
         }
@@ -90,3 +94,9 @@ def failing(cid: CriterionId, reason: str, *evidence: Quote) -> Verdict:
 def not_applicable(cid: CriterionId, reason: str, *evidence: Quote) -> Verdict:
     """A baseline (fault=none) criterion that needs a fault: passed, marked N/A."""
     return Verdict(cid, True, f"not applicable: {reason}", quoted(*evidence), not_applicable=True)
+
+
+def unjudgeable(cid: CriterionId, reason: str, *evidence: Quote) -> Verdict:
+    """Evidence this criterion must read cannot be judged (a replayed line without its values,
+    an impossible clock): not a pass, and the whole run cannot be judged (exit 2)."""
+    return Verdict(cid, False, f"cannot judge: {reason}", quoted(*evidence), cannot_judge=True)

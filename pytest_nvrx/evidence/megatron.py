@@ -71,6 +71,7 @@ SETTINGS = frozenset(
         "context_parallel_size",
         "expert_model_parallel_size",
         "log_interval",
+        "iterations_to_skip",
         "seed",
         "use_distributed_optimizer",
         "ckpt_format",

@@ -26,8 +26,11 @@ def test_run_finished(nvrx_scenario_run: ScenarioRun) -> None:
     did not die before the fault (a setup error: the first cause, quoted, is the failure)."""
     assert nvrx_scenario_run.error is None, nvrx_scenario_run.error
     judgement = nvrx_scenario_run.judgement
-    fatal = [p.message for p in judgement.problems if p.severity == "fatal"]
-    assert not fatal, "run directory cannot be judged: " + "; ".join(fatal)
+    if not judgement.judgeable:
+        pytest.fail(
+            "run directory cannot be judged: " + "; ".join(judgement.unjudgeable_reasons),
+            pytrace=False,
+        )
     if judgement.first_cause is not None:
         pytest.fail(judgement.first_cause.text, pytrace=False)
 
