@@ -30,6 +30,11 @@ FAULT_WINDOWS = ("step", "save", "finalize")
 #: Faults that exist only in some windows (as pytest_nvrx.injector.FAULT_WINDOWS_ONLY): the
 #: persistent checkpoint worker is busy only while a save is in flight.
 FAULT_WINDOWS_ONLY: dict[str, tuple[str, ...]] = {"ckpt-worker": ("finalize",)}
+#: Faults after which the rank itself runs on until it dies (it exits, or its monitor times it
+#: out): an uncaught exception unwinds the training thread, a killed checkpoint worker leaves the
+#: rank waiting on it. A save the rank finalizes in between is a completed checkpoint, so the
+#: restore point is the newest one finalized before the rank's death, not before the fault.
+RANK_OUTLIVES_FAULT: tuple[str, ...] = ("exception", "ckpt-worker")
 MANIFEST_NAME = "run.json"
 # written by pytest_nvrx.launch next to run.json when the launcher exits
 RESULT_NAME = "result.json"

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from pytest_nvrx.criteria import CRITERIA_IDS, Judgement, judge, judge_run_dir
-from pytest_nvrx.criteria.first_cause import BEFORE_FAULT, WITHOUT_FAULT
+from pytest_nvrx.criteria.first_cause import BEFORE_FAULT, NEVER_HAPPENED, WITHOUT_FAULT
 from pytest_nvrx.evidence.rundir import load_run
 from pytest_nvrx.verify import verify_main
 from tests.doctor import CYCLE0, CYCLE1, LAUNCHER, MARKER, Doctor, copy_run
@@ -287,10 +287,21 @@ def test_a_lost_marker_with_a_fire_line_is_still_the_fault(tmp_path: Path) -> No
 
 
 def test_a_baseline_judged_as_a_fault_run_that_ended_well_says_the_fault_never_happened() -> None:
-    """No marker but no failure either: "it never happened" is the story, no cause."""
+    """No marker and no failure: the cause is that the fault never happened, and why (#21 item
+    5): no injector line in any cycle log, nothing watched for the window."""
     judgement = judge_run_dir(DATA / "gpu" / "gpu-baseline-20")
-    assert judgement.first_cause is None
+    cause = judgement.first_cause
+    assert cause is not None and cause.never
+    assert cause.text == (
+        f"{NEVER_HAPPENED}: the run ended without a fault: no injector line in any cycle log:"
+        " nothing watched for the window (the workers were not started through"
+        " pytest_nvrx/injector.py) [run.json]"
+    )
+    assert "logs/train_cycle0.log: (no [pytest-nvrx injector] line)" in [
+        ref.render() for ref in cause.evidence
+    ]
     assert "no injection marker" in judgement.verdict("prior_checkpoint").reason
+    assert_led_by_cause(judgement)
 
 
 # ----------------------------------------------------------------------------------------------

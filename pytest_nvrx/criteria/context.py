@@ -23,6 +23,7 @@ from pytest_nvrx.evidence.refs import EvidenceRef
 from pytest_nvrx.evidence.rundir import RunEvidence
 from pytest_nvrx.evidence.timeline import Timeline, build_timeline, saves_before_failure
 from pytest_nvrx.evidence.workload import SaveCompleted, SaveScheduled
+from pytest_nvrx.layout import RANK_OUTLIVES_FAULT
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,11 +97,23 @@ class JudgeContext:
     def restore_target(self) -> RestoreTarget:
         """The newest save completed before the failure, else the marker's tracker iteration.
 
-        In a window run, the marker's tracker iteration T (the newest checkpoint completed at
-        the fault), never the save in flight: a save of it finalized after the fault would
-        otherwise make the in-flight checkpoint the target (prior_checkpoint fails such a run).
+        After a fault the rank outlives (layout.RANK_OUTLIVES_FAULT: exception, ckpt-worker),
+        the newest save completed before the rank's death (the launcher's detection), never the
+        save in flight at the fault. In a window run of another fault, the marker's tracker
+        iteration T (the newest checkpoint completed at the fault), never the save in flight: a
+        save of it finalized after the fault would otherwise make the in-flight checkpoint the
+        target (prior_checkpoint fails such a run).
         """
         facts = self.window_facts
+        if self.observed_fault in RANK_OUTLIVES_FAULT:
+            # the rank ran on after the fault: what it finalized before its death (the
+            # launcher's detection bounds completed_before_failure) is completed; the save the
+            # marker says was in flight never is
+            in_flight = facts.in_flight if facts is not None else None
+            done = [e for e in self.completed_before_failure if e.iteration != in_flight]
+            newest_done = max(done, key=lambda e: e.iteration, default=None)
+            if newest_done is not None:
+                return RestoreTarget(newest_done.iteration, newest_done)
         if facts is not None and facts.tracker is not None:
             saves = [e for e in self.completed_before_failure if e.iteration == facts.tracker]
             return RestoreTarget(facts.tracker, saves[0] if saves else None)
@@ -122,7 +135,8 @@ class JudgeContext:
     def first_cause(self) -> FirstCause | None:
         """What the workers died of when they failed before any fault was injected
         (criteria/first_cause.py); None when the first failure is the fault's or there is none."""
-        return first_cause(self.run, self.timeline, self.expected)
+        window = (self.window or expected_window(self.run)).window
+        return first_cause(self.run, self.timeline, self.expected, window=window)
 
     @cached_property
     def launcher_outcome(self) -> EvidenceRef:

@@ -18,6 +18,14 @@ The workers failed before the fault when:
 A baseline (fault=none) has no fault to precede: any recorded failure of its workers is its
 first cause, worded "the workers failed". An unusable marker is a story of its own: no cause.
 
+A fault that never landed (no marker, no fire line) is a cause of its own, worded "the requested
+fault never happened": the injector's exit-3 line (``ERROR: the requested fault ... never
+happened: ...``), or the launcher's record of exit code 3 (the injector's code for it), or a run
+that ended without the fault. Exit code 3 is never "the workers failed". It says in which window
+and what the evidence shows about why (:func:`_why_never`): the tracker already named each save
+when its finalization began (it advanced at submit), no checkpoint completed, the run ended
+before the window could open, nothing was left to train, the injector could not fire.
+
 The cause is the first worker error in the cycle logs, searched cycle by cycle up to the fault
 (in the faulted cycle only above the injector's fire line): a Python traceback with its
 exception line (the one whose head came first), else the first error line the workload's
@@ -26,22 +34,40 @@ adapter names; else the launcher's first failure record. It quotes the file and 
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from datetime import datetime
 
 from pytest_nvrx.criteria.expected import ExpectedFault
+from pytest_nvrx.criteria.helpers import clock
 from pytest_nvrx.criteria.verdict import Verdict, failing
 from pytest_nvrx.criteria.workload_errors import describe, same_error_in
 from pytest_nvrx.evidence.cycle_log import CycleLog
+from pytest_nvrx.evidence.injector_log import InjectorLine
 from pytest_nvrx.evidence.launcher_log import FAILURE_KINDS, LauncherEvent, LauncherEventKind
-from pytest_nvrx.evidence.refs import EvidenceRef
+from pytest_nvrx.evidence.refs import EvidenceRef, absent
 from pytest_nvrx.evidence.rundir import RunEvidence
 from pytest_nvrx.evidence.timeline import CLOCK_SLACK, Timeline
-from pytest_nvrx.evidence.workload import WorkloadError
+from pytest_nvrx.evidence.workload import (
+    IterationCommitted,
+    LoadCompleted,
+    SaveCompleted,
+    SaveScheduled,
+    WorkloadError,
+)
 
 BEFORE_FAULT = "the workers failed before the fault"
 # a baseline has no fault to fail before
 WITHOUT_FAULT = "the workers failed"
+# no marker, no fire line: the fault was asked for and never came
+NEVER_HAPPENED = "the requested fault never happened"
+#: The injector's exit code when the requested fault never happened (pytest_nvrx/injector.py:
+#: EXIT_FAULT_NOT_INJECTED; not imported: the injector is a stdlib-only script).
+INJECTOR_NOT_INJECTED = 3
+_NAMED_EARLY = re.compile(
+    r"the tracker already named the save in flight when its finalization began: (?P<its>[\d, ]+)"
+)
+_CANNOT_FIRE = ("window probe failed", "no persistent checkpoint worker", "marker", "watcher")
 
 # the launcher's words that the run as a whole failed
 _RUN_FAILED = (
@@ -67,16 +93,21 @@ class FirstCause:
     again: tuple[int, ...] = ()
     # False for a baseline: there was no fault to fail before
     before_fault: bool = True
+    # True: no worker failed before the fault; the fault itself never came (NEVER_HAPPENED)
+    never: bool = False
 
     @property
     def text(self) -> str:
         """``the workers failed before the fault: X at f.py:12 [logs/train_cycle0.log:37]
         (the same in cycles 1, 2)``: what a failing reason and the summary start with."""
-        lead = BEFORE_FAULT if self.before_fault else WITHOUT_FAULT
+        lead = (
+            NEVER_HAPPENED if self.never else BEFORE_FAULT if self.before_fault else WITHOUT_FAULT
+        )
         repeated = ""
         if self.again:
             cycles = ", ".join(map(str, self.again))
-            repeated = f" (the same in cycle{'s' if len(self.again) > 1 else ''} {cycles})"
+            same = "again" if self.never else "the same"
+            repeated = f" ({same} in cycle{'s' if len(self.again) > 1 else ''} {cycles})"
         return f"{lead}: {self.what} [{self.ref.location}]{repeated}"
 
     def lead(self, verdict: Verdict) -> Verdict:
@@ -98,6 +129,7 @@ class FirstCause:
             "cycle": self.cycle,
             "same_in_cycles": list(self.again),
             "before_fault": self.before_fault,
+            "never_happened": self.never,
             "evidence": [ref.render() for ref in self.evidence],
         }
 
@@ -110,8 +142,11 @@ def _before(event: LauncherEvent, fault_time: datetime) -> bool:
     return event.time is not None and event.time < fault_time - CLOCK_SLACK
 
 
-def first_cause(run: RunEvidence, timeline: Timeline, expected: ExpectedFault) -> FirstCause | None:
-    """The first cause when the workers failed before any fault was injected, else None."""
+def first_cause(
+    run: RunEvidence, timeline: Timeline, expected: ExpectedFault, *, window: str | None = None
+) -> FirstCause | None:
+    """The first cause when the workers failed before any fault was injected or the requested
+    fault never happened, else None. ``window``: the requested fault window, if known."""
     marker = run.marker
     if marker is not None and (expected.baseline or not marker.ok or marker.time is None):
         return None
@@ -136,7 +171,14 @@ def first_cause(run: RunEvidence, timeline: Timeline, expected: ExpectedFault) -
             exit_code is not None and exit_code.value != 0
         )
         if not failures and not run_failed:
-            return None  # the run ended well without a fault: "it never happened" is the story
+            # the run ended well without the fault: why it never happened
+            if expected.baseline:
+                return None
+            for log in run.cycle_logs:
+                line = next((i for i in log.injector if i.kind == "never"), None)
+                if line is not None:
+                    return _never(run, expected, window, log, line)
+            return _never(run, expected, window, None, None)
         early = failures
         faulted, fire_line = None, None  # no fault at all: every cycle is before it
     # errors count in the cycles before the fault and, in the faulted cycle, above its fire line
@@ -150,8 +192,18 @@ def first_cause(run: RunEvidence, timeline: Timeline, expected: ExpectedFault) -
     before_fault = not expected.baseline
     launcher_first = early[0].ref if early else None
     for log in logs:
-        error = _first_error(log, fire_line if log.cycle == faulted else None)
+        never = (
+            None
+            if expected.baseline or fire_line is not None or marker is not None
+            else next((line for line in log.injector if line.kind == "never"), None)
+        )
+        limit = fire_line if log.cycle == faulted else None
+        if never is not None:
+            limit = never.ref.line
+        error = _first_error(log, limit)
         if error is None:
+            if never is not None:
+                return _never(run, expected, window, log, never, early[0] if early else None)
             continue
         frame = error.innermost
         proof = [
@@ -172,6 +224,9 @@ def first_cause(run: RunEvidence, timeline: Timeline, expected: ExpectedFault) -
             again=tuple(same_error_in(run, error, log.cycle)),
             before_fault=before_fault,
         )
+    never_fired = not expected.baseline and marker is None and fire_line is None
+    if never_fired and early and early[0].exit_code == INJECTOR_NOT_INJECTED:
+        return _never(run, expected, window, None, None, early[0])
     if early:
         record_ref = early[0].ref
         said = record_ref.text.split("] ")[-1].strip()
@@ -205,3 +260,163 @@ def _first_error(log: CycleLog, limit: int | None) -> WorkloadError | None:
     if complete:
         return min(complete, key=lambda e: (e.traceback or e.ref).line or 0)
     return errors[0] if errors else None
+
+
+def _never(
+    run: RunEvidence,
+    expected: ExpectedFault,
+    window: str | None,
+    log: CycleLog | None,
+    line: InjectorLine | None,
+    record: LauncherEvent | None = None,
+) -> FirstCause:
+    """The requested fault never happened: where it says so (the injector's exit-3 line, else
+    the launcher's exit-3 record, else the run's own end), in which window, and why."""
+    watching = next(
+        (i for cycle_log in run.cycle_logs for i in cycle_log.injector if i.kind == "watching"),
+        None,
+    )
+    fault = (line.fault if line is not None else None) or (
+        expected.kind if expected.kind != "any" else "a fault"
+    )
+    win = window or (line.window if line is not None else None)
+    win = win or (watching.window if watching is not None else None)
+    rank = line.rank if line is not None else watching.rank if watching is not None else None
+    who = f" on rank {rank}" if rank is not None else ""
+    where = f" in window {win}" if win is not None else ""
+    cycle = log.cycle if log is not None else None
+    why, proof = _why_never(run, line, cycle, win, watching)
+    if line is not None:
+        ref = line.ref
+        said = f"never fired in cycle {cycle} (the injector exited {INJECTOR_NOT_INJECTED})"
+        again = tuple(
+            other.cycle
+            for other in run.cycle_logs
+            if other.cycle > (cycle or 0) and any(i.kind == "never" for i in other.injector)
+        )
+        what = f"{fault}{who}{where} {said}: {why}"
+    elif record is not None:
+        ref = record.ref
+        local = f" of local rank {record.rank}" if record.rank is not None else ""
+        what = (
+            f"{fault}{who}{where} never fired: the launcher recorded exit code"
+            f" {INJECTOR_NOT_INJECTED}{local}, the injector's exit when it never happened: {why}"
+        )
+        again = ()
+    else:
+        ref = expected.ref
+        last = _last_outcome(run)
+        article = "a fault" if fault == "a fault" else f"the {fault}"
+        what = f"the run ended without {article}{who}{where}: {why}"
+        if last is not None:
+            proof.append(last)
+        again = ()
+    evidence = [ref, *proof]
+    if record is not None:
+        evidence.append(record.ref)
+    return FirstCause(
+        what=what,
+        ref=ref,
+        evidence=tuple(dict.fromkeys(evidence)),
+        cycle=cycle,
+        again=again,
+        before_fault=True,
+        never=True,
+    )
+
+
+def _last_outcome(run: RunEvidence) -> EvidenceRef | None:
+    """Where the run is seen to end: its last iteration line."""
+    last = [log.iterations[-1] for log in run.cycle_logs if log.iterations]
+    return last[-1].ref if last else None
+
+
+def _why_never(
+    run: RunEvidence,
+    line: InjectorLine | None,
+    cycle: int | None,
+    window: str | None,
+    watching: InjectorLine | None,
+) -> tuple[str, list[EvidenceRef]]:
+    """What the evidence shows about why the window never opened, and the lines that show it.
+
+    In order: the injector could not fire (its own error); the tracker already named each save
+    when its finalization began (it advanced at submit: a finalize window cannot open); the
+    cycle resumed the last iteration (nothing left to train); no checkpoint completed above
+    the baseline; one completed but the run ended before the window could follow it; else the
+    injector's own words."""
+    reason = line.reason if line is not None else None
+    logs = [log for log in run.cycle_logs if cycle is None or log.cycle <= cycle]
+    this = [log for log in logs if cycle is None or log.cycle == cycle]
+    scheduled = [e for log in this for e in log.of_type(SaveScheduled)]
+    completed = [e for log in this for e in log.of_type(SaveCompleted)]
+    iterations = [e for log in this for e in log.of_type(IterationCommitted)]
+    line_refs = [line.ref] if line is not None else []
+    if line is None and watching is None and not any(log.injector for log in run.cycle_logs):
+        files = [log.file for log in run.cycle_logs][:1]
+        return (
+            "no injector line in any cycle log: nothing watched for the window (the workers were"
+            " not started through pytest_nvrx/injector.py)",
+            [absent(f, "no [pytest-nvrx injector] line") for f in files],
+        )
+    if reason is not None and reason.startswith(_CANNOT_FIRE):
+        return f"the injector could not fire: {reason}", line_refs
+    named = _NAMED_EARLY.search(reason or "")
+    if named is not None:
+        its = [int(n) for n in re.findall(r"\d+", named["its"], re.ASCII)]
+        first_it = its[0]
+        sched = next((e for e in scheduled if e.iteration == first_it), None)
+        done = next((e for e in completed if e.iteration == first_it), None)
+        text = (
+            "the window never opened because the tracker advanced at submit: it already named"
+            f" each save in flight when its finalization began ({', '.join(map(str, its))})"
+        )
+        if sched is not None and done is not None:
+            text += (
+                f"; the save of {first_it} was scheduled at {clock(sched.time)} and finalized"
+                f" only at {clock(done.time)}"
+            )
+        return text, [e.ref for e in (sched, done) if e is not None]
+    baseline = line.baseline_iteration if line is not None else None
+    if baseline is None and watching is not None:
+        baseline = watching.baseline_iteration
+    base = baseline or 0
+    if baseline and not iterations:
+        loads = [e.ref for log in this for e in log.of_type(LoadCompleted)]
+        return (
+            f"the cycle resumed checkpoint {baseline} and trained no iteration: nothing was left"
+            " to train",
+            loads[:1],
+        )
+    newer = [e for e in completed if e.iteration > base]
+    if not newer:
+        if scheduled:
+            listed = ", ".join(str(e.iteration) for e in scheduled[:8])
+            return (
+                f"no checkpoint completed above the baseline {base}: the saves of {listed} were"
+                " scheduled and never finalized",
+                [scheduled[0].ref],
+            )
+        last = iterations[-1].ref if iterations else None
+        return (
+            f"no checkpoint completed above the baseline {base}: no save was scheduled",
+            [last] if last is not None else [],
+        )
+    first_done = newer[0]
+    line_no = first_done.ref.line or 0
+    if window in (None, "step"):
+        followed = any((e.ref.line or 0) > line_no for e in iterations)
+    else:
+        followed = any(e.iteration > first_done.iteration for e in scheduled)
+    if not followed:
+        last = iterations[-1].ref if iterations else None
+        follow = "iteration" if window in (None, "step") else "save submitted"
+        return (
+            f"the run ended first: checkpoint {first_done.iteration}, the first completed above"
+            f" the baseline {base}, was finalized at {clock(first_done.time)} and no {follow}"
+            " followed it",
+            [r for r in (first_done.ref, last) if r is not None],
+        )
+    if reason is not None:
+        return f"the injector says: {reason}", line_refs
+    return "the evidence shows no reason", []

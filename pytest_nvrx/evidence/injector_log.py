@@ -10,7 +10,11 @@ The injector (:mod:`pytest_nvrx.injector`) writes to the rank's stderr, so its l
   <M> written; <action>``, the action one of ``sending <SIG> to pid <P>``, ``raising
   InjectedFault``, ``sending SIGKILL to checkpoint worker pid <P> (rank pid <Q>)``;
   schema 1: ``tracker <tracker> advanced B -> T; marker <M> written; sending <SIG>[ to pid P]``;
-* skip: ``marker <M> exists: fault already injected; running the workload without injection``.
+* skip: ``marker <M> exists: fault already injected; running the workload without injection``;
+* never (exit 3): ``ERROR: the requested fault (<fault> on rank <R>) never happened: <why>``,
+  ``<why>`` e.g. ``window <W> never opened while training ran (baseline B, highest tracker read
+  T, saves submitted: ...[; the tracker already named the save in flight when its finalization
+  began: ...]; NVRx sections seen)``.
 
 These lines corroborate the marker (the file a criterion judges by); they are never required:
 runs made with the walkthrough's wrapper have none. Nothing here judges.
@@ -29,7 +33,7 @@ TAG = "[pytest-nvrx injector] "
 #: Injector lines a cycle log keeps (a run has a few per cycle: one per injecting rank).
 MAX_INJECTOR_LINES = 64
 
-InjectorLineKind = Literal["watching", "fired", "skipped"]
+InjectorLineKind = Literal["watching", "fired", "skipped", "never"]
 
 _HEAD = re.compile(re.escape(TAG) + r"rank (?P<rank>\d+) pid (?P<pid>\d+): (?P<msg>.*)$")
 _WATCHING = re.compile(
@@ -52,6 +56,12 @@ _TO_WORKER = re.compile(
 )
 _RAISING = "raising InjectedFault"
 _SKIPPED = re.compile(r"marker (?P<marker>.+) exists: fault already injected")
+_NEVER = re.compile(
+    r"ERROR: the requested fault \((?P<fault>[\w-]+) on rank (?P<rank>\d+)\) never happened:"
+    r" (?P<why>.*)$"
+)
+_NEVER_WINDOW = re.compile(r"window (?P<window>\w+) never opened ")
+_NEVER_BASELINE = re.compile(r"\(baseline (?P<base>\d+)[,)]")
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +88,8 @@ class InjectorLine:
     target_pid: int | None = None
     raises: bool = False
     legacy: bool = False
+    # never: the injector's reason, as it wrote it (its first line)
+    reason: str | None = None
 
 
 def parse_injector_line(body: str, at: LineCursor) -> InjectorLine | None:
@@ -145,4 +157,21 @@ def parse_injector_line(body: str, at: LineCursor) -> InjectorLine | None:
         )
     if _SKIPPED.match(msg) is not None:
         return InjectorLine("skipped", rank, pid, at.ref())
+    if msg.startswith("ERROR: the requested fault "):
+        m = _NEVER.match(msg)
+        if m is None:
+            return None
+        why = m["why"]
+        window = _NEVER_WINDOW.match(why)
+        base = _NEVER_BASELINE.search(why)
+        return InjectorLine(
+            "never",
+            rank,
+            pid,
+            at.ref(),
+            fault=m["fault"],
+            window=window["window"] if window is not None else None,
+            baseline_iteration=int(base["base"]) if base is not None else None,
+            reason=why,
+        )
     return None
