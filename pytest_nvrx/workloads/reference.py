@@ -611,12 +611,17 @@ class AsyncCheckpointer:
             self.last_scheduled = iteration
             if self.rank == 0:
                 self.log(f"save scheduled iteration {iteration} path {path}")
-                if self.tracker_at_submit:
+            if self.tracker_at_submit:
+                if self.rank == 0:
                     self._write_tracker(iteration)
                     self.log(
                         f"tracker written at submit of iteration {iteration} on purpose "
                         "(--break-save tracker-at-submit)"
                     )
+                # Every rank goes on only once the tracker names N (Megatron's barrier after its
+                # tracker write): what each rank reads next is the same, not a race with rank 0.
+                # The default group: the checkpoint group belongs to the background write.
+                dist.barrier()
 
     def finalize(self) -> None:
         if self.pending is None:
