@@ -124,13 +124,22 @@ def check(ctx: JudgeContext) -> Verdict:
         )
     window_text = ""
     window_refs: tuple[EvidenceRef | None, ...] = ()
+    target = ctx.restore_target
     if facts is not None:
         window_text = (
             f"; in window {facts.window} (from {facts.source}): {facts.proof.text}; restore point"
-            f" {tracked}"
+            f" {target.iteration if target.iteration is not None else tracked}"
             + (f", never the in-flight {facts.in_flight}" if facts.in_flight is not None else "")
         )
         window_refs = facts.proof.refs
+    if target.save is not None and target.iteration is not None and target.iteration > tracked:
+        # a fault the rank outlives: it finalized a newer checkpoint before its death
+        window_text += (
+            f"; rank {marker.rank} ran on after the {marker.fault} and finalized checkpoint"
+            f" {target.iteration} at {clock(target.save.time)}, before its failure was detected:"
+            " the newest completed checkpoint at the failure"
+        )
+        window_refs = (*window_refs, target.save.ref)
     return passing(
         ID,
         f"checkpoint iteration {tracked} was finalized at {clock(save.time)}, before the"
