@@ -36,6 +36,9 @@ FAULT_WINDOWS_ONLY: dict[str, tuple[str, ...]] = {"ckpt-worker": ("finalize",)}
 #: restore point is the newest one finalized before the rank's death, not before the fault.
 RANK_OUTLIVES_FAULT: tuple[str, ...] = ("exception", "ckpt-worker")
 MANIFEST_NAME = "run.json"
+#: run.json's ``schema``: raised when a change means other things by its keys; a verifier
+#: refuses a run.json of another schema (pytest_nvrx.evidence.manifest)
+MANIFEST_SCHEMA = 1
 # written by pytest_nvrx.launch next to run.json when the launcher exits
 RESULT_NAME = "result.json"
 CYCLE_INFOS_DIR = "cycle_infos"

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pytest_nvrx import __version__
-from pytest_nvrx.layout import TMP_ROOT, RunLayout, node_file_name
+from pytest_nvrx.layout import MANIFEST_SCHEMA, TMP_ROOT, RunLayout, node_file_name
 from pytest_nvrx.settings import (
     REFERENCE_ASYNC_WRITER_FLAG,
     ConfigError,
@@ -515,7 +515,7 @@ def utc_now() -> str:
 def manifest(recipe: Recipe, *, stack: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """What a later verifier needs besides the logs."""
     return {
-        "schema": 1,
+        "schema": MANIFEST_SCHEMA,
         "tool": {"name": "pytest-nvrx", "version": __version__},
         "run_id": recipe.config.run_id,
         "config": recipe.config.as_dict(),

@@ -110,7 +110,7 @@ def test_real_baseline_judged_as_baseline_passes() -> None:
 
 def test_baseline_from_run_json_and_a_marker_in_it_fails(tmp_path: Path) -> None:
     base = copy_run(BASELINE_RUN, tmp_path / "b")
-    base.set_json("run.json", config={"fault": "none", "train_iters": 20})
+    base.set_json("run.json", schema=1, config={"fault": "none", "train_iters": 20})
     assert judged(base.root).passed
     assert judged(base.root).expected.source == "run.json"
     base.set_json(MARKER, fault="kill", rank=0, time="2026-11-29T10:54:52+00:00")
@@ -161,7 +161,7 @@ def test_prior_checkpoint_fails_when_finalized_after_the_failure(kill: Doctor) -
 
 
 def test_prior_checkpoint_fails_when_marker_records_another_fault(kill: Doctor) -> None:
-    kill.set_json("run.json", config={"fault": "kill", "train_iters": 100})
+    kill.set_json("run.json", schema=1, config={"fault": "kill", "train_iters": 100})
     kill.set_json(MARKER, fault="hang", signal="SIGSTOP")
     v = failing(kill.root, "prior_checkpoint")
     assert "marker records fault 'hang' but 'kill' was expected (run.json)" in v.reason
@@ -441,7 +441,7 @@ def test_progress_fails_when_run_stopped_before_final_iteration(kill: Doctor) ->
 
 
 def test_progress_fails_when_final_iteration_from_run_json_not_reached(kill: Doctor) -> None:
-    kill.set_json("run.json", config={"fault": "kill", "train_iters": 200})
+    kill.set_json("run.json", schema=1, config={"fault": "kill", "train_iters": 200})
     v = failing(kill.root, "progress_past_restore")
     assert "stopped at iteration 100, before the final iteration 200 (from run.json)" in v.reason
     assert "run.json:" in " ".join(locations(v))

@@ -13,6 +13,7 @@ The runs: ``ref-kill-save`` (the CPU reference workload, 2 ranks) and ``g2-kill-
 from __future__ import annotations
 
 import io
+import json
 import shutil
 from pathlib import Path
 
@@ -22,7 +23,7 @@ from pytest_nvrx.criteria import judge_run_dir
 from pytest_nvrx.evidence.rundir import load_run
 from pytest_nvrx.layout import RunLayout
 from pytest_nvrx.verify import verify_main
-from tests.doctor import CYCLE1, Doctor, copy_run
+from tests.doctor import CYCLE0, CYCLE1, Doctor, copy_run
 
 DATA = Path(__file__).parent / "data"
 REF_KILL = DATA / "windows" / "cpu" / "ref-kill-save"
@@ -182,3 +183,87 @@ def test_a_record_naming_another_cycles_log_cannot_be_judged(ref: Doctor) -> Non
     (fatal,) = messages(ref.root, "fatal")
     assert "names train_cycle0.log as cycle 1's log: the name of cycle 0's log" in fatal
     assert run_verify(ref.root)[0] == 2
+
+
+# --- item 8a: the reference workload's load path ------------------------------------------------
+
+
+def test_a_reference_load_line_naming_another_runs_checkpoints_fails(ref: Doctor) -> None:
+    ref.replace(
+        CYCLE1,
+        "rank 1 load checkpoint iteration 5 (model, optimizer, scheduler, rng, data)"
+        " consumed_samples 20 path /tmp/wt/runs/ks1/",
+        "rank 1 load checkpoint iteration 5 (model, optimizer, scheduler, rng, data)"
+        " consumed_samples 20 path /tmp/wt/runs/other/",
+    )
+    verdict = judge_run_dir(ref.root).verdict("optimizer_state_load")
+    assert not verdict.passed
+    assert verdict.reason.startswith(
+        "replacement cycle 1 loads from /tmp/wt/runs/other/checkpoints, not from"
+        " /tmp/wt/runs/ks1/checkpoints where cycle 0 saved its checkpoints"
+    ), verdict.reason
+    assert [e.location for e in verdict.evidence][:2] == [f"{CYCLE1}:6", f"{CYCLE0}:12"]
+
+
+def test_a_reference_load_of_another_directory_than_run_json_says_fails(ref: Doctor) -> None:
+    """No save printed in the failed cycle to compare with: run.json's checkpoint dir is."""
+    ref.delete(CYCLE0, "save scheduled iteration")
+    ref.replace(
+        CYCLE1, "path /tmp/wt/runs/ks1/checkpoints/iter_0000005", "path /elsewhere/iter_0000005"
+    )
+    verdict = judge_run_dir(ref.root).verdict("optimizer_state_load")
+    assert not verdict.passed
+    assert verdict.reason.startswith(
+        "replacement cycle 1 loads from /elsewhere, not from /tmp/wt/runs/ks1/checkpoints,"
+        " the run's checkpoint directory (run.json)"
+    ), verdict.reason
+    assert [e.location for e in verdict.evidence][1].startswith("run.json:")
+
+
+# --- item 8c: result.json's interrupted/timed_out, run.json's schema -------------------------
+
+
+def test_an_interrupted_run_cannot_pass(ref: Doctor) -> None:
+    ref.set_json(RESULT, interrupted="SIGTERM")
+    code, out, err = run_verify(ref.root)
+    assert code == 2, out
+    assert "result.json:5 says the run was interrupted (SIGTERM)" in errors(err)[0], err
+    assert not judge_run_dir(ref.root).passed
+
+
+def test_a_timed_out_run_cannot_pass(ref: Doctor) -> None:
+    ref.set_json(RESULT, timed_out=True)
+    code, _, _ = run_verify(ref.root)
+    assert code == 1
+    verdict = judge_run_dir(ref.root).verdict("no_repeat_injection")
+    assert not verdict.passed
+    assert verdict.reason.startswith("the launch timed out (result.json: timed_out true)")
+    assert verdict.evidence[0].location == f"{RESULT}:4"
+
+
+@pytest.mark.parametrize("interrupted", [None, False])
+def test_not_interrupted_is_null_or_false(ref: Doctor, interrupted: object) -> None:
+    ref.set_json(RESULT, interrupted=interrupted)
+    assert judge_run_dir(ref.root).passed
+
+
+@pytest.mark.parametrize(
+    ("schema", "why"),
+    [
+        (None, "run.json has no schema number"),
+        (2, "run.json schema 2 is not one this version reads (1)"),
+        ("1", "run.json schema '1' is not one this version reads (1)"),
+    ],
+)
+def test_run_json_of_an_unknown_schema_cannot_be_judged(
+    ref: Doctor, schema: object, why: str
+) -> None:
+    data = ref.json(RUN_JSON)
+    if schema is None:
+        del data["schema"]
+    else:
+        data["schema"] = schema
+    ref.path(RUN_JSON).write_text(json.dumps(data, indent=2), encoding="utf-8")
+    code, _, err = run_verify(ref.root)
+    assert code == 2
+    assert any(why in line for line in errors(err)), err

@@ -511,7 +511,7 @@ def test_load_run_not_a_run_dir(tmp_path: Path) -> None:
 
 def test_load_run_unknown_workload_is_fatal(tmp_path: Path) -> None:
     d = copy_run(KILL_RUN, tmp_path / "r")
-    d.set_json("run.json", config={"workload": "nope"})
+    d.set_json("run.json", schema=1, config={"workload": "nope"})
     run = load_run(d.root)
     assert any("no log adapter for workload 'nope'" in p.message for p in run.fatal_problems)
 

@@ -163,7 +163,10 @@ def test_cli_json_pipes_into_json_tool() -> None:
 
 def test_stack_from_run_json(kill: Doctor) -> None:
     kill.set_json(
-        "run.json", config={"fault": "kill"}, stack={"torch": "2.11.0+cu130", "nccl": "2.28.9"}
+        "run.json",
+        schema=1,
+        config={"fault": "kill"},
+        stack={"torch": "2.11.0+cu130", "nccl": "2.28.9"},
     )
     code, out, _ = run_verify(kill.root, "--json", "-")
     assert code == 0

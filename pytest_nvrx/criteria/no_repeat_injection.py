@@ -59,6 +59,17 @@ def check(ctx: JudgeContext) -> Verdict:
             [e.ref for e in (*stops, *bad_exits)][:4],
             exit_code.ref if exit_code else None,
         )
+    timed_out = manifest.timed_out if manifest is not None else None
+    if timed_out is not None and timed_out.value is True:
+        # whatever the logs show, our deadline ended the run: no successful finish
+        return failing(
+            ID,
+            "the launch timed out (result.json: timed_out true): the launch deadline stopped the"
+            " launcher, the run did not finish",
+            timed_out.ref,
+            exit_code.ref if exit_code else None,
+            ctx.launcher_outcome,
+        )
     if exit_code is not None and exit_code.value != 0:
         why = " (no-progress stop)" if exit_code.value == 93 else ""
         return failing(

@@ -87,8 +87,11 @@ def _check_settings(ctx: JudgeContext) -> Verdict | None:
     no load line that says so, only its startup argument dump."""
     failed = ctx.timeline.failed_cycle
     replacement = ctx.replacement_log
+    manifest = ctx.run.manifest
     problem = resume_settings_problem(
-        ctx.run.cycle_log(failed) if failed is not None else None, replacement
+        ctx.run.cycle_log(failed) if failed is not None else None,
+        replacement,
+        checkpoint_dir=manifest.checkpoint_dir if manifest is not None else None,
     )
     if problem is None:
         return None

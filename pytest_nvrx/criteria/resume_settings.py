@@ -9,11 +9,13 @@ first setting of the replacement that contradicts that, with the lines that prov
 
 from __future__ import annotations
 
+import posixpath
 from dataclasses import dataclass
 
 from pytest_nvrx.evidence.cycle_log import CycleLog
+from pytest_nvrx.evidence.manifest import Setting
 from pytest_nvrx.evidence.refs import EvidenceRef
-from pytest_nvrx.evidence.workload import SettingReported
+from pytest_nvrx.evidence.workload import LoadCompleted, SaveScheduled, SettingReported
 
 # Settings that must not change across a replacement (the parallel shape).
 SHAPE = (
@@ -51,12 +53,16 @@ def _path(value: str) -> str:
 
 
 def resume_settings_problem(
-    failed: CycleLog | None, replacement: CycleLog | None
+    failed: CycleLog | None,
+    replacement: CycleLog | None,
+    *,
+    checkpoint_dir: Setting | None = None,
 ) -> SettingsProblem | None:
-    """The first way the replacement's settings contradict a full resume, or None."""
+    """The first way the replacement's settings contradict a full resume, or None.
+    ``checkpoint_dir``: run.json's, for a load path when the failed cycle printed no save's."""
     new = settings_of(replacement)
     if not new:
-        return None
+        return _load_path_problem(failed, replacement, checkpoint_dir)
     cycle = replacement.cycle if replacement is not None else "?"
     for name, what in SKIPS.items():
         setting = new.get(name)
@@ -82,4 +88,38 @@ def resume_settings_problem(
                 f" {b.value} in cycle {cycle}",
                 (b.ref, a.ref),
             )
+    return _load_path_problem(failed, replacement, checkpoint_dir)
+
+
+def _load_path_problem(
+    failed: CycleLog | None, replacement: CycleLog | None, checkpoint_dir: Setting | None
+) -> SettingsProblem | None:
+    """A load line that names its checkpoint (the reference workload's, on every rank) must
+    name one in the directory the failed cycle saved to, as Megatron's ``load`` must be its
+    ``save``; when the failed cycle printed no save path, run.json's checkpoint directory."""
+    if replacement is None:
+        return None
+    cycle, before = replacement.cycle, failed.cycle if failed is not None else "?"
+    saves = [e for e in failed.of_type(SaveScheduled) if e.path] if failed is not None else []
+    if saves:
+        where = {_parent(s.path) for s in saves if s.path}
+        shown, ref = _parent(saves[0].path or ""), saves[0].ref
+        told = f" where cycle {before} saved its checkpoints"
+    elif checkpoint_dir is not None and isinstance(checkpoint_dir.value, str):
+        shown, ref = _path(checkpoint_dir.value), checkpoint_dir.ref
+        where, told = {shown}, ", the run's checkpoint directory (run.json)"
+    else:
+        return None
+    for load in replacement.of_type(LoadCompleted):
+        if load.path is not None and _parent(load.path) not in where:
+            return SettingsProblem(
+                f"replacement cycle {cycle} loads from {_parent(load.path)}, not from"
+                f" {shown}{told}",
+                (load.ref, ref),
+            )
     return None
+
+
+def _parent(path: str) -> str:
+    """The directory of a checkpoint path as printed on the run host (a POSIX path)."""
+    return posixpath.dirname(_path(path)) or "/"

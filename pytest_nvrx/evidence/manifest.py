@@ -4,9 +4,14 @@ Both are written by our launcher (:mod:`pytest_nvrx.recipe`, :mod:`pytest_nvrx.l
 made by hand (the walkthrough's script, tests/data/gpu) have neither, so every field is optional
 and the criteria fall back to the logs. Keys read here::
 
-    run.json     config.fault, config.window, config.fault_rank, config.train_iters,
-                 config.workload, config.gpus_per_node, config.nnodes, start_time, stack
+    run.json     schema (must be MANIFEST_SCHEMA), config.fault, config.window,
+                 config.fault_rank, config.train_iters, config.workload, config.gpus_per_node,
+                 config.nnodes, config.world_size, config.tp, config.pp, config.checkpoint_dir,
+                 workload_argv, start_time, stack
     result.json  exit_code, start_time, end_time, timed_out, interrupted
+
+``interrupted`` is the stop signal's name (``"SIGTERM"``) or null; ``false`` (runs recorded
+before it named the signal) means not interrupted, ``true`` interrupted by an unnamed signal.
 
 Top-level ``fault``/``train_iters``/``workload``/``exit_code`` are accepted as well. Each is
 typed (``evidence/fields.py``): ``exit_code`` an integer (``"0"`` and ``true`` are not), times
@@ -24,7 +29,15 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from pytest_nvrx.evidence.fields import FieldError, Fields, int_field, str_field, time_field
+from pytest_nvrx.evidence.fields import (
+    FieldError,
+    Fields,
+    bool_field,
+    int_field,
+    shown,
+    str_field,
+    time_field,
+)
 from pytest_nvrx.evidence.refs import (
     EvidenceRef,
     JsonFile,
@@ -33,7 +46,7 @@ from pytest_nvrx.evidence.refs import (
     json_key_ref,
     read_json_file,
 )
-from pytest_nvrx.layout import FAULT_WINDOWS, INJECTED_FAULTS, RESULT_NAME
+from pytest_nvrx.layout import FAULT_WINDOWS, INJECTED_FAULTS, MANIFEST_SCHEMA, RESULT_NAME
 
 
 class ManifestError(ValueError):
@@ -57,12 +70,22 @@ class Manifest:
     train_iters: Setting | None = None
     workload: Setting | None = None
     gpus_per_node: Setting | None = None
+    nnodes: Setting | None = None
+    world_size: Setting | None = None
+    tp: Setting | None = None
+    pp: Setting | None = None
+    checkpoint_dir: Setting | None = None  # as the run host named it (never opened)
     start_time: datetime | None = None
     stack: dict[str, Any] = field(default_factory=dict)
+    # the workload's own arguments (after the injector's ``--``), with the line that lists them
+    workload_argv: tuple[str, ...] = ()
+    workload_argv_ref: EvidenceRef | None = None
     # from result.json
     exit_code: Setting | None = None
     end_time: datetime | None = None
     result_start_time: datetime | None = None
+    timed_out: Setting | None = None  # True: our launch deadline stopped the launcher
+    interrupted: Setting | None = None  # the stop signal's name (True: unnamed); None: not
 
 
 # run.json keys read here (config.<key> or top level) and the type each must have.
@@ -73,6 +96,11 @@ _TYPED: dict[str, tuple[Callable[..., object], dict[str, Any]]] = {
     "train_iters": (int_field, {"minimum": 1}),
     "workload": (str_field, {}),
     "gpus_per_node": (int_field, {"minimum": 1}),
+    "nnodes": (int_field, {"minimum": 1}),
+    "world_size": (int_field, {"minimum": 1}),
+    "tp": (int_field, {"minimum": 1}),
+    "pp": (int_field, {"minimum": 1}),
+    "checkpoint_dir": (str_field, {}),
 }
 
 
@@ -127,12 +155,18 @@ def read_manifest(path: Path, run_dir: Path, result_path: Path | None = None) ->
     if manifest is not None:
         doc, file = manifest
         data: dict[str, Any] = doc.data  # type: ignore[assignment]
+        _check_schema(data, file)
         fields = Fields(data)
         for key in _TYPED:
             out[key] = fields.get(_lookup, key, doc=doc, file=file)
         out["start_time"] = fields.get(time_field, "start_time")
         stack = data.get("stack")
         out["stack"] = dict(stack) if isinstance(stack, dict) else {}
+        argv = data.get("workload_argv")
+        if isinstance(argv, list) and all(isinstance(a, str) for a in argv):
+            # the injector's own options come first, the workload's after its "--"
+            out["workload_argv"] = tuple(argv[argv.index("--") + 1 :] if "--" in argv else argv)
+            out["workload_argv_ref"] = json_key_ref(file, doc, "workload_argv")
         if result is None:
             # a manifest that records the exit code itself
             out["exit_code"] = _exit_code(fields, doc, file)
@@ -143,8 +177,37 @@ def read_manifest(path: Path, run_dir: Path, result_path: Path | None = None) ->
         out["exit_code"] = _exit_code(rfields, rdoc, rfile)
         out["end_time"] = rfields.get(time_field, "end_time")
         out["result_start_time"] = rfields.get(time_field, "start_time")
+        timed_out = rfields.get(bool_field, "timed_out")
+        if timed_out is not None:
+            out["timed_out"] = Setting(timed_out, json_key_ref(rfile, rdoc, "timed_out"))
+        out["interrupted"] = _interrupted(rdoc, rfile)
         _raise_if_wrong(rfile, rfields)
     return Manifest(**out)
+
+
+def _check_schema(data: dict[str, Any], file: str) -> None:
+    """run.json's ``schema`` must be the one this version writes and reads: another (a newer
+    tool's, a hand-written file's) may mean other things by the same keys."""
+    schema = data.get("schema")
+    if schema is None:
+        raise ManifestError(f"{file} has no schema number (this version reads {MANIFEST_SCHEMA})")
+    if type(schema) is not int or schema != MANIFEST_SCHEMA:  # True == 1, "1" != 1
+        what = repr(schema) if type(schema) in (int, str) else shown(schema)
+        raise ManifestError(
+            f"{file} schema {what} is not one this version reads ({MANIFEST_SCHEMA})"
+        )
+
+
+def _interrupted(doc: JsonFile, file: str) -> Setting | None:
+    """result.json's ``interrupted``: the signal's name, or True; None when not interrupted."""
+    value = doc.data.get("interrupted") if isinstance(doc.data, dict) else None
+    if value is None or value is False:
+        return None
+    if value is True or (isinstance(value, str) and value):
+        return Setting(value, json_key_ref(file, doc, "interrupted"))
+    raise ManifestError(
+        f"{file}: 'interrupted' must be a signal name, a boolean or null, not {shown(value)}"
+    )
 
 
 def _exit_code(fields: Fields, doc: JsonFile, file: str) -> Setting | None:

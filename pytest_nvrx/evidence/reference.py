@@ -58,6 +58,8 @@ _VALUE_NAMES = (
 )
 _ITERATION_NO = re.compile(r"\[ref\] \S+ rank \d+ iteration (\d+)/\d+ ")
 _SAVE_SCHEDULED = re.compile(r"save scheduled iteration (?P<it>\d+)(?: |$)")
+# the path a save or load line ends with ("... path /ckpt/iter_0000005")
+_PATH = re.compile(r" path (?P<path>\S+)$")
 _SAVE_COMPLETED = re.compile(r"save completed iteration (?P<it>\d+)$")
 _LOADED = re.compile(r"load checkpoint iteration (?P<it>\d+) \((?P<parts>[^)]*)\)")
 _EXIT = re.compile(r"exit code (?P<code>-?\d+)$")
@@ -77,6 +79,11 @@ def _float_or_none(value: str) -> float | None:
         return float(value)
     except ValueError:
         return None
+
+
+def _path(event: str) -> str | None:
+    m = _PATH.search(event)
+    return m["path"] if m is not None else None
 
 
 def _parts(text: str) -> tuple[str, ...]:
@@ -137,7 +144,7 @@ class ReferenceLogAdapter:
             )
         if first == "save":
             if (m := _SAVE_SCHEDULED.match(event)) is not None:
-                return SaveScheduled(int(m["it"]), time, at.ref())
+                return SaveScheduled(int(m["it"]), time, at.ref(), path=_path(event))
             if (m := _SAVE_COMPLETED.match(event)) is not None:
                 return SaveCompleted(int(m["it"]), time, at.ref())
             if event.startswith("save failed "):
@@ -145,7 +152,9 @@ class ReferenceLogAdapter:
             return None
         if first == "load":
             if (m := _LOADED.match(event)) is not None:
-                return LoadCompleted(int(m["it"]), at.ref(), parts=_parts(m["parts"]))
+                return LoadCompleted(
+                    int(m["it"]), at.ref(), parts=_parts(m["parts"]), path=_path(event)
+                )
             if event.startswith("load failed: "):
                 return LoadFailed(at.ref())
             return None

@@ -145,6 +145,17 @@ def load_run(
         problems.append(
             Problem("fatal", f"{exc}: cannot tell what this run was asked to do or how it ended")
         )
+    if manifest is not None and manifest.interrupted is not None:
+        signal = manifest.interrupted
+        named = f" ({signal.value})" if isinstance(signal.value, str) else ""
+        problems.append(
+            Problem(
+                "fatal",
+                f"{signal.ref.location} says the run was interrupted{named}: it was stopped"
+                " before it ended on its own, so its logs cannot show a whole recovery",
+                signal.ref,
+            )
+        )
     try:
         workload_adapter = _adapter_for(manifest, adapter)
     except KeyError as exc:

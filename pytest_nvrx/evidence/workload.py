@@ -50,11 +50,16 @@ class IterationCommitted:
 
 @dataclass(frozen=True, slots=True)
 class SaveScheduled:
-    """A checkpoint save was submitted. Not recoverable yet: it may never be finalized."""
+    """A checkpoint save was submitted. Not recoverable yet: it may never be finalized.
+
+    ``path`` is where the workload says it writes it, as printed (a path on the run host, never
+    opened); None when its line does not say (Megatron prints its ``--save`` in the argument
+    dump instead)."""
 
     iteration: int
     time: datetime | None
     ref: EvidenceRef
+    path: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,11 +85,14 @@ class LoadCompleted:
 
     ``parts`` is what it says it restored, in its own words (the reference workload lists
     ``model, optimizer, scheduler, rng, data``); None when its log does not say (Megatron).
+    ``path``: the checkpoint it says it loaded, as printed (a path on the run host, never
+    opened); None when the line does not say (Megatron: its ``--load`` is in the argument dump).
     """
 
     iteration: int
     ref: EvidenceRef
     parts: tuple[str, ...] | None = None
+    path: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
