@@ -91,6 +91,7 @@ UNIT_COSTS = (
     ("tests/test_scenario_pool.py", 80),
     ("tests/test_cli_e2e.py::test_run_each", 45),
     ("tests/test_broken_resumes.py[", 35),
+    ("tests/test_broken_runs.py", 110),  # 4 real runs, 16-33 s each
     ("tests/test_packaging.py", 30),
     ("tests/test_run_claim.py", 25),
     ("tests/test_signals.py", 18),

@@ -24,9 +24,10 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -115,32 +116,52 @@ class Resume:
 
 def _launch(scenario: Scenario, work: Path) -> tuple[Path, int | None, float]:
     extra = ("--break-restore", scenario.broken) if scenario.broken else ()
+    return launch_reference(work, f"broken-{scenario.id}", extra)
+
+
+def launch_reference(
+    work: Path,
+    run_id: str,
+    extra: tuple[str, ...],
+    *,
+    seed: Callable[[Path], None] | None = None,
+    **overrides: Any,
+) -> tuple[Path, int | None, float]:
+    """One real 2-rank reference run (kill of rank 1 unless ``overrides`` say otherwise) through
+    the pipeline of ``python -m pytest_nvrx run``; ``seed`` may fill the checkpoint directory
+    before the launch. Returns the run dir, the launcher's exit code and its wall time."""
+    settings: dict[str, Any] = {
+        "train_iters": TRAIN_ITERS,
+        "save_interval": SAVE_INTERVAL,
+        "fault": "kill",
+        "fault_rank": 1,
+        "max_restarts": 2,
+        **overrides,
+    }
     config = RunConfig(
         work_dir=work,
-        run_id=f"broken-{scenario.id}",
+        run_id=run_id,
         workload="reference",
         gpus_per_node=2,
-        train_iters=TRAIN_ITERS,
-        save_interval=SAVE_INTERVAL,
-        fault="kill",
-        fault_rank=1,
         section_timeouts=SECTION_TIMEOUTS,
         out_of_section_timeout=120.0,
         workload_check_interval=1.0,
-        max_restarts=2,
         extra_args=extra,
+        **settings,
     )
     try:
         launcher = find_launcher()
     except ConfigError as exc:
         pytest.skip(str(exc))
     layout = prepare_run_dir(config)
+    if seed is not None:
+        seed(layout.checkpoint_dir)
     plan = plan_run(config, launcher_exe=launcher, probe=False)  # the stack probe costs ~6 s
     with Launch(plan.recipe) as launch:
         try:
             launch.wait(RUN_TIMEOUT_S)
         except RunTimeout as exc:
-            pytest.fail(f"{scenario.id}: {exc}")
+            pytest.fail(f"{run_id}: {exc}")
     # Leaving Launch killed the whole tree; nothing of the run may be left.
     assert not tagged(launch.tag), f"processes of {layout.run_dir} survived"
     result = json.loads((layout.run_dir / RESULT_NAME).read_text())
