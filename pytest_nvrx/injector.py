@@ -898,13 +898,84 @@ def _cmdline(pid: int) -> bytes:
 
 # --- probes: wrap a few library entry points at import -------------------------------------------
 
+
+class TrackerObserver:
+    """Rank 0, in every run (baselines and replacements included): each value of the tracker it
+    reads at its own section and submit probes, once, with the time of the read and the probe.
+
+    Rank 0 writes the tracker and prints the finalization lines on its training thread, where
+    these probes run too: a value read here before that checkpoint's finalization line was
+    published ahead of durability (pytest_nvrx.criteria.durability judges it). A new value is
+    confirmed by a second read (a plain open/write may be caught half-way); reads never raise.
+    """
+
+    def __init__(self, tracker: str, rank: int) -> None:
+        self.tracker = tracker
+        self.rank = rank
+        self.last: int | None = None
+        self.broken = False
+
+    def observe(self, where: str) -> None:
+        if self.broken:
+            return
+        try:
+            read = read_tracker(self.tracker)
+            if read.state is not TrackerState.OK or read.iteration == self.last:
+                return
+            seen = datetime.now(UTC)
+            time.sleep(CONFIRM_DELAY_S)
+            if read_tracker(self.tracker).iteration != read.iteration:
+                return  # caught mid-write: the next probe reads it again
+            self.last = read.iteration
+            _log(
+                self.rank,
+                f"checkpoint tracker reads {read.iteration} at"
+                f" {seen.isoformat(timespec='microseconds')} ({where})",
+            )
+        except Exception:
+            self.broken = True
+            _log(self.rank, f"warning: tracker observer disabled:\n{traceback.format_exc()}")
+
+
+class Probes:
+    """What the patched library calls feed: the tracker observer (rank 0) first, so a read is
+    logged before a window fires on it, then the window logic (the selected rank)."""
+
+    def __init__(self, window: WindowProbes | None, observer: TrackerObserver | None) -> None:
+        self.window = window
+        self.observer = observer
+
+    def section_started(self, name: str) -> None:
+        if self.observer is not None:
+            self.observer.observe(f"start_section({name})")
+        if self.window is not None:
+            self.window.section_started(name)
+
+    def section_ended(self, name: str) -> None:
+        if self.observer is not None:
+            self.observer.observe(f"end_section({name})")
+        if self.window is not None:
+            self.window.section_ended(name)
+
+    def submit_entry(self, path: Any) -> None:
+        if self.window is not None:
+            self.window.submit_entry(path)
+
+    def submit_return(self, path: Any, result: Any) -> None:
+        if self.observer is not None:
+            iteration = checkpoint_iteration(path)
+            self.observer.observe(f"submit({_or_none(iteration)}) returned")
+        if self.window is not None:
+            self.window.submit_return(path, result)
+
+
 # module -> the function that patches it right after it executed
 RANK_MONITOR_MODULE: Final = "nvidia_resiliency_ext.fault_tolerance.rank_monitor_client"
 MEGATRON_SAVE_MODULE: Final = "megatron.core.dist_checkpointing"
 DCP_SAVER_MODULE: Final = "torch.distributed.checkpoint.state_dict_saver"
 
 
-def _patch_rank_monitor(module: Any, probes: WindowProbes) -> None:
+def _patch_rank_monitor(module: Any, probes: Probes) -> None:
     cls = module.RankMonitorClient
     start, end = cls.start_section, cls.end_section
 
@@ -924,7 +995,7 @@ def _patch_rank_monitor(module: Any, probes: WindowProbes) -> None:
     cls.end_section = end_section
 
 
-def _patch_submit(module: Any, name: str, path_of: Any, probes: WindowProbes) -> None:
+def _patch_submit(module: Any, name: str, path_of: Any, probes: Probes) -> None:
     original = getattr(module, name)
 
     @functools.wraps(original)
@@ -1009,7 +1080,7 @@ class ProbeFinder:
             _log(None, f"warning: could not install the probe on {name}:\n{traceback.format_exc()}")
 
 
-def install_probes(probes: WindowProbes) -> ProbeFinder:
+def install_probes(probes: Probes) -> ProbeFinder:
     finder = ProbeFinder(
         {
             RANK_MONITOR_MODULE: lambda m: _patch_rank_monitor(m, probes),
@@ -1054,10 +1125,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _fail(rank, str(exc), EXIT_USAGE)
         if injection is not None:
             probes = WindowProbes(injection)
-            install_probes(probes)
             if opts.window == "step" and opts.fault in ("kill", "hang", "term", "segv"):
                 watcher = Watcher(injection, probes)
-                watcher.start()
+    observer: TrackerObserver | None = None
+    observer_rank = rank if rank is not None else _env_int(os.environ, "RANK")
+    if observer_rank == 0:
+        observer = TrackerObserver(opts.tracker, 0)
+        observer.observe("start")
+    if probes is not None or observer is not None:
+        install_probes(Probes(probes, observer))
+    if watcher is not None:
+        watcher.start()
 
     try:
         _run_workload(opts)

@@ -14,6 +14,7 @@ from pytest_nvrx.criteria.resume_settings import settings_of
 from pytest_nvrx.criteria.verdict import CriterionId, Verdict, failing, passing
 from pytest_nvrx.criteria.workload_errors import died_loading, errors_before_training, load_death
 from pytest_nvrx.evidence.cycle_log import CycleLog
+from pytest_nvrx.evidence.durability import durability_breaks
 from pytest_nvrx.evidence.launcher_log import LauncherEventKind
 from pytest_nvrx.evidence.refs import EvidenceRef
 from pytest_nvrx.evidence.rundir import RunEvidence
@@ -126,6 +127,9 @@ def check(ctx: JudgeContext) -> Verdict:
     backwards = _tracker_went_backwards(ctx, restored, loads[0].ref if loads else None)
     if backwards is not None:
         return backwards
+    undurable = _durability_broken(run)
+    if undurable is not None:
+        return undurable
     resaved_text = ""
     resaved_ref: EvidenceRef | None = None
     facts = None if ctx.expected.baseline else ctx.window_facts
@@ -204,6 +208,17 @@ def _sequence_broken(run: RunEvidence) -> Verdict | None:
                 loads[0].ref if loads else None,
             )
     return None
+
+
+def _durability_broken(run: RunEvidence) -> Verdict | None:
+    """The tracker named only finalized checkpoints, in every cycle and at the end
+    (pytest_nvrx.evidence.durability)."""
+    breaks = durability_breaks(run)
+    if not breaks:
+        return None
+    first = breaks[0]
+    more = f" ({len(breaks) - 1} more reading(s) like it)" if len(breaks) > 1 else ""
+    return failing(ID, f"durability order broken: {first.text}{more}", first.refs)
 
 
 def _cycle_of(logs: list[CycleLog], event: SaveCompleted) -> int | None:

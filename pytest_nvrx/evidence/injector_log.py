@@ -11,6 +11,8 @@ The injector (:mod:`pytest_nvrx.injector`) writes to the rank's stderr, so its l
   InjectedFault``, ``sending SIGKILL to checkpoint worker pid <P> (rank pid <Q>)``;
   schema 1: ``tracker <tracker> advanced B -> T; marker <M> written; sending <SIG>[ to pid P]``;
 * skip: ``marker <M> exists: fault already injected; running the workload without injection``;
+* tracker (rank 0, every run): ``checkpoint tracker reads <N> at <ISO time> (<probe>)``, once
+  per value it reads at its section/submit probes (``start`` for the value found at start-up);
 * never (exit 3): ``ERROR: the requested fault (<fault> on rank <R>) never happened: <why>``,
   ``<why>`` e.g. ``window <W> never opened while training ran (baseline B, highest tracker read
   T, saves submitted: ...[; the tracker already named the save in flight when its finalization
@@ -24,16 +26,18 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Literal
 
 from pytest_nvrx.evidence.refs import EvidenceRef, LineCursor
 from pytest_nvrx.evidence.tracebacks import split_tag
 
 TAG = "[pytest-nvrx injector] "
-#: Injector lines a cycle log keeps (a run has a few per cycle: one per injecting rank).
-MAX_INJECTOR_LINES = 64
+#: Injector lines a cycle log keeps: a few per cycle, plus rank 0's tracker readings, one per
+#: checkpoint the cycle finalized (a longer cycle keeps the first ones).
+MAX_INJECTOR_LINES = 4096
 
-InjectorLineKind = Literal["watching", "fired", "skipped", "never"]
+InjectorLineKind = Literal["watching", "fired", "skipped", "never", "tracker"]
 
 _HEAD = re.compile(re.escape(TAG) + r"rank (?P<rank>\d+) pid (?P<pid>\d+): (?P<msg>.*)$")
 _WATCHING = re.compile(
@@ -59,6 +63,11 @@ _SKIPPED = re.compile(r"marker (?P<marker>.+) exists: fault already injected")
 _NEVER = re.compile(
     r"ERROR: the requested fault \((?P<fault>[\w-]+) on rank (?P<rank>\d+)\) never happened:"
     r" (?P<why>.*)$"
+)
+_TRACKER_READ = re.compile(
+    r"checkpoint tracker reads (?P<t>\d+) at (?P<ts>\S+)"
+    r" \((?P<where>[^()]*(?:\([^()]*\))?[^()]*)\)$",
+    re.ASCII,
 )
 _NEVER_WINDOW = re.compile(r"window (?P<window>\w+) never opened ")
 _NEVER_BASELINE = re.compile(r"\(baseline (?P<base>\d+)[,)]")
@@ -90,6 +99,8 @@ class InjectorLine:
     legacy: bool = False
     # never: the injector's reason, as it wrote it (its first line)
     reason: str | None = None
+    # tracker: when the value was read (an aware datetime), the probe in ``trigger``
+    time: datetime | None = None
 
 
 def parse_injector_line(body: str, at: LineCursor) -> InjectorLine | None:
@@ -99,6 +110,20 @@ def parse_injector_line(body: str, at: LineCursor) -> InjectorLine | None:
     if head is None:
         return None
     rank, pid, msg = int(head["rank"]), int(head["pid"]), head["msg"]
+    if msg.startswith("checkpoint tracker reads "):
+        m = _TRACKER_READ.match(msg)
+        when = _aware(m["ts"]) if m is not None else None
+        if m is None or when is None:
+            return None
+        return InjectorLine(
+            "tracker",
+            rank,
+            pid,
+            at.ref(),
+            tracker_iteration=int(m["t"]),
+            trigger=m["where"],
+            time=when,
+        )
     if msg.startswith("window "):
         m = _FIRED.match(msg)
         if m is None:
@@ -175,3 +200,12 @@ def parse_injector_line(body: str, at: LineCursor) -> InjectorLine | None:
             reason=why,
         )
     return None
+
+
+def _aware(text: str) -> datetime | None:
+    """An ISO time with its zone, else None (a naive or impossible time is no reading)."""
+    try:
+        value = datetime.fromisoformat(text)
+    except (ValueError, OverflowError):
+        return None
+    return value if value.tzinfo is not None else None

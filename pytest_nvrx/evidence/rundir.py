@@ -218,6 +218,7 @@ def load_run(
                 if isinstance(e, LoadCompleted | LoadStarted) and e.iteration > 0
             }
             | _in_flight(marker)
+            | ({tracker.iteration} if tracker.iteration else set())
         )
         for iteration in loaded:
             path = workload_adapter.checkpoint_path(layout.checkpoint_dir, iteration)
