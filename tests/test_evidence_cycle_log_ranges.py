@@ -61,7 +61,7 @@ def busy_log(path: Path) -> Path:
             parts.append(f"2: RuntimeError: step {n}\r\n")
         if n % 700 == 0:
             parts.append(TRACEBACK.format(r=n % 3, n=n))
-        if n % 250 == 0:
+        if n % 4 == 0:  # > MAX_INJECTOR_LINES in all
             parts.append(
                 f"0: [pytest-nvrx injector] rank 0 pid 7: marker /m{n} exists: fault already"
                 " injected; running the workload without injection\n"
