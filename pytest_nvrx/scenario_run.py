@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pytest_nvrx.criteria import Judgement, judge, judge_run_dir
+from pytest_nvrx.criteria.baseline import baseline_refusal
 from pytest_nvrx.evidence.rundir import RunEvidence, load_run
 from pytest_nvrx.gpu_slots import gpu_locks, visible_gpus
 from pytest_nvrx.launch import Launch, Progress, RunResult, RunTimeout, tail_text
@@ -461,8 +462,12 @@ def judge_scenario(
         say(judgement.first_cause.text)
     if scenario.fault == "none" and judgement.passed:
         baselines[scenario.workload] = evidence
-    if reference is not None:
+    if reference is not None and judgement.baseline_dir is not None:
         say(f"continuity also checked against {reference.run_dir.name}")
+    elif reference is not None:
+        # judge() refused it (criteria/baseline.py): continuity rests on the replay alone
+        why = baseline_refusal(evidence, reference)
+        say(f"continuity not checked against {reference.run_dir.name}: {why}")
     return ScenarioRun(
         key=scenario.id,
         scenario=scenario,

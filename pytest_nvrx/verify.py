@@ -12,8 +12,11 @@ fields in docs/criteria.md). ``--json -`` writes the JSON alone to stdout and mo
 report to stderr, so that ``verify RUN_DIR --json - | jq`` reads one document.
 
 ``--baseline RUN_DIR`` names an uninterrupted run of the same configuration: training_continuity
-then also compares every iteration after the restore with it. ``--continuity-rtol`` admits a
-relative difference in that criterion's comparisons (default 0: exact).
+then also compares every iteration after the restore with it. A run that is none (the judged run
+itself, one with a fault or a marker, one that did not finish, one of another world size, TP/PP,
+iterations, seed or model: :mod:`pytest_nvrx.criteria.baseline`) is refused (exit 2).
+``--continuity-rtol`` admits a relative difference in that criterion's comparisons (default 0:
+exact).
 
 Exit status: 0 when all criteria hold, 1 when any fails, 2 when the run cannot be judged
 (no such directory, unusable marker or run.json, missing --checkpoint-dir, bad arguments).
@@ -28,6 +31,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from pytest_nvrx.criteria import FAULT_CHOICES, WINDOW_CHOICES, Judgement, judge
+from pytest_nvrx.criteria.baseline import baseline_refusal
 from pytest_nvrx.evidence.rundir import RunDirError, load_run
 from pytest_nvrx.settings import argparse_type, parse_rtol
 
@@ -158,8 +162,10 @@ def verify_main(argv: list[str], stdout: TextIO | None = None, stderr: TextIO | 
     except RunDirError as exc:
         err.write(f"verify: error: {exc}\n")
         return EXIT_USAGE
-    if baseline is not None and baseline.fatal_problems:
-        why = baseline.fatal_problems[0].message
+    # a named baseline that is none (the run itself, a fault run, a failed run, another
+    # configuration) is the caller's mistake: refused, never silently left out
+    why = baseline_refusal(run, baseline) if baseline is not None else None
+    if why is not None:
         err.write(f"verify: error: cannot use --baseline {args.baseline}: {why}\n")
         return EXIT_USAGE
     judgement = judge(

@@ -19,11 +19,11 @@ from pathlib import Path
 
 import pytest
 
-from pytest_nvrx.criteria import judge_run_dir
+from pytest_nvrx.criteria import judge, judge_run_dir
 from pytest_nvrx.evidence.rundir import load_run
 from pytest_nvrx.layout import RunLayout
 from pytest_nvrx.verify import verify_main
-from tests.doctor import CYCLE0, CYCLE1, Doctor, copy_run
+from tests.doctor import CYCLE0, CYCLE1, MARKER, Doctor, copy_run
 
 DATA = Path(__file__).parent / "data"
 REF_KILL = DATA / "windows" / "cpu" / "ref-kill-save"
@@ -69,6 +69,9 @@ def test_the_unchanged_runs_pass_and_the_baseline_is_used() -> None:
     j = judge_run_dir(G2_KILL, baseline=G2_BASELINE)
     assert j.passed and j.baseline_dir == G2_BASELINE
     assert "baseline g2-baseline-30" in j.verdict("training_continuity").reason
+    from pytest_nvrx.criteria.baseline import baseline_refusal
+
+    assert baseline_refusal(load_run(G2_KILL), load_run(G2_BASELINE)) is None
 
 
 # --- item 7: one cycle log per cycle ------------------------------------------------------------
@@ -218,6 +221,94 @@ def test_a_reference_load_of_another_directory_than_run_json_says_fails(ref: Doc
         " the run's checkpoint directory (run.json)"
     ), verdict.reason
     assert [e.location for e in verdict.evidence][1].startswith("run.json:")
+
+
+# --- item 8b: verify --baseline refuses what is no baseline -----------------------------------
+
+
+def test_the_run_itself_is_no_baseline(g2: Doctor) -> None:
+    code, _, err = run_verify(g2.root, "--baseline", g2.root / "." / "logs" / "..")
+    assert code == 2
+    (line,) = errors(err)
+    assert line.endswith("it is the run being judged")
+
+
+def test_a_fault_run_is_no_baseline(g2: Doctor) -> None:
+    code, _, err = run_verify(g2.root, "--baseline", G2_KILL)
+    assert code == 2
+    (line,) = errors(err)
+    assert f"cannot use --baseline {G2_KILL}: its run.json says fault 'kill'" in line, line
+
+
+def test_a_baseline_with_a_marker_is_no_baseline(g2: Doctor, base: Doctor) -> None:
+    shutil.copy(g2.path(MARKER), base.path(MARKER))
+    code, _, err = run_verify(g2.root, "--baseline", base.root)
+    assert code == 2
+    (line,) = errors(err)
+    assert (
+        "it is not an uninterrupted run: baseline run (fault=none) has an injection marker" in line
+    )
+
+
+def test_a_baseline_that_failed_is_no_baseline(g2: Doctor, base: Doctor) -> None:
+    base.set_json(RESULT, exit_code=1)
+    code, _, err = run_verify(g2.root, "--baseline", base.root)
+    assert code == 2
+    (line,) = errors(err)
+    assert "it is not an uninterrupted run: launcher exited with code 1" in line, line
+
+
+def test_a_baseline_that_needed_a_second_cycle_is_no_baseline(g2: Doctor, base: Doctor) -> None:
+    shutil.copy(g2.path(RECORD1), base.path(RECORD1))
+    code, _, err = run_verify(g2.root, "--baseline", base.root)
+    assert code == 2
+    assert "baseline run needed 2 cycles: it was restarted" in errors(err)[0]
+
+
+@pytest.mark.parametrize(
+    ("edit", "why"),
+    [
+        (("config", "train_iters", 40), "train_iters 40 (run.json"),
+        (("config", "world_size", 4), "world_size 4 (run.json"),
+        (("config", "tp", 2), "tp 2 (run.json"),
+        (("argv", "--tensor-model-parallel-size=1", "--tensor-model-parallel-size=2"),
+         "--tensor-model-parallel-size 2"),
+        (("argv", "--lr=0.0001", "--lr=0.0001 --seed=7"), "--seed 7"),
+        (("dump", "seed ............................................ 1234",
+          "seed ............................................ 99"), "seed 99 ("),
+    ],
+)  # fmt: skip
+def test_a_baseline_of_another_configuration_is_no_baseline(
+    g2: Doctor, base: Doctor, edit: tuple[str, str, object], why: str
+) -> None:
+    kind, key, value = edit
+    if kind == "config":
+        data = base.json(RUN_JSON)
+        data["config"][key] = value
+        base.set_json(RUN_JSON, config=data["config"])
+    elif kind == "argv":
+        data = base.json(RUN_JSON)
+        argv = " ".join(data["workload_argv"]).replace(key, str(value)).split(" ")
+        base.set_json(RUN_JSON, workload_argv=argv)
+    else:
+        base.replace(CYCLE0, key, str(value))
+    code, _, err = run_verify(g2.root, "--baseline", base.root)
+    assert code == 2
+    (line,) = errors(err)
+    assert "it differs in configuration:" in line and why in line, line
+
+
+def test_the_plugin_pairing_judges_by_replay_only_and_says_why(base: Doctor) -> None:
+    """judge() (the plugin's pairing with the session's baseline, judge_run_dir) does not
+    compare with a refused baseline: training_continuity is judged on the replay alone and a
+    note says why."""
+    base.set_json(RESULT, exit_code=1)
+    j = judge(load_run(G2_KILL), baseline=load_run(base.root))
+    assert j.passed and j.baseline_dir is None
+    continuity = j.verdict("training_continuity")
+    assert "baseline" not in continuity.reason
+    (note,) = [p.message for p in j.problems if "baseline" in p.message]
+    assert note.startswith(f"baseline {base.root} not used by training_continuity: it is not")
 
 
 # --- item 8c: result.json's interrupted/timed_out, run.json's schema -------------------------

@@ -6,6 +6,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pytest_nvrx.criteria.baseline import baseline_refusal
+from pytest_nvrx.criteria.clocks import clock_problems, timing_problems
 from pytest_nvrx.criteria.consistency import evidence_problems
 from pytest_nvrx.criteria.context import JudgeContext
 from pytest_nvrx.criteria.expected import (
@@ -124,7 +126,21 @@ def judge(
     """Judge loaded evidence by every criterion (``expect_fault`` overrides run.json;
     ``source`` names where it came from in the report; ``baseline``, an uninterrupted run of the
     same configuration, and ``continuity_rtol`` are for training_continuity; ``expect_window``
-    overrides run.json's fault window, ``window_source`` naming where it came from)."""
+    overrides run.json's fault window, ``window_source`` naming where it came from).
+
+    A ``baseline`` that cannot be one (criteria/baseline.py: the run itself, a fault run, a run
+    that did not finish, another configuration) is not compared with: training_continuity is
+    judged by the replay alone and a note says why (``verify --baseline`` refuses it instead)."""
+    notes: tuple[Problem, ...] = ()
+    refused = baseline_refusal(run, baseline) if baseline is not None else None
+    if baseline is not None and refused is not None:
+        notes = (
+            Problem(
+                "warning",
+                f"baseline {baseline.run_dir} not used by training_continuity: {refused}",
+            ),
+        )
+        baseline = None
     ctx = JudgeContext.build(
         run,
         expected_fault(run, expect_fault, source),
@@ -132,7 +148,14 @@ def judge(
         continuity_rtol=continuity_rtol,
         window=expected_window(run, expect_window, window_source or source),
     )
-    problems = run.problems + evidence_problems(run)
+    timed = timings(run, ctx.timeline)
+    problems = (
+        run.problems
+        + evidence_problems(run)
+        + clock_problems(run, ctx.timeline)
+        + timing_problems(timed)
+        + notes
+    )
     verdicts = tuple(CRITERIA[cid](ctx) for cid in CRITERIA_IDS)
     fatal = [p for p in problems if p.severity == "fatal"]
     if fatal:
@@ -147,7 +170,7 @@ def judge(
         expected=ctx.expected,
         verdicts=verdicts,
         problems=problems,
-        timings=timings(run, ctx.timeline),
+        timings=timed,
         stack=run.stack(),
         baseline_dir=baseline.run_dir if baseline is not None else None,
         continuity_rtol=continuity_rtol,
