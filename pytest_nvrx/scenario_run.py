@@ -210,6 +210,11 @@ class ScenarioRun:
                 f"no measurable downtime, limit {limit_s:g} s (--nvrx-max-downtime): the evidence "
                 "shows no fault instant or no step committed after a restore"
             )
+        if downtime < 0:
+            return (
+                f"downtime {downtime:.3f} s is negative, limit {limit_s:g} s"
+                " (--nvrx-max-downtime): the clocks disagree, nothing was measured"
+            )
         if downtime <= limit_s:
             return None
         parts = downtime_breakdown(self.judgement.timings)
@@ -247,8 +252,14 @@ class ScenarioRun:
 
     def gate_failures(self, limits: Limits | None) -> list[str]:
         """Every limit the run breaks (none for a baseline or without limits)."""
-        if limits is None or self.baseline:
+        if limits is None or self.baseline or not limits.given:
             return []
+        if not self.judgement.judgeable:
+            # timings of a run that cannot be judged are no measurement to hold to a limit
+            return [
+                "cannot hold the run to --nvrx-max-downtime/--nvrx-max-phase: it cannot be"
+                " judged: " + "; ".join(self.judgement.unjudgeable_reasons)
+            ]
         out = []
         if limits.downtime_s is not None:
             failure = self.downtime_failure(limits.downtime_s)

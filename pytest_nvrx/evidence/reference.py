@@ -153,7 +153,11 @@ class ReferenceLogAdapter:
         if first == "load":
             if (m := _LOADED.match(event)) is not None:
                 return LoadCompleted(
-                    int(m["it"]), at.ref(), parts=_parts(m["parts"]), path=_path(event)
+                    int(m["it"]),
+                    at.ref(),
+                    parts=_parts(m["parts"]),
+                    path=_path(event),
+                    time=time,
                 )
             if event.startswith("load failed: "):
                 return LoadFailed(at.ref())

@@ -93,6 +93,9 @@ class LoadCompleted:
     ref: EvidenceRef
     parts: tuple[str, ...] | None = None
     path: str | None = None
+    # when the line says it was printed (the reference workload); None: Megatron's load lines
+    # carry no time
+    time: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,157 @@
+"""Clocks agree: the times of a run's lines, records and marker tell one story, or it cannot be
+judged.
+
+Each contradiction is a fatal :class:`~pytest_nvrx.evidence.refs.Problem` (``verify`` exits 2;
+every criterion that would have passed says "cannot judge"), quoting the lines:
+
+* within one cycle log, each rank's timestamped lines (iterations, saves, milestones, the
+  tracker readings) never go back in time: one process prints them in order;
+* no line of a cycle is stamped before the launcher's record of that cycle's start (less
+  :data:`~pytest_nvrx.evidence.timeline.CLOCK_SLACK`: the nodes of a run share no clock);
+* a rank killed by the fault (``kill``, ``segv``) prints nothing stamped after the marker's time,
+  which its own process took just before the signal (less :data:`DEATH_SLACK`);
+* the marker's time lies inside the launcher's record of the faulted cycle;
+* no recovery timing is negative: a downtime of -3592 s is no measurement.
+
+Measured on every committed real run (tests/data, 80 run directories): no rank's lines go back,
+none precede its cycle's start, and the killed rank's last line came 1.6-330 ms *before* the
+marker.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from pytest_nvrx.criteria.helpers import clock
+from pytest_nvrx.evidence.cycle_log import CycleLog
+from pytest_nvrx.evidence.refs import EvidenceRef, Problem, split_rank_prefix
+from pytest_nvrx.evidence.rundir import RunEvidence
+from pytest_nvrx.evidence.timeline import CLOCK_SLACK, Timeline
+
+#: How long after the marker's time a killed rank's own line may still be stamped: the injector
+#: stamps the marker, writes it durably and signals; other threads of the rank may print in
+#: between. Measured: the last line came before the marker in every committed run.
+DEATH_SLACK = timedelta(milliseconds=100)
+#: Faults that end the rank at the signal (a stopped rank prints nothing either, but NVRx's
+#: SIGCONT before its SIGKILL may wake it for a moment; exception and ckpt-worker leave it
+#: running; a SIGTERM'd rank may run its handlers).
+DEADLY_AT_ONCE = ("kill", "segv")
+
+Timed = tuple[datetime, EvidenceRef]
+
+
+def _timed(log: CycleLog) -> list[Timed]:
+    """Every timestamped line of the log, in line order."""
+    out: list[Timed] = []
+    for item in (*log.events, *log.iterations, *log.injector):
+        when = getattr(item, "time", None)
+        if isinstance(when, datetime):
+            out.append((when, item.ref))
+    out.sort(key=lambda t: t[1].line or 0)
+    return out
+
+
+def clock_problems(run: RunEvidence, timeline: Timeline) -> tuple[Problem, ...]:
+    """What the run's clocks say that cannot all be true (see the module doc)."""
+    problems: list[Problem] = []
+    marker = run.marker
+    killed = (
+        marker is not None
+        and marker.ok
+        and marker.time is not None
+        and marker.fault in DEADLY_AT_ONCE
+        and marker.rank is not None
+    )
+    for log in run.cycle_logs:
+        timed = _timed(log)
+        problems += _backwards(log, timed)
+        record = run.cycle_infos.by_cycle(log.cycle)
+        if record is not None and record.start is not None and timed:
+            first = min(timed, key=lambda t: t[0])
+            if first[0] < record.start - CLOCK_SLACK:
+                problems.append(
+                    Problem(
+                        "fatal",
+                        f"{first[1].location} is stamped {clock(first[0])}, before the launcher"
+                        f" started cycle {log.cycle} at {clock(record.start)}"
+                        f" ({record.ref.location}): the clocks disagree",
+                        first[1],
+                    )
+                )
+        if killed and marker is not None and log.cycle == timeline.failed_cycle:
+            assert marker.time is not None
+            late = [
+                t
+                for t in timed
+                if split_rank_prefix(t[1].text)[0] == marker.rank
+                and t[0] > marker.time + DEATH_SLACK
+            ]
+            if late:
+                problems.append(
+                    Problem(
+                        "fatal",
+                        f"rank {marker.rank} was sent {marker.signal or marker.fault} at"
+                        f" {clock(marker.time)} ({marker.ref('time').location}) but"
+                        f" {late[0][1].location} of that rank is stamped {clock(late[0][0])}:"
+                        " a killed rank printed after its death",
+                        late[0][1],
+                    )
+                )
+    problems += _marker_outside_its_cycle(run, timeline)
+    return tuple(problems)
+
+
+def _backwards(log: CycleLog, timed: list[Timed]) -> list[Problem]:
+    last: dict[int | None, Timed] = {}
+    for when, ref in timed:
+        rank = split_rank_prefix(ref.text)[0]
+        before = last.get(rank)
+        if before is not None and when < before[0]:
+            who = f"rank {rank}" if rank is not None else "unprefixed lines"
+            return [
+                Problem(
+                    "fatal",
+                    f"{log.file}: {who} went back in time: {ref.location} is stamped"
+                    f" {clock(when)} after {before[1].location} at {clock(before[0])}",
+                    ref,
+                )
+            ]
+        if before is None or when >= before[0]:
+            last[rank] = (when, ref)
+    return []
+
+
+def _marker_outside_its_cycle(run: RunEvidence, timeline: Timeline) -> list[Problem]:
+    marker = run.marker
+    if marker is None or not marker.ok or marker.time is None or not run.cycles:
+        return []
+    cycle = timeline.failed_cycle
+    record = run.cycle_infos.by_cycle(cycle) if cycle is not None else None
+    if record is None or record.start is None:
+        return []
+    end = record.end
+    if marker.time < record.start - CLOCK_SLACK or (
+        end is not None and marker.time > end + CLOCK_SLACK
+    ):
+        span = f"{clock(record.start)}..{clock(end) if end is not None else 'its end'}"
+        return [
+            Problem(
+                "fatal",
+                f"the marker's time {clock(marker.time)} lies outside the launcher's record of"
+                f" the faulted cycle {cycle} ({span}, {record.ref.location})",
+                marker.ref("time"),
+            )
+        ]
+    return []
+
+
+def timing_problems(timings: dict[str, float]) -> tuple[Problem, ...]:
+    """A negative recovery timing is no measurement: the run cannot be judged by it."""
+    return tuple(
+        Problem(
+            "fatal",
+            f"impossible timing: {name[:-2].replace('_', ' ')} is {value:.3f} s (negative)",
+        )
+        for name, value in timings.items()
+        if value < 0
+    )

@@ -1,0 +1,83 @@
+"""Clocks agree (#21 item 3): doctored copies of real passing runs whose times contradict each
+other are "cannot judge" (exit 2), never a pass, and the downtime gate refuses them."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+
+from pytest_nvrx.criteria import Judgement, judge_run_dir
+from pytest_nvrx.layout import RunLayout
+from pytest_nvrx.scenario_run import Limits, ScenarioRun
+from pytest_nvrx.verify import verify_main
+from tests.doctor import CYCLE0, CYCLE1, MARKER, Doctor, copy_run
+
+DATA = Path(__file__).parent / "data"
+G2_KILL = DATA / "gpu-continuity" / "g2-kill-30"
+REF_KILL = DATA / "windows" / "cpu" / "ref-kill-save"
+
+
+@pytest.fixture
+def g2(tmp_path: Path) -> Doctor:
+    return copy_run(G2_KILL, tmp_path / "g2-kill-30")
+
+
+@pytest.fixture
+def ref(tmp_path: Path) -> Doctor:
+    return copy_run(REF_KILL, tmp_path / "ref-kill-save")
+
+
+def _cannot_judge(run: Doctor) -> tuple[Judgement, str]:
+    judgement = judge_run_dir(run.root)
+    assert not judgement.judgeable and not judgement.passed
+    assert judgement.summary() == "CANNOT JUDGE (see errors)"
+    assert all(not v.passed or v.not_applicable for v in judgement.verdicts)
+    err = io.StringIO()
+    assert verify_main([str(run.root)], io.StringIO(), err) == 2
+    return judgement, err.getvalue()
+
+
+def test_the_unchanged_runs_are_judged(g2: Doctor, ref: Doctor) -> None:
+    for run in (g2, ref):
+        assert judge_run_dir(run.root).passed
+
+
+def test_a_cycle_stamped_an_hour_early_cannot_be_judged_nor_gated(g2: Doctor) -> None:
+    g2.replace(CYCLE1, "[2026-11-30 13:4", "[2026-11-30 12:4")
+    judgement, err = _cannot_judge(g2)
+    assert "before the launcher started cycle 1 at 13:43:30.970" in err
+    assert "impossible timing: failure to first iteration after restore is -35" in err
+    run = ScenarioRun("g2", None, RunLayout.for_run(g2.root), judgement)
+    failures = run.gate_failures(Limits(downtime_s=1.0))
+    assert failures and failures[0].startswith("cannot hold the run to --nvrx-max-downtime")
+
+
+def test_a_line_that_goes_back_in_time_cannot_be_judged(ref: Doctor) -> None:
+    """Iteration 6 stamped before its own rank's load line of the same cycle."""
+    ref.replace(
+        CYCLE1,
+        "2026-11-30T16:22:18.385+00:00 rank 0 iteration 6/20",
+        "2026-11-30T16:22:18.000+00:00 rank 0 iteration 6/20",
+    )
+    _, err = _cannot_judge(ref)
+    assert "rank 0 went back in time: logs/train_cycle1.log:7 is stamped 16:22:18.000 after" in err
+    assert "logs/train_cycle1.log:5 at 16:22:18.170" in err
+
+
+def test_a_killed_rank_that_prints_after_its_death_cannot_be_judged(g2: Doctor) -> None:
+    line = g2.lines(CYCLE0)[g2.line_no(CYCLE0, "iteration        9/") - 1]
+    late = line.replace("13:43:26.354178", "13:43:26.900000").replace(
+        "iteration        9/", "iteration       10/"
+    )
+    g2.insert_after(CYCLE0, "iteration        9/", late)
+    _, err = _cannot_judge(g2)
+    assert "rank 1 was sent SIGKILL at 13:43:26.382" in err
+    assert "is stamped 13:43:26.900: a killed rank printed after its death" in err
+
+
+def test_a_marker_stamped_before_its_cycle_began_cannot_be_judged(g2: Doctor) -> None:
+    g2.replace(MARKER, "2026-11-30T13:43:26.382070+00:00", "2026-11-30T13:30:00.000000+00:00")
+    _, err = _cannot_judge(g2)
+    assert "the marker's time 13:30:00.000 lies outside the launcher's record of the faulted" in err
