@@ -223,12 +223,6 @@ def test_a_step_fault_after_a_tracker_written_at_submit_lands_before_finalizatio
     assert not run.judgement.passed
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="needs #21 item 4 to report the durability break on this run: as of 2047f26"
-    " progress_past_restore returns 'no iteration beyond a fresh start' before its durability"
-    " check, so the tracker reading of 4 (never finalized) is never quoted",
-)
 def test_the_tracker_named_a_checkpoint_before_its_finalization_line(
     at_submit_step: BrokenRun,
 ) -> None:

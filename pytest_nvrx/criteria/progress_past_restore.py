@@ -14,7 +14,7 @@ from pytest_nvrx.criteria.resume_settings import settings_of
 from pytest_nvrx.criteria.verdict import CriterionId, Verdict, failing, passing
 from pytest_nvrx.criteria.workload_errors import died_loading, errors_before_training, load_death
 from pytest_nvrx.evidence.cycle_log import CycleLog
-from pytest_nvrx.evidence.durability import durability_breaks
+from pytest_nvrx.evidence.durability import DurabilityBreak, end_of_run_break, reading_breaks
 from pytest_nvrx.evidence.launcher_log import LauncherEventKind
 from pytest_nvrx.evidence.refs import EvidenceRef
 from pytest_nvrx.evidence.rundir import RunEvidence
@@ -52,7 +52,7 @@ def check(ctx: JudgeContext) -> Verdict:
             )
         logs = logs_from(run, ctx.timeline.replacement_cycle)
         first_log = ctx.replacement_log
-    broken = _sequence_broken(run)
+    broken = _sequence_broken(run) or _durability_broken(reading_breaks(run))
     if broken is not None:
         return broken
     loads = first_log.of_type(LoadCompleted) if first_log is not None else ()
@@ -127,7 +127,8 @@ def check(ctx: JudgeContext) -> Verdict:
     backwards = _tracker_went_backwards(ctx, restored, loads[0].ref if loads else None)
     if backwards is not None:
         return backwards
-    undurable = _durability_broken(run)
+    end = end_of_run_break(run)
+    undurable = _durability_broken([end] if end is not None else [])
     if undurable is not None:
         return undurable
     resaved_text = ""
@@ -210,10 +211,9 @@ def _sequence_broken(run: RunEvidence) -> Verdict | None:
     return None
 
 
-def _durability_broken(run: RunEvidence) -> Verdict | None:
-    """The tracker named only finalized checkpoints, in every cycle and at the end
-    (pytest_nvrx.evidence.durability)."""
-    breaks = durability_breaks(run)
+def _durability_broken(breaks: list[DurabilityBreak]) -> Verdict | None:
+    """The tracker named only finalized checkpoints (pytest_nvrx.evidence.durability): its
+    readings in every cycle, checked first, and its value at the end, checked last."""
     if not breaks:
         return None
     first = breaks[0]

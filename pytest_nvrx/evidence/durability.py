@@ -53,8 +53,10 @@ def tracker_readings(run: RunEvidence) -> list[tuple[int, InjectorLine]]:
     ]
 
 
-def durability_breaks(run: RunEvidence) -> list[DurabilityBreak]:
-    """The tracker readings (and the tracker at the end) that name no finalized checkpoint."""
+def _finalized_and_loaded(
+    run: RunEvidence,
+) -> tuple[dict[int, list[tuple[int, SaveCompleted]]], dict[int, set[int]]]:
+    """The finalization lines by iteration (with their cycle), the loaded iterations by cycle."""
     completed: dict[int, list[tuple[int, SaveCompleted]]] = {}
     loaded: dict[int, set[int]] = {}
     for log in run.cycle_logs:
@@ -62,6 +64,24 @@ def durability_breaks(run: RunEvidence) -> list[DurabilityBreak]:
             completed.setdefault(save.iteration, []).append((log.cycle, save))
         for load in log.of_type(LoadCompleted):
             loaded.setdefault(log.cycle, set()).add(load.iteration)
+    return completed, loaded
+
+
+def durability_breaks(run: RunEvidence) -> list[DurabilityBreak]:
+    """The tracker readings, then the tracker at the end, that name no finalized checkpoint."""
+    end = end_of_run_break(run)
+    return reading_breaks(run) + ([end] if end is not None else [])
+
+
+def end_of_run_break(run: RunEvidence) -> DurabilityBreak | None:
+    """The tracker at the end names no checkpoint the logs finalized or loaded, or one not on
+    disk while other checkpoints are."""
+    return _end_of_run(run, *_finalized_and_loaded(run))
+
+
+def reading_breaks(run: RunEvidence) -> list[DurabilityBreak]:
+    """The observer's tracker readings that name a checkpoint not finalized by then."""
+    completed, loaded = _finalized_and_loaded(run)
     out: list[DurabilityBreak] = []
     for cycle, reading in tracker_readings(run):
         n = reading.tracker_iteration
@@ -106,9 +126,6 @@ def durability_breaks(run: RunEvidence) -> list[DurabilityBreak]:
                 (reading.ref, *(s.ref for s in later[:1])),
             )
         )
-    end = _end_of_run(run, completed, loaded)
-    if end is not None:
-        out.append(end)
     return out
 
 
