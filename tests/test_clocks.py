@@ -81,3 +81,16 @@ def test_a_marker_stamped_before_its_cycle_began_cannot_be_judged(g2: Doctor) ->
     g2.replace(MARKER, "2026-11-30T13:43:26.382070+00:00", "2026-11-30T13:30:00.000000+00:00")
     _, err = _cannot_judge(g2)
     assert "the marker's time 13:30:00.000 lies outside the launcher's record of the faulted" in err
+
+
+def test_a_stopped_rank_that_trains_on_cannot_be_judged(tmp_path: Path) -> None:
+    """The hung rank commits iteration 11 (cycle 1's own line, restamped) while its SIGSTOP
+    held: the launcher timed its checkpointing section out only 33 s later."""
+    hang = copy_run(DATA / "windows" / "gpu" / "g2-hang-finalize", tmp_path / "hang")
+    line = hang.lines(CYCLE1)[hang.line_no(CYCLE1, "iteration       11/") - 1]
+    hang.insert_after(
+        CYCLE0, "resumed after SIGSTOP", line.replace("16:26:49.645031", "16:25:45.000000")
+    )
+    _, err = _cannot_judge(hang)
+    assert "rank 1 was sent SIGSTOP at 16:25:30.177" in err
+    assert "is stamped 16:25:45.000: a stopped rank trained on after its SIGSTOP" in err

@@ -107,3 +107,22 @@ def test_a_final_tracker_naming_a_checkpoint_not_on_disk_fails(run: Doctor) -> N
 def test_a_reading_without_a_usable_time_or_value_is_no_reading(message: str) -> None:
     line = f"[pytest-nvrx injector] rank 0 pid 1: {message}"
     assert parse_injector_line(line, LineCursor("x.log")) is None
+
+
+def test_tracker_readings_that_go_back_fail(run: Doctor) -> None:
+    run.replace(CYCLE1, "checkpoint tracker reads 20 at", "checkpoint tracker reads 10 at")
+    assert _reason(run).endswith(
+        "rank 0 read the tracker naming 10 at 21:19:07.309 in cycle 1, after reading 15 at"
+        " 21:19:07.119: the tracker went backwards"
+    )
+
+
+def test_a_save_finalized_before_it_was_scheduled_fails(run: Doctor) -> None:
+    done = run.delete(CYCLE1, "rank 0 save completed iteration 10")[0]
+    at = run.insert_before(
+        CYCLE1, "rank 0 save scheduled iteration 10", done.replace("05.981", "04.859")
+    )
+    assert _reason(run).endswith(
+        f"cycle 1 finalized checkpoint 10 ({CYCLE1}:{at}) before it scheduled that save"
+        f" ({CYCLE1}:{at + 1}): a save is finalized after its submit"
+    )

@@ -9,7 +9,8 @@ every criterion that would have passed says "cannot judge"), quoting the lines:
 * no line of a cycle is stamped before the launcher's record of that cycle's start (less
   :data:`~pytest_nvrx.evidence.timeline.CLOCK_SLACK`: the nodes of a run share no clock);
 * a rank killed by the fault (``kill``, ``segv``) prints nothing stamped after the marker's time,
-  which its own process took just before the signal (less :data:`DEATH_SLACK`);
+  which its own process took just before the signal (less :data:`DEATH_SLACK`), and a stopped
+  one (``hang``) commits no iteration after it;
 * the marker's time lies inside the launcher's record of the faulted cycle;
 * no recovery timing is negative: a downtime of -3592 s is no measurement.
 
@@ -32,10 +33,14 @@ from pytest_nvrx.evidence.timeline import CLOCK_SLACK, Timeline
 #: stamps the marker, writes it durably and signals; other threads of the rank may print in
 #: between. Measured: the last line came before the marker in every committed run.
 DEATH_SLACK = timedelta(milliseconds=100)
-#: Faults that end the rank at the signal (a stopped rank prints nothing either, but NVRx's
-#: SIGCONT before its SIGKILL may wake it for a moment; exception and ckpt-worker leave it
-#: running; a SIGTERM'd rank may run its handlers).
+#: Faults that end the rank at the signal (exception and ckpt-worker leave it running; a
+#: SIGTERM'd rank may run its handlers: Megatron's --exit-signal-handler finishes the iteration).
 DEADLY_AT_ONCE = ("kill", "segv")
+#: A stopped rank trains no further iteration: NVRx's SIGCONT before its SIGKILL may wake it for
+#: a moment (its other threads may print), but the injector keeps the training thread blocked
+#: (docs/injector.md). Measured: no committed hang run has an iteration line of any rank after
+#: the marker.
+STOPPED = ("hang",)
 
 Timed = tuple[datetime, EvidenceRef]
 
@@ -55,11 +60,11 @@ def clock_problems(run: RunEvidence, timeline: Timeline) -> tuple[Problem, ...]:
     """What the run's clocks say that cannot all be true (see the module doc)."""
     problems: list[Problem] = []
     marker = run.marker
-    killed = (
+    stopped = (
         marker is not None
         and marker.ok
         and marker.time is not None
-        and marker.fault in DEADLY_AT_ONCE
+        and marker.fault in (*DEADLY_AT_ONCE, *STOPPED)
         and marker.rank is not None
     )
     for log in run.cycle_logs:
@@ -78,22 +83,31 @@ def clock_problems(run: RunEvidence, timeline: Timeline) -> tuple[Problem, ...]:
                         first[1],
                     )
                 )
-        if killed and marker is not None and log.cycle == timeline.failed_cycle:
+        if stopped and marker is not None and log.cycle == timeline.failed_cycle:
             assert marker.time is not None
+            hung = marker.fault in STOPPED
+            watched = (
+                [(e.time, e.ref) for e in log.iterations if e.time is not None] if hung else timed
+            )
             late = [
                 t
-                for t in timed
+                for t in watched
                 if split_rank_prefix(t[1].text)[0] == marker.rank
                 and t[0] > marker.time + DEATH_SLACK
             ]
             if late:
+                what = (
+                    "a stopped rank trained on after its SIGSTOP"
+                    if hung
+                    else "a killed rank printed after its death"
+                )
                 problems.append(
                     Problem(
                         "fatal",
                         f"rank {marker.rank} was sent {marker.signal or marker.fault} at"
                         f" {clock(marker.time)} ({marker.ref('time').location}) but"
                         f" {late[0][1].location} of that rank is stamped {clock(late[0][0])}:"
-                        " a killed rank printed after its death",
+                        f" {what}",
                         late[0][1],
                     )
                 )

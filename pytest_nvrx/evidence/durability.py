@@ -12,6 +12,8 @@ it checks, over every save of every cycle (not only a fault's window):
   an earlier one) no later than the reading;
 * the value found at a cycle's start was finalized by an earlier cycle, or is the checkpoint the
   cycle loaded (a run resuming a checkpoint it did not write);
+* the readings of one cycle never go back, and a cycle finalizes a save only after it
+  scheduled it (where it logs submits);
 * the tracker at the end names a checkpoint the logs show finalized or loaded, and, where the
   checkpoint directory still lists checkpoints, one that is on disk.
 
@@ -27,7 +29,7 @@ from pytest_nvrx.evidence.checkpoint import OptimizerState
 from pytest_nvrx.evidence.injector_log import InjectorLine
 from pytest_nvrx.evidence.refs import EvidenceRef
 from pytest_nvrx.evidence.rundir import RunEvidence
-from pytest_nvrx.evidence.workload import LoadCompleted, SaveCompleted
+from pytest_nvrx.evidence.workload import LoadCompleted, SaveCompleted, SaveScheduled
 
 #: The finalization line and the reading are both taken on rank 0's training thread, the line
 #: first; the reference workload prints milliseconds, the reading microseconds.
@@ -82,8 +84,26 @@ def end_of_run_break(run: RunEvidence) -> DurabilityBreak | None:
 def reading_breaks(run: RunEvidence) -> list[DurabilityBreak]:
     """The observer's tracker readings that name a checkpoint not finalized by then."""
     completed, loaded = _finalized_and_loaded(run)
-    out: list[DurabilityBreak] = []
+    out: list[DurabilityBreak] = _out_of_order(run)
+    highest: dict[int, InjectorLine] = {}
     for cycle, reading in tracker_readings(run):
+        top = highest.get(cycle)
+        if (
+            top is not None
+            and top.tracker_iteration is not None
+            and (reading.tracker_iteration or 0) < top.tracker_iteration
+        ):
+            out.append(
+                DurabilityBreak(
+                    reading.tracker_iteration or 0,
+                    f"rank {reading.rank} read the tracker naming {reading.tracker_iteration} at"
+                    f" {_clock_of(reading)} in cycle {cycle}, after reading"
+                    f" {top.tracker_iteration} at {_clock_of(top)}: the tracker went backwards",
+                    (reading.ref, top.ref),
+                )
+            )
+            continue
+        highest[cycle] = reading
         n = reading.tracker_iteration
         assert n is not None
         saves = completed.get(n, [])
@@ -126,6 +146,37 @@ def reading_breaks(run: RunEvidence) -> list[DurabilityBreak]:
                 (reading.ref, *(s.ref for s in later[:1])),
             )
         )
+    return out
+
+
+def _out_of_order(run: RunEvidence) -> list[DurabilityBreak]:
+    """A cycle that finalized checkpoint N before it scheduled N: the finalization of a save
+    comes after its submit (where the cycle logs submits at all and dropped none of them)."""
+    out: list[DurabilityBreak] = []
+    for log in run.cycle_logs:
+        scheduled = log.of_type(SaveScheduled)
+        if not scheduled or log.saves_not_kept:
+            continue
+        first_scheduled: dict[int, SaveScheduled] = {}
+        for event in scheduled:
+            first_scheduled.setdefault(event.iteration, event)
+        for done in log.of_type(SaveCompleted):
+            submit = first_scheduled.get(done.iteration)
+            early = submit is not None and (
+                (done.ref.line or 0) < (submit.ref.line or 0)
+                or (done.time is not None and submit.time is not None and done.time < submit.time)
+            )
+            if early and submit is not None:
+                out.append(
+                    DurabilityBreak(
+                        done.iteration,
+                        f"cycle {log.cycle} finalized checkpoint {done.iteration}"
+                        f" ({done.ref.location}) before it scheduled that save"
+                        f" ({submit.ref.location}): a save is finalized after its submit",
+                        (done.ref, submit.ref),
+                    )
+                )
+                break
     return out
 
 
