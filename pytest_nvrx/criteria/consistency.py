@@ -7,8 +7,9 @@ be judged, ``verify`` exits 2); one that a criterion judges is a warning shown b
 
 from __future__ import annotations
 
-from pytest_nvrx.evidence.refs import Problem
+from pytest_nvrx.evidence.refs import Problem, split_rank_prefix
 from pytest_nvrx.evidence.rundir import RunEvidence
+from pytest_nvrx.evidence.workload import get_adapter, stated_rank
 
 
 def evidence_problems(run: RunEvidence) -> tuple[Problem, ...]:
@@ -38,4 +39,34 @@ def evidence_problems(run: RunEvidence) -> tuple[Problem, ...]:
                         log.first_line,
                     )
                 )
+    problems += _misattributed_lines(run)
     return tuple(problems)
+
+
+def _misattributed_lines(run: RunEvidence) -> list[Problem]:
+    """A workload that states its rank inside its lines (``stated_rank``) contradicts a line
+    under another rank's NVRx prefix: then no rank's lines can be told apart from another's, and
+    what "every rank loaded" means is lost (fatal). Only the lines that are evidence are read."""
+    adapter = get_adapter(run.workload)
+    if getattr(adapter, "stated_rank", None) is None:
+        return []
+    for log in run.cycle_logs:
+        wrong = [
+            (event.ref, prefix, said)
+            for event in (*log.iterations, *log.events)
+            for prefix, text in (split_rank_prefix(event.ref.text),)
+            if prefix is not None
+            and (said := stated_rank(adapter, text)) is not None
+            and said != prefix
+        ]
+        if wrong:
+            ref, prefix, said = min(wrong, key=lambda w: w[0].line or 0)
+            return [
+                Problem(
+                    "fatal",
+                    f"{ref.location} is prefixed as rank {prefix}'s line but says rank {said}:"
+                    " the log does not tell which rank printed what",
+                    ref,
+                )
+            ]
+    return []

@@ -10,7 +10,9 @@ named N before its finalization, and the verdict says whether ``iter_N/`` is on 
 
 from __future__ import annotations
 
+import posixpath
 from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
 
 from pytest_nvrx.criteria.context import NO_TARGET, JudgeContext, RestoreTarget
 from pytest_nvrx.criteria.expected import ExpectedFault
@@ -35,6 +37,7 @@ from pytest_nvrx.evidence.workload import (
     LoadCompleted,
     LoadStarted,
     SaveCompleted,
+    SaveScheduled,
     StartedFromScratch,
     WorkloadError,
     get_adapter,
@@ -141,6 +144,9 @@ def _judge_load(
     meta = ctx.run.checkpoint(load.iteration)
     failed = (
         _check_iteration(ctx, restore, load, target)
+        # after the iteration against the target: a load of the wrong iteration says so first
+        or _paths_disagree(ctx.run, restore)
+        or _data_position_disagrees(ctx.run, restore)
         or _check_resumed(restore, load)
         or _check_optimizer_state(restore, load, meta)
     )
@@ -218,6 +224,157 @@ def _ranks_disagree(run: RunEvidence, restore: _Restore) -> Verdict | None:
             loads[0].ref,
             _first_line_of_rank(restore.log, missing[0]),
         )
+    return None
+
+
+def _paths_disagree(run: RunEvidence, restore: _Restore) -> Verdict | None:
+    """A load line that names its checkpoint names the checkpoint of the iteration it says it
+    loaded (the adapter's ``checkpoint_path``), and every rank names the same one."""
+    cycle = restore.cycle
+    adapter = get_adapter(run.workload)
+    named = [e for e in restore.loads if e.path is not None]
+    for load in named:
+        assert load.path is not None
+        want = adapter.checkpoint_path(Path(), load.iteration).parts
+        if _tail(load.path, len(want)) == want:
+            continue
+        save = next(
+            (
+                e
+                for log in run.cycle_logs
+                if log.cycle <= cycle
+                for e in log.of_type(SaveScheduled)
+                if e.path is not None and _same_path(e.path, load.path)
+            ),
+            None,
+        )
+        whose = f"; that path is the save of iteration {save.iteration}" if save else ""
+        right = next(
+            (e for e in named if e.path is not None and _tail(e.path, len(want)) == want), None
+        )
+        return failing(
+            ID,
+            f"cycle {cycle} rank {_n(_rank(load.ref))} reports iteration {load.iteration} loaded"
+            f" from {load.path}, not iteration {load.iteration}'s checkpoint"
+            f" ({posixpath.join(*want)}){whose}",
+            load.ref,
+            save.ref if save else None,
+            right.ref if right else None,
+        )
+    paths = sorted({posixpath.normpath(e.path) for e in named if e.path is not None})
+    if len(paths) > 1:
+        firsts = sorted(
+            (next(e for e in named if e.path and posixpath.normpath(e.path) == p) for p in paths),
+            key=lambda e: e.ref.line or 0,
+        )
+        said = ", ".join(f"rank {_n(_rank(e.ref))} {e.path}" for e in firsts)
+        return failing(
+            ID,
+            f"the ranks of cycle {cycle} loaded iteration {named[0].iteration} from different"
+            f" checkpoints ({said})",
+            [e.ref for e in firsts],
+        )
+    return None
+
+
+def _tail(path: str, n: int) -> tuple[str, ...]:
+    return PurePosixPath(path).parts[-n:] if n else ()
+
+
+def _same_path(a: str, b: str) -> bool:
+    return posixpath.normpath(a) == posixpath.normpath(b)
+
+
+def _data_position_disagrees(run: RunEvidence, restore: _Restore) -> Verdict | None:
+    """Where load lines say the data position they restored (the reference workload's
+    ``consumed_samples``): every rank restored the same one, training went on from it (the first
+    iteration after the restored R shows it plus one iteration's samples, as consecutive
+    iteration lines count them), and it is what the run printed at iteration R before."""
+    cycle = restore.cycle
+    said = [e for e in restore.loads if e.consumed_samples is not None]
+    if not said:
+        return None
+    values = sorted({e.consumed_samples for e in said if e.consumed_samples is not None})
+    if len(values) > 1:
+        firsts = sorted(
+            (next(e for e in said if e.consumed_samples == v) for v in values),
+            key=lambda e: e.ref.line or 0,
+        )
+        shown = ", ".join(
+            f"rank {_n(_rank(e.ref))} consumed_samples {e.consumed_samples}" for e in firsts
+        )
+        return failing(
+            ID,
+            f"the ranks of cycle {cycle} restored iteration {said[0].iteration} at different data"
+            f" positions ({shown}): one training state cannot be resumed from two",
+            [e.ref for e in firsts],
+        )
+    load, restored = said[0], values[0]
+    loaded = load.iteration
+    earlier = _printed_at(run, cycle, loaded)
+    first = restore.first_iteration
+    if first is not None and first.iteration == loaded + 1 and first.consumed_samples is not None:
+        step = _samples_per_iteration([restore.log, *([earlier[0]] if earlier else [])])
+        if step is not None and first.consumed_samples != restored + step[0]:
+            return failing(
+                ID,
+                f"cycle {cycle} rank {_n(_rank(load.ref))} restored consumed_samples {restored}"
+                f" with iteration {loaded}, but its first iteration after, {first.iteration},"
+                f" shows {first.consumed_samples} consumed samples; with {step[0]} samples an"
+                f" iteration ({step[1].location}, {step[2].location}) it would show"
+                f" {restored + step[0]}: the restored data position is not the one trained on",
+                load.ref,
+                first.ref,
+                [step[1], step[2]],
+            )
+    if earlier is not None and earlier[1].consumed_samples != restored:
+        log, line = earlier
+        return failing(
+            ID,
+            f"cycle {cycle} rank {_n(_rank(load.ref))} restored consumed_samples {restored} with"
+            f" iteration {loaded}, but cycle {log.cycle} printed {line.consumed_samples} consumed"
+            f" samples at iteration {loaded}: the restored data position is not the checkpoint's",
+            load.ref,
+            line.ref,
+        )
+    return None
+
+
+def _printed_at(
+    run: RunEvidence, cycle: int, iteration: int
+) -> tuple[CycleLog, IterationCommitted] | None:
+    """The last line of ``iteration`` with its consumed samples in the newest cycle before
+    ``cycle`` that printed one."""
+    for log in sorted(run.cycle_logs, key=lambda g: g.cycle, reverse=True):
+        if log.cycle >= cycle:
+            continue
+        lines = [
+            e for e in log.iterations if e.iteration == iteration and e.consumed_samples is not None
+        ]
+        if lines:
+            return log, lines[-1]
+    return None
+
+
+def _samples_per_iteration(
+    logs: list[CycleLog],
+) -> tuple[int, EvidenceRef, EvidenceRef] | None:
+    """Samples one iteration consumes, as the first two consecutive iteration lines of one rank
+    (in the first of ``logs`` that has them) count them, with those lines; None: none tell."""
+    for log in logs:
+        last: dict[int | None, IterationCommitted] = {}
+        for line in log.iterations:
+            if line.consumed_samples is None:
+                continue
+            rank = _rank(line.ref)
+            before = last.get(rank)
+            last[rank] = line
+            if before is None or before.consumed_samples is None:
+                continue
+            span = line.iteration - before.iteration
+            grew = line.consumed_samples - before.consumed_samples
+            if span > 0 and grew > 0 and grew % span == 0:
+                return grew // span, before.ref, line.ref
     return None
 
 

@@ -15,7 +15,12 @@ from dataclasses import dataclass
 from pytest_nvrx.evidence.cycle_log import CycleLog
 from pytest_nvrx.evidence.manifest import Setting
 from pytest_nvrx.evidence.refs import EvidenceRef
-from pytest_nvrx.evidence.workload import LoadCompleted, SaveScheduled, SettingReported
+from pytest_nvrx.evidence.workload import (
+    LoadCompleted,
+    LoadStarted,
+    SaveScheduled,
+    SettingReported,
+)
 
 # Settings that must not change across a replacement (the parallel shape).
 SHAPE = (
@@ -60,9 +65,9 @@ def resume_settings_problem(
 ) -> SettingsProblem | None:
     """The first way the replacement's settings contradict a full resume, or None.
     ``checkpoint_dir``: run.json's, for a load path when the failed cycle printed no save's."""
-    new = settings_of(replacement)
+    new, old = settings_of(replacement), settings_of(failed)
     if not new:
-        return _load_path_problem(failed, replacement, checkpoint_dir)
+        return _load_path_problem(failed, replacement, checkpoint_dir, new, old)
     cycle = replacement.cycle if replacement is not None else "?"
     for name, what in SKIPS.items():
         setting = new.get(name)
@@ -71,7 +76,6 @@ def resume_settings_problem(
                 f"replacement cycle {cycle} was told {what}: {name} = {setting.value}",
                 (setting.ref,),
             )
-    old = settings_of(failed)
     before = failed.cycle if failed is not None else "?"
     load, save = new.get("load"), old.get("save")
     if load is not None and save is not None and _path(load.value) != _path(save.value):
@@ -88,34 +92,68 @@ def resume_settings_problem(
                 f" {b.value} in cycle {cycle}",
                 (b.ref, a.ref),
             )
-    return _load_path_problem(failed, replacement, checkpoint_dir)
+    return _load_path_problem(failed, replacement, checkpoint_dir, new, old)
+
+
+def loaded_from(event: LoadStarted | LoadCompleted) -> str | None:
+    """The directory a load line says it loaded from: the one it names (Megatron's), else the
+    parent of the checkpoint it names (the reference workload's); None when it names neither."""
+    if event.directory is not None:
+        return _path(event.directory)
+    path = event.path if isinstance(event, LoadCompleted) else None
+    return _parent(path) if path is not None else None
 
 
 def _load_path_problem(
-    failed: CycleLog | None, replacement: CycleLog | None, checkpoint_dir: Setting | None
+    failed: CycleLog | None,
+    replacement: CycleLog | None,
+    checkpoint_dir: Setting | None,
+    new: dict[str, SettingReported],
+    old: dict[str, SettingReported],
 ) -> SettingsProblem | None:
-    """A load line that names its checkpoint (the reference workload's, on every rank) must
-    name one in the directory the failed cycle saved to, as Megatron's ``load`` must be its
-    ``save``; when the failed cycle printed no save path, run.json's checkpoint directory."""
+    """A load line that names where it loads from (Megatron's name its directory, the reference
+    workload's its checkpoint, on every rank) must name the replacement's ``load`` setting and
+    the directory the failed cycle saved to (its ``save`` setting, else its save lines' paths);
+    when the failed cycle printed neither, run.json's checkpoint directory."""
     if replacement is None:
         return None
     cycle, before = replacement.cycle, failed.cycle if failed is not None else "?"
+    lines: list[LoadStarted | LoadCompleted] = sorted(
+        (*replacement.of_type(LoadStarted), *replacement.of_type(LoadCompleted)),
+        key=lambda e: e.ref.line or 0,
+    )
+    named = [(e, where) for e in lines if (where := loaded_from(e)) is not None]
+    if not named:
+        return None
+    told, saved = new.get("load"), old.get("save")
+    for setting, what in (
+        (told, ", its own load setting"),
+        (saved, f" where cycle {before} saved its checkpoints"),
+    ):
+        if setting is None:
+            continue
+        wrong = [(e, where) for e, where in named if where != _path(setting.value)]
+        if wrong:
+            return SettingsProblem(
+                f"replacement cycle {cycle} loads from {wrong[0][1]}, not from"
+                f" {setting.value}{what}",
+                (wrong[0][0].ref, setting.ref, *(e.ref for e, _ in wrong[1:3])),
+            )
     saves = [e for e in failed.of_type(SaveScheduled) if e.path] if failed is not None else []
     if saves:
-        where = {_parent(s.path) for s in saves if s.path}
+        dirs = {_parent(s.path) for s in saves if s.path}
         shown, ref = _parent(saves[0].path or ""), saves[0].ref
-        told = f" where cycle {before} saved its checkpoints"
+        said = f" where cycle {before} saved its checkpoints"
     elif checkpoint_dir is not None and isinstance(checkpoint_dir.value, str):
         shown, ref = _path(checkpoint_dir.value), checkpoint_dir.ref
-        where, told = {shown}, ", the run's checkpoint directory (run.json)"
+        dirs, said = {shown}, ", the run's checkpoint directory (run.json)"
     else:
         return None
-    for load in replacement.of_type(LoadCompleted):
-        if load.path is not None and _parent(load.path) not in where:
+    for event, where in named:
+        if where not in dirs:
             return SettingsProblem(
-                f"replacement cycle {cycle} loads from {_parent(load.path)}, not from"
-                f" {shown}{told}",
-                (load.ref, ref),
+                f"replacement cycle {cycle} loads from {where}, not from {shown}{said}",
+                (event.ref, ref),
             )
     return None
 

@@ -61,7 +61,12 @@ _SAVE_SCHEDULED = re.compile(r"save scheduled iteration (?P<it>\d+)(?: |$)")
 # the path a save or load line ends with ("... path /ckpt/iter_0000005")
 _PATH = re.compile(r" path (?P<path>\S+)$")
 _SAVE_COMPLETED = re.compile(r"save completed iteration (?P<it>\d+)$")
-_LOADED = re.compile(r"load checkpoint iteration (?P<it>\d+) \((?P<parts>[^)]*)\)")
+_LOADED = re.compile(
+    r"load checkpoint iteration (?P<it>\d+) \((?P<parts>[^)]*)\)"
+    r"(?: consumed_samples (?P<consumed>\d+))?"
+)
+# the rank the head states ("[ref] <time> rank 1 ..."): it must be the line's NVRx prefix
+_STATED_RANK = re.compile(r"\[ref\] \S+ rank (\d+) ")
 _EXIT = re.compile(r"exit code (?P<code>-?\d+)$")
 
 
@@ -97,7 +102,8 @@ class ReferenceLogAdapter:
     ``consumed_samples``, ``loss``, ``lr`` and ``grad_norm`` texts as the values
     ``consumed_samples``, ``loss``, ``learning_rate``, ``grad_norm``; ``save
     scheduled`` → SaveScheduled; ``save completed`` (logged after the tracker write) →
-    SaveCompleted; ``load checkpoint iteration N (parts)`` → LoadCompleted with its parts; ``no
+    SaveCompleted; ``load checkpoint iteration N (parts) consumed_samples C path P`` →
+    LoadCompleted with its parts, data position and path; ``no
     checkpoint found ..., starting from scratch`` → StartedFromScratch; ``load failed: ...`` →
     LoadFailed; ``training finished`` → Milestone ``training_done``; ``aborted``, ``save failed``,
     ``ft monitoring failed``, a non-zero ``exit code`` and Python tracebacks → WorkloadError.
@@ -111,6 +117,13 @@ class ReferenceLogAdapter:
     loads_on_every_rank = True
     # traceback frames are shown from the package on (the checkout's path is the run host's)
     source_roots = ("pytest_nvrx",)
+
+    def stated_rank(self, text: str) -> int | None:
+        """The rank every ``[ref]`` line states in its head (None: not such a line)."""
+        if not text.startswith(_TAG):
+            return None
+        m = _STATED_RANK.match(text)
+        return int(m[1]) if m is not None else None
 
     def iteration_of(self, text: str) -> int | None:
         if not text.startswith(_TAG) or " iteration " not in text:
@@ -158,6 +171,7 @@ class ReferenceLogAdapter:
                     parts=_parts(m["parts"]),
                     path=_path(event),
                     time=time,
+                    consumed_samples=int(m["consumed"]) if m["consumed"] else None,
                 )
             if event.startswith("load failed: "):
                 return LoadFailed(at.ref())

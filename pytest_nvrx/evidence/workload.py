@@ -73,10 +73,14 @@ class SaveCompleted:
 
 @dataclass(frozen=True, slots=True)
 class LoadStarted:
-    """The workload began loading the checkpoint of ``iteration``."""
+    """The workload began loading the checkpoint of ``iteration``.
+
+    ``directory``: the checkpoint directory the line names, as printed (Megatron's ``--load``,
+    a path on the run host, never opened); None when the line does not say."""
 
     iteration: int
     ref: EvidenceRef
+    directory: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,7 +90,10 @@ class LoadCompleted:
     ``parts`` is what it says it restored, in its own words (the reference workload lists
     ``model, optimizer, scheduler, rng, data``); None when its log does not say (Megatron).
     ``path``: the checkpoint it says it loaded, as printed (a path on the run host, never
-    opened); None when the line does not say (Megatron: its ``--load`` is in the argument dump).
+    opened); None when the line does not say. ``directory``: the checkpoint directory the line
+    names instead (Megatron's load lines name their ``--load``, not the ``iter_N`` in it).
+    ``consumed_samples``: the data position it says it restored; None when the line does not say
+    (Megatron).
     """
 
     iteration: int
@@ -96,6 +103,8 @@ class LoadCompleted:
     # when the line says it was printed (the reference workload); None: Megatron's load lines
     # carry no time
     time: datetime | None = None
+    directory: str | None = None
+    consumed_samples: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -250,8 +259,22 @@ class WorkloadLogAdapter(Protocol):
 # Optional adapter attributes, looked up with getattr (an adapter without them works as well):
 # ``source_roots`` (see source_roots below), ``event_kind(text) -> type | None``: the type of
 # event ``parse_line`` would make of ``text`` (None: none) without making it; the cycle-log
-# parser then makes only the save events it keeps (Megatron's logs hold millions of saves); and
-# ``loads_on_every_rank`` (see loads_on_every_rank below).
+# parser then makes only the save events it keeps (Megatron's logs hold millions of saves);
+# ``loads_on_every_rank`` (see loads_on_every_rank below); and ``stated_rank(text) -> int | None``
+# (see stated_rank below).
+
+
+def stated_rank(adapter: WorkloadLogAdapter, text: str) -> int | None:
+    """The rank a line (its NVRx rank prefix removed) says it was printed by, or None.
+
+    Optional: a workload that names its rank inside its lines (the reference workload's
+    ``[ref] <time> rank <r> ...``) sets ``stated_rank(text)``, so a line under another rank's
+    prefix is a contradiction; Megatron's lines state none."""
+    method = getattr(adapter, "stated_rank", None)
+    if not callable(method):
+        return None
+    rank = method(text)
+    return rank if isinstance(rank, int) else None
 
 
 def loads_on_every_rank(adapter: WorkloadLogAdapter) -> bool:
