@@ -30,6 +30,16 @@ FAULT_WINDOWS = ("step", "save", "finalize")
 #: Faults that exist only in some windows (as pytest_nvrx.injector.FAULT_WINDOWS_ONLY): the
 #: persistent checkpoint worker is busy only while a save is in flight.
 FAULT_WINDOWS_ONLY: dict[str, tuple[str, ...]] = {"ckpt-worker": ("finalize",)}
+#: The signal each fault sends, as its marker records it (as pytest_nvrx.injector.FAULT_SIGNALS;
+#: tests/test_marker_agreement.py holds them equal); ``exception`` sends none (null).
+FAULT_SIGNAL_NAMES: dict[str, str | None] = {
+    "kill": "SIGKILL",
+    "hang": "SIGSTOP",
+    "term": "SIGTERM",
+    "segv": "SIGSEGV",
+    "exception": None,
+    "ckpt-worker": "SIGKILL",
+}
 #: Faults after which the rank itself runs on until it dies (it exits, or its monitor times it
 #: out): an uncaught exception unwinds the training thread, a killed checkpoint worker leaves the
 #: rank waiting on it. A save the rank finalizes in between is a completed checkpoint, so the

@@ -18,6 +18,10 @@ The injector (:mod:`pytest_nvrx.injector`) writes to the rank's stderr, so its l
   T, saves submitted: ...[; the tracker already named the save in flight when its finalization
   began: ...]; NVRx sections seen)``.
 
+The ``exception`` fault's own exception line (``InjectedFault: pytest-nvrx injected exception on
+rank R in window W (in-flight iteration N, tracker T)``, the last line of its traceback) states
+the same: :func:`parse_injected_exception`.
+
 These lines corroborate the marker (the file a criterion judges by); they are never required:
 runs made with the walkthrough's wrapper have none. Nothing here judges.
 """
@@ -97,6 +101,8 @@ class InjectorLine:
     target_pid: int | None = None
     raises: bool = False
     legacy: bool = False
+    # fire (ckpt-worker): the rank's own pid the action names beside its worker's
+    rank_pid: int | None = None
     # never: the injector's reason, as it wrote it (its first line)
     reason: str | None = None
     # tracker: when the value was read (an aware datetime), the probe in ``trigger``
@@ -131,9 +137,10 @@ def parse_injector_line(body: str, at: LineCursor) -> InjectorLine | None:
         action = m["action"]
         signal: str | None = None
         target: int | None = None
-        if (a := _TO_WORKER.match(action)) is not None or (
-            a := _SIGNAL_TO_PID.match(action)
-        ) is not None:
+        named_rank: int | None = None
+        if (a := _TO_WORKER.match(action)) is not None:
+            signal, target, named_rank = a["sig"], int(a["target"]), int(a["rp"])
+        elif (a := _SIGNAL_TO_PID.match(action)) is not None:
             signal, target = a["sig"], int(a["target"])
         return InjectorLine(
             "fired",
@@ -148,6 +155,7 @@ def parse_injector_line(body: str, at: LineCursor) -> InjectorLine | None:
             signal=signal,
             target_pid=target,
             raises=action.startswith(_RAISING),
+            rank_pid=named_rank,
         )
     if msg.startswith("tracker "):
         m = _FIRED_V1.match(msg)
@@ -200,6 +208,38 @@ def parse_injector_line(body: str, at: LineCursor) -> InjectorLine | None:
             reason=why,
         )
     return None
+
+
+@dataclass(frozen=True, slots=True)
+class InjectedException:
+    """What the ``exception`` fault's InjectedFault message states (the injector raises it with
+    ``pytest-nvrx injected exception on rank R in window W (in-flight iteration N|none, tracker
+    T)``); ``in_flight_iteration`` None: none was in flight."""
+
+    rank: int
+    window: str
+    in_flight_iteration: int | None
+    tracker_iteration: int
+
+
+_INJECTED = re.compile(
+    r"(?:\w+\.)*InjectedFault: pytest-nvrx injected exception on rank (?P<rank>\d+) in window"
+    r" (?P<window>\w+) \(in-flight iteration (?P<n>\d+|none), tracker (?P<t>\d+)\)$",
+    re.ASCII,
+)
+
+
+def parse_injected_exception(text: str) -> InjectedException | None:
+    """The statement of an InjectedFault exception line (its text without prefixes), else None."""
+    m = _INJECTED.match(text.strip())
+    if m is None:
+        return None
+    return InjectedException(
+        rank=int(m["rank"]),
+        window=m["window"],
+        in_flight_iteration=None if m["n"] == "none" else int(m["n"]),
+        tracker_iteration=int(m["t"]),
+    )
 
 
 def _aware(text: str) -> datetime | None:

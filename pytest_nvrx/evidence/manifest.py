@@ -4,7 +4,7 @@ Both are written by our launcher (:mod:`pytest_nvrx.recipe`, :mod:`pytest_nvrx.l
 made by hand (the walkthrough's script, tests/data/gpu) have neither, so every field is optional
 and the criteria fall back to the logs. Keys read here::
 
-    run.json     schema (must be MANIFEST_SCHEMA), config.fault, config.window,
+    run.json     schema (must be MANIFEST_SCHEMA), config.run_id, config.fault, config.window,
                  config.fault_rank, config.train_iters, config.workload, config.gpus_per_node,
                  config.nnodes, config.world_size, config.tp, config.pp, config.checkpoint_dir,
                  workload_argv, start_time, stack
@@ -64,6 +64,7 @@ class Setting:
 @dataclass(frozen=True, slots=True)
 class Manifest:
     file: str
+    run_id: Setting | None = None
     fault: Setting | None = None
     window: Setting | None = None  # None: not recorded (a baseline, or a run before windows)
     fault_rank: Setting | None = None
@@ -90,6 +91,7 @@ class Manifest:
 
 # run.json keys read here (config.<key> or top level) and the type each must have.
 _TYPED: dict[str, tuple[Callable[..., object], dict[str, Any]]] = {
+    "run_id": (str_field, {}),
     "fault": (str_field, {"choices": (*INJECTED_FAULTS, "none")}),
     "window": (str_field, {"choices": FAULT_WINDOWS}),
     "fault_rank": (int_field, {"minimum": 0}),

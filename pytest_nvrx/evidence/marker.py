@@ -4,7 +4,8 @@ Written exclusively (O_EXCL) by the worker that injected, just before it faults;
 worker sees it and does not inject again. Fields (walkthrough wrapper and ours): ``fault``
 (:data:`~pytest_nvrx.layout.INJECTED_FAULTS`), ``rank``, ``pid``, ``host``, ``signal``,
 ``tracker_iteration`` (the newest completed checkpoint at injection), ``baseline_iteration``,
-``time`` (ISO-8601); ours adds ``local_rank`` and more (pytest_nvrx.injector.build_marker_record).
+``time`` (ISO-8601); ours adds ``local_rank``, ``run_id``, ``tracker`` (the path it watched),
+``world_size``, ``restart_count`` and more (pytest_nvrx.injector.build_marker_record).
 
 Schema 2 (issue #10, fault windows) adds ``window`` (step|save|finalize), ``in_flight_iteration``
 (the save submitted or being prepared and not yet finalized), ``section`` (the NVRx section open
@@ -73,6 +74,13 @@ class Marker:
     write_done: bool | None = None
     trigger: str | None = None
     rank_pid: int | None = None  # the rank's own pid (pid is the worker's for ckpt-worker)
+    # the run and the world the injector found itself in (our injector's; absent in the
+    # walkthrough's): NVRX_RUN_ID, the tracker path it watched (as the run host named it, never
+    # opened), WORLD_SIZE and TORCHELASTIC_RESTART_COUNT
+    run_id: str | None = None
+    tracker: str | None = None
+    world_size: int | None = None
+    restart_count: int | None = None
 
     @property
     def ok(self) -> bool:
@@ -123,7 +131,10 @@ def read_marker(path: Path, run_dir: Path) -> Marker | None:
     signal = fields.get(str_field, "signal")
     tracker_iteration = fields.get(int_field, "tracker_iteration", minimum=0)
     baseline_iteration = fields.get(int_field, "baseline_iteration", minimum=0)
-    fields.get(int_field, "world_size", minimum=1)
+    world_size = fields.get(int_field, "world_size", minimum=1)
+    restart_count = fields.get(int_field, "restart_count", minimum=0)
+    run_id = fields.get(str_field, "run_id")
+    tracker = fields.get(str_field, "tracker")
     schema = fields.get(int_field, "schema_version", minimum=1)
     window = fields.get(str_field, "window", choices=FAULT_WINDOWS)
     in_flight = fields.get(int_field, "in_flight_iteration", minimum=0)
@@ -160,4 +171,8 @@ def read_marker(path: Path, run_dir: Path) -> Marker | None:
         write_done=write_done,
         trigger=trigger,
         rank_pid=rank_pid,
+        run_id=run_id,
+        tracker=tracker,
+        world_size=world_size,
+        restart_count=restart_count,
     )
