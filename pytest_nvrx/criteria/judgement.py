@@ -17,6 +17,7 @@ from pytest_nvrx.criteria.expected import (
     expected_window,
 )
 from pytest_nvrx.criteria.first_cause import FirstCause
+from pytest_nvrx.criteria.marker_agreement import marker_problems
 from pytest_nvrx.criteria.registry import CRITERIA
 from pytest_nvrx.criteria.verdict import CRITERIA_IDS, Verdict, failing
 from pytest_nvrx.evidence.refs import Problem
@@ -153,6 +154,7 @@ def judge(
         run.problems
         + evidence_problems(run)
         + clock_problems(run, ctx.timeline)
+        + marker_problems(run, ctx.timeline)
         + timing_problems(timed)
         + notes
     )

@@ -4,7 +4,9 @@ The fault time is the marker's: the checkpoint it names must have been finalized
 launcher's later detection only bounds which saves count as before the failure at all). In a
 window run (issue #10) the fault must also have landed in its window (criteria/windows.py): the
 restore point is the marker's tracker iteration T, the newest checkpoint completed before the
-fault, never the save N in flight, which the faulted cycle must not have completed.
+fault, never the save N in flight, which the faulted cycle must not have completed. The marker
+must name the rank run.json asked for and say what the injector's own lines say
+(criteria/marker_agreement.py: where_problem).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 from pytest_nvrx.criteria.context import JudgeContext
 from pytest_nvrx.criteria.expected import ExpectedFault
 from pytest_nvrx.criteria.helpers import clock, marker_ref
+from pytest_nvrx.criteria.marker_agreement import where_problem
 from pytest_nvrx.criteria.verdict import CriterionId, Verdict, failing, not_applicable, passing
 from pytest_nvrx.criteria.windows import Fact
 from pytest_nvrx.evidence.refs import EvidenceRef, seconds_between
@@ -63,6 +66,9 @@ def check(ctx: JudgeContext) -> Verdict:
         return failing(ID, facts.text, facts.refs)
     if facts is not None and facts.problem is not None:
         return failing(ID, f"window {facts.window}: {facts.problem.text}", facts.problem.refs)
+    disagreement = where_problem(ctx)
+    if disagreement is not None:
+        return failing(ID, disagreement.text, disagreement.refs)
     tracked = marker.tracker_iteration
     if tracked is None:
         return failing(ID, "marker records no tracker_iteration", marker.ref())

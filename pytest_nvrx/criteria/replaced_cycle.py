@@ -6,7 +6,9 @@ the marker's signal number; ``hang`` is a section timeout of the rank (in a sche
 run, of the section the marker says was open); ``exception`` exits 1 with the ``InjectedFault``
 traceback of that rank in the faulted cycle's log; ``ckpt-worker`` killed the rank's checkpoint
 worker (the marker's ``pid``), so the rank (``rank_pid``) must fail by itself: any non-zero exit
-or a section timeout.
+or a section timeout. Whatever the fault, the launcher's record of the rank's failure, the pid
+the injector's fire line signalled and the pid that wrote it name the marker's processes
+(criteria/marker_agreement.py: process_problem).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from collections.abc import Callable
 from pytest_nvrx.criteria.context import JudgeContext
 from pytest_nvrx.criteria.expected import ExpectedFault
 from pytest_nvrx.criteria.helpers import clock, marker_ref
+from pytest_nvrx.criteria.marker_agreement import process_problem
 from pytest_nvrx.criteria.verdict import CriterionId, Verdict, failing, not_applicable, passing
 from pytest_nvrx.evidence.launcher_log import LauncherEvent, LauncherEventKind
 from pytest_nvrx.evidence.refs import EvidenceRef, absent
@@ -218,6 +221,9 @@ def check(ctx: JudgeContext) -> Verdict:
         else:
             proof.append(hit.ref)
             how = f"failed with exit code {hit.exit_code}"
+    disagreement = process_problem(ctx, local)
+    if disagreement is not None:
+        return failing(ID, disagreement.text, disagreement.refs, proof)
     if timeline.detected is not None and timeline.detected.ref not in proof:
         proof.append(timeline.detected.ref)
     if timeline.restart_decision is None:

@@ -10,7 +10,9 @@ the marker and the logs :func:`window_facts` derives, once per judgement:
 * which window is judged: the requested one (run.json ``config.window`` or the caller's), which
   the marker must record; else the marker's own; a run without either is a legacy run (None);
 * whether the fault landed in it (:attr:`WindowFacts.problem`, else :attr:`WindowFacts.proof`):
-  the marker records the window and a trigger of that window; T < N for ``save``/``finalize``;
+  the marker records the window and a trigger of that window (of its fault:
+  ``end_section(checkpointing)`` fires only ckpt-worker) with the section that probe records
+  open; T < N for ``save``/``finalize``;
   for ``finalize`` the save of N was scheduled (rank 0's ``save scheduled iteration N`` /
   ``scheduled an async checkpoint save at iteration N``) by the time of the fault; no checkpoint
   newer than T completed before the fault; and the faulted cycle never completed N, before the
@@ -50,6 +52,18 @@ WINDOW_TRIGGERS: dict[str, tuple[str, ...]] = {
 #: Faults whose trigger in a window is fixed.
 FAULT_TRIGGERS: dict[tuple[str, str], str] = {
     ("ckpt-worker", "finalize"): "end_section(checkpointing)",
+}
+#: The probes only one fault fires (the other faults of that window fire elsewhere).
+TRIGGER_FAULTS: dict[str, str] = {trigger: fault for (fault, _), trigger in FAULT_TRIGGERS.items()}
+#: The NVRx section each probe records as open (injector.py WindowProbes): a section start
+#: records the section it started; ``save submit`` the innermost section open at the submit
+#: (checkpointing, or none on a workload without sections); ``tracker poll`` fires only when no
+#: section was ever seen. ``end_section(checkpointing)`` records whatever encloses it: any.
+TRIGGER_SECTIONS: dict[str, tuple[str | None, ...]] = {
+    "start_section(step)": ("step",),
+    "start_section(checkpointing)": ("checkpointing",),
+    "save submit": ("checkpointing", None),
+    "tracker poll": (None,),
 }
 #: Windows whose fault must have a save in flight (the marker's in_flight_iteration).
 IN_FLIGHT_WINDOWS = ("save", "finalize")
@@ -111,7 +125,7 @@ def window_facts(
         window, source, requested = expected.window, expected.source, expected.ref
     else:
         window, source, requested = marker.window, MARKER_NAME, marker.ref("window")
-    logs = _faulted_logs(run, timeline)
+    logs = faulted_logs(run, timeline)
     problem, proof = _landed(run, marker, window, source, requested, logs)
     in_flight = marker.in_flight_iteration
     return WindowFacts(
@@ -126,7 +140,7 @@ def window_facts(
     )
 
 
-def _faulted_logs(run: RunEvidence, timeline: Timeline) -> list[CycleLog]:
+def faulted_logs(run: RunEvidence, timeline: Timeline) -> list[CycleLog]:
     """The logs of the faulted cycle and any before it (all logs if the cycle is unknown)."""
     failed = timeline.failed_cycle
     if failed is None and timeline.replacement_cycle is not None:
@@ -166,6 +180,21 @@ def _landed(
             f"the marker says {marker.trigger} fired, not a probe of window {window} ({wanted})",
             (marker.ref("trigger"), recorded),
         ), Fact("")
+    owner = TRIGGER_FAULTS.get(marker.trigger or "")
+    if owner is not None and marker.fault != owner:
+        return Fact(
+            f"the marker says {marker.trigger} fired a {marker.fault} fault, but"
+            f" {marker.trigger} fires only {owner}, not {marker.fault}",
+            (marker.ref("trigger"), marker.ref("fault")),
+        ), Fact("")
+    sections = TRIGGER_SECTIONS.get(marker.trigger or "")
+    if marker.trigger is not None and sections is not None and marker.section not in sections:
+        recorded_by = " or ".join(x if x is not None else "none" for x in sections)
+        return Fact(
+            f"the marker says section {marker.section or 'none'} was open when"
+            f" {marker.trigger} fired, but that probe records section {recorded_by}",
+            (marker.ref("section"), marker.ref("trigger")),
+        ), Fact("")
     n, t = marker.in_flight_iteration, marker.tracker_iteration
     if window in IN_FLIGHT_WINDOWS and n is None:
         return Fact(
@@ -179,7 +208,7 @@ def _landed(
             " flight is newer than the newest completed checkpoint",
             (marker.ref("tracker_iteration"), marker.ref("in_flight_iteration")),
         ), Fact("")
-    fired = _fire_line(logs, marker)
+    fired = fire_line(logs, marker)
     if fired is not None and not fired.legacy:
         said = (fired.window, fired.in_flight_iteration, fired.tracker_iteration)
         if said != (marker.window, n, t):
@@ -273,7 +302,7 @@ def _n(value: int | None) -> str:
     return "none" if value is None else str(value)
 
 
-def _fire_line(logs: list[CycleLog], marker: Marker) -> InjectorLine | None:
+def fire_line(logs: list[CycleLog], marker: Marker) -> InjectorLine | None:
     """The injector's fire line of the marker's rank in the faulted cycle (the last such)."""
     fired = [
         line

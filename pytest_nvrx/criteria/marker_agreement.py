@@ -1,0 +1,254 @@
+"""The marker against the run's other records (#21, "judge from all the evidence").
+
+fault_injected.json is the injector's claim; run.json, the launcher's records and the injector's
+own lines (evidence/injector_log.py) say the same things in other words. A pass needs them all
+to agree. Three kinds of disagreement, each quoting both sides:
+
+* :func:`marker_problems`, fatal (the run cannot be judged, exit 2): a marker of another run
+  (its ``run_id``, its ``tracker`` path against run.json's checkpoint dir, compared as text and
+  never opened), of another world (``world_size``), of a later cycle than the one it fired in
+  (``restart_count``), or one that contradicts itself (a ``signal`` its fault never sends; a
+  ``pid`` that is, or is not, its ``rank_pid`` against what its fault aims at);
+* :func:`where_problem`, for prior_checkpoint ("which fault happened where"): the rank run.json
+  asked for, the legacy fire line's tracker and signal, the schema-2 fire line's probe and
+  signal, the ``InjectedFault`` line's window and iterations;
+* :func:`process_problem`, for replaced_cycle ("which process died"): the pid the launcher
+  recorded failing for the rank, the pid the fire line signalled and the pid that wrote it.
+"""
+
+from __future__ import annotations
+
+import posixpath
+
+from pytest_nvrx.criteria.context import JudgeContext
+from pytest_nvrx.criteria.windows import Fact, faulted_logs, fire_line
+from pytest_nvrx.evidence.injector_log import InjectorLine, parse_injected_exception
+from pytest_nvrx.evidence.launcher_log import LauncherEventKind
+from pytest_nvrx.evidence.marker import Marker
+from pytest_nvrx.evidence.refs import Problem
+from pytest_nvrx.evidence.rundir import RunEvidence
+from pytest_nvrx.evidence.timeline import Timeline
+from pytest_nvrx.evidence.workload import WorkloadError
+from pytest_nvrx.layout import FAULT_SIGNAL_NAMES, TRACKER_NAME
+
+
+def _none(value: object) -> str:
+    return "none" if value is None else str(value)
+
+
+def marker_problems(run: RunEvidence, timeline: Timeline) -> tuple[Problem, ...]:
+    """The fatal disagreements of the module doc (none without a usable marker)."""
+    marker = run.marker
+    if marker is None or not marker.ok:
+        return ()
+    found: list[tuple[str, Problem]] = []
+
+    def fatal(key: str, text: str) -> None:
+        found.append((key, Problem("fatal", text, marker.ref(key))))
+
+    manifest = run.manifest
+    if manifest is not None:
+        named = manifest.run_id
+        if marker.run_id is not None and named is not None and named.value != marker.run_id:
+            fatal(
+                "run_id",
+                f"{marker.ref('run_id').location} records run id {marker.run_id!r}, but"
+                f" {named.ref.location} names this run {named.value!r}: the marker of another run",
+            )
+        ckpt = manifest.checkpoint_dir
+        if marker.tracker is not None and ckpt is not None and isinstance(ckpt.value, str):
+            tracker = posixpath.join(ckpt.value, TRACKER_NAME)
+            if posixpath.normpath(marker.tracker) != posixpath.normpath(tracker):
+                fatal(
+                    "tracker",
+                    f"{marker.ref('tracker').location} records tracker {marker.tracker}, but this"
+                    f" run's tracker is {tracker} ({ckpt.ref.location}, its checkpoint dir): the"
+                    " marker watched another run's checkpoints",
+                )
+        world = manifest.world_size
+        if marker.world_size is not None and world is not None and world.value != marker.world_size:
+            fatal(
+                "world_size",
+                f"{marker.ref('world_size').location} records world size {marker.world_size},"
+                f" but run.json ({world.ref.location}) ran {world.value} rank(s): the marker of"
+                " another world",
+            )
+    cycle = timeline.failed_cycle
+    record = run.cycle_infos.by_cycle(cycle) if cycle is not None else None
+    if marker.restart_count is not None and cycle is not None and marker.restart_count > cycle:
+        where = f" ({record.ref.location})" if record is not None else ""
+        fatal(
+            "restart_count",
+            f"{marker.ref('restart_count').location} records restart count"
+            f" {marker.restart_count}, but it fired in cycle {cycle}{where}: every restart begins"
+            " a new cycle, so no cycle has restarted more often than its index",
+        )
+    problems = [problem for _, problem in found]
+    problems += _self_contradictions(marker)
+    return tuple(problems)
+
+
+def _self_contradictions(marker: Marker) -> list[Problem]:
+    """A marker whose fields cannot all be true: its signal against its fault, its pid against
+    its rank_pid (the rank itself is the target of every fault but ckpt-worker's)."""
+    out: list[Problem] = []
+    fault = marker.fault or ""
+    if fault in FAULT_SIGNAL_NAMES:
+        sends = FAULT_SIGNAL_NAMES[fault]
+        # null means "not recorded" except for exception, which must send none
+        if marker.signal != sends and (marker.signal is not None or sends is None):
+            out.append(
+                Problem(
+                    "fatal",
+                    f"{marker.ref('signal').location} records signal {_none(marker.signal)}, but"
+                    f" fault {fault} ({marker.ref('fault').location}) sends {_none(sends)}: the"
+                    " marker contradicts itself",
+                    marker.ref("signal"),
+                )
+            )
+    if marker.pid is not None and marker.rank_pid is not None:
+        worker = fault == "ckpt-worker"
+        if (marker.pid == marker.rank_pid) == worker:
+            why = (
+                "the checkpoint worker is not the rank"
+                if worker
+                else "an exception is raised by the rank itself"
+                if fault == "exception"
+                else f"{fault}'s signal goes to the rank itself"
+            )
+            out.append(
+                Problem(
+                    "fatal",
+                    f"{marker.ref('pid').location}, {marker.ref('rank_pid').location}: the marker"
+                    f" records pid {marker.pid} and rank_pid {marker.rank_pid}, but {why}: the"
+                    " marker contradicts itself",
+                    marker.ref("pid"),
+                )
+            )
+    return out
+
+
+def where_problem(ctx: JudgeContext) -> Fact | None:
+    """Where prior_checkpoint's records disagree on which fault happened where (module doc)."""
+    run, marker = ctx.run, ctx.run.marker
+    if marker is None or not marker.ok:
+        return None
+    asked = run.manifest.fault_rank if run.manifest is not None else None
+    if asked is not None and marker.rank is not None and asked.value != marker.rank:
+        return Fact(
+            f"the fault was requested on rank {asked.value} (run.json config.fault_rank) but the"
+            f" marker records rank {marker.rank}: the requested fault never happened on the"
+            " requested rank",
+            (asked.ref, marker.ref("rank")),
+        )
+    logs = faulted_logs(run, ctx.timeline)
+    fired = fire_line(logs, marker)
+    if fired is not None:
+        disagreement = _fire_line_disagrees(fired, marker)
+        if disagreement is not None:
+            return disagreement
+    if marker.fault == "exception":
+        return _exception_disagrees(ctx, marker)
+    return None
+
+
+def _fire_line_disagrees(fired: InjectorLine, marker: Marker) -> Fact | None:
+    if fired.legacy:
+        said = (fired.baseline_iteration, fired.tracker_iteration, fired.signal)
+        if said != (marker.baseline_iteration, marker.tracker_iteration, marker.signal):
+            return Fact(
+                f"the injector's fire line says the tracker advanced {fired.baseline_iteration}"
+                f" -> {fired.tracker_iteration} and it sent {_none(fired.signal)}; the marker"
+                f" says baseline {_none(marker.baseline_iteration)}, tracker"
+                f" {_none(marker.tracker_iteration)}, signal {_none(marker.signal)}",
+                (fired.ref, marker.ref("tracker_iteration"), marker.ref("signal")),
+            )
+        return None
+    # window, in-flight and tracker are judged with the window (criteria/windows.py)
+    if marker.trigger is not None and fired.trigger != marker.trigger:
+        return Fact(
+            f"the injector's fire line says {fired.trigger} fired; the marker says"
+            f" {marker.trigger}",
+            (fired.ref, marker.ref("trigger")),
+        )
+    if fired.signal is not None and fired.signal != marker.signal:
+        return Fact(
+            f"the injector's fire line sent {fired.signal}; the marker says signal"
+            f" {_none(marker.signal)}",
+            (fired.ref, marker.ref("signal")),
+        )
+    if fired.raises != (marker.fault == "exception"):
+        return Fact(
+            f"the injector's fire line {'raised' if fired.raises else 'raised no'} InjectedFault;"
+            f" the marker says fault {marker.fault}",
+            (fired.ref, marker.ref("fault")),
+        )
+    return None
+
+
+def _exception_disagrees(ctx: JudgeContext, marker: Marker) -> Fact | None:
+    """The InjectedFault line of the marker's rank in the faulted cycle states the marker's
+    window and iterations (the injector raises it with them)."""
+    cycle = ctx.timeline.failed_cycle
+    log = ctx.run.cycle_log(cycle) if cycle is not None else None
+    if log is None:
+        return None
+    for error in log.of_type(WorkloadError):
+        stated = parse_injected_exception(error.exception or "")
+        if stated is None or stated.rank != marker.rank:
+            continue
+        said = (stated.window, stated.in_flight_iteration, stated.tracker_iteration)
+        if said != (marker.window, marker.in_flight_iteration, marker.tracker_iteration):
+            return Fact(
+                f"the InjectedFault raised says window {stated.window}, in-flight iteration"
+                f" {_none(stated.in_flight_iteration)}, tracker {stated.tracker_iteration}; the"
+                f" marker says window {_none(marker.window)}, in-flight iteration"
+                f" {_none(marker.in_flight_iteration)}, tracker {_none(marker.tracker_iteration)}",
+                (
+                    error.ref,
+                    marker.ref("window"),
+                    marker.ref("in_flight_iteration"),
+                    marker.ref("tracker_iteration"),
+                ),
+            )
+    return None
+
+
+def process_problem(ctx: JudgeContext, local: int | None) -> Fact | None:
+    """Where replaced_cycle's records disagree on which process died (module doc); ``local`` is
+    the marker's rank as the launcher names it."""
+    marker = ctx.run.marker
+    if marker is None or not marker.ok:
+        return None
+    rank_pid = marker.rank_process
+    key = "rank_pid" if marker.rank_pid is not None else "pid"
+    failed = [
+        e
+        for e in ctx.timeline.failure_events
+        if e.kind is LauncherEventKind.WORKER_FAILED and e.rank == local and e.pid is not None
+    ]
+    if rank_pid is not None and failed and all(e.pid != rank_pid for e in failed):
+        pids = ", ".join(str(e.pid) for e in failed)
+        return Fact(
+            f"the launcher recorded the failure of local_rank {local} as pid {pids}, but the"
+            f" marker says the rank was pid {rank_pid}",
+            (failed[0].ref, marker.ref(key)),
+        )
+    fired = fire_line(faulted_logs(ctx.run, ctx.timeline), marker)
+    if fired is None:
+        return None
+    if fired.target_pid is not None and marker.pid is not None and fired.target_pid != marker.pid:
+        return Fact(
+            f"the injector's fire line sent {_none(fired.signal)} to pid {fired.target_pid}; the"
+            f" marker says pid {marker.pid}",
+            (fired.ref, marker.ref("pid")),
+        )
+    # the rank writes its own fire line ("rank R pid P: ..."; ckpt-worker's also says "rank pid")
+    for writer in (fired.pid, fired.rank_pid):
+        if rank_pid is not None and writer is not None and writer != rank_pid:
+            return Fact(
+                f"the injector's fire line names the rank's pid {writer}; the marker says the"
+                f" rank was pid {rank_pid}",
+                (fired.ref, marker.ref(key)),
+            )
+    return None
