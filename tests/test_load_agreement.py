@@ -19,7 +19,8 @@ from pytest_nvrx.criteria import judge_run_dir
 from pytest_nvrx.criteria.verdict import Verdict
 from pytest_nvrx.evidence.megatron import MEGATRON
 from pytest_nvrx.evidence.reference import REFERENCE
-from pytest_nvrx.evidence.workload import stated_rank
+from pytest_nvrx.evidence.refs import LineCursor
+from pytest_nvrx.evidence.workload import LoadCompleted, LoadStarted, stated_rank
 from pytest_nvrx.verify import verify_main
 from tests.doctor import CYCLE0, CYCLE1, Doctor, copy_run
 
@@ -33,6 +34,9 @@ RANK0_LOAD = (
 RANK1_LOAD = (
     "rank 1 load checkpoint iteration 5 (model, optimizer, scheduler, rng, data) consumed_samples"
 )
+G2_DIR = "/tmp/w/runs/g2-kill-30/checkpoints"
+G2_LOADING = f"loading distributed checkpoint from {G2_DIR} at iteration 5"
+G2_LOADED = f"successfully loaded checkpoint from {G2_DIR} [ t 1/1"
 
 
 @pytest.fixture
@@ -173,3 +177,52 @@ def test_only_a_workload_that_states_its_rank_is_held_to_it() -> None:
     assert stated_rank(REFERENCE, line) == 1
     assert stated_rank(REFERENCE, "[pytest-nvrx injector] rank 1 pid 692: ...") is None
     assert stated_rank(MEGATRON, " [2026-11-30 13:44:09] iteration 6/ 30 | rank 1") is None
+
+
+# --- Megatron's load lines name the directory they load from -----------------------------------
+
+
+def test_megatron_load_lines_carry_their_directory() -> None:
+    at = LineCursor("logs/train_cycle1.log")
+    started = MEGATRON.parse_line(f" {G2_LOADING}", at)
+    loaded = MEGATRON.parse_line(f"  {G2_LOADED}, gtp_remat 1/1, p 1/1 ] at iteration 5", at)
+    assert isinstance(started, LoadStarted) and started.directory == G2_DIR
+    assert isinstance(loaded, LoadCompleted) and loaded.directory == G2_DIR
+    assert loaded.path is None and loaded.iteration == 5
+
+
+@pytest.mark.parametrize(
+    ("edited", "first"),
+    [((G2_LOADING, G2_LOADED), 957), ((G2_LOADING,), 957), ((G2_LOADED,), 976)],
+    ids=["both", "loading", "loaded"],
+)
+def test_megatron_loading_from_another_directory_fails(
+    g2: Doctor, edited: tuple[str, ...], first: int
+) -> None:
+    for line in edited:
+        g2.replace(CYCLE1, line, line.replace("/g2-kill-30/", "/OTHER/"))
+    verdict = _load_failure(g2)
+    assert verdict.reason == (
+        "replacement cycle 1 loads from /tmp/w/runs/OTHER/checkpoints, not from"
+        f" {G2_DIR}, its own load setting"
+    )
+    # the load line, the setting it contradicts, then the completed load
+    assert (
+        _where(verdict)
+        == [f"{CYCLE1}:{first}", f"{CYCLE1}:395", f"{CYCLE1}:976"][: 2 if first == 976 else 3]
+    )
+
+
+def test_megatron_loading_from_its_load_setting_that_is_not_the_failed_save_fails(
+    g2: Doctor,
+) -> None:
+    """The replacement's load setting and its load lines agree on another directory than the
+    failed cycle's save: the setting check (load vs save) says so first."""
+    g2.replace(CYCLE1, f"load ............................................ {G2_DIR}", "")
+    g2.replace(CYCLE1, G2_LOADING, G2_LOADING.replace("/g2-kill-30/", "/OTHER/"))
+    verdict = _load_failure(g2)
+    assert verdict.reason == (
+        "replacement cycle 1 loads from /tmp/w/runs/OTHER/checkpoints, not from"
+        f" {G2_DIR} where cycle 0 saved its checkpoints"
+    )
+    assert _where(verdict) == [f"{CYCLE1}:957", f"{CYCLE0}:716", f"{CYCLE1}:976"]

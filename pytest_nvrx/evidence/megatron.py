@@ -72,6 +72,9 @@ SETTINGS = frozenset(
         "expert_model_parallel_size",
         "log_interval",
         "iterations_to_skip",
+        "train_iters",
+        "global_batch_size",
+        "rampup_batch_size",
         "seed",
         "use_distributed_optimizer",
         "ckpt_format",
@@ -86,9 +89,14 @@ _SAVED = re.compile(
     r"\s*(?:" + _TS + r" )?successfully saved checkpoint from iteration\s+(?P<it>\d+)"
 )
 #  loading distributed checkpoint from /ckpt at iteration 5
-_LOADING = re.compile(r"\s*loading (?:distributed )?checkpoint from .* at iteration\s+(?P<it>\d+)")
+_LOADING = re.compile(
+    r"\s*loading (?:distributed )?checkpoint from (?P<dir>.+?) at iteration\s+(?P<it>\d+)"
+)
 #   successfully loaded checkpoint from /ckpt [ t 1/1, gtp_remat 1/1, p 1/1 ] at iteration 5
-_LOADED = re.compile(r"\s*successfully loaded checkpoint from .* at iteration\s+(?P<it>\d+)")
+_LOADED = re.compile(
+    r"\s*successfully loaded checkpoint from (?P<dir>.+?)(?: \[[^\]]*\])? at iteration"
+    r"\s+(?P<it>\d+)"
+)
 # [after model, optimizer, and learning rate scheduler are built] datetime: 2026-11-29 11:04:19.48
 _MILESTONE = re.compile(r"\[(?P<what>[^\]]+)\] datetime: (?P<ts>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\S*)")
 _MILESTONES = {
@@ -240,7 +248,8 @@ class MegatronLogAdapter:
             ts = m["ts"]
             return kind(int(m["it"]), at.local_time(ts) if ts else None, at.ref())
         if kind is LoadCompleted or kind is LoadStarted:
-            return kind(int(m["it"]), at.ref())
+            # the line names the --load directory, not the iter_N checkpoint in it
+            return kind(int(m["it"]), at.ref(), directory=m["dir"])
         if kind is SettingReported:
             return SettingReported(m["name"], m["value"], at.ref())
         if kind is Milestone:
