@@ -441,10 +441,19 @@ def test_progress_fails_when_run_stopped_before_final_iteration(kill: Doctor) ->
 
 
 def test_progress_fails_when_final_iteration_from_run_json_not_reached(kill: Doctor) -> None:
+    kill.truncate_after(CYCLE1, "iteration       60/")
+    kill.set_json("run.json", schema=1, config={"fault": "kill", "train_iters": 100})
+    v = failing(kill.root, "progress_past_restore")
+    assert "stopped at iteration 60, before the final iteration 100 (from run.json)" in v.reason
+    assert "run.json:" in " ".join(locations(v))
+
+
+def test_progress_fails_when_the_lines_count_other_iterations_than_run_json(kill: Doctor) -> None:
     kill.set_json("run.json", schema=1, config={"fault": "kill", "train_iters": 200})
     v = failing(kill.root, "progress_past_restore")
-    assert "stopped at iteration 100, before the final iteration 200 (from run.json)" in v.reason
-    assert "run.json:" in " ".join(locations(v))
+    assert (
+        v.reason == "cycle 0 was started to train 100 iterations, but the run trains 200 (run.json)"
+    )
 
 
 def test_progress_fails_without_a_later_completed_checkpoint(kill: Doctor) -> None:

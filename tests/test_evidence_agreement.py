@@ -178,3 +178,55 @@ def test_replayed_lines_stripped_of_their_values_cannot_be_judged(g2: Doctor) ->
     assert not judgement.judgeable and not judgement.passed
     assert judgement.summary() == "CANNOT JUDGE (see errors)"
     assert verify_main([str(g2.root)], io.StringIO(), io.StringIO()) == 2
+
+
+# --- what each line counts: iterations of the run, consumed samples ---------------------------
+
+
+def test_a_line_whose_consumed_samples_are_not_its_iterations_fails(ref: Doctor) -> None:
+    """Iteration 12 claims the samples of iteration 13 (4 per iteration in this run)."""
+    ref.replace(
+        CYCLE1,
+        "rank 0 iteration 12/20 consumed_samples 48",
+        "rank 0 iteration 12/20 consumed_samples 52",
+    )
+    assert _sequence_failure(ref).endswith(
+        "cycle 1 rank 0 printed 52 consumed samples at iteration 12; with 4 samples an iteration"
+        " (the run's first iteration line, logs/train_cycle0.log:7) it has consumed 48: the data"
+        " position is not the iteration's"
+    )
+
+
+def test_megatron_consumed_samples_follow_the_global_batch(g2: Doctor) -> None:
+    at = "iteration       20/      30 | consumed samples:           "
+    g2.replace(CYCLE1, f"{at}40", f"{at}41")
+    assert (
+        "41 consumed samples at iteration 20; with 2 samples an iteration (global_batch_size"
+        in (_sequence_failure(g2))
+    )
+
+
+@pytest.mark.parametrize("which", ["ref", "g2"])
+def test_a_line_counting_another_number_of_iterations_fails(
+    ref: Doctor, g2: Doctor, which: str
+) -> None:
+    if which == "ref":
+        run = ref
+        run.replace(CYCLE1, "rank 0 iteration 20/20 ", "rank 0 iteration 20/25 ")
+        said = "cycle 1 rank 0 printed iteration 20/25, but the run trains 20 iterations (run.json)"
+    else:
+        run = g2
+        run.replace(CYCLE1, "iteration       30/      30 |", "iteration       30/      40 |")
+        said = "cycle 1 rank 1 printed iteration 30/40, but the run trains 30 iterations (run.json)"
+    assert _sequence_failure(run).endswith(said)
+
+
+def test_a_replacement_started_for_another_number_of_iterations_fails(g2: Doctor) -> None:
+    g2.replace(
+        CYCLE1,
+        "train_iters ..................................... 30",
+        "train_iters ..................................... 40",
+    )
+    assert _sequence_failure(g2) == (
+        "cycle 1 was started to train 40 iterations, but the run trains 30 (run.json)"
+    )

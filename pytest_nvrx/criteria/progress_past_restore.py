@@ -26,6 +26,7 @@ from pytest_nvrx.evidence.workload import (
     LoadStarted,
     SaveCompleted,
     SaveScheduled,
+    SettingReported,
 )
 
 ID: CriterionId = "progress_past_restore"
@@ -173,9 +174,12 @@ def check(ctx: JudgeContext) -> Verdict:
     )
 
 
-def print_rule(log: CycleLog) -> PrintRule:
+def print_rule(log: CycleLog, run: RunEvidence | None = None) -> PrintRule:
     """How the cycle's process prints its iterations, from its startup settings (Megatron's
-    ``log_interval`` and ``iterations_to_skip``); every iteration where it prints none."""
+    ``log_interval`` and ``iterations_to_skip``; every iteration where it prints none), and what
+    each line must count: the run's iterations (run.json, else the cycle's ``train_iters``) and,
+    with a fixed batch, its consumed samples (``global_batch_size`` without ``rampup_batch_size``,
+    else the run's first iteration line)."""
     settings = settings_of(log)
     interval_event = settings.get("log_interval")
     interval_text = interval_event.value if interval_event is not None else "1"
@@ -189,7 +193,48 @@ def print_rule(log: CycleLog) -> PrintRule:
     basis = "a line at every iteration" if interval == 1 else f"a line every {interval} iterations"
     if skipped:
         basis += f", none for the iterations to skip {sorted(skipped)}"
-    return PrintRule(interval, skipped, basis)
+    iters, iters_source = _train_iters(run, settings)
+    per, per_source = _samples_per_iteration(run, settings)
+    return PrintRule(interval, skipped, basis, iters, iters_source, per, per_source)
+
+
+def _positive(text: str | None) -> int | None:
+    if text is None or not (text.isascii() and text.isdigit()):
+        return None
+    return int(text) if int(text) > 0 else None
+
+
+def _train_iters(
+    run: RunEvidence | None, settings: dict[str, SettingReported]
+) -> tuple[int | None, str]:
+    manifest = run.manifest if run is not None else None
+    if manifest is not None and manifest.train_iters is not None:
+        value = manifest.train_iters.value
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value, "run.json"
+    told = settings.get("train_iters")
+    value = _positive(told.value) if told is not None else None
+    return (value, f"train_iters at {told.ref.location}") if told is not None else (None, "")
+
+
+def _samples_per_iteration(
+    run: RunEvidence | None, settings: dict[str, SettingReported]
+) -> tuple[int | None, str]:
+    ramp = settings.get("rampup_batch_size")
+    if ramp is not None and ramp.value != "None":
+        return None, ""
+    batch = settings.get("global_batch_size")
+    value = _positive(batch.value) if batch is not None else None
+    if batch is not None and value is not None:
+        return value, f"global_batch_size at {batch.ref.location}"
+    logs = run.cycle_logs if run is not None else ()
+    first = next((log.iterations[0] for log in logs if log.iterations), None)
+    if first is None or not first.consumed_samples or first.iteration <= 0:
+        return None, ""
+    if first.consumed_samples % first.iteration:
+        return None, ""
+    per = first.consumed_samples // first.iteration
+    return per, f"the run's first iteration line, {first.ref.location}"
 
 
 def _sequence_broken(run: RunEvidence) -> Verdict | None:
@@ -199,7 +244,22 @@ def _sequence_broken(run: RunEvidence) -> Verdict | None:
     for log in run.cycle_logs:
         loads = log.of_type(LoadCompleted)
         restored = loads[0].iteration if loads else None
-        breaks = sequence_breaks(log, restored, print_rule(log))
+        rule = print_rule(log, run)
+        told = settings_of(log).get("train_iters")
+        if (
+            told is not None
+            and rule.train_iters is not None
+            and _positive(told.value) != rule.train_iters
+        ):
+            manifest = run.manifest
+            return failing(
+                ID,
+                f"cycle {log.cycle} was started to train {told.value} iterations, but the run"
+                f" trains {rule.train_iters} ({rule.train_iters_source})",
+                told.ref,
+                manifest.train_iters.ref if manifest is not None and manifest.train_iters else None,
+            )
+        breaks = sequence_breaks(log, restored, rule)
         if breaks:
             first = breaks[0]
             return failing(

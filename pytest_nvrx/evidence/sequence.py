@@ -43,6 +43,13 @@ class PrintRule:
     skipped: frozenset[int] = frozenset()
     # where the rule came from, for verdicts
     basis: str = "every iteration is printed"
+    # the iterations the run trains, and where that is said (every line's ``N/M`` prints M)
+    train_iters: int | None = None
+    train_iters_source: str = ""
+    # samples consumed per iteration when fixed (no batch-size ramp-up): iteration i has
+    # consumed i x this many; None when it varies or is unknown
+    samples_per_iteration: int | None = None
+    samples_source: str = ""
 
     def first_after(self, restored: int) -> int:
         """The first iteration a process restored at ``restored`` trains and prints."""
@@ -132,6 +139,9 @@ def _first_break(
                     ),
                     (twice.ref, event.ref),
                 )
+            wrong = _wrong_counts(who, event, rule)
+            if wrong is not None:
+                return SequenceBreak(cycle, rank, wrong, (event.ref,))
             if prev is None:
                 if index == 0:
                     want = rule.first_after(start)
@@ -167,6 +177,25 @@ def _first_break(
                     )
             seen[it] = event
             prev = event
+    return None
+
+
+def _wrong_counts(who: str, event: IterationCommitted, rule: PrintRule) -> str | None:
+    """The line's ``N/M`` and consumed samples against the run's iteration count and fixed
+    batch: every line of a run prints the same M, and iteration i has consumed i x batch."""
+    it = event.iteration
+    if rule.train_iters is not None and event.total is not None and event.total != rule.train_iters:
+        return (
+            f"{who} printed iteration {it}/{event.total}, but the run trains {rule.train_iters}"
+            f" iterations ({rule.train_iters_source})"
+        )
+    per, consumed = rule.samples_per_iteration, event.consumed_samples
+    if per is not None and consumed is not None and consumed != it * per:
+        return (
+            f"{who} printed {consumed} consumed samples at iteration {it}; with"
+            f" {per} samples an iteration ({rule.samples_source}) it has consumed {it * per}:"
+            " the data position is not the iteration's"
+        )
     return None
 
 
