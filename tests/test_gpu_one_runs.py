@@ -36,9 +36,10 @@ def test_a_checkpoint_the_rank_finalized_after_the_fault_is_the_restore_point() 
     judgement = judge_run_dir(CKPT_WORKER)
     c1 = judgement.verdict("prior_checkpoint")
     assert "restore point 10, never the in-flight 15" in c1.reason
-    assert "rank 0 ran on after the ckpt-worker and finalized checkpoint 10 at 21:12:25.384" in (
-        c1.reason
-    )
+    assert (
+        "checkpoint 10 was finalized at 21:12:25.384, after the ckpt-worker and before the"
+        " failure was detected (rank 0, the faulted rank, ran on after its fault)"
+    ) in c1.reason
     assert f"{CYCLE0}:1072" in [ref.location for ref in c1.evidence]
     c3 = judgement.verdict("optimizer_state_load")
     assert c3.reason.startswith(

@@ -23,7 +23,6 @@ from pytest_nvrx.evidence.refs import EvidenceRef
 from pytest_nvrx.evidence.rundir import RunEvidence
 from pytest_nvrx.evidence.timeline import Timeline, build_timeline, saves_before_failure
 from pytest_nvrx.evidence.workload import SaveCompleted, SaveScheduled
-from pytest_nvrx.layout import RANK_OUTLIVES_FAULT
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,29 +94,22 @@ class JudgeContext:
 
     @cached_property
     def restore_target(self) -> RestoreTarget:
-        """The newest save completed before the failure, else the marker's tracker iteration.
+        """The newest save completed before the failure, never the save in flight at the
+        fault; else the marker's tracker iteration.
 
-        After a fault the rank outlives (layout.RANK_OUTLIVES_FAULT: exception, ckpt-worker),
-        the newest save completed before the rank's death (the launcher's detection), never the
-        save in flight at the fault. In a window run of another fault, the marker's tracker
-        iteration T (the newest checkpoint completed at the fault), never the save in flight: a
-        save of it finalized after the fault would otherwise make the in-flight checkpoint the
-        target (prior_checkpoint fails such a run).
+        "Before the failure" is before the launcher's detection (completed_before_failure), not
+        before the fault: the ranks that live on may finalize a save whose every part was
+        written before the fault (its finalization all-reduce already passed) — rank 0 after a
+        kill of rank 1, or the faulted rank itself after a fault it outlives
+        (layout.RANK_OUTLIVES_FAULT: exception, ckpt-worker), 13 ms after its checkpoint worker
+        died on one H200 (tests/data/gpu-one). The save the marker says was in flight (N) is
+        never a target: a finalization of N after the fault is the tracker ahead of durability,
+        which prior_checkpoint fails (criteria/windows.py).
         """
         facts = self.window_facts
-        if self.observed_fault in RANK_OUTLIVES_FAULT:
-            # the rank ran on after the fault: what it finalized before its death (the
-            # launcher's detection bounds completed_before_failure) is completed; the save the
-            # marker says was in flight never is
-            in_flight = facts.in_flight if facts is not None else None
-            done = [e for e in self.completed_before_failure if e.iteration != in_flight]
-            newest_done = max(done, key=lambda e: e.iteration, default=None)
-            if newest_done is not None:
-                return RestoreTarget(newest_done.iteration, newest_done)
-        if facts is not None and facts.tracker is not None:
-            saves = [e for e in self.completed_before_failure if e.iteration == facts.tracker]
-            return RestoreTarget(facts.tracker, saves[0] if saves else None)
-        newest = max(self.completed_before_failure, key=lambda e: e.iteration, default=None)
+        in_flight = facts.in_flight if facts is not None else None
+        done = [e for e in self.completed_before_failure if e.iteration != in_flight]
+        newest = max(done, key=lambda e: e.iteration, default=None)
         if newest is not None:
             return RestoreTarget(newest.iteration, newest)
         marker = self.run.marker

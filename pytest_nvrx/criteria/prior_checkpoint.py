@@ -17,7 +17,7 @@ from pytest_nvrx.criteria.helpers import clock, marker_ref
 from pytest_nvrx.criteria.marker_agreement import where_problem
 from pytest_nvrx.criteria.verdict import CriterionId, Verdict, failing, not_applicable, passing
 from pytest_nvrx.criteria.windows import Fact
-from pytest_nvrx.evidence.refs import EvidenceRef, seconds_between
+from pytest_nvrx.evidence.refs import EvidenceRef, seconds_between, split_rank_prefix
 from pytest_nvrx.evidence.rundir import RunEvidence
 from pytest_nvrx.evidence.timeline import FINALIZED_BEFORE_FAULT_SLACK
 from pytest_nvrx.evidence.workload import SaveCompleted
@@ -139,11 +139,12 @@ def check(ctx: JudgeContext) -> Verdict:
         )
         window_refs = facts.proof.refs
     if target.save is not None and target.iteration is not None and target.iteration > tracked:
-        # a fault the rank outlives: it finalized a newer checkpoint before its death
+        # a rank that lived on finalized a save written before the fault, before the detection
         window_text += (
-            f"; rank {marker.rank} ran on after the {marker.fault} and finalized checkpoint"
-            f" {target.iteration} at {clock(target.save.time)}, before its failure was detected:"
-            " the newest completed checkpoint at the failure"
+            f"; checkpoint {target.iteration} was finalized at {clock(target.save.time)}, after"
+            f" the {marker.fault} and before the failure was detected"
+            f" ({_finalizer(target.save.ref, marker.rank)}): the newest completed checkpoint at"
+            " the failure"
         )
         window_refs = (*window_refs, target.save.ref)
     return passing(
@@ -155,3 +156,11 @@ def check(ctx: JudgeContext) -> Verdict:
         marker.ref("time"),
         window_refs,
     )
+
+
+def _finalizer(ref: EvidenceRef, faulted: int | None) -> str:
+    """Who printed a finalization line: the faulted rank itself, or another that lived on."""
+    rank = split_rank_prefix(ref.text)[0]
+    if rank is not None and rank == faulted:
+        return f"rank {rank}, the faulted rank, ran on after its fault"
+    return f"by rank {rank}, which lived on" if rank is not None else "by a rank that lived on"
