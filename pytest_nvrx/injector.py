@@ -59,6 +59,8 @@ DEFAULT_POLL_INTERVAL_S: Final = 0.05
 # An advance is acted on only when a second read this much later agrees, so a marker never records
 # the prefix of a tracker caught mid-write (Megatron writes it with a plain open/write).
 CONFIRM_DELAY_S: Final = 0.01
+# How many reads a changing tracker gets to settle on one value before a probe gives up.
+CONFIRM_READS: Final = 4
 # GIL switch interval while the watcher reads the tracker or injects (Python's default is 5 ms).
 WATCHER_SWITCH_INTERVAL_S: Final = 0.0001
 # The tracker holds a few digits; never read more than this from whatever sits at its path.
@@ -784,21 +786,38 @@ class WindowProbes:
 
         Armed when the tracker names a completed checkpoint above the start-up baseline (and
         below ``below``, the in-flight iteration, when given). The value is confirmed by a second
-        read 10 ms later (a plain open/write may be caught half-way); only at firing time.
+        read 10 ms later (a plain open/write may be caught half-way); only at firing time. Rank 0
+        writes the tracker just after the finalization all-reduce that this rank has also
+        passed, so a read here may catch it empty or still naming the previous checkpoint, and
+        its confirmation the new value: the new value is then judged and confirmed in its turn
+        (at most CONFIRM_READS reads), instead of letting this window pass (under load that
+        race was lost at every save, measured: "window save never opened").
         """
-        first = read_tracker(self.injection.opts.tracker).iteration
-        if first is None:
-            return None
-        if self.highest_tracker is None or first > self.highest_tracker:
-            self.highest_tracker = first
-        if self.in_flight is not None and first >= self.in_flight:
-            self.in_flight = None  # finalized: nothing in flight any more
-            self.in_flight_result = None
-        if first <= self.baseline or (below is not None and first >= below):
-            return None
-        time.sleep(CONFIRM_DELAY_S)
-        second = read_tracker(self.injection.opts.tracker).iteration
-        return first if second == first else None
+        path = self.injection.opts.tracker
+        read = read_tracker(path)
+        if read.state is TrackerState.EMPTY:  # caught between rank 0's truncate and its write
+            time.sleep(CONFIRM_DELAY_S)
+            read = read_tracker(path)
+        value = read.iteration
+        for _ in range(CONFIRM_READS):
+            if value is None:
+                return None
+            if self.highest_tracker is None or value > self.highest_tracker:
+                self.highest_tracker = value
+            if self.in_flight is not None and value >= self.in_flight:
+                self.in_flight = None  # finalized: nothing in flight any more
+                self.in_flight_result = None
+            if value <= self.baseline or (below is not None and value >= below):
+                return None
+            time.sleep(CONFIRM_DELAY_S)
+            again = read_tracker(path)
+            if again.state is TrackerState.EMPTY:
+                time.sleep(CONFIRM_DELAY_S)
+                again = read_tracker(path)
+            if again.iteration == value:
+                return value
+            value = again.iteration
+        return None
 
     def never_fired(self) -> str:
         """Why the window never opened, for the exit-3 message."""

@@ -1287,3 +1287,45 @@ def test_ckpt_worker_needs_the_finalize_window(tmp_path: Path) -> None:
             ]
         )
     assert exc.value.code == injector.EXIT_USAGE
+
+
+@pytest.mark.parametrize(
+    ("reads", "fires_with"),
+    [
+        # the first read still names 5, the confirmation the 10 rank 0 has just written
+        (["5", "10", "10"], 10),
+        # caught between rank 0's truncate and its write, then the value settles
+        (["", "10", "10"], 10),
+        # a tracker that never settles is not fired on
+        (["5", "10", "5", "10", "5", "10"], None),
+    ],
+    ids=["advanced-while-confirming", "caught-mid-write", "never-settles"],
+)
+def test_a_tracker_rank_0_is_rewriting_is_read_until_it_settles(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    reads: list[str],
+    fires_with: int | None,
+) -> None:
+    """Rank 0 writes the tracker just after the finalization all-reduce the faulted rank also
+    passed: its submit probe may read the old value or an empty file first. Under load that
+    race was lost at every save of a run (a fresh-clone check: 'window save never opened')."""
+    w = Windows(tmp_path, "save")
+    w.save(5)
+    queue = list(reads)
+    real = injector.read_tracker
+
+    def next_read(path: str) -> injector.TrackerRead:
+        if queue:
+            w.tracker.write_text(queue.pop(0))
+        return real(path)
+
+    monkeypatch.setattr(injector, "read_tracker", next_read)
+    w.probes.section_started("checkpointing")
+    if fires_with is None:
+        w.probes.submit_entry(tmp_path / "iter_0000015")
+        assert not w.marker.exists()
+        return
+    with pytest.raises(injector.InjectedFault, match="window save"):
+        w.probes.submit_entry(tmp_path / "iter_0000015")
+    assert w.record()["tracker_iteration"] == fires_with
