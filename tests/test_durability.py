@@ -7,6 +7,7 @@ thing in a copy and the run must fail progress_past_restore with the reason quot
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -89,7 +90,7 @@ def test_a_final_tracker_naming_a_checkpoint_that_never_existed_fails(run: Docto
 
 
 def test_a_final_tracker_naming_a_checkpoint_not_on_disk_fails(run: Doctor) -> None:
-    run.path("checkpoints/iter_0000020").rmdir()
+    shutil.rmtree(run.path("checkpoints/iter_0000020"))
     assert _reason(run).endswith(
         "names iteration 20 at the end, but checkpoints/iter_0000020/ is not on disk while other"
         " checkpoints are"
