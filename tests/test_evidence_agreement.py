@@ -230,3 +230,27 @@ def test_a_replacement_started_for_another_number_of_iterations_fails(g2: Doctor
     assert _sequence_failure(g2) == (
         "cycle 1 was started to train 40 iterations, but the run trains 30 (run.json)"
     )
+
+
+@pytest.mark.parametrize(
+    ("setting", "before", "after"),
+    [
+        ("seed", "1234", "4321"),
+        ("global_batch_size", "2", "4"),
+    ],
+)
+def test_a_replacement_started_with_another_seed_or_batch_fails(
+    g2: Doctor, setting: str, before: str, after: str
+) -> None:
+    """The failed cycle and its replacement must train the same thing: another seed (the
+    replay of 6..9 would still agree, from the checkpoint's RNG state) or batch fails
+    optimizer_state_load from the argument dumps, without a baseline."""
+    line = next(
+        text for text in g2.lines(CYCLE1) if text.startswith(f"0:   {setting} ") and " .." in text
+    )
+    g2.replace(CYCLE1, line, line.replace(f" {before}\n", f" {after}\n"))
+    verdict = judge_run_dir(g2.root).verdict("optimizer_state_load")
+    assert not verdict.passed
+    assert verdict.reason == (
+        f"{setting} changed across the replacement: {before} in cycle 0, {after} in cycle 1"
+    )

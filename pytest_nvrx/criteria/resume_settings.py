@@ -30,6 +30,10 @@ SHAPE = (
     "context_parallel_size",
     "expert_model_parallel_size",
 )
+# Settings that define the training being resumed: a replacement started with another seed,
+# batch or length trains something else than the failed cycle did (the replay would disagree
+# only where it compares, and a baseline only where one is given).
+TRAINING = ("seed", "global_batch_size", "rampup_batch_size", "train_iters")
 # Boolean settings whose truth means "this resume does not restore the training state".
 SKIPS = {
     "no_load_optim": "to skip the optimizer state",
@@ -84,7 +88,7 @@ def resume_settings_problem(
             f" cycle {before} saved its checkpoints",
             (load.ref, save.ref),
         )
-    for name in SHAPE:
+    for name in (*SHAPE, *TRAINING):
         a, b = old.get(name), new.get(name)
         if a is not None and b is not None and a.value != b.value:
             return SettingsProblem(
