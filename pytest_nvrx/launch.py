@@ -58,6 +58,7 @@ from pytest_nvrx.recipe import (
     write_json_atomic,
 )
 from pytest_nvrx.settings import DEFAULT_RDZV_ENDPOINT, ConfigError
+from pytest_nvrx.watchdog import DONE as WATCHDOG_DONE
 
 CONSOLE_LOG_NAME = "launcher.console.log"
 _ITERATION = re.compile(rb"iteration\s+(\d+)\s*/\s*(\d+)")
@@ -849,6 +850,9 @@ class Launch:
         #: waiting thread records it in result.json as wait() does its own
         self.interrupted_by: signal.Signals | None = None
         self._progress = ProgressReader(self.layout, recipe.config.workload)
+        #: the run's watchdog and the write end of its pipe (None once released)
+        self._watchdog: subprocess.Popen[bytes] | None = None
+        self._watchdog_fd: int | None = None
 
     @property
     def pid(self) -> int | None:
@@ -888,6 +892,8 @@ class Launch:
             self._console_fh = self.console.open("ab")
             self._start_time = utc_now()
             self._t0 = time.monotonic()
+            # before the launcher: no moment when the run goes unwatched
+            self._start_watchdog()
             try:
                 self._popen = subprocess.Popen(
                     argv,
@@ -900,13 +906,76 @@ class Launch:
                 )
             except OSError as exc:
                 raise RuntimeError(f"cannot start {argv[0]!r}: {exc}") from exc
+            self._tell_watchdog(f"pid {self._popen.pid}\n".encode())
         except BaseException:
             # __exit__ does not run when __enter__ fails: clean up here (a signal may have
             # arrived just after the launcher started, so look for its tag too)
             with deferred_stop_signals():
                 self.stop(grace_s=2.0)
+                self._release_watchdog()
             raise
         return self
+
+    def _start_watchdog(self) -> None:
+        """The run's watchdog (pytest_nvrx.watchdog): a process of its own session that stops
+        the run if this harness dies, by whatever signal, before it released it."""
+        assert self.tmpdir is not None
+        read_end, write_end = os.pipe()
+        env = {k: v for k, v in os.environ.items() if k != TAG_VAR}
+        here = str(Path(__file__).resolve().parent.parent)
+        env["PYTHONPATH"] = os.pathsep.join([here, *filter(None, [env.get("PYTHONPATH")])])
+        try:
+            self._watchdog = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "pytest_nvrx.watchdog",
+                    "--fd",
+                    str(read_end),
+                    "--tag",
+                    self.tag,
+                    "--result",
+                    str(self._node_file(RESULT_NAME)),
+                    "--tmpdir",
+                    str(self.tmpdir),
+                    "--start-time",
+                    self._start_time,
+                    "--started-at",
+                    repr(time.time()),
+                ],
+                pass_fds=(read_end,),
+                stdin=subprocess.DEVNULL,
+                stdout=self._console_fh,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            os.close(write_end)
+            raise RuntimeError(f"cannot start the run's watchdog: {exc}") from exc
+        finally:
+            os.close(read_end)
+        self._watchdog_fd = write_end
+
+    def _tell_watchdog(self, message: bytes) -> None:
+        if self._watchdog_fd is not None:
+            with contextlib.suppress(OSError):
+                os.write(self._watchdog_fd, message)
+
+    def _release_watchdog(self) -> None:
+        """The harness stopped the tree and wrote result.json itself: the watchdog may go."""
+        if self._watchdog_fd is None:
+            return
+        self._tell_watchdog(WATCHDOG_DONE)
+        with contextlib.suppress(OSError):
+            os.close(self._watchdog_fd)
+        self._watchdog_fd = None
+        if self._watchdog is not None:
+            try:
+                self._watchdog.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self._watchdog.kill()
+                self._watchdog.wait()
 
     def __enter__(self) -> Launch:
         return self.start() if self._popen is None else self
@@ -917,6 +986,7 @@ class Launch:
             if self._popen is not None and self.result is None:
                 stopped_by = interrupt_signal(exc) if isinstance(exc, KeyboardInterrupt) else None
                 self._record(timed_out=False, interrupted=stopped_by)
+            self._release_watchdog()
 
     def stop_for(self, cause: BaseException | None) -> None:
         """Stop the tree because of ``cause`` (a stop signal: result.json names it)."""

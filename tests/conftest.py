@@ -94,6 +94,7 @@ UNIT_COSTS = (
     ("tests/test_broken_runs.py", 110),  # 4 real runs, 16-33 s each
     ("tests/test_packaging.py", 30),
     ("tests/test_run_claim.py", 25),
+    ("tests/test_harness_death.py", 25),  # 2 real runs, SIGKILLed at their first iteration
     ("tests/test_signals.py", 18),
     ("tests/test_plugin_signals.py", 14),
     ("tests/test_plugin.py", 20),
