@@ -7,6 +7,7 @@ launching is :mod:`pytest_nvrx.launch`.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import enum
 import json
@@ -23,7 +24,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pytest_nvrx import __version__
-from pytest_nvrx.layout import MANIFEST_SCHEMA, TMP_ROOT, RunLayout, node_file_name
+from pytest_nvrx.layout import (
+    MANIFEST_SCHEMA,
+    RESULT_NAME,
+    TMP_ROOT,
+    RunLayout,
+    node_file_name,
+)
+from pytest_nvrx.outputs import is_disk_full, reserve_space, write_atomic
 from pytest_nvrx.settings import (
     REFERENCE_ASYNC_WRITER_FLAG,
     ConfigError,
@@ -472,9 +480,28 @@ def claim_run_dir(
             "choose a work dir you can write to"
         ) from None
     record = {"pid": os.getpid(), "host": host, "time": utc_now(), "tool": __version__}
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        fh.write(json.dumps(record) + "\n")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write((json.dumps(record) + "\n").encode("utf-8"))
+            fh.flush()
+            os.fsync(fh.fileno())
+    except BaseException as exc:
+        # a claim we could not write (a full disk, a quota) claims nothing: left behind empty it
+        # would refuse this run ID forever as "claimed by another run"
+        release_claim(path)
+        if isinstance(exc, OSError):
+            raise ConfigError(
+                f"cannot claim run dir {layout.run_dir}: {exc.strerror or exc}; "
+                "free space there or choose another work dir"
+            ) from None
+        raise
     return path
+
+
+def release_claim(path: Path) -> None:
+    """Give back a claim this process made for a launch that never started."""
+    with contextlib.suppress(OSError):
+        path.unlink()
 
 
 def make_run_tmpdir(run_id: str) -> Path:
@@ -501,11 +528,32 @@ def prepare_run_dir(config: RunConfig, *, claim: bool = True) -> RunLayout:
         # On several nodes every node's launch prepares the same shared run dir; the first one
         # may already have written there, so only the walkthrough's marker check applies.
         check_fresh_run_dir(layout)
-    if claim:
-        claim_run_dir(layout, nnodes=config.nnodes, node_index=config.node_index)
-    for d in (layout.logs, layout.cycle_infos, layout.checkpoint_dir):
-        d.mkdir(parents=True, exist_ok=True)
+    claimed = (
+        claim_run_dir(layout, nnodes=config.nnodes, node_index=config.node_index) if claim else None
+    )
+    try:
+        for d in (layout.logs, layout.cycle_infos, layout.checkpoint_dir):
+            d.mkdir(parents=True, exist_ok=True)
+        if claimed is not None:
+            # room for result.json at the end, however full the run leaves the disk
+            result = layout.run_dir / (
+                node_file_name(RESULT_NAME, config.node_index) if config.node_index else RESULT_NAME
+            )
+            reserve_space(result, RESULT_RESERVE)
+    except OSError as exc:
+        if claimed is not None:
+            release_claim(claimed)  # nothing was launched: the run ID may be tried again
+        if is_disk_full(exc):
+            raise ConfigError(
+                f"no space left for run dir {layout.run_dir}: {exc.strerror}; "
+                "free space there or choose another work dir"
+            ) from None
+        raise
     return layout
+
+
+#: Bytes kept free for result.json (a few hundred bytes, one filesystem block or page).
+RESULT_RESERVE = 16384
 
 
 def utc_now() -> str:
@@ -535,6 +583,5 @@ def manifest(recipe: Recipe, *, stack: Mapping[str, Any] | None = None) -> dict[
 
 
 def write_json_atomic(path: Path, data: Mapping[str, Any]) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=False) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    """run.json, result.json: whole or not at all (pytest_nvrx.outputs.write_atomic)."""
+    write_atomic(path, json.dumps(data, indent=2, sort_keys=False) + "\n")

@@ -1,0 +1,139 @@
+"""The files we write: whole or not at all, and never into the evidence we judge (no pytest).
+
+Every file pytest-nvrx writes (run.json, result.json, reports, ``verify --json``) goes through
+:func:`write_atomic`: a temp file beside the target, renamed over it only once it is complete, so
+a failed write (a full disk, a quota) leaves the old file whole and no temp file behind.
+:func:`check_outputs` refuses an output path that resolves (links followed) into a run directory
+being judged, or onto another output of the same command: ``report X -o X/run.json`` would
+replace the manifest it judges.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import secrets
+from collections.abc import Iterable
+from pathlib import Path
+
+#: errno values that mean "the filesystem has no room for this": an ordinary error, never a
+#: traceback
+DISK_FULL = frozenset({errno.ENOSPC, errno.EDQUOT})
+
+
+class OutputRefused(ValueError):
+    """An output path that would overwrite evidence or another output; the message names the
+    fix."""
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    return isinstance(exc, OSError) and exc.errno in DISK_FULL
+
+
+def reserve_of(path: Path) -> Path:
+    """The space kept for ``path`` (:func:`reserve_space`), beside it."""
+    return path.with_name(f".{path.name}.reserve")
+
+
+def reserve_space(path: Path, size: int) -> None:
+    """Keep ``size`` bytes for a later :func:`write_atomic` of ``path`` (result.json, written
+    when the run ends, perhaps on a disk the run filled): that write frees them when the disk
+    is full. Raises OSError (ENOSPC: there is not even that much room now)."""
+    reserve = reserve_of(path)
+    try:
+        fd = os.open(reserve, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+        try:
+            # written, not a sparse truncate: the blocks are taken now
+            os.write(fd, b"\0" * size)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            reserve.unlink()
+        raise
+
+
+def write_atomic(path: Path | str, data: str | bytes) -> None:
+    """Write ``data`` (text as UTF-8) to ``path`` through a temp file in its directory.
+
+    The temp file (``.<name>.<pid>.<random>.tmp``, created exclusively, never through a link)
+    is renamed over ``path`` once written and synced; on any failure it is removed and ``path``
+    keeps its old content. On a full disk the space kept by :func:`reserve_space` is given back
+    and the write tried once more. Errors are OSError naming ``path``, not the temp file."""
+    path = Path(path)
+    raw = data.encode("utf-8") if isinstance(data, str) else data
+    try:
+        _write_replace(path, raw)
+    except OSError as exc:
+        reserve = reserve_of(path)
+        if not (is_disk_full(exc) and reserve.is_file()):
+            raise _naming(exc, path) from None
+        with contextlib.suppress(OSError):
+            reserve.unlink()
+        try:
+            _write_replace(path, raw)
+        except OSError as again:
+            raise _naming(again, path) from None
+    with contextlib.suppress(OSError):
+        reserve_of(path).unlink()
+
+
+def _write_replace(path: Path, raw: bytes) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(3)}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    try:
+        try:
+            view = memoryview(raw)
+            while view:
+                view = view[os.write(fd, view) :]
+            # a filesystem may report the full disk only here (delayed allocation, NFS)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
+
+
+def _naming(exc: OSError, path: Path) -> OSError:
+    """``exc`` as an error about ``path`` (the temp file's name means nothing to the user)."""
+    if exc.errno is None:
+        return exc
+    return OSError(exc.errno, exc.strerror or str(exc), str(path))
+
+
+def _real(path: Path | str) -> str:
+    return os.path.realpath(os.path.abspath(os.fspath(path)))
+
+
+def _inside(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
+
+
+def check_outputs(
+    outputs: Iterable[tuple[str, Path]], evidence: Iterable[tuple[str, Path]]
+) -> None:
+    """Refuse an output (``(how the user named it, path)``) that resolves into an evidence
+    directory (``(what it is, path)``: a run dir judged, its checkpoint dir) or onto another
+    output. Raises :class:`OutputRefused` with one line that names the fix."""
+    folders = [(what, Path(where), _real(where)) for what, where in evidence]
+    seen: dict[str, str] = {}
+    for flag, path in outputs:
+        real = _real(path)
+        for what, where, real_dir in folders:
+            if _inside(real, real_dir):
+                how = "is inside" if real == os.path.abspath(path) else "resolves into"
+                raise OutputRefused(
+                    f"{flag} {path} {how} {what} {where}: it would overwrite the evidence "
+                    "being judged; write it outside that directory"
+                )
+        if real in seen:
+            raise OutputRefused(
+                f"{flag} {path} is the same file as {seen[real]}: one would overwrite the other; "
+                "give them different paths"
+            )
+        seen[real] = f"{flag} {path}"
