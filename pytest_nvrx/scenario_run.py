@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -19,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pytest_nvrx.checkpoint_claim import check_checkpoint_dir, claim_checkpoint_dir, release_dir
 from pytest_nvrx.criteria import Judgement, judge, judge_run_dir
 from pytest_nvrx.criteria.baseline import baseline_refusal
 from pytest_nvrx.evidence.rundir import RunEvidence, load_run
@@ -26,7 +28,7 @@ from pytest_nvrx.gpu_slots import gpu_locks, visible_gpus
 from pytest_nvrx.launch import Launch, Progress, RunResult, RunTimeout, tail_text
 from pytest_nvrx.layout import RunLayout
 from pytest_nvrx.planning import Plan, plan_run
-from pytest_nvrx.recipe import prepare_run_dir
+from pytest_nvrx.recipe import claim_file, prepare_run_dir
 from pytest_nvrx.scenarios import DEFAULTS, RUN_TIMEOUTS, Scenario
 from pytest_nvrx.settings import (
     ConfigError,
@@ -35,6 +37,7 @@ from pytest_nvrx.settings import (
     default_launcher,
     resolve,
     shared_run_id,
+    validate,
 )
 
 if TYPE_CHECKING:
@@ -370,10 +373,37 @@ def scenario_config(
 
 def plan_launch(config: RunConfig, *, dry_run: bool = False, port: int | None = None) -> Plan:
     """Validate, claim and create the run dirs, build the recipe (nothing launched). A dry run
-    claims nothing, probes no stack and names ``ft_launcher`` without looking for it."""
+    claims nothing, probes no stack and names ``ft_launcher`` without looking for it.
+
+    The checkpoint dir is claimed too (one run at a time, :mod:`pytest_nvrx.checkpoint_claim`):
+    checked before the run dir is made, so a refused run writes nothing, and claimed after it;
+    a plan that fails afterwards gives the claim back, :func:`launch_run` at the launch's end."""
+    validate(config)
+    layout = config.layout
+    check_checkpoint_dir(layout.checkpoint_dir, run_id=config.run_id, run_dir=layout.run_dir)
     prepare_run_dir(config, claim=not dry_run)
-    launcher = "ft_launcher" if dry_run else find_launcher()
-    return plan_run(config, launcher_exe=launcher, port=port, probe=not dry_run)
+    if dry_run:
+        return plan_run(config, launcher_exe="ft_launcher", port=port, probe=False)
+    try:
+        claim_checkpoint_dir(
+            layout.checkpoint_dir,
+            run_id=config.run_id,
+            run_dir=layout.run_dir,
+            nnodes=config.nnodes,
+            node_index=config.node_index,
+        )
+    except ConfigError:
+        # lost a race for the checkpoint dir: nothing ran here, the run ID may be tried again
+        run_claim = claim_file(
+            layout, nnodes=config.nnodes, host=socket.gethostname(), node_index=config.node_index
+        )
+        run_claim.unlink(missing_ok=True)
+        raise
+    try:
+        return plan_run(config, launcher_exe=find_launcher(), port=port, probe=True)
+    except BaseException:
+        release_dir(layout.checkpoint_dir)
+        raise
 
 
 @dataclass(frozen=True)
@@ -394,13 +424,20 @@ def launch_run(
 ) -> LaunchOutcome:
     """Launch the planned recipe and wait for it (holding a lock per GPU in ``gpus``); leaving
     kills the whole tree and writes result.json, also on Ctrl-C or a stop signal."""
-    with gpu_locks(list(gpus)), Launch(planned.recipe, stack=planned.manifest_stack()) as launch:
-        if on_start is not None:
-            on_start(launch)
-        try:
-            return LaunchOutcome(launch.wait(timeout_s, on_progress=on_progress))
-        except RunTimeout as exc:
-            return LaunchOutcome(None, str(exc))
+    try:
+        with (
+            gpu_locks(list(gpus)),
+            Launch(planned.recipe, stack=planned.manifest_stack()) as launch,
+        ):
+            if on_start is not None:
+                on_start(launch)
+            try:
+                return LaunchOutcome(launch.wait(timeout_s, on_progress=on_progress))
+            except RunTimeout as exc:
+                return LaunchOutcome(None, str(exc))
+    finally:
+        # the tree is stopped (Launch's exit): the checkpoint dir is free for the next run
+        release_dir(planned.recipe.layout.checkpoint_dir)
 
 
 def run_scenario(
@@ -461,6 +498,7 @@ def judge_scenario(
 ) -> ScenarioRun:
     """Judge a launched scenario's run dir (see :func:`run_scenario` for ``baselines``)."""
     layout = planned.recipe.layout
+    release_dir(layout.checkpoint_dir)  # launched by a pool (not launch_run): the tree is gone
     if outcome.result is not None:
         say(f"launcher exit {outcome.result.exit_code} after {outcome.result.wall_s:.1f}s")
     evidence = load_run(layout.run_dir, layout.checkpoint_dir)

@@ -1,0 +1,306 @@
+"""A checkpoint directory belongs to one run at a time.
+
+Two runs sharing a ``--checkpoint-dir`` load each other's checkpoints: measured on 476a6ee, the
+second run's first cycle loaded the first's checkpoint 5, and the first then PASSED on a
+directory another run was writing into. So before anything launches, a run claims its
+checkpoint directory as it claims its run dir: a claim file at the checkpoint root, created with
+``O_EXCL`` (never through a link), naming the run ID, its run dir, the host, the pid (with the
+pid's start time, so that a reused pid is not taken for the run) and the time.
+
+The claim is released when the run ends, on every exit path the harness survives: the end of
+the launch, a plan that failed after the claim, interpreter exit (a backstop). A harness that
+died by SIGKILL cannot release it: its claim names a process that no longer runs, and the
+refusal says so and which file to remove. Nothing here removes another process's claim.
+
+The claim file lies at the checkpoint root: the evidence never lists that directory (it reads
+the tracker and ``iter_N/`` by name) and retention keeps the root's files (it prunes below).
+No pytest here.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import datetime as _dt
+import json
+import os
+import socket
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+
+from pytest_nvrx import __version__
+from pytest_nvrx.layout import node_file_name
+from pytest_nvrx.settings import ConfigError
+
+#: The claim of a single-node run; a multinode run's nodes each claim their own (see claim_path).
+CLAIM_NAME = "checkpoint.claim"
+#: Largest claim file read back to name its holder.
+_READ_MAX = 4096
+#: Claims this process made and has not released: released at interpreter exit at the latest.
+_HELD: set[Path] = set()
+
+
+def claim_path(
+    checkpoint_dir: Path, *, nnodes: int, host: str, node_index: int | None = None
+) -> Path:
+    """``checkpoint.claim``; on several nodes, which share the checkpoint dir, one per node (by
+    its index when numbered by hand, else by host name), as the run dir's claims."""
+    if nnodes == 1:
+        return checkpoint_dir / CLAIM_NAME
+    if node_index is not None:
+        return checkpoint_dir / node_file_name(CLAIM_NAME, node_index)
+    return checkpoint_dir / f"checkpoint.{host}.claim"
+
+
+def is_claim_name(name: str) -> bool:
+    """Whether a file of a checkpoint root is one of our claims (any node's)."""
+    return name.startswith("checkpoint.") and name.endswith(".claim")
+
+
+def _pid_start(pid: int) -> int | None:
+    """The process's start time in clock ticks since boot (``/proc/PID/stat`` field 22), None
+    where that cannot be read: with the pid it names one process, a reused pid another."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            data = fh.read(4096)
+        # the command (field 2) is in parentheses and may hold spaces or ')'
+        return int(data[data.rindex(b")") + 2 :].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+@dataclass(frozen=True)
+class Holder:
+    """Who holds a claim, as its file says; ``record`` False when it could not be read (being
+    written right now, or not ours to read): then it counts as held by a live run."""
+
+    path: Path
+    run_id: str = "?"
+    run_dir: str = "?"
+    host: str = "?"
+    pid: int = 0
+    pid_start: int | None = None
+    time: str = "?"
+    record: bool = False
+
+    def describe(self) -> str:
+        if not self.record:
+            return f"another run ({self.path.name} could not be read)"
+        return f"run {self.run_id} (pid {self.pid} on host {self.host}, started {self.time})"
+
+    def alive(self, host: str) -> bool | None:
+        """True/False for a claim of this host; None when its host is another (not checkable)."""
+        if not self.record:
+            return True
+        if self.host != host:
+            return None
+        try:
+            os.kill(self.pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            pass  # another user's process: alive
+        if self.pid_start is None:
+            return True
+        return _pid_start(self.pid) in (self.pid_start, None)
+
+
+def read_holder(path: Path) -> Holder:
+    """The claim at ``path``, read bounded, never through a link or a FIFO."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return Holder(path)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return Holder(path)
+        data = json.loads(os.read(fd, _READ_MAX))
+        run_id, run_dir, host, pid, since = (
+            data["run_id"], data["run_dir"], data["host"], data["pid"], data["time"]
+        )  # fmt: skip
+        start = data.get("pid_start")
+        texts = (run_id, run_dir, host, since)
+        if not (all(isinstance(t, str) for t in texts) and type(pid) is int and pid > 0):
+            return Holder(path)
+        if start is not None and type(start) is not int:
+            return Holder(path)
+        return Holder(path, run_id[:80], run_dir[:200], host[:64], pid, start, since[:40], True)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return Holder(path)
+    finally:
+        os.close(fd)
+
+
+def _refusal(checkpoint_dir: Path, holder: Holder, host: str) -> str:
+    alive = holder.alive(host)
+    who = holder.describe()
+    if alive is False:
+        return (
+            f"checkpoint dir {checkpoint_dir} is claimed by {who}, which is no longer running: "
+            f"remove {holder.path} if that run is gone"
+        )
+    if alive is None:
+        return (
+            f"checkpoint dir {checkpoint_dir} is claimed by {who}, whose process cannot be "
+            f"checked from this host: wait for it to end, pass another --checkpoint-dir, or "
+            f"remove {holder.path} if that run is gone"
+        )
+    return (
+        f"checkpoint dir {checkpoint_dir} is in use by {who}: one checkpoint dir serves one "
+        "run at a time; wait for it to end or pass another --checkpoint-dir"
+    )
+
+
+def _foreign_claims(
+    checkpoint_dir: Path, run_id: str, run_dir: Path, mine: Path | None
+) -> list[Holder]:
+    """Claims in ``checkpoint_dir`` other than ``mine`` made by another run (another run ID or
+    run dir)."""
+    try:
+        with os.scandir(checkpoint_dir) as entries:
+            names = sorted(e.name for e in entries if is_claim_name(e.name))
+    except FileNotFoundError:
+        return []
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot read checkpoint dir {checkpoint_dir}: {exc.strerror or exc}; "
+            "pass another --checkpoint-dir"
+        ) from None
+    out = []
+    for name in names:
+        path = checkpoint_dir / name
+        if mine is not None and path == mine:
+            continue
+        holder = read_holder(path)
+        if holder.record and (holder.run_id, holder.run_dir) == (run_id, str(run_dir)[:200]):
+            # another node of this run, or this run ID started twice: the run dir's claim
+            # decides that, and its refusal names the run dir
+            continue
+        out.append(holder)
+    return out
+
+
+def _run_dir_around(checkpoint_dir: Path, own_run_dir: Path) -> Path | None:
+    """Another run's run dir that holds ``checkpoint_dir`` (at any depth), else None: its
+    checkpoints are that run's evidence."""
+    own = Path(os.path.realpath(own_run_dir))
+    here = Path(os.path.realpath(checkpoint_dir))
+    for folder in (here, *here.parents):
+        if folder == own:
+            return None  # our own run dir (the default checkpoints/): nothing above counts
+        run_claim = os.path.lexists(folder / "run.claim")
+        manifest = os.path.lexists(folder / "run.json") and (folder / "cycle_infos").is_dir()
+        if run_claim or manifest:
+            return folder
+    return None
+
+
+def check_checkpoint_dir(
+    checkpoint_dir: Path,
+    *,
+    run_id: str,
+    run_dir: Path,
+    host: str | None = None,
+) -> None:
+    """Refuse (ConfigError) a checkpoint dir another run holds, or one inside another run's run
+    dir. Read-only: what a dry run checks, and what a real run checks before it writes."""
+    host = socket.gethostname() if host is None else host
+    around = _run_dir_around(checkpoint_dir, run_dir)
+    if around is not None:
+        raise ConfigError(
+            f"checkpoint dir {checkpoint_dir} is inside the run dir {around} of another run: "
+            "its checkpoints are that run's evidence; pass a --checkpoint-dir outside it"
+        )
+    foreign = _foreign_claims(checkpoint_dir, run_id, run_dir, None)
+    if foreign:
+        raise ConfigError(_refusal(checkpoint_dir, foreign[0], host))
+
+
+def claim_checkpoint_dir(
+    checkpoint_dir: Path,
+    *,
+    run_id: str,
+    run_dir: Path,
+    nnodes: int = 1,
+    host: str | None = None,
+    node_index: int | None = None,
+) -> Path:
+    """Claim the (existing) checkpoint dir for this run, atomically; ConfigError when another
+    run holds it. Of two runs claiming one directory at once, at most one wins: the claim is
+    made with ``O_EXCL`` and, on several nodes (one claim per node), kept only when no other
+    run's claim is there afterwards. Returns the claim file; :func:`release` removes it."""
+    host = socket.gethostname() if host is None else host
+    check_checkpoint_dir(checkpoint_dir, run_id=run_id, run_dir=run_dir, host=host)
+    path = claim_path(checkpoint_dir, nnodes=nnodes, host=host, node_index=node_index)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    except FileExistsError:
+        raise ConfigError(_refusal(checkpoint_dir, read_holder(path), host)) from None
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot claim checkpoint dir {checkpoint_dir}: {exc.strerror or exc}; "
+            "pass a --checkpoint-dir you can write to"
+        ) from None
+    record = {
+        "run_id": run_id,
+        "run_dir": str(run_dir),
+        "host": host,
+        "pid": os.getpid(),
+        "pid_start": _pid_start(os.getpid()),
+        "time": _dt.datetime.now(_dt.UTC).isoformat(timespec="milliseconds"),
+        "tool": __version__,
+    }
+    _HELD.add(path)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(json.dumps(record) + "\n")
+        foreign = _foreign_claims(checkpoint_dir, run_id, run_dir, path)
+    except OSError as exc:
+        release(path)  # a claim that could not be written blocks nobody
+        raise ConfigError(
+            f"cannot claim checkpoint dir {checkpoint_dir}: {exc.strerror or exc}; "
+            "pass a --checkpoint-dir you can write to"
+        ) from None
+    except BaseException:
+        release(path)
+        raise
+    if foreign:
+        release(path)
+        raise ConfigError(_refusal(checkpoint_dir, foreign[0], host))
+    return path
+
+
+def release(path: Path) -> None:
+    """Remove a claim this process made (a no-op for any other: never another run's)."""
+    if path not in _HELD:
+        return
+    _HELD.discard(path)
+    holder = read_holder(path)
+    if holder.record and holder.pid != os.getpid():
+        return  # replaced by someone else's after a manual removal: theirs now
+    with contextlib.suppress(FileNotFoundError):
+        path.unlink()
+
+
+def release_dir(checkpoint_dir: Path) -> None:
+    """Release this process's claims of ``checkpoint_dir`` (a no-op where it holds none)."""
+    for path in sorted(_HELD):
+        if path.parent == checkpoint_dir:
+            with contextlib.suppress(OSError):
+                release(path)
+
+
+def release_all() -> None:
+    """Release every claim this process still holds (at interpreter exit, and for callers that
+    do not keep the claim's path)."""
+    for path in sorted(_HELD):
+        with contextlib.suppress(OSError):
+            release(path)
+
+
+def held() -> frozenset[Path]:
+    return frozenset(_HELD)
+
+
+atexit.register(release_all)
