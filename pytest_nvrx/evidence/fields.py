@@ -12,6 +12,8 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from pytest_nvrx.evidence.refs import TIME_RANGE, time_in_range
+
 # How much of a bad value a message quotes (issue #9: no message echoes more than 80 characters).
 _MAX_SHOWN = 40
 
@@ -106,6 +108,10 @@ def time_field(data: Mapping[str, object], key: str, *, required: bool = False) 
         if required:
             raise FieldError(f"no valid {key!r}") from None
         raise FieldError(f"{key!r} is not an ISO-8601 time: {shown(value)}") from None
+    if not time_in_range(parsed):
+        raise FieldError(
+            f"{key!r} is out of range ({shown(value)}): a run's clock reads {TIME_RANGE}"
+        )
     if parsed.tzinfo is None or parsed.utcoffset() is None:
         raise FieldError(f"{key!r} has no timezone ({shown(value)}): add 'Z' or an offset")
     return parsed.astimezone(UTC)

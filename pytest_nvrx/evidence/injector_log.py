@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
 
-from pytest_nvrx.evidence.refs import EvidenceRef, LineCursor
+from pytest_nvrx.evidence.refs import EvidenceRef, LineCursor, parse_time
 from pytest_nvrx.evidence.tracebacks import split_tag
 
 TAG = "[pytest-nvrx injector] "
@@ -244,8 +244,5 @@ def parse_injected_exception(text: str) -> InjectedException | None:
 
 def _aware(text: str) -> datetime | None:
     """An ISO time with its zone, else None (a naive or impossible time is no reading)."""
-    try:
-        value = datetime.fromisoformat(text)
-    except (ValueError, OverflowError):
-        return None
-    return value if value.tzinfo is not None else None
+    value = parse_time(text)
+    return value if value is not None and value.tzinfo is not None else None

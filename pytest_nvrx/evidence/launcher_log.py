@@ -25,7 +25,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from pytest_nvrx.evidence.refs import EvidenceRef, iter_lines, quote
+from pytest_nvrx.evidence.refs import EvidenceRef, iter_lines, parse_time, quote, time_in_range
 
 
 class LauncherEventKind(StrEnum):
@@ -217,10 +217,7 @@ def _classify(msg: str, ref: EvidenceRef) -> tuple[LauncherEvent, str | None] | 
 
 
 def _naive(ts: str) -> datetime | None:
-    try:
-        return datetime.fromisoformat(ts.replace(",", "."))
-    except ValueError:
-        return None
+    return parse_time(ts.replace(",", "."))
 
 
 def parse_launcher_log(path: Path, *, file: str | None = None) -> LauncherLog:
@@ -312,6 +309,8 @@ def parse_launcher_log(path: Path, *, file: str | None = None) -> LauncherLog:
             return None
         if fix_year and last_year is not None:
             naive = naive.replace(year=last_year)
+        if not time_in_range(naive):  # a glog line's year 1 placeholder, never fixed
+            return None
         return naive.replace(tzinfo=zone).astimezone(UTC)
 
     fix = set(pending_year)
@@ -336,5 +335,7 @@ def _host_offset(offsets: list[timedelta]) -> timedelta | None:
     if not offsets:
         return None
     quarter = timedelta(minutes=15)
-    rounded = [round(o / quarter) * quarter for o in offsets]
-    return max(set(rounded), key=rounded.count)
+    day = timedelta(hours=24)
+    # a stamp 2000 years off its line (a glog line's year placeholder) is no zone
+    rounded = [r for o in offsets if -day < (r := round(o / quarter) * quarter) < day]
+    return max(set(rounded), key=rounded.count) if rounded else None

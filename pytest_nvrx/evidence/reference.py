@@ -23,7 +23,7 @@ import re
 from datetime import UTC, datetime
 from pathlib import Path
 
-from pytest_nvrx.evidence.refs import LineCursor
+from pytest_nvrx.evidence.refs import LineCursor, parse_time
 from pytest_nvrx.evidence.workload import (
     IterationCommitted,
     LoadCompleted,
@@ -71,12 +71,9 @@ _EXIT = re.compile(r"exit code (?P<code>-?\d+)$")
 
 
 def _utc(text: str) -> datetime | None:
-    try:
-        parsed = datetime.fromisoformat(text)
-    except ValueError:
-        return None
+    parsed = parse_time(text)  # None outside the years a clock reads (year 9999 with a zone)
     # the head's pattern requires an offset; keep a naive value out of comparisons regardless
-    return parsed.astimezone(UTC) if parsed.tzinfo is not None else None
+    return parsed.astimezone(UTC) if parsed is not None and parsed.tzinfo is not None else None
 
 
 def _float_or_none(value: str) -> float | None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -83,6 +84,24 @@ def excerpt(text: str) -> str:
     if len(text) > MAX_EXCERPT_CHARS:
         text = text[: MAX_EXCERPT_CHARS - 1] + "…"
     return repr(text)
+
+
+# C0 controls but tab, DEL, C1 controls: what a terminal obeys rather than shows.
+_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f]")
+_CONTROL_BUT_NEWLINE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def _escaped(m: re.Match[str]) -> str:
+    return f"\\x{ord(m[0]):02x}"
+
+
+def printable(text: str, *, lines: bool = False) -> str:
+    """Text from a judged run as it may reach a terminal: control characters shown escaped
+    (``\\x1b``, ``\\x0d``), so that a log line cannot clear the screen, retitle the window or
+    overwrite a FAIL line with "PASSED". Used where text leaves for a terminal or JUnit (verify,
+    report's console, the plugin's lines, sections and properties); JSON outputs keep the exact
+    text. ``lines``: keep ``\\n`` (text of several lines that we joined)."""
+    return (_CONTROL_BUT_NEWLINE if lines else _CONTROL).sub(_escaped, text)
 
 
 class RefusedFile(OSError):
@@ -287,19 +306,39 @@ class LineCursor:
 
     def local_time(self, text: str) -> datetime | None:
         """A naive ``YYYY-MM-DD HH:MM:SS[.ffffff]`` stamp in the run host's zone, as UTC."""
-        try:
-            return datetime.fromisoformat(text).replace(tzinfo=self.tz).astimezone(UTC)
-        except ValueError:
-            return None
+        parsed = parse_time(text)
+        return None if parsed is None else parsed.replace(tzinfo=self.tz).astimezone(UTC)
+
+
+#: The years a run's clock can read (``FIRST_YEAR <= year < END_YEAR``). A stamp outside them
+#: (year 1, year 9999) is no reading: it is refused where it is parsed, so that no zone
+#: conversion or slack (``t - CLOCK_SLACK``) downstream can overflow.
+FIRST_YEAR = 1970
+END_YEAR = 2200
+TIME_RANGE = f"{FIRST_YEAR}..{END_YEAR - 1}"
+
+
+def time_in_range(value: datetime) -> bool:
+    """Whether a parsed time (naive or aware) lies in the years a run's clock can read."""
+    return FIRST_YEAR <= value.year < END_YEAR
+
+
+def parse_time(text: str) -> datetime | None:
+    """``datetime.fromisoformat``, None for an impossible time or one outside :data:`TIME_RANGE`
+    (naive or aware, as written)."""
+    try:
+        parsed = datetime.fromisoformat(text)
+    except (ValueError, OverflowError):
+        return None
+    return parsed if time_in_range(parsed) else None
 
 
 def parse_iso_utc(value: object, assume: tzinfo = UTC) -> datetime | None:
     """An ISO-8601 time (``Z``, offset or naive in ``assume``) as an aware UTC datetime."""
     if not isinstance(value, str):
         return None
-    try:
-        parsed = datetime.fromisoformat(value.strip())
-    except ValueError:
+    parsed = parse_time(value.strip())
+    if parsed is None:
         return None
     if parsed.tzinfo is None:
         parsed = parsed.replace(tzinfo=assume)
@@ -309,7 +348,10 @@ def parse_iso_utc(value: object, assume: tzinfo = UTC) -> datetime | None:
 def seconds_between(start: datetime | None, end: datetime | None) -> float | None:
     if start is None or end is None:
         return None
-    return round((end - start) / timedelta(seconds=1), 3)
+    try:
+        return round((end - start) / timedelta(seconds=1), 3)
+    except OverflowError:  # times not parsed by parse_time: no measurement
+        return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -321,6 +363,38 @@ class JsonFile:
 
 
 MAX_JSON_BYTES = 1 << 20
+#: The deepest nesting a JSON record may have (NVRx's, the injector's and our records are 3
+#: deep): ``json`` recurses once per level and a ``'[' * 100000`` would exhaust the stack.
+MAX_JSON_DEPTH = 64
+_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
+_JSON_BRACKET = re.compile(r"[\[\]{}]")
+
+
+def json_depth(text: str) -> int:
+    """How deep ``text``'s brackets nest, strings left out (``json`` never has to recurse)."""
+    depth = deepest = 0
+    for m in _JSON_BRACKET.finditer(_JSON_STRING.sub("", text)):
+        if m[0] in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        else:
+            depth -= 1
+    return deepest
+
+
+def parse_json(text: str) -> object:
+    """``json.loads`` for untrusted text (already size-capped by its reader): ``ValueError``
+    saying what is wrong for malformed JSON, nesting deeper than :data:`MAX_JSON_DEPTH`, or a
+    number ``int`` refuses; never a ``RecursionError``."""
+    depth = json_depth(text)
+    if depth > MAX_JSON_DEPTH:
+        raise ValueError(f"nested {depth} deep, deeper than {MAX_JSON_DEPTH}: not a record")
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"not JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
+    except (ValueError, RecursionError) as exc:  # a 5000-digit integer; a deep unclosed string
+        raise ValueError(f"not usable JSON ({excerpt(str(exc))})") from None
 
 
 def read_json_file(path: Path, root: Path | None = None, *, shown: str | None = None) -> JsonFile:
@@ -341,10 +415,7 @@ def read_json_file(path: Path, root: Path | None = None, *, shown: str | None = 
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ValueError(f"not UTF-8 ({exc.reason} at byte {exc.start})") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"not JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
+    data = parse_json(text)
     key_lines: dict[str, tuple[int, str]] = {}
     for lineno, line in enumerate(text.splitlines(), start=1):
         stripped = line.strip()
