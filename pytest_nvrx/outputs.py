@@ -44,8 +44,9 @@ def reserve_space(path: Path, size: int) -> None:
     try:
         fd = os.open(reserve, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
         try:
-            # written, not a sparse truncate: the blocks are taken now
-            os.write(fd, b"\0" * size)
+            # written, not a sparse truncate: the blocks are taken now (a short write means
+            # the disk is nearly full: the next one raises ENOSPC)
+            _write_all(fd, b"\0" * size)
             os.fsync(fd)
         finally:
             os.close(fd)
@@ -85,9 +86,7 @@ def _write_replace(path: Path, raw: bytes) -> None:
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
     try:
         try:
-            view = memoryview(raw)
-            while view:
-                view = view[os.write(fd, view) :]
+            _write_all(fd, raw)
             # a filesystem may report the full disk only here (delayed allocation, NFS)
             os.fsync(fd)
         finally:
@@ -97,6 +96,12 @@ def _write_replace(path: Path, raw: bytes) -> None:
         with contextlib.suppress(OSError):
             tmp.unlink()
         raise
+
+
+def _write_all(fd: int, raw: bytes) -> None:
+    view = memoryview(raw)
+    while view:
+        view = view[os.write(fd, view) :]
 
 
 def _naming(exc: OSError, path: Path) -> OSError:
