@@ -27,6 +27,7 @@ from typing import Any
 
 import pytest
 
+from pytest_nvrx.evidence.refs import printable
 from pytest_nvrx.evidence.rundir import RunEvidence
 from pytest_nvrx.gpu_slots import visible_gpus
 from pytest_nvrx.launch import interrupt_on_stop_signals
@@ -137,7 +138,7 @@ def terminal_writer(config: pytest.Config) -> Callable[[str], None]:
             with (
                 contextlib.nullcontext() if capman is None else capman.global_and_fixture_disabled()
             ):
-                sys.stderr.write(prefix + line + "\n")
+                sys.stderr.write(prefix + printable(line) + "\n")
                 sys.stderr.flush()
 
         return write_worker
@@ -146,6 +147,7 @@ def terminal_writer(config: pytest.Config) -> Callable[[str], None]:
         return lambda line: None
 
     def write(line: str) -> None:
+        line = printable(line)  # it may quote the run's text: no control character reaches a tty
         # Runs happen inside fixture setup, where output is captured: lift it for our line.
         if capman is None:
             tr.write_line(line)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import pytest
 
 from pytest_nvrx.criteria import CRITERIA_IDS
+from pytest_nvrx.evidence.refs import printable
 from pytest_nvrx.fixtures import ScenarioRun, nvrx_settings
 from pytest_nvrx.scenario_run import Limits
 
@@ -28,11 +29,13 @@ def test_run_finished(nvrx_scenario_run: ScenarioRun) -> None:
     judgement = nvrx_scenario_run.judgement
     if not judgement.judgeable:
         pytest.fail(
-            "run directory cannot be judged: " + "; ".join(judgement.unjudgeable_reasons),
+            printable(
+                "run directory cannot be judged: " + "; ".join(judgement.unjudgeable_reasons)
+            ),
             pytrace=False,
         )
     if judgement.first_cause is not None:
-        pytest.fail(judgement.first_cause.text, pytrace=False)
+        pytest.fail(printable(judgement.first_cause.text), pytrace=False)
 
 
 @pytest.mark.parametrize("criterion", CRITERIA_IDS)
@@ -40,7 +43,8 @@ def test_recovery_criterion(nvrx_scenario_run: ScenarioRun, criterion: str) -> N
     verdict = nvrx_scenario_run.judgement.verdict(criterion)
     if verdict.not_applicable:
         pytest.skip(f"{criterion}: {verdict.reason}")
-    assert verdict.passed, verdict.render()
+    # the message reaches the terminal and JUnit: the run's control characters escaped
+    assert verdict.passed, printable(verdict.render(), lines=True)
 
 
 @pytest.mark.nvrx_downtime_gate
@@ -55,4 +59,4 @@ def test_recovery_downtime(nvrx_scenario_run: ScenarioRun, pytestconfig: pytest.
         pytest.skip("baseline scenario: no fault, no downtime")
     failures = nvrx_scenario_run.gate_failures(limits)
     if failures:
-        pytest.fail("\n".join(failures), pytrace=False)
+        pytest.fail(printable("\n".join(failures), lines=True), pytrace=False)
