@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pytest_nvrx import __version__
+from pytest_nvrx.evidence.refs import parse_json
 from pytest_nvrx.layout import node_file_name
 from pytest_nvrx.settings import ConfigError
 
@@ -115,7 +116,9 @@ def read_holder(path: Path) -> Holder:
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             return Holder(path)
-        data = json.loads(os.read(fd, _READ_MAX))
+        data = parse_json(os.read(fd, _READ_MAX).decode("utf-8", "replace"))
+        if not isinstance(data, dict):
+            return Holder(path)
         run_id, run_dir, host, pid, since = (
             data["run_id"], data["run_dir"], data["host"], data["pid"], data["time"]
         )  # fmt: skip

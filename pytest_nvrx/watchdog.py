@@ -8,11 +8,12 @@ wrote result.json itself) the watchdog exits at once. When the pipe reaches its 
 ``done``, the harness is gone and nobody watches the run any more: the watchdog stops every
 process of the run (:func:`~pytest_nvrx.process_tree.kill_tree`: below the launcher and by the
 run's tag, workers reparented to init included), writes result.json naming it
-(``"interrupted": "harness killed"``) unless the harness wrote one, and removes the launch's
-TMPDIR. Messages go to the run's console log. No pytest; stdlib and our process tree only.
+(``"interrupted": "harness killed"``) unless the harness wrote one, removes the launch's
+TMPDIR and releases the checkpoint-dir claim the harness held (pytest_nvrx.checkpoint_claim).
+Messages go to the run's console log. No pytest.
 
     python -m pytest_nvrx.watchdog --fd N --tag TAG --result PATH --tmpdir DIR \\
-        --start-time ISO [--launcher-pid PID]
+        --start-time ISO [--checkpoint-dir D --harness-pid PID]
 """
 
 from __future__ import annotations
@@ -88,6 +89,28 @@ def _write_result(path: Path, start_time: str, launcher: int | None, t0: float) 
     return True
 
 
+def _release_claims(checkpoint_dir: Path | None, harness: int | None) -> list[Path]:
+    """The checkpoint-dir claims the dead harness held (pytest_nvrx.checkpoint_claim): theirs
+    only, never another run's."""
+    if checkpoint_dir is None or harness is None:
+        return []
+    from pytest_nvrx.checkpoint_claim import is_claim_name, read_holder
+
+    released = []
+    try:
+        names = [n for n in os.listdir(checkpoint_dir) if is_claim_name(n)]
+    except OSError:
+        return []
+    for name in names:
+        path = checkpoint_dir / name
+        holder = read_holder(path)
+        if holder.record and holder.pid == harness:
+            with contextlib.suppress(OSError):
+                path.unlink()
+                released.append(path)
+    return released
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m pytest_nvrx.watchdog")
     parser.add_argument("--fd", type=int, required=True)
@@ -96,6 +119,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--tmpdir", type=Path, required=True)
     parser.add_argument("--start-time", required=True)
     parser.add_argument("--started-at", type=float, default=None, help="time.time() at start")
+    parser.add_argument("--checkpoint-dir", type=Path, default=None)
+    parser.add_argument("--harness-pid", type=int, default=None)
     args = parser.parse_args(argv)
     t0 = args.started_at if args.started_at is not None else time.time()
     said, launcher = _wait_for_harness(args.fd)
@@ -104,11 +129,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     _say("the harness that launched this run is gone: stopping the run")
     stopped = kill_tree(launcher, args.tag, grace_s=3.0)
     wrote = _write_result(args.result, args.start_time, launcher, t0)
-    shutil.rmtree(args.tmpdir, ignore_errors=True)
+    released = _release_claims(args.checkpoint_dir, args.harness_pid)
+    shutil.rmtree(args.tmpdir, ignore_errors=True)  # last: the sign that the watchdog is done
     _say(
         f"stopped {len(stopped)} process(es)"
         + (f", wrote {args.result.name} ({HARNESS_KILLED})" if wrote else "")
         + f", removed {args.tmpdir}"
+        + "".join(f", released {path.name}" for path in released)
     )
     return 0
 

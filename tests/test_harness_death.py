@@ -73,6 +73,8 @@ def _harness_killed_leaves_nothing(harness: subprocess.Popen[bytes], runs: Path)
             os.kill(pid, signal.SIGKILL)
     assert not left, f"alive {WITHIN_S:.0f}s after the harness died: {sorted(left)}"
     assert not Path(tmpdir).exists()
+    # the checkpoint dir's claim of the dead harness is released (a new run may use it)
+    assert not list((run_dir / "checkpoints").glob("*.claim"))
     result = json.loads((run_dir / "result.json").read_text())
     assert result["interrupted"] == "harness killed"
     assert result["exit_code"] is None
