@@ -14,7 +14,7 @@ and prints the summary.
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from collections.abc import Generator, Sequence
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 from pytest_nvrx.criteria import CRITERIA_IDS
+from pytest_nvrx.evidence.refs import printable
 from pytest_nvrx.fixtures import (
     JUDGED_KEY,
     SCENARIO_FIXTURE,
@@ -31,6 +32,7 @@ from pytest_nvrx.fixtures import (
     terminal_writer,
 )
 from pytest_nvrx.layout import FAULT_WINDOWS, INJECTED_FAULTS, windows_of
+from pytest_nvrx.outputs import OutputRefused, check_outputs
 from pytest_nvrx.scenario_run import EXISTING_RUN, Limits, ScenarioRun
 from pytest_nvrx.scenarios import matrix_scenarios
 from pytest_nvrx.settings import PLUGIN_SETTINGS
@@ -113,6 +115,9 @@ def pytest_configure(config: pytest.Config) -> None:
     # Our own --nvrx-* options and nvrx_* ini values are checked now (a typo is a usage error
     # whatever is collected); the environment only once scenarios are (nvrx_settings).
     settings = resolve_settings(config, env=False)
+    refused = output_refusal(config, settings.report, settings.run_dir, settings.work_dir)
+    if refused is not None:
+        raise pytest.UsageError(f"pytest-nvrx: {refused}")
     if not hasattr(config, "workerinput"):
         # the controller (or a session without xdist) collects the scenarios' reports
         config.pluginmanager.register(NvrxReporter(config, settings.report), REPORTER_NAME)
@@ -301,14 +306,17 @@ def pytest_runtest_makereport(
 ) -> Generator[None, Any, None]:
     run: ScenarioRun | None = getattr(item, "funcargs", {}).get(SCENARIO_FIXTURE)
     if run is not None and call.when == "call":
-        item.user_properties.extend(_junit_properties(item, run))
+        # JUnit text, like the terminal's, shows the run's control characters escaped
+        item.user_properties.extend(
+            (name, printable(value)) for name, value in _junit_properties(item, run)
+        )
     outcome = yield
     report: pytest.TestReport = outcome.get_result()
     if run is None:
         return
     if report.failed and call.when == "call":
         for title, text in run.log_tails():
-            report.sections.append((title, text))
+            report.sections.append((title, printable(text, lines=True)))
     shipped = item.config.stash.setdefault(SHIPPED_KEY, set())
     if run.key not in shipped:
         # the scenario's first report (its run just ended): the outcome now, and the entry for
@@ -317,6 +325,38 @@ def pytest_runtest_makereport(
         entry = scenario_entry(item.config, run)
         report.nvrx_scenario = entry  # type: ignore[attr-defined]
         terminal_writer(item.config)(entry["outcome"])
+
+
+def output_refusal(
+    config: pytest.Config,
+    report: Path | None,
+    run_dir: Path | None = None,
+    work_dir: Path | None = None,
+    judged: Sequence[Path] = (),
+) -> str | None:
+    """Why the session's outputs (the report, report.json beside it, --junitxml) must not be
+    written: one resolves (links followed) into a run dir judged (--nvrx-run-dir, the work
+    dir's runs/, a run judged this session) or onto another of them."""
+    here = config.invocation_params.dir
+    outputs: list[tuple[str, Path]] = []
+    if report is not None:
+        outputs += [
+            ("--nvrx-report", here / report),
+            ("--nvrx-report's report.json", (here / report).with_name("report.json")),
+        ]
+    xmlpath = getattr(config.option, "xmlpath", None)
+    if xmlpath:
+        outputs.append(("--junitxml", here / xmlpath))
+    evidence = [("the run dir", Path(d)) for d in judged]
+    if run_dir is not None:
+        evidence.append(("--nvrx-run-dir", here / run_dir))
+    if work_dir is not None:
+        evidence.append(("the scenarios' run dirs", work_dir / "runs"))
+    try:
+        check_outputs(outputs, evidence)
+    except OutputRefused as exc:
+        return str(exc)
+    return None
 
 
 class NvrxReporter:
@@ -385,6 +425,14 @@ class NvrxReporter:
         if not data:
             self.outcome = f"no scenario was judged: {self.html} not written"
             return
+        # the work dir may come from NVRX_WORK_DIR (unread at configure time): the runs judged
+        # are known now
+        judged = [Path(d["run_dir"]) for d in data if isinstance(d.get("run_dir"), str)]
+        refused = output_refusal(self.config, self.html, judged=judged)
+        if refused is not None:
+            self.outcome = f"not written: {refused}"
+            session.exitstatus = pytest.ExitCode.USAGE_ERROR
+            return
         try:
             self.html.parent.mkdir(parents=True, exist_ok=True)
             write_report(
@@ -408,14 +456,15 @@ class NvrxReporter:
             tr.section("nvrx verdicts")
             for block in blocks:
                 for line in block:
-                    tr.write_line(line)
+                    tr.write_line(printable(line))
         for entry in self.entries.values():
             if entry.get("report_error"):
-                tr.write_line(f"nvrx report: {entry['key']} left out: {entry['report_error']}")
+                left_out = f"nvrx report: {entry['key']} left out: {entry['report_error']}"
+                tr.write_line(printable(left_out))
         if self.outcome is not None:
-            tr.write_line(f"nvrx report: {self.outcome}")
+            tr.write_line(printable(f"nvrx report: {self.outcome}"))
         for line in self.session_failures:
-            tr.write_line(line, red=True, bold=True)
+            tr.write_line(printable(line), red=True, bold=True)
 
 
 #: Under xdist, on the controller: the keys of the runs the workers judged.

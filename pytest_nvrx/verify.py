@@ -19,12 +19,16 @@ iterations, seed or model: :mod:`pytest_nvrx.criteria.baseline`) is refused (exi
 exact).
 
 Exit status: 0 when all criteria hold, 1 when any fails, 2 when the run cannot be judged
-(no such directory, unusable marker or run.json, missing --checkpoint-dir, bad arguments).
+(no such directory, unusable marker or run.json, missing --checkpoint-dir, bad arguments), or
+when ``--json FILE`` cannot be written or lies (links followed) in the run dir, the checkpoint dir
+or the baseline's run dir: refused before judging, it would overwrite the evidence. The file is
+written whole or not at all (:func:`pytest_nvrx.outputs.write_atomic`).
 """
 
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import sys
 from pathlib import Path
@@ -32,7 +36,9 @@ from typing import Any, TextIO
 
 from pytest_nvrx.criteria import FAULT_CHOICES, WINDOW_CHOICES, Judgement, judge
 from pytest_nvrx.criteria.baseline import baseline_refusal
+from pytest_nvrx.evidence.refs import printable
 from pytest_nvrx.evidence.rundir import RunDirError, load_run
+from pytest_nvrx.outputs import OutputRefused, check_outputs, write_atomic
 from pytest_nvrx.settings import argparse_type, parse_rtol
 
 EXIT_PASSED = 0
@@ -50,7 +56,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="Judge a finished run directory (walkthrough layout) by the six recovery "
         "criteria and quote the log lines that prove each verdict.",
         epilog="Exit status: 0 all criteria hold, 1 a criterion fails, 2 the run cannot be "
-        "judged (missing directory, unusable marker/run.json, bad arguments).",
+        "judged (missing directory, unusable marker/run.json, bad arguments) or --json FILE "
+        "cannot be written or resolves (links followed) into RUN_DIR, --checkpoint-dir or "
+        "--baseline (refused before judging).",
     )
     parser.add_argument("run_dir", metavar="RUN_DIR", type=Path, help="the run directory")
     parser.add_argument(
@@ -115,13 +123,38 @@ def _write_json(target: str, data: dict[str, Any], out: TextIO) -> str | None:
         out.write(text)
         return None
     try:
-        Path(target).write_text(text, encoding="utf-8")
+        write_atomic(Path(target), text)
     except OSError as exc:
         return f"cannot write --json {target}: {exc}"
     return None
 
 
+def _output_refusal(args: argparse.Namespace) -> str | None:
+    """Why ``--json FILE`` must not be written: it lies in the run dir judged, its checkpoint
+    dir or the baseline's run dir (verify X --json X/logs/launcher.log replaced the log)."""
+    if args.json_file in (None, "-"):
+        return None
+    evidence = [("the run dir", args.run_dir)]
+    if args.checkpoint_dir is not None:
+        evidence.append(("the checkpoint dir", args.checkpoint_dir))
+    if args.baseline is not None:
+        evidence.append(("the baseline run dir", args.baseline))
+    try:
+        check_outputs([("--json", Path(args.json_file))], evidence)
+    except OutputRefused as exc:
+        return str(exc)
+    return None
+
+
 def report(judgement: Judgement, out: TextIO) -> None:
+    """The text report, the run's own text shown with control characters escaped: a log line
+    cannot rewrite the terminal (``--json`` keeps the exact text)."""
+    text = io.StringIO()
+    _report_lines(judgement, text)
+    out.write(printable(text.getvalue(), lines=True))
+
+
+def _report_lines(judgement: Judgement, out: TextIO) -> None:
     exp = judgement.expected
     window = judgement.window
     where = (
@@ -154,13 +187,17 @@ def verify_main(argv: list[str], stdout: TextIO | None = None, stderr: TextIO | 
         args = parser.parse_args(argv)
     except SystemExit as exc:  # argparse printed the usage error already
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+    refused = _output_refusal(args)
+    if refused is not None:
+        err.write(f"verify: error: {refused}\n")
+        return EXIT_USAGE
     try:
         run = load_run(args.run_dir, args.checkpoint_dir)
         baseline = (
             load_run(args.baseline, read_checkpoints=False) if args.baseline is not None else None
         )
     except RunDirError as exc:
-        err.write(f"verify: error: {exc}\n")
+        err.write(f"verify: error: {printable(str(exc))}\n")
         return EXIT_USAGE
     # a named baseline that is none (the run itself, a fault run, a failed run, another
     # configuration) is the caller's mistake: refused, never silently left out
@@ -181,7 +218,7 @@ def verify_main(argv: list[str], stdout: TextIO | None = None, stderr: TextIO | 
     report(judgement, err if args.json_file == "-" else out)
     status = EXIT_PASSED if judgement.passed else EXIT_FAILED
     for why in judgement.unjudgeable_reasons:
-        err.write(f"verify: error: cannot judge {args.run_dir}: {why}\n")
+        err.write(f"verify: error: cannot judge {args.run_dir}: {printable(why)}\n")
         status = EXIT_USAGE
     if args.json_file is not None:
         error = _write_json(args.json_file, json_report(judgement, status), out)

@@ -2,7 +2,8 @@
 
 ``python -m pytest_nvrx report RUN_DIR... [-o report.html] [--json report.json]`` (also
 ``python -m pytest_nvrx.report``). Exit status: 0 every scenario qualified, 1 one
-did not, 2 a path is not a run directory or an output cannot be written.
+did not, 2 a path is not a run directory, an output cannot be written, or an output would land
+in a RUN_DIR (links followed) or on the other output.
 """
 
 from __future__ import annotations
@@ -14,7 +15,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
+from pytest_nvrx.evidence.refs import printable
 from pytest_nvrx.evidence.rundir import RunDirError
+from pytest_nvrx.outputs import OutputRefused, check_outputs, write_atomic
 from pytest_nvrx.report.model import ScenarioReport
 from pytest_nvrx.report.render import render_html, report_json
 
@@ -46,11 +49,21 @@ def write_report(
     stack: dict[str, Any] | None = None,
 ) -> None:
     """Write the HTML page and/or report.json; raises OSError when a file cannot be written."""
+    # each whole or not at all: a full disk leaves an earlier report as it was
     if html is not None:
-        html.write_text(render_html(reports, stack), encoding="utf-8")
+        write_atomic(html, render_html(reports, stack))
     if json_path is not None:
-        text = json.dumps(report_json(reports, stack), indent=1) + "\n"
-        json_path.write_text(text, encoding="utf-8")
+        write_atomic(json_path, json.dumps(report_json(reports, stack), indent=1) + "\n")
+
+
+def output_refusal(outputs: Sequence[tuple[str, Path]], run_dirs: Sequence[Path]) -> str | None:
+    """Why the outputs must not be written: one resolves into a RUN_DIR being judged
+    (``report X -o X/run.json`` replaced the manifest with HTML) or two are one file."""
+    try:
+        check_outputs(outputs, [("run dir", Path(d)) for d in run_dirs])
+    except OutputRefused as exc:
+        return str(exc)
+    return None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -60,7 +73,8 @@ def build_parser() -> argparse.ArgumentParser:
         "(matrix, timeline, recovery cost, loss curve) and its report.json.",
         epilog="A baseline run (fault=none) among the RUN_DIRs is drawn under the loss curve of "
         "each faulted run of the same workload and length. Exit status: 0 all qualified, 1 one "
-        "not qualified, 2 bad arguments or unwritable output.",
+        "not qualified, 2 bad arguments, unwritable output, or an output inside a RUN_DIR (links "
+        "followed) or on the other output (refused before anything is written).",
     )
     parser.add_argument("run_dirs", metavar="RUN_DIR", type=Path, nargs="+")
     parser.add_argument(
@@ -89,13 +103,18 @@ def report_main(
         args = build_parser().parse_args(list(argv))
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+    html: Path = args.output
+    json_path: Path = args.json_path or html.with_name("report.json")
+    json_flag = "--json" if args.json_path is not None else "--json (default)"
+    refused = output_refusal([("-o", html), (json_flag, json_path)], args.run_dirs)
+    if refused is not None:
+        err.write(f"report: error: {refused}\n")
+        return EXIT_USAGE
     try:
         reports = build_reports(args.run_dirs)
     except RunDirError as exc:
-        err.write(f"report: error: {exc}\n")
+        err.write(f"report: error: {printable(str(exc))}\n")
         return EXIT_USAGE
-    html: Path = args.output
-    json_path: Path = args.json_path or html.with_name("report.json")
     try:
         write_report(reports, html=html, json_path=json_path)
     except OSError as exc:
@@ -103,6 +122,6 @@ def report_main(
         return EXIT_USAGE
     for r in reports:
         down = f" (downtime {r.downtime_s:.1f} s)" if r.downtime_s is not None else ""
-        out.write(f"{r.name}: {r.outcome}{down}\n")
+        out.write(printable(f"{r.name}: {r.outcome}{down}") + "\n")  # the run's text, escaped
     out.write(f"report: wrote {html} and {json_path}\n")
     return EXIT_QUALIFIED if all(r.passed for r in reports) else EXIT_NOT_QUALIFIED

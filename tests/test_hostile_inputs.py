@@ -1,0 +1,244 @@
+"""Hostile run directories (issue #22 items 5 and 6): JSON nested to exhaust the stack, times no
+clock reads, and log lines that would drive a terminal.
+
+* every JSON record is read depth-bounded (:data:`~pytest_nvrx.evidence.refs.MAX_JSON_DEPTH`)
+  and size-capped: ``'[' * 100000`` in the marker, run.json or result.json makes the run "cannot
+  judge" (exit 2) naming the file and why; in a cycle record it is a note, as any unreadable
+  cycle record is;
+* every parsed time lies in 1970..2199: a marker or manifest time outside is "cannot judge"
+  naming the field, a log line's stamp outside is no time (as an impossible date is); no
+  OverflowError in verify, report or the plugin;
+* control characters of the run's text reach a terminal or JUnit escaped (``\\x1b``); the JSON
+  outputs keep the exact text.
+
+Each case doctors a copy of a committed real run (tests/doctor.py); each fails on the code
+before these items (a RecursionError or OverflowError traceback, or raw ESC bytes printed).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from pytest_nvrx.evidence.refs import MAX_JSON_DEPTH, parse_json, printable
+from pytest_nvrx.report.main import report_main
+from pytest_nvrx.verify import verify_main
+from tests.doctor import LAUNCHER, MARKER, Doctor, copy_run
+
+pytest_plugins = ["pytester"]
+
+DATA = Path(__file__).parent / "data"
+REF_KILL_SAVE = DATA / "windows" / "cpu" / "ref-kill-save"
+MEGATRON_KILL = DATA / "gpu-continuity" / "g2-kill-30"
+SUITE_ARGS = ["--pyargs", "pytest_nvrx.suite", "-p", "no:cacheprovider"]
+CYCLE_RECORD = "cycle_infos/cycle_info..0.0"
+CYCLE1 = "logs/train_cycle1.log"
+# what a hostile log line carries: retitle the window, clear the screen, return the carriage
+HOSTILE = "\x1b]0;owned\x07\x1b[2J\rverify: PASSED (6 of 6)"
+SHOWN = "\\x1b]0;owned\\x07\\x1b[2J\\x0dverify: PASSED (6 of 6)"
+# ref-kill-save's first replayed iteration line (training_continuity quotes it)
+REPLAYED = (
+    "0: [ref] 2026-11-30T16:22:18.385+00:00 rank 0 iteration 6/20 consumed_samples 24"
+    " loss 4.945107460021973 lr 0.009397114317029975 grad_norm 0.5321506261825562"
+)
+
+
+def verify(run: Path, *argv: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    status = verify_main([str(run), *argv], out, err)
+    return status, out.getvalue(), err.getvalue()
+
+
+def report(run: Path, tmp_path: Path) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    html = tmp_path / "out" / "report.html"
+    html.parent.mkdir(exist_ok=True)
+    status = report_main([str(run), "-o", str(html)], out, err)
+    assert html.is_file(), err.getvalue()
+    return status, out.getvalue(), err.getvalue()
+
+
+@pytest.fixture
+def ref_run(tmp_path: Path) -> Doctor:
+    return copy_run(REF_KILL_SAVE, tmp_path / "run")
+
+
+# -- item 5: JSON nested too deep ------------------------------------------------------------
+
+DEEP = ["[" * 100_000, '{"a": ' * 100_000]
+
+
+@pytest.mark.parametrize("text", DEEP, ids=["arrays", "objects"])
+@pytest.mark.parametrize("rel", [MARKER, "run.json", "result.json"])
+def test_a_record_nested_too_deep_cannot_be_judged(
+    ref_run: Doctor, tmp_path: Path, rel: str, text: str
+) -> None:
+    ref_run.path(rel).write_text(text)
+    status, _, err = verify(ref_run.root)
+    assert status == 2, err
+    assert rel in err and f"deeper than {MAX_JSON_DEPTH}" in err
+    status, _, err = report(ref_run.root, tmp_path)
+    assert status == 1 and "Traceback" not in err
+
+
+def test_a_cycle_record_nested_too_deep_is_noted_as_unreadable(
+    ref_run: Doctor, tmp_path: Path
+) -> None:
+    """As a truncated cycle record is (test_cycle_infos_tolerate_junk_and_symlinks)."""
+    ref_run.path(CYCLE_RECORD).write_text("[" * 100_000)
+    status, out, err = verify(ref_run.root)
+    assert f"note: cycle record {CYCLE_RECORD} unreadable: nested 100000 deep" in out, err
+    assert status in (0, 1)
+    report(ref_run.root, tmp_path)
+
+
+def test_parse_json_bounds() -> None:
+    nested = "[" * MAX_JSON_DEPTH + "]" * MAX_JSON_DEPTH
+    assert parse_json(nested) is not None
+    # brackets inside strings are text, not nesting
+    assert parse_json(json.dumps({"a": "[" * 1000 + '\\"{'})) == {"a": "[" * 1000 + '\\"{'}
+    for bad, why in [
+        ("[" + nested + "]", "deeper than"),
+        ("1" * 5000, "not usable JSON"),
+        ("[1,", "not JSON"),
+    ]:
+        with pytest.raises(ValueError, match=why):
+            parse_json(bad)
+
+
+# -- item 5: times no clock reads ------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("rel", "key", "value"),
+    [
+        (MARKER, "time", "0001-01-01T00:00:00+00:00"),
+        (MARKER, "time", "0001-01-01T00:30:00+01:00"),
+        (MARKER, "time", "9999-12-31T23:59:59-05:00"),
+        (MARKER, "time", "9999-12-31T23:59:59+00:00"),
+        ("result.json", "start_time", "0001-01-01T00:00:00+00:00"),
+        ("result.json", "end_time", "9999-12-31T23:59:59+00:00"),
+        ("run.json", "start_time", "0001-01-01T00:00:00Z"),
+    ],
+)
+def test_a_record_time_out_of_range_cannot_be_judged(
+    ref_run: Doctor, tmp_path: Path, rel: str, key: str, value: str
+) -> None:
+    ref_run.set_json(rel, **{key: value})
+    status, _, err = verify(ref_run.root)
+    assert status == 2, err
+    assert f"{key!r} is out of range (the string {value!r}): a run's clock reads 1970..2199" in err
+    status, _, err = report(ref_run.root, tmp_path)
+    assert status == 1 and "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("rel", "old", "new"),
+    [
+        (CYCLE_RECORD, "2026-11-30T16:22:04.914203Z", "0001-01-01T00:00:00Z"),
+        (CYCLE_RECORD, "2026-11-30T16:22:11.250413Z", "9999-12-31T23:59:59Z"),
+        (CYCLE1, "2026-11-30T16:22:18.385+00:00", "9999-12-31T23:59:59-05:00"),
+        (CYCLE1, "2026-11-30T16:22:18.385+00:00", "0001-01-01T00:00:00+05:00"),
+        (LAUNCHER, "2026-11-30 16:22:23,960", "9999-12-31 23:59:59,960"),
+        (LAUNCHER, "2026-11-30 16:22:04,824", "0001-01-01 00:00:00,824"),
+    ],
+)
+def test_a_log_or_cycle_stamp_out_of_range_is_no_time(
+    ref_run: Doctor, tmp_path: Path, rel: str, old: str, new: str
+) -> None:
+    """A stamp no clock reads is no time, like an impossible date: judged without it."""
+    ref_run.replace(rel, old, new, 1)
+    status, out, err = verify(ref_run.root)
+    assert status == 0 and out.splitlines()[-1] == "verify: PASSED (6 of 6)", err
+    status, out, err = report(ref_run.root, tmp_path)
+    assert status == 0 and ": QUALIFIED" in out, err
+
+
+def test_a_megatron_stamp_out_of_range_is_no_time(tmp_path: Path) -> None:
+    run = copy_run(MEGATRON_KILL, tmp_path / "run")
+    run.replace(
+        "logs/train_cycle0.log", "datetime: 2026-11-30 13:42", "datetime: 9999-12-31 23:42", 1
+    )
+    status, out, err = verify(run.root)
+    assert status == 0 and out.splitlines()[-1].startswith("verify: PASSED"), err
+    assert report(run.root, tmp_path)[0] == 0
+
+
+def test_glog_lines_alone_give_no_zone(ref_run: Doctor) -> None:
+    """Glog lines carry no year (year 1 until an NVRx line names one): without any NVRx line,
+    a profiling stamp is not read as a zone 2025 years off."""
+    lines = ref_run.lines(LAUNCHER)
+    glog = [line for line in lines if line[:1] in "EIW" and line[1:5].isdigit()]
+    assert glog
+    stamp = " Time: 2026-11-30 16:22:11.249 UTC"
+    ref_run.write_lines(LAUNCHER, [glog[0].rstrip("\n") + stamp + "\n", *glog])
+    _, out, err = verify(ref_run.root)
+    assert out.splitlines()[-1].startswith("verify: "), err
+
+
+# -- item 6: control characters --------------------------------------------------------------
+
+
+def test_printable_escapes_controls_but_tab() -> None:
+    shown = "a\tb\\x1b[2J\\x0d\\x07\\x00\\x7f\\x9b\\x0a"
+    assert printable("a\tb\x1b[2J\r\x07\x00\x7f\x9b\n") == shown
+    assert printable("one\x1b\ntwo", lines=True) == "one\\x1b\ntwo"
+    assert printable("é ü — …") == "é ü — …"
+
+
+@pytest.fixture
+def hostile_run(ref_run: Doctor) -> Doctor:
+    """The first replayed line ends with terminal controls and prints another loss: it is
+    quoted by training_continuity's failure."""
+    ref_run.replace(
+        CYCLE1,
+        REPLAYED,
+        REPLAYED.replace("loss 4.945107460021973", "loss 4.945107460021974") + " " + HOSTILE,
+    )
+    return ref_run
+
+
+def test_verify_text_escapes_the_run_s_control_characters(hostile_run: Doctor) -> None:
+    status, out, err = verify(hostile_run.root)
+    assert status == 1, err
+    assert SHOWN in out and "\x1b" not in out and "\r" not in out and "\x07" not in out
+    assert out.splitlines()[-1].startswith("verify: FAILED")
+
+
+def test_verify_json_keeps_the_exact_text(hostile_run: Doctor) -> None:
+    status, out, err = verify(hostile_run.root, "--json", "-")
+    assert status == 1
+    assert "\x1b" not in err and SHOWN in err  # the text report, on stderr
+    evidence = [e for c in json.loads(out)["criteria"] for e in c["evidence"]]
+    assert any(e.endswith(HOSTILE) for e in evidence)
+
+
+def test_messages_naming_a_run_dir_escape_it(tmp_path: Path) -> None:
+    run = copy_run(REF_KILL_SAVE, tmp_path / "run\x1b[2J")
+    status, out, _ = verify(run.root)
+    assert status == 0 and "\x1b" not in out and "run\\x1b[2J" in out
+    status, out, err = report(run.root, tmp_path)
+    assert status == 0 and "\x1b" not in out and "run\\x1b[2J: QUALIFIED" in out, err
+
+
+def test_plugin_output_escapes_the_run_s_control_characters(
+    pytester: pytest.Pytester, hostile_run: Doctor, tmp_path: Path
+) -> None:
+    """The verdict block, the failure message, the log-tail section and the JUnit text."""
+    junit = tmp_path / "junit.xml"
+    result = pytester.runpytest(
+        *SUITE_ARGS, "--nvrx-run-dir", str(hostile_run.root), f"--junitxml={junit}"
+    )
+    result.assert_outcomes(passed=6, failed=1)
+    out = result.stdout.str()
+    assert "\x1b" not in out and "\x07" not in out and "\r" not in out
+    assert SHOWN in out
+    assert "nvrx: tail of logs/train_cycle1.log" in out
+    xml = junit.read_text(encoding="utf-8")
+    assert "\x1b" not in xml and "\r" not in xml
+    failure = next(ET.parse(junit).getroot().iter("failure"))
+    assert SHOWN in (failure.get("message") or "") + (failure.text or "")

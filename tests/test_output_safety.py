@@ -1,0 +1,492 @@
+"""Outputs never land in evidence; a full disk is an ordinary error (issue #22 items 1 and 2).
+
+``report -o``, ``report --json``, ``verify --json``, ``--nvrx-report`` (and its report.json) and
+``--junitxml`` are refused when they resolve (links followed) into a run dir being judged or onto
+each other. Every file we write goes through a temp file and a rename: a failed write leaves the
+old file whole and no temp file. ENOSPC/EDQUOT: exit 2 before a launch, one line, no traceback,
+and a claim that could not be written does not block the run ID.
+
+The full-disk cases run twice: simulated in-process (os.write / os.fdopen raise ENOSPC), and on
+a real 64 KiB tmpfs where mounting one works (root), skipped elsewhere.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_nvrx import recipe as recipes
+from pytest_nvrx.launch import Launch
+from pytest_nvrx.outputs import reserve_of, write_atomic
+from pytest_nvrx.recipe import Recipe, prepare_run_dir
+from pytest_nvrx.report import report_main
+from pytest_nvrx.settings import ConfigError, RunConfig
+from pytest_nvrx.verify import verify_main
+
+pytest_plugins = ["pytester"]
+
+DATA = Path(__file__).parent / "data"
+KILL = DATA / "cpu" / "reference-kill"
+SUITE_ARGS = ["--pyargs", "pytest_nvrx.suite", "-p", "no:cacheprovider"]
+
+
+@pytest.fixture
+def run_dir(tmp_path: Path) -> Path:
+    run = tmp_path / "reference-kill"
+    shutil.copytree(KILL, run)
+    return run
+
+
+def snapshot(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+
+
+def strays(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.rglob("*") if p.name.endswith(".tmp"))
+
+
+def cli(main: Any, *args: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    code = main(list(args), out, err)
+    return code, out.getvalue(), err.getvalue()
+
+
+def one_line(text: str) -> str:
+    assert text.count("\n") == 1 and "Traceback" not in text, text
+    return text
+
+
+# -- item 1: outputs never land in evidence ------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "target"),
+    [
+        (["-o", "{run}/run.json"], "run.json"),
+        (["--json", "{run}/fault_injected.json"], "fault_injected.json"),
+        (["-o", "{run}/logs/new.html"], None),
+        (["-o", "{run}/checkpoints/report.html"], None),
+        (["-o", "{run}/report.html"], None),  # report.json beside it: in the run dir too
+        (["-o", "{tmp}/out.html", "--json", "{run}/result.json"], "result.json"),
+    ],
+)
+def test_report_output_in_the_run_dir_is_refused(
+    run_dir: Path, tmp_path: Path, args: list[str], target: str | None
+) -> None:
+    before = snapshot(run_dir)
+    argv = [a.format(run=run_dir, tmp=tmp_path) for a in args]
+    if "-o" not in argv:
+        argv += ["-o", str(tmp_path / "out.html")]
+    code, out, err = cli(report_main, str(run_dir), *argv)
+    assert code == 2, out + err
+    assert "write it outside that directory" in one_line(err) and str(run_dir) in err
+    assert snapshot(run_dir) == before, f"{target or 'a file'} in the run dir was written"
+    assert not (tmp_path / "out.html").exists()
+
+
+def test_report_output_through_a_link_into_the_run_dir_is_refused(
+    run_dir: Path, tmp_path: Path
+) -> None:
+    (tmp_path / "innocent.html").symlink_to(run_dir / "run.json")
+    (tmp_path / "outdir").symlink_to(run_dir / "logs")
+    before = snapshot(run_dir)
+    for out_path in (tmp_path / "innocent.html", tmp_path / "outdir" / "r.html"):
+        code, _, err = cli(report_main, str(run_dir), "-o", str(out_path),
+                           "--json", str(tmp_path / "r.json"))  # fmt: skip
+        assert code == 2 and "resolves into" in one_line(err), err
+    assert snapshot(run_dir) == before
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["-o", "{tmp}/same", "--json", "{tmp}/same"],
+        ["-o", "{tmp}/report.json"],  # the default report.json beside it is the page itself
+        ["-o", "{tmp}/a.html", "--json", "{tmp}/link"],  # link -> a.html
+    ],
+)
+def test_report_outputs_onto_each_other_are_refused(
+    run_dir: Path, tmp_path: Path, args: list[str]
+) -> None:
+    (tmp_path / "link").symlink_to(tmp_path / "a.html")
+    code, _, err = cli(report_main, str(run_dir), *[a.format(tmp=tmp_path) for a in args])
+    assert code == 2 and "give them different paths" in one_line(err), err
+    assert not (tmp_path / "same").exists() and not (tmp_path / "a.html").exists()
+    assert not (tmp_path / "report.json").exists()
+
+
+@pytest.mark.parametrize(
+    "inside", ["logs/launcher.log", "run.json", "fault_injected.json", "new.json", "checkpoints/x"]
+)
+def test_verify_json_in_the_run_dir_is_refused(run_dir: Path, inside: str) -> None:
+    before = snapshot(run_dir)
+    code, out, err = cli(verify_main, str(run_dir), "--json", str(run_dir / inside))
+    assert code == 2 and "write it outside that directory" in one_line(err), out + err
+    assert out == "", "judged although the output is refused"
+    assert snapshot(run_dir) == before
+
+
+def test_verify_json_in_the_checkpoint_or_baseline_dir_is_refused(
+    run_dir: Path, tmp_path: Path
+) -> None:
+    ckpt = tmp_path / "ckpt"
+    shutil.copytree(run_dir / "checkpoints", ckpt)
+    base = tmp_path / "base"
+    shutil.copytree(DATA / "cpu" / "reference-baseline", base)
+    link = tmp_path / "link.json"
+    link.symlink_to(base / "run.json")
+    for args in (
+        ["--checkpoint-dir", str(ckpt), "--json", str(ckpt / "latest_checkpointed_iteration.txt")],
+        ["--baseline", str(base), "--json", str(link)],
+    ):
+        before = snapshot(tmp_path)
+        code, _, err = cli(verify_main, str(run_dir), *args)
+        assert code == 2 and "verify: error:" in one_line(err), err
+        assert snapshot(tmp_path) == before
+
+
+def test_verify_json_outside_still_written(run_dir: Path, tmp_path: Path) -> None:
+    target = tmp_path / "verdicts.json"
+    code, _, err = cli(verify_main, str(run_dir), "--json", str(target))
+    assert code == 0, err
+    assert json.loads(target.read_text())["exit_status"] == 0
+    assert strays(tmp_path) == []
+
+
+def test_plugin_report_into_the_run_dir_or_onto_itself_is_a_usage_error(
+    pytester: pytest.Pytester, run_dir: Path, tmp_path: Path
+) -> None:
+    before = snapshot(run_dir)
+    cases = [
+        (["--nvrx-report", str(run_dir / "run.json")], "inside --nvrx-run-dir"),
+        (["--nvrx-report", str(run_dir / "logs" / "r.html")], "inside --nvrx-run-dir"),
+        (["--nvrx-report", str(tmp_path / "out" / "report.json")], "give them different paths"),
+        ([f"--junitxml={run_dir / 'logs' / 'launcher.log'}"], "inside --nvrx-run-dir"),
+        (
+            ["--nvrx-report", str(tmp_path / "r.html"), f"--junitxml={tmp_path / 'report.json'}"],
+            "give them different paths",
+        ),
+    ]
+    for args, why in cases:
+        result = pytester.runpytest(*SUITE_ARGS, "--nvrx-run-dir", str(run_dir), *args)
+        assert result.ret == pytest.ExitCode.USAGE_ERROR, (args, result.stdout.str())
+        result.stderr.fnmatch_lines([f"*pytest-nvrx: *{why}*"])
+    assert snapshot(run_dir) == before
+
+
+def test_plugin_report_into_the_work_dirs_runs_is_a_usage_error(
+    pytester: pytest.Pytester, tmp_path: Path
+) -> None:
+    work = tmp_path / "work"
+    result = pytester.runpytest(
+        *SUITE_ARGS, "--collect-only", "--nvrx-work-dir", str(work),
+        "--nvrx-report", str(work / "runs" / "some-run" / "run.json"),
+    )  # fmt: skip
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*pytest-nvrx: --nvrx-report * the scenarios' run dirs *"])
+
+
+# -- atomic writes: whole or not at all ----------------------------------------------------
+
+
+@contextlib.contextmanager
+def disk_full_under(folder: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """os.write raises ENOSPC for files under ``folder`` (other fds write as usual)."""
+    real_write = os.write
+    root = str(folder.resolve())
+
+    def write(fd: int, data: Any) -> int:
+        try:
+            where = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            where = ""
+        if where.startswith(root):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real_write(fd, data)
+
+    with monkeypatch.context() as m:
+        m.setattr(os, "write", write)
+        yield
+
+
+@pytest.mark.parametrize("code", [errno.ENOSPC, errno.EDQUOT])
+def test_write_atomic_failure_keeps_the_old_file_and_no_temp(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, code: int
+) -> None:
+    target = tmp_path / "result.json"
+    target.write_text("old\n")
+
+    def fail(fd: int, data: Any) -> int:
+        raise OSError(code, os.strerror(code))
+
+    monkeypatch.setattr(os, "write", fail)
+    with pytest.raises(OSError) as info:
+        write_atomic(target, "new\n" * 1000)
+    monkeypatch.undo()
+    assert info.value.errno == code and info.value.filename == str(target)
+    assert target.read_text() == "old\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["result.json"]
+
+
+def test_write_atomic_uses_the_reserve_when_the_disk_is_full(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    target = tmp_path / "result.json"
+    recipes_reserve = reserve_of(target)
+    from pytest_nvrx.outputs import reserve_space
+
+    reserve_space(target, 4096)
+    assert recipes_reserve.stat().st_size == 4096
+    real_write = os.write
+    calls: list[int] = []
+
+    def full_until_freed(fd: int, data: Any) -> int:
+        calls.append(fd)
+        if recipes_reserve.exists():
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real_write(fd, data)
+
+    monkeypatch.setattr(os, "write", full_until_freed)
+    write_atomic(target, '{"exit_code": 0}\n')
+    monkeypatch.undo()
+    assert json.loads(target.read_text()) == {"exit_code": 0}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["result.json"]
+
+
+def test_report_on_a_full_disk_keeps_the_old_report(
+    run_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "report.html").write_text("<old page>")
+    (out / "report.json").write_text("{}")
+    with disk_full_under(out, monkeypatch):
+        code, _, err = cli(report_main, str(run_dir), "-o", str(out / "report.html"))
+    assert code == 2 and "No space left on device" in one_line(err), err
+    assert (out / "report.html").read_text() == "<old page>"
+    assert (out / "report.json").read_text() == "{}"
+    assert strays(out) == []
+
+
+def test_verify_json_on_a_full_disk_keeps_the_old_file(
+    run_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "v.json").write_text('{"old": true}')
+    with disk_full_under(out, monkeypatch):
+        code, _, err = cli(verify_main, str(run_dir), "--json", str(out / "v.json"))
+    assert code == 2 and "cannot write --json" in err and "No space left" in err, err
+    assert err.count("verify: error:") == 1 and "Traceback" not in err
+    assert (out / "v.json").read_text() == '{"old": true}'
+    assert strays(out) == []
+
+
+# -- item 2: a full disk before and during a run -------------------------------------------
+
+
+def config(work: Path, run_id: str = "full") -> RunConfig:
+    return RunConfig(work_dir=work, run_id=run_id, workload="reference")
+
+
+def test_claim_write_failure_claims_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A claim that could not be written (ENOSPC at its first write) is an exit-2 error and
+    leaves no claim: once there is room the same run ID starts."""
+    real_fdopen = os.fdopen
+
+    class FullFile(io.RawIOBase):
+        def __init__(self, fd: int) -> None:
+            self.fd = fd
+
+        def writable(self) -> bool:
+            return True
+
+        def write(self, data: Any) -> int:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+        def close(self) -> None:
+            if not self.closed:
+                os.close(self.fd)
+            super().close()
+
+    def fdopen(fd: int, mode: str = "r", *args: Any, **kwargs: Any) -> Any:
+        raw = FullFile(fd)
+        return io.TextIOWrapper(io.BufferedWriter(raw)) if "b" not in mode else raw
+
+    cfg = config(tmp_path)
+    monkeypatch.setattr(os, "fdopen", fdopen)
+    with pytest.raises(ConfigError, match="No space left on device"):
+        prepare_run_dir(cfg)
+    monkeypatch.setattr(os, "fdopen", real_fdopen)
+    assert list(cfg.run_dir.glob("*.claim")) == [], "an unwritten claim was left behind"
+    prepare_run_dir(cfg)  # the run ID is free
+    assert json.loads((cfg.run_dir / "run.claim").read_text())["pid"] == os.getpid()
+
+
+def test_no_room_for_result_json_refuses_before_launch_and_frees_the_id(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cfg = config(tmp_path)
+    real_write = os.write
+
+    def full(fd: int, data: Any) -> int:
+        if os.readlink(f"/proc/self/fd/{fd}").endswith(".reserve"):
+            raise OSError(errno.EDQUOT, os.strerror(errno.EDQUOT))
+        return real_write(fd, data)
+
+    monkeypatch.setattr(os, "write", full)
+    with pytest.raises(ConfigError, match="no space left for run dir") as info:
+        prepare_run_dir(cfg)
+    monkeypatch.undo()
+    assert "\n" not in str(info.value)
+    assert sorted(p.name for p in cfg.run_dir.iterdir() if p.is_file()) == []
+    prepare_run_dir(cfg)
+    assert reserve_of(cfg.run_dir / "result.json").is_file()
+
+
+FILL_DISK = """
+import os, sys
+fd = os.open(os.path.join(sys.argv[1], "filler"), os.O_WRONLY | os.O_CREAT)
+try:
+    while True:
+        os.write(fd, b"x" * 1024)
+except OSError:
+    pass
+"""
+
+
+def launch_filling(cfg: RunConfig) -> tuple[Recipe, Any]:
+    layout = prepare_run_dir(cfg)
+    recipe = Recipe(
+        config=cfg,
+        layout=layout,
+        launcher_argv=(sys.executable, "-c", FILL_DISK, str(layout.checkpoint_dir)),
+        workload_argv=(),
+        env={"TMPDIR": str(layout.tmp)},
+        log_server_port=0,
+        profile="default",
+    )
+    with Launch(recipe) as launch:
+        result = launch.wait(60, poll_s=0.05)
+    return recipe, result
+
+
+def test_result_json_written_after_a_run_filled_the_disk_simulated(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The launcher filled the disk: result.json is still written (from the reserved space)."""
+    cfg = config(tmp_path)
+    layout = prepare_run_dir(cfg)
+    reserve = reserve_of(layout.run_dir / "result.json")
+    real_write = os.write
+
+    def full_until_freed(fd: int, data: Any) -> int:
+        if reserve.exists() and "result.json" in os.readlink(f"/proc/self/fd/{fd}"):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real_write(fd, data)
+
+    monkeypatch.setattr(os, "write", full_until_freed)
+    recipes.write_json_atomic(layout.run_dir / "result.json", {"exit_code": 0})
+    monkeypatch.undo()
+    assert json.loads((layout.run_dir / "result.json").read_text()) == {"exit_code": 0}
+    assert strays(layout.run_dir) == [] and not reserve.exists()
+
+
+# -- the same on a real full filesystem (a 64 KiB tmpfs; needs mount rights) ----------------
+
+
+@pytest.fixture
+def tiny_fs(tmp_path: Path) -> Iterator[Path]:
+    mnt = tmp_path / "tiny"
+    mnt.mkdir()
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mnt)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+def fill(folder: Path, leave: int = 0) -> Path:
+    """Fill the filesystem of ``folder``, then free ``leave`` bytes (whole pages)."""
+    filler = folder / "filler"
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    with contextlib.suppress(OSError):
+        while True:
+            os.write(fd, b"x" * 1024)
+    os.close(fd)
+    if leave:
+        with open(filler, "r+b") as f:
+            f.truncate(max(0, filler.stat().st_size - leave))
+    return filler
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "pytest_nvrx", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+@pytest.mark.parametrize("leave", [0, 4096, 8192], ids=["full", "4KiB-free", "8KiB-free"])
+def test_run_on_a_full_tmpfs_exits_2_and_leaves_the_id_free(tiny_fs: Path, leave: int) -> None:
+    work = tiny_fs / "work"
+    work.mkdir()
+    filler = fill(tiny_fs, leave)
+    args = ["run", "--workload", "reference", "--work-dir", str(work), "--run-id", "full"]
+    done = run_cli(*args)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "No space left on device" in one_line(done.stderr), done.stderr
+    run = work / "runs" / "full"
+    assert list(run.glob("*.claim")) == [], "a claim that failed to be written was left"
+    assert strays(run) == [] and not reserve_of(run / "result.json").exists()
+    filler.unlink()
+    prepare_run_dir(config(work))  # the run ID is not blocked
+
+
+def test_report_and_verify_on_a_full_tmpfs_keep_the_old_files(tiny_fs: Path, run_dir: Path) -> None:
+    html, rjson, vjson = tiny_fs / "report.html", tiny_fs / "report.json", tiny_fs / "v.json"
+    html.write_text("<old page>")
+    rjson.write_text("{}")
+    vjson.write_text('{"old": true}')
+    fill(tiny_fs)
+    done = run_cli("report", str(run_dir), "-o", str(html))
+    assert done.returncode == 2 and "No space left" in one_line(done.stderr), done.stderr
+    done = run_cli("verify", str(run_dir), "--json", str(vjson))
+    assert done.returncode == 2 and "No space left" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr
+    assert html.read_text() == "<old page>" and rjson.read_text() == "{}"
+    assert vjson.read_text() == '{"old": true}'
+    assert strays(tiny_fs) == []
+
+
+def test_result_json_written_after_the_launcher_filled_a_tmpfs(tiny_fs: Path) -> None:
+    cfg = config(tiny_fs / "work")
+    recipe, result = launch_filling(cfg)
+    run = recipe.layout.run_dir
+    assert (run / "checkpoints" / "filler").stat().st_size > 0
+    assert result.exit_code == 0
+    assert json.loads((run / "result.json").read_text())["exit_code"] == 0
+    assert strays(run) == [] and not reserve_of(run / "result.json").exists()
