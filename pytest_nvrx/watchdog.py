@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
+from pytest_nvrx.outputs import write_atomic
 from pytest_nvrx.process_tree import kill_tree
 
 #: what the harness writes when it no longer needs the watchdog
@@ -77,13 +78,10 @@ def _write_result(path: Path, start_time: str, launcher: int | None, t0: float) 
         "start_time": start_time,
         "end_time": _now(),
     }
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        tmp.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
-        os.replace(tmp, path)
+        # the harness's own writer: atomic, and on a full disk it spends the reserved space
+        write_atomic(path, json.dumps(record, indent=2) + "\n")
     except OSError as exc:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
         _say(f"cannot write {path}: {exc}")
         return False
     return True
