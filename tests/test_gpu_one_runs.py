@@ -16,6 +16,8 @@ from pathlib import Path
 import pytest
 
 from pytest_nvrx.criteria import judge_run_dir
+from pytest_nvrx.evidence.durability import tracker_readings
+from pytest_nvrx.evidence.rundir import load_run
 from tests.doctor import CYCLE0, CYCLE1, Doctor, copy_run
 
 DATA = Path(__file__).parent / "data" / "gpu-one"
@@ -81,4 +83,44 @@ def test_a_restore_of_a_checkpoint_never_finalized_fails(ckpt: Doctor) -> None:
     assert not c3.passed
     assert c3.reason.startswith(
         "cycle 1 loaded iteration 10, a save only scheduled before the failure, never finalized"
+    )
+
+
+# --- the default Megatron matrix on one H200, with rank 0's tracker readings -----------------
+
+MATRIX = Path(__file__).parent / "data" / "gpu-one-matrix"
+MATRIX_FAULTS = (
+    "kill-save",
+    "hang-finalize",
+    "term-finalize",
+    "segv-step",
+    "exception-step",
+    "ckpt-worker-finalize",
+)
+
+
+@pytest.mark.parametrize("name", MATRIX_FAULTS)
+def test_the_one_gpu_default_matrix_qualifies_by_every_invariant(name: str) -> None:
+    """Judged by the criteria and invariants of #21 (clocks, sequence, durability from rank
+    0's tracker readings, ranks, marker agreement) the real runs pass, against their baseline."""
+    run = load_run(MATRIX / name)
+    readings = tracker_readings(run)
+    assert len(readings) >= 20, "rank 0 read the tracker at every finalization"
+    judgement = judge_run_dir(MATRIX / name, baseline=MATRIX / "baseline")
+    assert judgement.passed, judgement.summary()
+    assert judgement.baseline_dir == MATRIX / "baseline"
+
+
+def test_a_megatron_tracker_read_before_its_finalization_line_fails(tmp_path: Path) -> None:
+    run = copy_run(MATRIX / "kill-save", tmp_path / "kill-save")
+    reading = "0: [pytest-nvrx injector] rank 0 pid 2315: checkpoint tracker reads 10 at"
+    run.insert_after(
+        CYCLE1,
+        "scheduled an async checkpoint save at iteration      10 ",
+        f"{reading} 2026-12-01T22:44:03.700000+00:00 (submit(10) returned)",
+    )
+    verdict = judge_run_dir(run.root).verdict("progress_past_restore")
+    assert not verdict.passed
+    assert "naming 10 at 22:44:03.700 (submit(10) returned) in cycle 1, but its finalization" in (
+        verdict.reason
     )
