@@ -94,3 +94,16 @@ def test_a_stopped_rank_that_trains_on_cannot_be_judged(tmp_path: Path) -> None:
     _, err = _cannot_judge(hang)
     assert "rank 1 was sent SIGSTOP at 16:25:30.177" in err
     assert "is stamped 16:25:45.000: a stopped rank trained on after its SIGSTOP" in err
+
+
+@pytest.mark.parametrize(
+    "stamp", ["9999-12-31T23:59:59.000+00:00", "2026-13-45T16:22:18.385+00:00"]
+)
+def test_an_iteration_stamped_with_no_usable_time_cannot_be_judged(ref: Doctor, stamp: str) -> None:
+    ref.replace(
+        CYCLE1,
+        "2026-11-30T16:22:18.385+00:00 rank 0 iteration 6/20",
+        f"{stamp} rank 0 iteration 6/20",
+    )
+    _, err = _cannot_judge(ref)
+    assert "logs/train_cycle1.log:7 is stamped with no usable time" in err

@@ -141,8 +141,6 @@ def test_a_record_time_out_of_range_cannot_be_judged(
     [
         (CYCLE_RECORD, "2026-11-30T16:22:04.914203Z", "0001-01-01T00:00:00Z"),
         (CYCLE_RECORD, "2026-11-30T16:22:11.250413Z", "9999-12-31T23:59:59Z"),
-        (CYCLE1, "2026-11-30T16:22:18.385+00:00", "9999-12-31T23:59:59-05:00"),
-        (CYCLE1, "2026-11-30T16:22:18.385+00:00", "0001-01-01T00:00:00+05:00"),
         (LAUNCHER, "2026-11-30 16:22:23,960", "9999-12-31 23:59:59,960"),
         (LAUNCHER, "2026-11-30 16:22:04,824", "0001-01-01 00:00:00,824"),
     ],
@@ -156,6 +154,19 @@ def test_a_log_or_cycle_stamp_out_of_range_is_no_time(
     assert status == 0 and out.splitlines()[-1] == "verify: PASSED (6 of 6)", err
     status, out, err = report(ref_run.root, tmp_path)
     assert status == 0 and ": QUALIFIED" in out, err
+
+
+@pytest.mark.parametrize("new", ["9999-12-31T23:59:59-05:00", "0001-01-01T00:00:00+05:00"])
+def test_an_iteration_stamp_out_of_range_cannot_be_judged(
+    ref_run: Doctor, tmp_path: Path, new: str
+) -> None:
+    """Every iteration line is stamped: one no clock reads leaves the clocks unchecked (exit 2,
+    criteria/clocks.py), and neither verify nor report prints a traceback."""
+    ref_run.replace(CYCLE1, "2026-11-30T16:22:18.385+00:00", new, 1)
+    status, _, err = verify(ref_run.root)
+    assert status == 2 and "is stamped with no usable time" in err, err
+    status, _, err = report(ref_run.root, tmp_path)
+    assert status in (0, 1) and "Traceback" not in err
 
 
 def test_a_megatron_stamp_out_of_range_is_no_time(tmp_path: Path) -> None:

@@ -4,6 +4,7 @@ judged.
 Each contradiction is a fatal :class:`~pytest_nvrx.evidence.refs.Problem` (``verify`` exits 2;
 every criterion that would have passed says "cannot judge"), quoting the lines:
 
+* every iteration line carries a usable stamp (both workloads stamp each one);
 * within one cycle log, each rank's timestamped lines (iterations, saves, milestones, the
   tracker readings) never go back in time: one process prints them in order;
 * no line of a cycle is stamped before the launcher's record of that cycle's start (less
@@ -69,7 +70,7 @@ def clock_problems(run: RunEvidence, timeline: Timeline) -> tuple[Problem, ...]:
     )
     for log in run.cycle_logs:
         timed = _timed(log)
-        problems += _backwards(log, timed)
+        problems += _unstamped(log) + _backwards(log, timed)
         record = run.cycle_infos.by_cycle(log.cycle)
         if record is not None and record.start is not None and timed:
             first = min(timed, key=lambda t: t[0])
@@ -113,6 +114,22 @@ def clock_problems(run: RunEvidence, timeline: Timeline) -> tuple[Problem, ...]:
                 )
     problems += _marker_outside_its_cycle(run, timeline)
     return tuple(problems)
+
+
+def _unstamped(log: CycleLog) -> list[Problem]:
+    """An iteration line whose stamp is no time (impossible, or outside the years a run's clock
+    can read: refs.TIME_RANGE): both workloads stamp every iteration line."""
+    blank = next((e for e in log.iterations if e.time is None), None)
+    if blank is None:
+        return []
+    return [
+        Problem(
+            "fatal",
+            f"{blank.ref.location} is stamped with no usable time (impossible, or outside the"
+            " years a run's clock can read): the clocks cannot be checked",
+            blank.ref,
+        )
+    ]
 
 
 def _backwards(log: CycleLog, timed: list[Timed]) -> list[Problem]:
