@@ -9,6 +9,26 @@ from typing import Any
 
 import pytest
 
+from tests.doctor import Doctor, copy_run
+
+#: Real passing runs that tests edit one thing in (tests/doctor.py): the CPU reference
+#: workload's kill in the save window (2 ranks, each printing its own lines) and Megatron's kill
+#: on 2 x H200 (rank 0 prints the load lines, rank 1 the iterations).
+REF_KILL_SAVE = Path(__file__).parent / "data" / "windows" / "cpu" / "ref-kill-save"
+G2_KILL = Path(__file__).parent / "data" / "gpu-continuity" / "g2-kill-30"
+
+
+@pytest.fixture
+def ref(tmp_path: Path) -> Doctor:
+    """A copy of ref-kill-save to edit."""
+    return copy_run(REF_KILL_SAVE, tmp_path / "ref-kill-save")
+
+
+@pytest.fixture
+def g2(tmp_path: Path) -> Doctor:
+    """A copy of g2-kill-30 to edit."""
+    return copy_run(G2_KILL, tmp_path / "g2-kill-30")
+
 
 @pytest.fixture
 def megatron_stub(tmp_path: Path) -> Path:

@@ -19,16 +19,6 @@ G2_KILL = DATA / "gpu-continuity" / "g2-kill-30"
 REF_KILL = DATA / "windows" / "cpu" / "ref-kill-save"
 
 
-@pytest.fixture
-def g2(tmp_path: Path) -> Doctor:
-    return copy_run(G2_KILL, tmp_path / "g2-kill-30")
-
-
-@pytest.fixture
-def ref(tmp_path: Path) -> Doctor:
-    return copy_run(REF_KILL, tmp_path / "ref-kill-save")
-
-
 def _cannot_judge(run: Doctor) -> tuple[Judgement, str]:
     judgement = judge_run_dir(run.root)
     assert not judgement.judgeable and not judgement.passed

@@ -14,21 +14,11 @@ import pytest
 
 from pytest_nvrx.criteria import judge_run_dir
 from pytest_nvrx.verify import verify_main
-from tests.doctor import CYCLE1, Doctor, copy_run
+from tests.doctor import CYCLE1, Doctor
 
 DATA = Path(__file__).parent / "data"
 REF_KILL = DATA / "windows" / "cpu" / "ref-kill-save"
 G2_KILL = DATA / "gpu-continuity" / "g2-kill-30"
-
-
-@pytest.fixture
-def ref(tmp_path: Path) -> Doctor:
-    return copy_run(REF_KILL, tmp_path / "ref-kill-save")
-
-
-@pytest.fixture
-def g2(tmp_path: Path) -> Doctor:
-    return copy_run(G2_KILL, tmp_path / "g2-kill-30")
 
 
 def test_the_unchanged_runs_pass(ref: Doctor, g2: Doctor) -> None:

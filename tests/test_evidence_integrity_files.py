@@ -50,16 +50,6 @@ def messages(run: Path, severity: str) -> list[str]:
 
 
 @pytest.fixture
-def ref(tmp_path: Path) -> Doctor:
-    return copy_run(REF_KILL, tmp_path / "ref-kill-save")
-
-
-@pytest.fixture
-def g2(tmp_path: Path) -> Doctor:
-    return copy_run(G2_KILL, tmp_path / "g2-kill-30")
-
-
-@pytest.fixture
 def base(tmp_path: Path) -> Doctor:
     return copy_run(G2_BASELINE, tmp_path / "g2-baseline-30")
 

@@ -22,7 +22,7 @@ from pytest_nvrx.evidence.reference import REFERENCE
 from pytest_nvrx.evidence.refs import LineCursor
 from pytest_nvrx.evidence.workload import LoadCompleted, LoadStarted, stated_rank
 from pytest_nvrx.verify import verify_main
-from tests.doctor import CYCLE0, CYCLE1, Doctor, copy_run
+from tests.doctor import CYCLE0, CYCLE1, Doctor
 
 DATA = Path(__file__).parent / "data"
 REF_KILL = DATA / "windows" / "cpu" / "ref-kill-save"
@@ -37,16 +37,6 @@ RANK1_LOAD = (
 G2_DIR = "/tmp/w/runs/g2-kill-30/checkpoints"
 G2_LOADING = f"loading distributed checkpoint from {G2_DIR} at iteration 5"
 G2_LOADED = f"successfully loaded checkpoint from {G2_DIR} [ t 1/1"
-
-
-@pytest.fixture
-def ref(tmp_path: Path) -> Doctor:
-    return copy_run(REF_KILL, tmp_path / "ref-kill-save")
-
-
-@pytest.fixture
-def g2(tmp_path: Path) -> Doctor:
-    return copy_run(G2_KILL, tmp_path / "g2-kill-30")
 
 
 def _load_failure(run: Doctor) -> Verdict:
