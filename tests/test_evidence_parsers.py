@@ -372,19 +372,25 @@ def test_real_cycle_infos() -> None:
     assert r1.ref.location == "cycle_infos/cycle_info..0.1:3"
 
 
-def test_cycle_infos_tolerate_junk_and_symlinks(tmp_path: Path) -> None:
+def test_cycle_infos_refuse_junk_and_skip_symlinks(tmp_path: Path) -> None:
     d = tmp_path / "cycle_infos"
     assert not read_cycle_infos(d, tmp_path).exists
     d.mkdir()
     (d / "cycle_info..0.0").write_text('{"cycle_start_time": "2026-11-29T11:00:00Z"}')
     (d / "cycle_info..0.1").write_bytes(b"{\xff truncated")
     (d / "cycle_info..0.2").write_text("[1, 2]")
+    (d / "cycle_info..0.3").write_text('{\n  "cycle_end_time": "2026-13-29T11:00:00Z"\n}')
     (d / "cycle_info..current").symlink_to("cycle_info..0.1")
     (d / "unrelated.txt").write_text("x")
     infos = read_cycle_infos(d, tmp_path)
-    assert [r.cycle for r in infos.records] == [0, 2]  # numbers from file names
-    assert infos.records[1].start is None
-    assert len(infos.problems) == 1 and "cycle_info..0.1 unreadable" in infos.problems[0].message
+    assert [r.cycle for r in infos.records] == [0, 3]  # numbers from file names
+    assert infos.records[1].start is None and infos.records[1].end is None
+    bad = infos.records[1].bad_time
+    assert bad is not None and bad.location == "cycle_infos/cycle_info..0.3:2"
+    assert [(p.severity, p.message.split(":")[0]) for p in infos.problems] == [
+        ("fatal", "cycle record cycle_infos/cycle_info..0.1 unreadable"),
+        ("fatal", "cycle record cycle_infos/cycle_info..0.2 unreadable"),
+    ]
 
 
 def test_real_marker() -> None:

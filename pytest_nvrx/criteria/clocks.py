@@ -4,7 +4,8 @@ judged.
 Each contradiction is a fatal :class:`~pytest_nvrx.evidence.refs.Problem` (``verify`` exits 2;
 every criterion that would have passed says "cannot judge"), quoting the lines:
 
-* every iteration line carries a usable stamp (both workloads stamp each one);
+* every stamp a log line or cycle record carries is a usable time (1970..2199, a real date),
+  and every iteration line carries one (both workloads stamp each one);
 * within one cycle log, each rank's timestamped lines (iterations, saves, milestones, the
   tracker readings) never go back in time: one process prints them in order;
 * no line of a cycle is stamped before the launcher's record of that cycle's start (less
@@ -68,6 +69,7 @@ def clock_problems(run: RunEvidence, timeline: Timeline) -> tuple[Problem, ...]:
         and marker.fault in (*DEADLY_AT_ONCE, *STOPPED)
         and marker.rank is not None
     )
+    problems += _unusable_records(run)
     for log in run.cycle_logs:
         timed = _timed(log)
         problems += _unstamped(log) + _backwards(log, timed)
@@ -116,18 +118,40 @@ def clock_problems(run: RunEvidence, timeline: Timeline) -> tuple[Problem, ...]:
     return tuple(problems)
 
 
+def _unusable_records(run: RunEvidence) -> list[Problem]:
+    """A launcher line or a cycle record whose time is no time: what the clocks are checked
+    against (the cycles' starts, the recovery milestones) is then unknown."""
+    found = [
+        (run.launcher.bad_stamp, "is stamped with no usable time"),
+        *((r.bad_time, "holds no usable time") for r in run.cycle_infos.records),
+    ]
+    return [
+        Problem(
+            "fatal",
+            f"{ref.location} {what} (impossible, or outside the years a run's clock can read):"
+            " the clocks cannot be checked",
+            ref,
+        )
+        for ref, what in found
+        if ref is not None
+    ]
+
+
 def _unstamped(log: CycleLog) -> list[Problem]:
-    """An iteration line whose stamp is no time (impossible, or outside the years a run's clock
-    can read: refs.TIME_RANGE): both workloads stamp every iteration line."""
-    blank = next((e for e in log.iterations if e.time is None), None)
+    """A line whose stamp is no time (impossible, or outside the years a run's clock can read:
+    refs.TIME_RANGE): any stamp the parser read (``CycleLog.bad_stamp``), and an iteration line
+    without one (both workloads stamp every iteration line)."""
+    blank = log.bad_stamp
+    if blank is None:
+        blank = next((e.ref for e in log.iterations if e.time is None), None)
     if blank is None:
         return []
     return [
         Problem(
             "fatal",
-            f"{blank.ref.location} is stamped with no usable time (impossible, or outside the"
+            f"{blank.location} is stamped with no usable time (impossible, or outside the"
             " years a run's clock can read): the clocks cannot be checked",
-            blank.ref,
+            blank,
         )
     ]
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 
 from pytest_nvrx.evidence.refs import (
@@ -40,6 +40,9 @@ class CycleInfo:
     end_ref: EvidenceRef | None
     # the cycle_log_file line: the launcher's own word on which file is the cycle's log
     log_ref: EvidenceRef | None = None
+    # the line of a start or end time that is no time (impossible, outside refs.TIME_RANGE, not
+    # a string): the run's clocks cannot be checked
+    bad_time: EvidenceRef | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,12 +59,29 @@ class CycleInfos:
         return None
 
 
+_TIMES = ("cycle_start_time", "cycle_end_time")
+# a time key present with a value that is no time
+_NO_TIME = datetime.min.replace(tzinfo=UTC)
+
+
+def _time(data: dict[str, object], key: str) -> datetime | None:
+    """The record's ``key`` time; None when absent (or null); :data:`_NO_TIME` when it holds
+    something no clock reads."""
+    value = data.get(key)
+    if value is None:
+        return None
+    parsed = parse_iso_utc(value)
+    return _NO_TIME if parsed is None else parsed
+
+
 def read_cycle_infos(directory: Path, run_dir: Path) -> CycleInfos:
-    """All cycle records, ordered by (attempt, cycle); bad files become warnings.
+    """All cycle records, ordered by (attempt, cycle).
 
     A record name held by a FIFO, device or directory is a fatal problem: only regular files
-    are evidence (it is never opened). Symlinks are skipped, as before: NVRx writes records as
-    regular files and only its ``.current`` pointer as a link.
+    are evidence (it is never opened). So is a record that is no JSON object (truncated, nested
+    too deep, too large, not UTF-8): NVRx writes each one whole (to a temp name, then renamed),
+    so such a file is not the launcher's record and the cycles cannot be judged without it.
+    Symlinks are skipped: NVRx writes only its ``.current`` pointer as a link.
     """
     shown = display_path(directory, run_dir)
     if not directory.is_dir():
@@ -81,16 +101,22 @@ def read_cycle_infos(directory: Path, run_dir: Path) -> CycleInfos:
             continue
         try:
             doc = read_json_file(path, run_dir, shown=file)
+            if not isinstance(doc.data, dict):
+                raise ValueError(f"a JSON {type(doc.data).__name__}, not an object")
         except (OSError, ValueError) as exc:
             problems.append(
                 Problem(
-                    "warning",
+                    "fatal",
                     f"cycle record {file} unreadable: {exc}",
                     EvidenceRef(file, None, str(exc)),
                 )
             )
             continue
-        data = doc.data if isinstance(doc.data, dict) else {}
+        data = doc.data
+        start, end = (_time(data, key) for key in _TIMES)
+        bad = next(
+            (key for key, t in zip(_TIMES, (start, end), strict=True) if t is _NO_TIME), None
+        )
         cycle = data.get("cycle_number", int(m["cycle"]))
         attempt = data.get("attempt_index", int(m["attempt"]))
         log_file = data.get("cycle_log_file")
@@ -100,8 +126,8 @@ def read_cycle_infos(directory: Path, run_dir: Path) -> CycleInfos:
                 cycle=cycle if isinstance(cycle, int) else int(m["cycle"]),
                 attempt=attempt if isinstance(attempt, int) else int(m["attempt"]),
                 job_id=m["job"],
-                start=parse_iso_utc(data.get("cycle_start_time")),
-                end=parse_iso_utc(data.get("cycle_end_time")),
+                start=None if start is _NO_TIME else start,
+                end=None if end is _NO_TIME else end,
                 log_name=Path(log_file).name if isinstance(log_file, str) and log_file else None,
                 active_ranks=str(ranks) if ranks is not None else None,
                 ref=json_key_ref(file, doc, "cycle_start_time"),
@@ -111,6 +137,7 @@ def read_cycle_infos(directory: Path, run_dir: Path) -> CycleInfos:
                 log_ref=json_key_ref(file, doc, "cycle_log_file")
                 if "cycle_log_file" in data
                 else None,
+                bad_time=json_key_ref(file, doc, bad) if bad is not None else None,
             )
         )
     records.sort(key=lambda r: (r.attempt, r.cycle))

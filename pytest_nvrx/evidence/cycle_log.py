@@ -91,6 +91,8 @@ class CycleLog:
     read_error: str | None = None
     # the fault injector's own lines (start, fire, skip), at most MAX_INJECTOR_LINES
     injector: tuple[InjectorLine, ...] = ()
+    # the first line parsed whose stamp is no time (refs.LineCursor.bad_stamp)
+    bad_stamp: EvidenceRef | None = None
 
     def of_type[E](self, kind: type[E]) -> tuple[E, ...]:
         return tuple(e for e in self.events if isinstance(e, kind))
@@ -138,6 +140,7 @@ class _Part:
     # a traceback still open at the range's end: the next range's lines may belong to it
     open_tracebacks: bool = False
     read_error: str | None = None
+    bad_stamp: EvidenceRef | None = None
 
 
 def _scan(
@@ -289,7 +292,15 @@ def _scan(
     part.saves_seen = saves_seen
     part.iterations = n_iterations
     part.first_it, part.last_it, part.max_it, part.max_no = first_it, last_it, max_it, max_no
+    part.bad_stamp = cursor.bad_stamp
     return part
+
+
+def _first_ref(a: EvidenceRef | None, b: EvidenceRef | None) -> EvidenceRef | None:
+    """The earlier of two references to lines of one file (None: neither)."""
+    if a is None or b is None:
+        return a or b
+    return a if (a.line or 0) <= (b.line or 0) else b
 
 
 class _Merge:
@@ -319,8 +330,10 @@ class _Merge:
         self.its_head: list[_Kept] = []
         self.its_tail: deque[_Kept] = deque(maxlen=ITERATIONS_KEPT)
         self.built: dict[int, IterationCommitted | None] = {}
+        self.bad_stamp: EvidenceRef | None = None
 
     def add(self, part: _Part) -> None:
+        self.bad_stamp = _first_ref(self.bad_stamp, part.bad_stamp)
         if self.lines == 0 and part.first_line is not None:
             self.first_line = part.first_line
         self.lines += part.lines
@@ -407,6 +420,7 @@ class _Merge:
             errors_not_kept=self.errors_dropped,
             saves_not_kept=self.saves_seen - sum(self.saves_head.values()) - len(tails),
             injector=tuple(self.injector),
+            bad_stamp=_first_ref(self.bad_stamp, cursor.bad_stamp),
         )
 
 
@@ -664,6 +678,7 @@ def _range_worker() -> None:
     for one in (*heads, *tails, part.first_it, part.last_it, part.max_it):
         if one is not None and one[0] not in part.built:
             part.built[one[0]] = _flat_iteration(_iteration_event(one, adapter, cursor))
+    part.bad_stamp = _first_ref(part.bad_stamp, cursor.bad_stamp)
     part.its_head = [(one[0], "", 0) for one in heads]
     part.its_tail = deque(((one[0], "", 0) for one in tails), maxlen=ITERATIONS_KEPT)
     pickle.dump(part, pipe_out, protocol=pickle.HIGHEST_PROTOCOL)

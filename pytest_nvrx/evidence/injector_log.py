@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
 
-from pytest_nvrx.evidence.refs import EvidenceRef, LineCursor, parse_time
+from pytest_nvrx.evidence.refs import EvidenceRef, LineCursor
 from pytest_nvrx.evidence.tracebacks import split_tag
 
 TAG = "[pytest-nvrx injector] "
@@ -118,7 +118,7 @@ def parse_injector_line(body: str, at: LineCursor) -> InjectorLine | None:
     rank, pid, msg = int(head["rank"]), int(head["pid"]), head["msg"]
     if msg.startswith("checkpoint tracker reads "):
         m = _TRACKER_READ.match(msg)
-        when = _aware(m["ts"]) if m is not None else None
+        when = at.aware_time(m["ts"]) if m is not None else None
         if m is None or when is None:
             return None
         return InjectorLine(
@@ -240,9 +240,3 @@ def parse_injected_exception(text: str) -> InjectedException | None:
         in_flight_iteration=None if m["n"] == "none" else int(m["n"]),
         tracker_iteration=int(m["t"]),
     )
-
-
-def _aware(text: str) -> datetime | None:
-    """An ISO time with its zone, else None (a naive or impossible time is no reading)."""
-    value = parse_time(text)
-    return value if value is not None and value.tzinfo is not None else None

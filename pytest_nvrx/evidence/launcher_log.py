@@ -93,6 +93,9 @@ class LauncherLog:
     # local time minus UTC on the launcher host, from profiling events; None if none were seen
     utc_offset: timedelta | None = None
     read_error: str | None = None
+    # the first line whose stamp is no time (impossible, or outside refs.TIME_RANGE; a profiling
+    # event's "Time:" included): the run's clocks cannot be checked
+    bad_stamp: EvidenceRef | None = None
 
     def of_kind(self, *kinds: LauncherEventKind) -> tuple[LauncherEvent, ...]:
         return tuple(e for e in self.events if e.kind in kinds)
@@ -236,6 +239,7 @@ def parse_launcher_log(path: Path, *, file: str | None = None) -> LauncherLog:
     last: tuple[datetime, EvidenceRef] | None = None
     # glog lines lack the year; they take it from the nearest NVRx line (fixed up at the end).
     pending_year: list[int] = []
+    bad_stamp: EvidenceRef | None = None
     lineno = 0
     try:
         for lineno, text in iter_lines(path):
@@ -249,6 +253,8 @@ def parse_launcher_log(path: Path, *, file: str | None = None) -> LauncherLog:
                 wlocal = m.groupdict().get("wlocal")
                 if ts is not None:
                     last_year = ts.year
+                elif bad_stamp is None:
+                    bad_stamp = EvidenceRef(name, lineno, quote(text))
             else:
                 g = _GLOG_LINE.match(text)
                 if g is not None:
@@ -256,8 +262,10 @@ def parse_launcher_log(path: Path, *, file: str | None = None) -> LauncherLog:
                         ts = datetime.fromisoformat(
                             f"{last_year or 1:04d}-{g['mon']}-{g['day']} {g['time']}"
                         )
-                    except ValueError:
+                    except ValueError:  # month 13; Feb 29 waits for its year (below)
                         ts = None
+                        if last_year is not None and bad_stamp is None:
+                            bad_stamp = EvidenceRef(name, lineno, quote(text))
                     if last_year is None and ts is not None:
                         pending_year.append(len(events))
                     msg = g["msg"]
@@ -290,6 +298,8 @@ def parse_launcher_log(path: Path, *, file: str | None = None) -> LauncherLog:
                 stamp = _naive(utc_text)
                 if stamp is not None:
                     offsets.append(ts - stamp)
+                elif bad_stamp is None:
+                    bad_stamp = EvidenceRef(name, lineno, quote(text))
             if event.kind in (
                 LauncherEventKind.SECTION_TIMEOUT,
                 LauncherEventKind.HEARTBEAT_TIMEOUT,
@@ -308,7 +318,10 @@ def parse_launcher_log(path: Path, *, file: str | None = None) -> LauncherLog:
         if naive is None:
             return None
         if fix_year and last_year is not None:
-            naive = naive.replace(year=last_year)
+            try:
+                naive = naive.replace(year=last_year)
+            except ValueError:  # not reached: year 1 has no Feb 29 to carry over
+                return None
         if not time_in_range(naive):  # a glog line's year 1 placeholder, never fixed
             return None
         return naive.replace(tzinfo=zone).astimezone(UTC)
@@ -327,6 +340,7 @@ def parse_launcher_log(path: Path, *, file: str | None = None) -> LauncherLog:
         config=config,
         config_refs=config_refs,
         utc_offset=offset,
+        bad_stamp=bad_stamp,
     )
 
 

@@ -20,10 +20,9 @@ This module must stay light (no torch): ``verify`` imports it for every referenc
 from __future__ import annotations
 
 import re
-from datetime import UTC, datetime
 from pathlib import Path
 
-from pytest_nvrx.evidence.refs import LineCursor, parse_time
+from pytest_nvrx.evidence.refs import LineCursor
 from pytest_nvrx.evidence.workload import (
     IterationCommitted,
     LoadCompleted,
@@ -68,12 +67,6 @@ _LOADED = re.compile(
 # the rank the head states ("[ref] <time> rank 1 ..."): it must be the line's NVRx prefix
 _STATED_RANK = re.compile(r"\[ref\] \S+ rank (\d+) ")
 _EXIT = re.compile(r"exit code (?P<code>-?\d+)$")
-
-
-def _utc(text: str) -> datetime | None:
-    parsed = parse_time(text)  # None outside the years a clock reads (year 9999 with a zone)
-    # the head's pattern requires an offset; keep a naive value out of comparisons regardless
-    return parsed.astimezone(UTC) if parsed is not None and parsed.tzinfo is not None else None
 
 
 def _float_or_none(value: str) -> float | None:
@@ -137,7 +130,7 @@ class ReferenceLogAdapter:
         if head is None:
             return None
         event = text[head.end() :]
-        time = _utc(head["ts"])
+        time = at.aware_time(head["ts"])  # None: no clock reads it (year 9999)
         first = event[:4]
         if first == "iter":
             m = _ITERATION.match(event)

@@ -292,7 +292,7 @@ class LineCursor:
     :meth:`ref` only for the few lines it recognises.
     """
 
-    __slots__ = ("file", "lineno", "raw", "tz")
+    __slots__ = ("bad_stamp", "file", "lineno", "raw", "tz")
 
     def __init__(self, file: str, tz: tzinfo = UTC) -> None:
         self.file = file
@@ -300,14 +300,34 @@ class LineCursor:
         self.raw = ""
         # The zone the workload's naive timestamps are in (derived from the launcher log).
         self.tz = tz
+        # The first line whose stamp is no time (impossible, or outside TIME_RANGE): the
+        # caller makes it "cannot judge" (a run's clock never reads such a time).
+        self.bad_stamp: EvidenceRef | None = None
 
     def ref(self) -> EvidenceRef:
         return EvidenceRef(self.file, self.lineno, quote(self.raw))
 
+    def _unusable(self) -> None:
+        if self.bad_stamp is None or (self.bad_stamp.line or 0) > self.lineno:
+            self.bad_stamp = self.ref()
+
     def local_time(self, text: str) -> datetime | None:
-        """A naive ``YYYY-MM-DD HH:MM:SS[.ffffff]`` stamp in the run host's zone, as UTC."""
+        """A naive ``YYYY-MM-DD HH:MM:SS[.ffffff]`` stamp in the run host's zone, as UTC; None
+        (and :attr:`bad_stamp` set) for a stamp no clock reads."""
         parsed = parse_time(text)
-        return None if parsed is None else parsed.replace(tzinfo=self.tz).astimezone(UTC)
+        if parsed is None:
+            self._unusable()
+            return None
+        return parsed.replace(tzinfo=self.tz).astimezone(UTC)
+
+    def aware_time(self, text: str) -> datetime | None:
+        """A stamp with its offset, as UTC; None (and :attr:`bad_stamp` set) for one no clock
+        reads or one without an offset."""
+        parsed = parse_time(text)
+        if parsed is None or parsed.tzinfo is None:
+            self._unusable()
+            return None
+        return parsed.astimezone(UTC)
 
 
 #: The years a run's clock can read (``FIRST_YEAR <= year < END_YEAR``). A stamp outside them
