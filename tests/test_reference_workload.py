@@ -583,17 +583,23 @@ def test_process_writer_saves_through_one_persistent_worker_of_the_rank(
     process_writer: dist.ProcessGroup, tmp_path: Path
 ) -> None:
     """The worker the fault ``ckpt-worker`` kills: a spawn child of the rank, in its process
-    group and session (the launcher's tree kill reaches it), reused by every save, gone after
-    close(). Its pid is read from torch's module state, as the injector reads it."""
+    group and session (the launcher's tree kill reaches it), started before training (in
+    setup, as Megatron's persistent worker: never inside a save's ``checkpointing`` section),
+    reused by every save, gone after close(). Its pid is read from torch's module state, as the
+    injector reads it."""
     t, log = trainer(), ListLog()
     ckpt = ref.AsyncCheckpointer(
         tmp_path, process_writer, ref.NullMonitor(), log, AsyncCheckpointerType.PROCESS
     )
+    ckpt.start_worker()
+    worker = ref.checkpoint_worker()
+    assert worker is not None and worker.pid is not None and worker.is_alive()
+    ckpt.start_worker()  # once
+    assert ref.checkpoint_worker() is worker
     t.train_step()
     ckpt.save(1, t.checkpoint_state)
     ckpt.finalize()
-    worker = ref.checkpoint_worker()
-    assert worker is not None and worker.pid is not None and worker.is_alive()
+    assert ref.checkpoint_worker() is worker
     from torch.distributed.checkpoint import _async_process_executor as executor
 
     assert executor._CHECKPOINT_PROCESS is not None

@@ -540,6 +540,24 @@ def checkpoint_worker() -> BaseProcess | None:
     return process
 
 
+def start_checkpoint_worker(group: dist.ProcessGroup) -> BaseProcess:
+    """Start this process's persistent checkpoint worker now (``--async-writer process``), as
+    Megatron's ``initialize_megatron`` starts its persistent async worker before training
+    (``--use-persistent-ckpt-worker``). DCP would start it inside the first save's background
+    write, so that save's finalization (a ``checkpointing`` section) would include a spawned
+    interpreter importing torch and its gloo group's setup (issue #23: 15.3 s on a loaded 2-core
+    host without bytecode, past the 15 s deadline). A collective: every rank calls it. Private
+    torch state (2.15), as :func:`checkpoint_worker`."""
+    from torch.distributed.checkpoint import _async_process_executor as executor
+
+    if executor._CHECKPOINT_PROCESS is None:
+        info = executor._ProcessGroupInitInfo(group)
+        executor._CHECKPOINT_PROCESS = executor._AsyncCheckpointProcess(pg_init_info=info)
+    process = checkpoint_worker()
+    assert process is not None
+    return process
+
+
 def stop_checkpoint_worker(timeout: float = WORKER_STOP_TIMEOUT_S) -> int | None:
     """Stop this process's persistent checkpoint worker, if any; returns its exit code.
 
@@ -658,6 +676,11 @@ class AsyncCheckpointer:
             with contextlib.suppress(Exception):
                 self.pending.future.result()
             self.pending = None
+
+    def start_worker(self) -> None:
+        """Start the persistent worker (``process``) before training; no-op otherwise."""
+        if self.writer is AsyncCheckpointerType.PROCESS:
+            start_checkpoint_worker(self.group)
 
     def close(self) -> None:
         """Stop the persistent worker (``process``) once no save is pending; no-op otherwise."""
@@ -939,6 +962,7 @@ def _train(
             args.async_writer,
             tracker_at_submit="tracker-at-submit" in args.break_save,
         )
+        checkpointer.start_worker()  # inside setup, as Megatron's persistent worker
     start_iteration = trainer.iteration
     monitor.end_section("setup")  # as Megatron: closed before the first step
 
