@@ -195,11 +195,32 @@ def _cmd_run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     return result.exit_code if result.exit_code is not None else 1
 
 
+def version_line() -> str:
+    """``pytest-nvrx 0.1.0 (NVRx 0.7.0, torch 2.15.0, Python 3.12.1)``, read from installed
+    metadata: nothing is imported."""
+    import importlib.metadata
+    import platform
+
+    from pytest_nvrx import __version__
+
+    def installed(dist: str) -> str:
+        try:
+            return importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            return "not installed"
+
+    return (
+        f"pytest-nvrx {__version__} (NVRx {installed('nvidia-resiliency-ext')}, torch"
+        f" {installed('torch')}, Python {platform.python_version()})"
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m pytest_nvrx",
         description="Qualify fault recovery of Megatron-LM GPT training under NVRx ft_launcher.",
     )
+    parser.add_argument("--version", action="version", version=version_line())
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser(
         "run",

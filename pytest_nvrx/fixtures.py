@@ -84,10 +84,20 @@ def _lookup(config: pytest.Config, setting: Setting, *, env: bool) -> tuple[Any,
         return value, setting.plugin_option
     if env and setting.env and os.environ.get(setting.env, "") != "":
         return os.environ[setting.env], f"environment variable {setting.env}"
-    ini = config.getini(setting.ini)
-    if ini not in (None, "", [], False):
+    try:
+        ini = config.getini(setting.ini)  # typed (Setting.ini_type): 5 or "5" for an int
+    except (pytest.UsageError, ValueError) as exc:  # "abc" for an int, 5 for a string
+        wanted = {"int": "an integer", "float": "a number", "bool": "true or false"}
+        raise pytest.UsageError(
+            f"pytest-nvrx: ini value {setting.ini} must be"
+            f" {wanted.get(setting.ini_type, 'text')}: {exc}"
+        ) from None
+    if ini is None or ini == "" or ini is False:
+        return None
+    if setting.flag:
         return ini, f"ini value {setting.ini}"
-    return None
+    # every parser reads text: 5 -> "5", 0.5 -> "0.5" (checked there, as the option's text)
+    return str(ini), f"ini value {setting.ini}"
 
 
 def resolve_settings(config: pytest.Config, *, env: bool = True) -> NvrxSettings:

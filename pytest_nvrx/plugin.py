@@ -67,10 +67,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                 setting.plugin_option,
                 dest=setting.ini,
                 default=None,
-                metavar=setting.name.split("-")[-1].upper(),
+                metavar=setting.metavar,
                 help=text,
             )
-            parser.addini(setting.ini, text, default=None)
+            parser.addini(setting.ini, text, type=setting.ini_type, default=None)
 
 
 #: What one rank gets, by fault marker.

@@ -543,6 +543,24 @@ class Setting:
         return "nvrx_" + self.name.replace("-", "_")
 
     @property
+    def ini_type(self) -> Literal["string", "int", "float", "bool"]:
+        """The ini value's pytest type: a native ``[tool.pytest]`` table takes ``5``, not only
+        ``"5"`` (pytest 9 refuses a number for a string value)."""
+        if self.flag:
+            return "bool"
+        if self.parse in (_positive_int, _non_negative_int):
+            return "int"
+        if self.parse in (parse_seconds, parse_rtol):
+            return "float"
+        return "string"
+
+    @property
+    def metavar(self) -> str:
+        """What follows the option in ``--help`` (the docs' value, ``S`` spelled out)."""
+        value = self.doc_value.replace("\\|", "|")
+        return {"S": "SECONDS", "": self.name.split("-")[-1].upper()}.get(value, value)
+
+    @property
     def cli_dest(self) -> str:
         return self.name.replace("-", "_")
 
@@ -790,7 +808,7 @@ SETTINGS: tuple[Setting, ...] = (
         },
         show_default=True,
         cli_form="typed",
-        doc_value="S",
+        doc_value="setup:S,step:S,checkpointing:S",
         doc="NVRx section deadlines (all three names, seconds)",
     ),
     Setting(
