@@ -13,12 +13,15 @@ launcher could not be started.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import errno
 import os
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from pytest_nvrx.evidence.refs import printable
 from pytest_nvrx.launch import (
     Launch,
     Progress,
@@ -149,7 +152,8 @@ def _cmd_run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
             args.dry_run = True
         planned = plan(args, environ)
     except ConfigError as exc:
-        print(f"pytest-nvrx run: error: {exc}", file=sys.stderr)
+        # messages may quote a claim's or a file's content: shown escaped (refs.printable)
+        print(printable(f"pytest-nvrx run: error: {exc}"), file=sys.stderr)
         return USAGE_ERROR
     recipe = planned.recipe
     print(f"Run artifacts: {recipe.layout.run_dir}")
@@ -168,7 +172,9 @@ def _cmd_run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
         print(f"note: {note}", file=sys.stderr)
 
     def show(progress: Progress) -> None:
-        print(progress.describe(), flush=True)
+        # a progress line that cannot be written (stdout on a full disk) never stops the run
+        with contextlib.suppress(OSError):
+            print(progress.describe(), flush=True)
 
     def started(launch: Launch) -> None:
         if launch.slurm is not None:
@@ -184,8 +190,11 @@ def _cmd_run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
         outcome = launch_run(planned, args.timeout, on_progress=show, on_start=started)
     except KeyboardInterrupt as exc:
         return interrupted(exc, recipe.layout.run_dir)
+    except ConfigError as exc:  # nothing launched (a full disk at run.json)
+        print(printable(f"pytest-nvrx run: error: {exc}"), file=sys.stderr)
+        return USAGE_ERROR
     except (RuntimeError, OSError) as exc:
-        print(f"pytest-nvrx run: error: {exc}", file=sys.stderr)
+        print(printable(f"pytest-nvrx run: error: {exc}"), file=sys.stderr)
         return LAUNCH_ERROR
     result = outcome.result
     if result is None:
@@ -241,7 +250,27 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: Errors of writing our own output (stdout on a full disk, a closed pipe): one line, exit 2.
+OUTPUT_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EPIPE)
+
+
 def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> int:
+    try:
+        return _main(argv, environ)
+    except OSError as exc:
+        if exc.errno not in OUTPUT_ERRNOS:
+            raise
+        # stdout may be what failed: leave it (no second error when Python flushes it at exit)
+        with contextlib.suppress(OSError, ValueError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        print(
+            printable(f"python -m pytest_nvrx: error: cannot write its output: {exc}"),
+            file=sys.stderr,
+        )
+        return USAGE_ERROR
+
+
+def _main(argv: Sequence[str] | None, environ: Mapping[str, str] | None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     env = os.environ if environ is None else environ
     if args_list[:1] == ["verify"]:

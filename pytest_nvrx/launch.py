@@ -43,6 +43,7 @@ from pytest_nvrx.layout import (
     node_file_name,
 )
 from pytest_nvrx.layout import RESULT_NAME as RESULT_NAME  # re-exported: launch.RESULT_NAME
+from pytest_nvrx.outputs import is_disk_full
 from pytest_nvrx.process_tree import TAG_VAR as TAG_VAR  # re-exported: launch.TAG_VAR
 from pytest_nvrx.process_tree import descendants as descendants
 from pytest_nvrx.process_tree import kill_tree as kill_tree
@@ -51,6 +52,7 @@ from pytest_nvrx.recipe import MULTI_LAUNCHERS_VAR as MULTI_LAUNCHERS_VAR  # re-
 from pytest_nvrx.recipe import (
     Recipe,
     check_fresh_run_dir,
+    give_back_run_dir,
     make_run_tmpdir,
     manifest,
     rdzv_host_option,
@@ -865,6 +867,7 @@ class Launch:
         self.recipe = dataclasses.replace(
             self.recipe, env={**self.recipe.env, "TMPDIR": str(self.tmpdir)}
         )
+        wrote_manifest = False
         try:
             env = dict(os.environ)
             argv = self.recipe.argv
@@ -884,7 +887,16 @@ class Launch:
             elif self.recipe.config.nnodes > 1 and target.exists():
                 # another node of this run wrote run.json first: keep ours beside it
                 target = target.with_name(f"run.{man['host']}.json")
-            write_json_atomic(target, man)
+            try:
+                write_json_atomic(target, man)
+            except OSError as exc:
+                if not is_disk_full(exc):
+                    raise
+                raise ConfigError(
+                    f"no space left for {target}: {exc.strerror}; free space there or choose"
+                    " another work dir (nothing was launched)"
+                ) from None
+            wrote_manifest = True
             env.update(self.recipe.env)
             # every process of the run carries the tag, a Slurm step's tasks too (srun passes
             # the environment on)
@@ -913,6 +925,9 @@ class Launch:
             with deferred_stop_signals():
                 self.stop(grace_s=2.0)
                 self._release_watchdog()
+                if not wrote_manifest:  # no run here: nothing may block its ID
+                    config = self.recipe.config
+                    give_back_run_dir(self.layout, nnodes=config.nnodes, node_index=self.node_index)
             raise
         return self
 

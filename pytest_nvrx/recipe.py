@@ -31,7 +31,7 @@ from pytest_nvrx.layout import (
     RunLayout,
     node_file_name,
 )
-from pytest_nvrx.outputs import is_disk_full, reserve_space, write_atomic
+from pytest_nvrx.outputs import is_disk_full, reserve_of, reserve_space, write_atomic
 from pytest_nvrx.settings import (
     REFERENCE_ASYNC_WRITER_FLAG,
     ConfigError,
@@ -502,6 +502,21 @@ def release_claim(path: Path) -> None:
     """Give back a claim this process made for a launch that never started."""
     with contextlib.suppress(OSError):
         path.unlink()
+
+
+def give_back_run_dir(
+    layout: RunLayout, *, nnodes: int, node_index: int | None = None, host: str | None = None
+) -> None:
+    """A launch that never started (its run.json unwritten): give back the run dir's claim and
+    the space kept for result.json, so that nothing blocks the run ID and nothing stray is left
+    (issue #22: a full disk at run.json left ``run.claim`` behind, refusing the ID forever)."""
+    host = socket.gethostname() if host is None else host
+    release_claim(claim_file(layout, nnodes=nnodes, host=host, node_index=node_index))
+    result = layout.run_dir / (
+        node_file_name(RESULT_NAME, node_index) if node_index else RESULT_NAME
+    )
+    with contextlib.suppress(OSError):
+        reserve_of(result).unlink()
 
 
 def make_run_tmpdir(run_id: str) -> Path:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -28,7 +27,7 @@ from pytest_nvrx.gpu_slots import gpu_locks, visible_gpus
 from pytest_nvrx.launch import Launch, Progress, RunResult, RunTimeout, tail_text
 from pytest_nvrx.layout import RunLayout
 from pytest_nvrx.planning import Plan, plan_run
-from pytest_nvrx.recipe import claim_file, prepare_run_dir
+from pytest_nvrx.recipe import give_back_run_dir, prepare_run_dir
 from pytest_nvrx.scenarios import DEFAULTS, RUN_TIMEOUTS, Scenario
 from pytest_nvrx.settings import (
     ConfigError,
@@ -394,15 +393,13 @@ def plan_launch(config: RunConfig, *, dry_run: bool = False, port: int | None = 
         )
     except ConfigError:
         # lost a race for the checkpoint dir: nothing ran here, the run ID may be tried again
-        run_claim = claim_file(
-            layout, nnodes=config.nnodes, host=socket.gethostname(), node_index=config.node_index
-        )
-        run_claim.unlink(missing_ok=True)
+        give_back_run_dir(layout, nnodes=config.nnodes, node_index=config.node_index)
         raise
     try:
         return plan_run(config, launcher_exe=find_launcher(), port=port, probe=True)
     except BaseException:
         release_dir(layout.checkpoint_dir)
+        give_back_run_dir(layout, nnodes=config.nnodes, node_index=config.node_index)
         raise
 
 

@@ -450,20 +450,57 @@ def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-@pytest.mark.parametrize("leave", [0, 4096, 8192], ids=["full", "4KiB-free", "8KiB-free"])
+@pytest.mark.parametrize(
+    "leave",
+    [0, 4096, 8192, 12288, 16384, 20480, 24576],
+    ids=lambda n: f"{n // 1024}KiB-free" if n else "full",
+)
 def test_run_on_a_full_tmpfs_exits_2_and_leaves_the_id_free(tiny_fs: Path, leave: int) -> None:
+    """At each amount of free space a different write fails first (the run claim, the reserve
+    for result.json, the checkpoint claim, run.json: 20 and 24 KiB left a stray reserve and a
+    claim that refused the run ID for ever, exit 1); each is one line, exit 2, nothing left."""
     work = tiny_fs / "work"
     work.mkdir()
     filler = fill(tiny_fs, leave)
     args = ["run", "--workload", "reference", "--work-dir", str(work), "--run-id", "full"]
     done = run_cli(*args)
     assert done.returncode == 2, done.stdout + done.stderr
-    assert "No space left on device" in one_line(done.stderr), done.stderr
+    # one error line (after the stack line where the plan got that far), no traceback
+    assert "Traceback" not in done.stderr and done.stderr.count("error:") == 1, done.stderr
+    assert "No space left on device" in done.stderr.splitlines()[-1], done.stderr
     run = work / "runs" / "full"
     assert list(run.glob("*.claim")) == [], "a claim that failed to be written was left"
     assert strays(run) == [] and not reserve_of(run / "result.json").exists()
     filler.unlink()
     prepare_run_dir(config(work))  # the run ID is not blocked
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["verify", "{run}"], ["verify", "{run}", "--json", "-"], ["report", "{run}", "-o", "{html}"]],
+    ids=["verify", "verify-json-stdout", "report"],
+)
+def test_stdout_on_a_full_tmpfs_is_one_line_exit_2(
+    tiny_fs: Path, run_dir: Path, tmp_path: Path, argv: list[str]
+) -> None:
+    """Our own output that cannot be written (stdout redirected onto a full disk) is one line on
+    stderr and exit 2, not a traceback."""
+    fill(tiny_fs)
+    args = [a.format(run=run_dir, html=tmp_path / "r.html") for a in argv]
+    with open(tiny_fs / "out.txt", "w") as out:
+        done = subprocess.run(
+            [sys.executable, "-m", "pytest_nvrx", *args],
+            stdout=out,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr and "Exception ignored" not in done.stderr
+    # (with --json - the text report goes to stderr, before the error)
+    shown = done.stderr.splitlines()[-1] if "-" in args else one_line(done.stderr).rstrip("\n")
+    assert shown.endswith("cannot write its output: [Errno 28] No space left on device"), shown
 
 
 def test_report_and_verify_on_a_full_tmpfs_keep_the_old_files(tiny_fs: Path, run_dir: Path) -> None:
