@@ -14,6 +14,7 @@ import contextlib
 import errno
 import os
 import secrets
+import stat
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -115,6 +116,26 @@ def _real(path: Path | str) -> str:
     return os.path.realpath(os.path.abspath(os.fspath(path)))
 
 
+def _dir_id(path: str | Path) -> tuple[int, int] | None:
+    """(device, inode) of a directory, None if it is none."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino) if stat.S_ISDIR(st.st_mode) else None
+
+
+def _ancestor_ids(real: str) -> set[tuple[int, int]]:
+    """(device, inode) of every existing directory on the way to ``real`` (itself included)."""
+    ids: set[tuple[int, int]] = set()
+    current = Path(real)
+    for folder in (current, *current.parents):
+        found = _dir_id(folder)
+        if found is not None:
+            ids.add(found)
+    return ids
+
+
 def _inside(path: str, folder: str) -> bool:
     return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
 
@@ -125,12 +146,15 @@ def check_outputs(
     """Refuse an output (``(how the user named it, path)``) that resolves into an evidence
     directory (``(what it is, path)``: a run dir judged, its checkpoint dir) or onto another
     output. Raises :class:`OutputRefused` with one line that names the fix."""
-    folders = [(what, Path(where), _real(where)) for what, where in evidence]
+    folders = [(what, Path(where), _real(where), _dir_id(where)) for what, where in evidence]
     seen: dict[str, str] = {}
     for flag, path in outputs:
         real = _real(path)
-        for what, where, real_dir in folders:
-            if _inside(real, real_dir):
+        above = _ancestor_ids(real)
+        for what, where, real_dir, dir_id in folders:
+            # by name, and by identity: a bind mount (or a second mount) of the run dir names
+            # the same directory by another path
+            if _inside(real, real_dir) or (dir_id is not None and dir_id in above):
                 how = "is inside" if real == os.path.abspath(path) else "resolves into"
                 raise OutputRefused(
                     f"{flag} {path} {how} {what} {where}: it would overwrite the evidence "

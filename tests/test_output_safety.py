@@ -108,6 +108,45 @@ def test_report_output_through_a_link_into_the_run_dir_is_refused(
     assert snapshot(run_dir) == before
 
 
+@pytest.fixture
+def bind_of_run(run_dir: Path, tmp_path: Path) -> Iterator[Path]:
+    """The run dir mounted a second time (``mount --bind``): the same directory by another
+    path, which no realpath leads back to."""
+    bind = tmp_path / "bind"
+    bind.mkdir()
+    done = subprocess.run(
+        ["mount", "--bind", str(run_dir), str(bind)], capture_output=True, text=True, check=False
+    )
+    if done.returncode != 0:
+        pytest.skip(f"cannot bind-mount here: {done.stderr.strip()}")
+    try:
+        yield bind
+    finally:
+        subprocess.run(["umount", "-l", str(bind)], check=False)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["verify", "{run}", "--json", "{bind}/run.json"],
+        ["report", "{run}", "-o", "{bind}/run.json", "--json", "{tmp}/r.json"],
+        ["report", "{run}", "-o", "{tmp}/r.html", "--json", "{bind}/logs/new.json"],
+    ],
+    ids=["verify-json", "report-o", "report-json"],
+)
+def test_an_output_into_a_bind_mount_of_the_run_dir_is_refused(
+    run_dir: Path, bind_of_run: Path, tmp_path: Path, argv: list[str]
+) -> None:
+    """By directory identity, not by name (the adversarial sweep of #22: verify exited 0 and
+    run.json became the verdict JSON)."""
+    before = snapshot(run_dir)
+    main = verify_main if argv[0] == "verify" else report_main
+    args = [a.format(run=run_dir, bind=bind_of_run, tmp=tmp_path) for a in argv[1:]]
+    code, _, err = cli(main, *args)
+    assert code == 2 and "it would overwrite the evidence" in one_line(err), err
+    assert snapshot(run_dir) == before
+
+
 @pytest.mark.parametrize(
     "args",
     [
