@@ -99,7 +99,12 @@ class EventLog:
     def __call__(self, event: str) -> None:
         ts = datetime.now(UTC).isoformat(timespec="milliseconds")
         stream = self._stream if self._stream is not None else sys.stdout
-        print(f"{LOG_PREFIX} {ts} rank {self.rank} {event}", file=stream, flush=True)
+        # One write per line, its newline included: under PYTHONUNBUFFERED print() writes the
+        # text and the newline apart, and the rank's persistent checkpoint worker (same stdout)
+        # once wrote its own log line in between ("... grad_norm 0.54[0] 2026-... Completed
+        # checkpoint save request"), a replayed value no longer equal (a CI flake).
+        stream.write(f"{LOG_PREFIX} {ts} rank {self.rank} {event}\n")
+        stream.flush()
 
 
 # --- NVRx sections -------------------------------------------------------------------------------
