@@ -108,21 +108,28 @@ def test_report_output_through_a_link_into_the_run_dir_is_refused(
     assert snapshot(run_dir) == before
 
 
+@contextlib.contextmanager
+def mounted(at: Path, *mount_args: str) -> Iterator[Path]:
+    """``mount MOUNT_ARGS AT`` (a new directory), unmounted on exit; skips where mounting is
+    not allowed (no root)."""
+    at.mkdir()
+    done = subprocess.run(
+        ["mount", *mount_args, str(at)], capture_output=True, text=True, check=False
+    )
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount here ({' '.join(mount_args)}): {done.stderr.strip()}")
+    try:
+        yield at
+    finally:
+        subprocess.run(["umount", "-l", str(at)], check=False)
+
+
 @pytest.fixture
 def bind_of_run(run_dir: Path, tmp_path: Path) -> Iterator[Path]:
     """The run dir mounted a second time (``mount --bind``): the same directory by another
     path, which no realpath leads back to."""
-    bind = tmp_path / "bind"
-    bind.mkdir()
-    done = subprocess.run(
-        ["mount", "--bind", str(run_dir), str(bind)], capture_output=True, text=True, check=False
-    )
-    if done.returncode != 0:
-        pytest.skip(f"cannot bind-mount here: {done.stderr.strip()}")
-    try:
+    with mounted(tmp_path / "bind", "--bind", str(run_dir)) as bind:
         yield bind
-    finally:
-        subprocess.run(["umount", "-l", str(bind)], check=False)
 
 
 @pytest.mark.parametrize(
@@ -449,20 +456,8 @@ def test_result_json_written_after_a_run_filled_the_disk_simulated(
 
 @pytest.fixture
 def tiny_fs(tmp_path: Path) -> Iterator[Path]:
-    mnt = tmp_path / "tiny"
-    mnt.mkdir()
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mnt)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
-    try:
+    with mounted(tmp_path / "tiny", "-t", "tmpfs", "-o", "size=64k", "tmpfs") as mnt:
         yield mnt
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], check=False)
 
 
 def fill(folder: Path, leave: int = 0) -> Path:
