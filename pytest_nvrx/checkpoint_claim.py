@@ -26,6 +26,7 @@ import json
 import os
 import socket
 import stat
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -84,6 +85,8 @@ class Holder:
     pid_start: int | None = None
     time: str = "?"
     record: bool = False
+    # what is wrong with a claim that could not be read ("is empty", ...)
+    unread: str = ""
 
     def describe(self) -> str:
         if not self.record:
@@ -111,31 +114,60 @@ def read_holder(path: Path) -> Holder:
     """The claim at ``path``, read bounded, never through a link or a FIFO."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
-        return Holder(path)
+    except OSError as exc:
+        return Holder(path, unread=f"could not be opened ({exc.strerror or exc})")
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return Holder(path)
-        data = parse_json(os.read(fd, _READ_MAX).decode("utf-8", "replace"))
+            return Holder(path, unread="is not a regular file")
+        raw = os.read(fd, _READ_MAX)
+        if not raw.strip():
+            return Holder(path, unread="is empty")
+        data = parse_json(raw.decode("utf-8", "replace"))
         if not isinstance(data, dict):
-            return Holder(path)
+            return Holder(path, unread="holds no claim record")
         run_id, run_dir, host, pid, since = (
             data["run_id"], data["run_dir"], data["host"], data["pid"], data["time"]
         )  # fmt: skip
         start = data.get("pid_start")
         texts = (run_id, run_dir, host, since)
         if not (all(isinstance(t, str) for t in texts) and type(pid) is int and pid > 0):
-            return Holder(path)
+            return Holder(path, unread="holds no claim record")
         if start is not None and type(start) is not int:
-            return Holder(path)
+            return Holder(path, unread="holds no claim record")
         return Holder(path, run_id[:80], run_dir[:200], host[:64], pid, start, since[:40], True)
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return Holder(path)
+        return Holder(path, unread="holds no claim record (truncated, or not ours)")
     finally:
         os.close(fd)
 
 
+#: How long an unreadable claim is given to become readable: a claim is written in one small
+#: write right after its ``O_EXCL`` create, so one still unreadable after this was not being
+#: written (a run that died in between, or not ours).
+SETTLE_READS = 10
+SETTLE_PAUSE_S = 0.05
+
+
+def settled_holder(path: Path) -> Holder:
+    """:func:`read_holder`, read again while it cannot be read, for :data:`SETTLE_READS`."""
+    holder = read_holder(path)
+    for _ in range(SETTLE_READS - 1):
+        if holder.record or not path.exists():
+            break
+        time.sleep(SETTLE_PAUSE_S)
+        holder = read_holder(path)
+    return holder
+
+
 def _refusal(checkpoint_dir: Path, holder: Holder, host: str) -> str:
+    if not holder.record:
+        # a claim is written in one call right after its O_EXCL create: an unreadable one is a
+        # run's that died in between, someone else's file, or (for an instant) one being written
+        return (
+            f"checkpoint dir {checkpoint_dir} holds a claim {holder.path} that {holder.unread}:"
+            f" if no run uses {checkpoint_dir}, remove {holder.path}; if one does, wait for it"
+            " to end or pass another --checkpoint-dir"
+        )
     alive = holder.alive(host)
     who = holder.describe()
     if alive is False:
@@ -175,7 +207,7 @@ def _foreign_claims(
         path = checkpoint_dir / name
         if mine is not None and path == mine:
             continue
-        holder = read_holder(path)
+        holder = settled_holder(path)
         if holder.record and (holder.run_id, holder.run_dir) == (run_id, str(run_dir)[:200]):
             # another node of this run, or this run ID started twice: the run dir's claim
             # decides that, and its refusal names the run dir
@@ -239,7 +271,7 @@ def claim_checkpoint_dir(
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
     except FileExistsError:
-        raise ConfigError(_refusal(checkpoint_dir, read_holder(path), host)) from None
+        raise ConfigError(_refusal(checkpoint_dir, settled_holder(path), host)) from None
     except OSError as exc:
         raise ConfigError(
             f"cannot claim checkpoint dir {checkpoint_dir}: {exc.strerror or exc}; "

@@ -145,14 +145,32 @@ def test_claim_of_another_host_cannot_be_checked(tmp_path: Path) -> None:
         claim(ckpt, "mine")
 
 
-@pytest.mark.parametrize("content", ["", "{", "[]", '{"pid": "1"}'])
-def test_unreadable_claim_counts_as_held(tmp_path: Path, content: str) -> None:
-    """Being written right now, or not ours: refused, never taken over."""
+@pytest.mark.parametrize(
+    ("content", "why"),
+    [
+        ("", "is empty"),
+        ("\n", "is empty"),
+        ("{", "holds no claim record"),
+        ('{"run_id": "a", "run_d', "holds no claim record"),
+        ("[]", "holds no claim record"),
+        ('{"pid": "1"}', "holds no claim record"),
+    ],
+)
+def test_unreadable_claim_counts_as_held_and_says_how_to_clear_it(
+    tmp_path: Path, content: str, why: str
+) -> None:
+    """A run that died between creating its claim and writing it, or not ours: refused, never
+    taken over, and the refusal says what to remove when no run uses the directory (the
+    adversarial sweep of #22: an empty claim said only 'in use by another run ... wait')."""
     ckpt = tmp_path / "ckpt"
     ckpt.mkdir()
     (ckpt / "checkpoint.claim").write_text(content)
-    with pytest.raises(ConfigError, match=r"in use by another run \(checkpoint.claim could not"):
+    with pytest.raises(ConfigError) as info:
         claim(ckpt, "mine")
+    said = str(info.value)
+    assert f"holds a claim {ckpt / 'checkpoint.claim'} that {why}" in said
+    assert f"if no run uses {ckpt}, remove {ckpt / 'checkpoint.claim'}" in said
+    assert (ckpt / "checkpoint.claim").read_text() == content
 
 
 def test_claim_never_follows_a_planted_link(tmp_path: Path) -> None:
@@ -161,7 +179,7 @@ def test_claim_never_follows_a_planted_link(tmp_path: Path) -> None:
     victim = tmp_path / "victim.txt"
     victim.write_text("keep\n")
     (ckpt / "checkpoint.claim").symlink_to(victim)
-    with pytest.raises(ConfigError, match="another run"):
+    with pytest.raises(ConfigError, match="that could not be opened"):
         claim(ckpt, "mine")
     assert victim.read_text() == "keep\n"
 

@@ -97,3 +97,93 @@ def test_an_iteration_stamped_with_no_usable_time_cannot_be_judged(ref: Doctor, 
     )
     _, err = _cannot_judge(ref)
     assert "logs/train_cycle1.log:7 is stamped with no usable time" in err
+
+
+# -- the records bracket each other (#22 item 5: a zone rewritten on one record) -------------
+
+RECORD0 = "cycle_infos/cycle_info..0.0"
+RECORD1 = "cycle_infos/cycle_info..0.1"
+
+
+@pytest.mark.parametrize(
+    ("rel", "old", "new", "said"),
+    [
+        (
+            "run.json",
+            "2026-11-30T16:22:02.881+00:00",
+            "2026-11-30T16:22:02.881+23:59",
+            "result.json:6 says the launch began at 2026-11-30 16:22:02.886 but run.json:76,"
+            " written as it began, says 2026-11-29 16:23:02.881",
+        ),
+        (
+            "result.json",
+            "2026-11-30T16:22:02.886+00:00",
+            "2026-11-30T16:22:02.886+23:59",
+            "says the launch began at 2026-11-29 16:23:02.886",
+        ),
+        (
+            "result.json",
+            "2026-11-30T16:22:28.906+00:00",
+            "2026-11-30T16:22:28.906-00:10",
+            "result.json:6..result.json:7 span 626.020 s but the harness timed the launch at"
+            " 26.020 s (result.json:3)",
+        ),
+        ("result.json", '"wall_s": 26.02,', '"wall_s": 86426.02,', "the harness timed"),
+        (
+            RECORD0,
+            "2026-11-30T16:22:04.914203Z",
+            "2026-11-30T16:22:04.914203+23:59",
+            f"{RECORD0}:2: cycle 0 started at 2026-11-29 16:23:04.914, before the launcher's"
+            " first line logs/launcher.log:1 at 2026-11-30 16:22:04.824",
+        ),
+        (
+            RECORD0,
+            "2026-11-30T16:22:11.250413Z",
+            "2026-11-30T16:22:11.250413-23:59",
+            f"{RECORD0}:3 (cycle 0's record end) is stamped 2026-12-01 16:21:11.250, outside"
+            " the launch 2026-11-30 16:22:02.886..2026-11-30 16:22:28.906",
+        ),
+        (
+            RECORD1,
+            "2026-11-30T16:22:13.631624Z",
+            "2026-11-30T16:22:09.631624Z",
+            f"{RECORD1}:3: cycle 1 started at 2026-11-30 16:22:09.631, before the previous"
+            f" cycle ended at 2026-11-30 16:22:11.250 ({RECORD0}:3)",
+        ),
+        (
+            RECORD1,
+            "2026-11-30T16:22:23.960596Z",
+            "2026-11-30T16:22:12.960596Z",
+            f"{RECORD1}: cycle 1 ends before it starts",
+        ),
+    ],
+    ids=[
+        "run-json-zone",
+        "result-start-zone",
+        "result-end-zone",
+        "wall-s",
+        "cycle-0-start-a-day-early",
+        "cycle-0-end-a-day-late",
+        "cycle-1-before-cycle-0-ended",
+        "cycle-1-ends-before-it-starts",
+    ],
+)
+def test_records_that_do_not_bracket_each_other_cannot_be_judged(
+    ref: Doctor, rel: str, old: str, new: str, said: str
+) -> None:
+    """The harness's records, the launcher's lines and the cycle records tell one story
+    (clocks._records_out_of_order); each edit passed 6/6 before (one more: the adversarial
+    sweep of #22 found the first and the fifth)."""
+    ref.replace(rel, old, new, 1)
+    _, err = _cannot_judge(ref)
+    assert said in err, err
+
+
+def test_the_harness_times_moved_together_leave_the_launcher_outside_the_launch(
+    ref: Doctor,
+) -> None:
+    ref.replace("run.json", "16:22:02.881+00:00", "16:22:02.881+23:59", 1)
+    ref.replace("result.json", "16:22:02.886+00:00", "16:22:02.886+23:59", 1)
+    ref.replace("result.json", "16:22:28.906+00:00", "16:22:28.906+23:59", 1)
+    _, err = _cannot_judge(ref)
+    assert "logs/launcher.log:1 (the launcher's first line) is stamped 2026-11-30" in err, err

@@ -106,6 +106,30 @@ def test_an_unreadable_cycle_record_cannot_be_judged(
     assert status == 1 and "Traceback" not in err
 
 
+@pytest.mark.parametrize(
+    ("key", "value", "shown"),
+    [
+        ("cycle_number", "NaN", "the number nan"),
+        ("cycle_number", '"0"', "the string '0'"),
+        ("cycle_number", "false", "the boolean false"),
+        ("cycle_number", "1", "the number 1"),
+        ("cycle_number", "0.0", "the number 0.0"),
+        ("attempt_index", "Infinity", "the number inf"),
+        ("attempt_index", "null", "null"),
+    ],
+)
+def test_a_cycle_record_numbered_otherwise_than_its_name_cannot_be_judged(
+    ref_run: Doctor, key: str, value: str, shown: str
+) -> None:
+    """NVRx names each record after the numbers it holds: a NaN cycle_number fell back to the
+    file name and passed 6/6 (the adversarial sweep of #22)."""
+    ref_run.replace(CYCLE_RECORD, f'"{key}": 0', f'"{key}": {value}', 1)
+    status, _, err = verify(ref_run.root)
+    assert status == 2, err
+    named = f"cycle record {CYCLE_RECORD}: {key} is {shown} but its name says 0"
+    assert named in err and "which cycle it records is unknown" in err, err
+
+
 def test_parse_json_bounds() -> None:
     nested = "[" * MAX_JSON_DEPTH + "]" * MAX_JSON_DEPTH
     assert parse_json(nested) is not None

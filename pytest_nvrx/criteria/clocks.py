@@ -14,6 +14,13 @@ every criterion that would have passed says "cannot judge"), quoting the lines:
   which its own process took just before the signal (less :data:`DEATH_SLACK`), and a stopped
   one (``hang``) commits no iteration after it;
 * the marker's time lies inside the launcher's record of the faulted cycle;
+* the records bracket each other (:func:`_records_out_of_order`): result.json's start is
+  run.json's (both taken by the harness as it launches) and its end is that start plus its
+  ``wall_s`` (the harness's monotonic clock); every launcher stamp and cycle record lies inside
+  that launch; each cycle record starts after the launcher's first line, ends after it starts
+  after the previous cycle ended
+  (consistency.py: and ends after it starts). A time zone rewritten on one record (``+23:59``) moves
+  it a day away from the others;
 * no recovery timing is negative: a downtime of -3592 s is no measurement.
 
 Measured on every committed real run (tests/data, 80 run directories): no rank's lines go back,
@@ -25,7 +32,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from pytest_nvrx.criteria.helpers import clock
+from pytest_nvrx.criteria.helpers import clock, stamp
 from pytest_nvrx.evidence.cycle_log import CycleLog
 from pytest_nvrx.evidence.refs import EvidenceRef, Problem, split_rank_prefix
 from pytest_nvrx.evidence.rundir import RunEvidence
@@ -70,6 +77,7 @@ def clock_problems(run: RunEvidence, timeline: Timeline) -> tuple[Problem, ...]:
         and marker.rank is not None
     )
     problems += _unusable_records(run)
+    problems += _records_out_of_order(run)
     for log in run.cycle_logs:
         timed = _timed(log)
         problems += _unstamped(log) + _backwards(log, timed)
@@ -135,6 +143,99 @@ def _unusable_records(run: RunEvidence) -> list[Problem]:
         for ref, what in found
         if ref is not None
     ]
+
+
+def _records_out_of_order(run: RunEvidence) -> list[Problem]:
+    """The harness's, the launcher's and the cycle records' times that cannot all be true.
+
+    Measured on every committed real run with result.json (67): result.json's start came 0-5 ms
+    after run.json's, ``end - start`` matched ``wall_s`` within 6 ms, the launcher's first line
+    came 1.7-6.5 s after the launch and its last 4.1-5.9 s before the end, cycle 0 started
+    0.08-2.8 s after the launcher's first line and each later cycle 2.3-53 s after the previous
+    one ended. Every bound below allows :data:`CLOCK_SLACK` (the nodes of a run share no clock).
+    """
+    problems: list[Problem] = []
+
+    def say(ref: EvidenceRef, text: str) -> None:
+        problems.append(Problem("fatal", f"{text}: the clocks disagree", ref))
+
+    manifest = run.manifest
+    launch: tuple[datetime, datetime, EvidenceRef, EvidenceRef] | None = None
+    if manifest is not None and manifest.result_start_time is not None:
+        begun, begun_ref = manifest.result_start_time, manifest.result_start_ref
+        assert begun_ref is not None
+        if manifest.start_time is not None and manifest.start_ref is not None:
+            gap = begun - manifest.start_time
+            if not -CLOCK_SLACK <= gap <= CLOCK_SLACK:
+                say(
+                    begun_ref,
+                    f"{begun_ref.location} says the launch began at {stamp(begun)} but"
+                    f" {manifest.start_ref.location}, written as it began, says"
+                    f" {stamp(manifest.start_time)}",
+                )
+        end, end_ref = manifest.end_time, manifest.end_ref
+        if end is not None and end_ref is not None:
+            wall = manifest.wall_s
+            if end < begun - CLOCK_SLACK:
+                say(
+                    end_ref,
+                    f"{end_ref.location}: the launch ended at {stamp(end)}, before it"
+                    f" began at {stamp(begun)} ({begun_ref.location})",
+                )
+            elif wall is not None and abs((end - begun).total_seconds() - wall.value) > (
+                CLOCK_SLACK.total_seconds()
+            ):
+                say(
+                    end_ref,
+                    f"{begun_ref.location}..{end_ref.location} span"
+                    f" {(end - begun).total_seconds():.3f} s but the harness timed the launch at"
+                    f" {wall.value:.3f} s ({wall.ref.location})",
+                )
+            else:
+                launch = (begun, end, begun_ref, end_ref)
+    launcher = run.launcher
+    stamps: list[tuple[datetime, EvidenceRef, str]] = []
+    if launcher.first_time is not None and launcher.first_ref is not None:
+        stamps.append((launcher.first_time, launcher.first_ref, "the launcher's first line"))
+    if launcher.last_time is not None and launcher.last_ref is not None:
+        stamps.append((launcher.last_time, launcher.last_ref, "the launcher's last line"))
+    previous_end: tuple[datetime, EvidenceRef] | None = None
+    for record in run.cycle_infos.records:
+        name = f"cycle {record.cycle}'s record"
+        if record.start is not None:
+            stamps.append((record.start, record.ref, f"{name} start"))
+            first = launcher.first_time
+            if (
+                first is not None
+                and launcher.first_ref is not None
+                and record.start < first - CLOCK_SLACK
+            ):
+                say(
+                    record.ref,
+                    f"{record.ref.location}: cycle {record.cycle} started at"
+                    f" {stamp(record.start)}, before the launcher's first line"
+                    f" {launcher.first_ref.location} at {stamp(first)}",
+                )
+            if previous_end is not None and record.start < previous_end[0] - CLOCK_SLACK:
+                say(
+                    record.ref,
+                    f"{record.ref.location}: cycle {record.cycle} started at"
+                    f" {stamp(record.start)}, before the previous cycle ended at"
+                    f" {stamp(previous_end[0])} ({previous_end[1].location})",
+                )
+        if record.end is not None and record.end_ref is not None:
+            stamps.append((record.end, record.end_ref, f"{name} end"))
+            previous_end = (record.end, record.end_ref)
+    if launch is not None:
+        begun, end, begun_ref, end_ref = launch
+        for when, ref, what in stamps:
+            if when < begun - CLOCK_SLACK or when > end + CLOCK_SLACK:
+                say(
+                    ref,
+                    f"{ref.location} ({what}) is stamped {stamp(when)}, outside the launch"
+                    f" {stamp(begun)}..{stamp(end)} ({begun_ref.location}, {end_ref.location})",
+                )
+    return problems
 
 
 def _unstamped(log: CycleLog) -> list[Problem]:

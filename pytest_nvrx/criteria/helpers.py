@@ -15,6 +15,11 @@ def clock(value: datetime | None) -> str:
     return value.strftime("%H:%M:%S.%f")[:-3] if value is not None else "?"
 
 
+def stamp(value: datetime) -> str:
+    """``2026-11-30 11:56:22.787`` UTC: a clock with its date, for times that may be days apart."""
+    return value.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+
+
 def marker_ref(run: RunEvidence, key: str | None = None) -> EvidenceRef:
     """The marker's line for ``key`` (its file when no key); its absence when there is none."""
     if run.marker is None:

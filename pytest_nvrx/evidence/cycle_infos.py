@@ -14,8 +14,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+from pytest_nvrx.evidence.fields import shown
 from pytest_nvrx.evidence.refs import (
     EvidenceRef,
+    JsonFile,
     Problem,
     display_path,
     file_refusal,
@@ -74,6 +76,31 @@ def _time(data: dict[str, object], key: str) -> datetime | None:
     return _NO_TIME if parsed is None else parsed
 
 
+_NUMBERS = (("cycle_number", "cycle"), ("attempt_index", "attempt"))
+
+
+def _numbering_problem(file: str, doc: JsonFile, name: re.Match[str]) -> Problem | None:
+    """A record whose ``cycle_number`` or ``attempt_index`` is not the one its name carries:
+    NVRx names each record after the numbers it holds, so such a file cannot say which cycle
+    it records (a NaN, a string, a boolean, another number)."""
+    data = doc.data
+    assert isinstance(data, dict)
+    for key, part in _NUMBERS:
+        if key not in data:
+            continue  # older records held no numbers: the name says them
+        value = data[key]
+        named = int(name[part])
+        if type(value) is not int or value != named:
+            ref = json_key_ref(file, doc, key)
+            return Problem(
+                "fatal",
+                f"cycle record {file}: {key} is {shown(value)} but its name says {named}"
+                f" ({ref.location}): which cycle it records is unknown",
+                ref,
+            )
+    return None
+
+
 def read_cycle_infos(directory: Path, run_dir: Path) -> CycleInfos:
     """All cycle records, ordered by (attempt, cycle).
 
@@ -117,14 +144,16 @@ def read_cycle_infos(directory: Path, run_dir: Path) -> CycleInfos:
         bad = next(
             (key for key, t in zip(_TIMES, (start, end), strict=True) if t is _NO_TIME), None
         )
-        cycle = data.get("cycle_number", int(m["cycle"]))
-        attempt = data.get("attempt_index", int(m["attempt"]))
+        numbering = _numbering_problem(file, doc, m)
+        if numbering is not None:
+            problems.append(numbering)
+            continue
         log_file = data.get("cycle_log_file")
         ranks = data.get("active_ranks")
         records.append(
             CycleInfo(
-                cycle=cycle if isinstance(cycle, int) else int(m["cycle"]),
-                attempt=attempt if isinstance(attempt, int) else int(m["attempt"]),
+                cycle=int(m["cycle"]),
+                attempt=int(m["attempt"]),
                 job_id=m["job"],
                 start=None if start is _NO_TIME else start,
                 end=None if end is _NO_TIME else end,

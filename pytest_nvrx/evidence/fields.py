@@ -90,6 +90,16 @@ def bool_field(data: Mapping[str, object], key: str, *, required: bool = False) 
     return value
 
 
+def seconds_field(data: Mapping[str, object], key: str) -> float | None:
+    """``data[key]`` as a finite, non-negative number of seconds; None when absent or null."""
+    value = data.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < 1e9:
+        raise FieldError(f"{key!r} must be a number of seconds, not {shown(value)}")
+    return float(value)
+
+
 def time_field(data: Mapping[str, object], key: str, *, required: bool = False) -> datetime | None:
     """``data[key]``, an ISO-8601 time *with* its timezone (``Z`` or an offset), in UTC.
 

@@ -34,6 +34,7 @@ from pytest_nvrx.evidence.fields import (
     Fields,
     bool_field,
     int_field,
+    seconds_field,
     shown,
     str_field,
     time_field,
@@ -77,6 +78,7 @@ class Manifest:
     pp: Setting | None = None
     checkpoint_dir: Setting | None = None  # as the run host named it (never opened)
     start_time: datetime | None = None
+    start_ref: EvidenceRef | None = None
     stack: dict[str, Any] = field(default_factory=dict)
     # the workload's own arguments (after the injector's ``--``), with the line that lists them
     workload_argv: tuple[str, ...] = ()
@@ -85,6 +87,10 @@ class Manifest:
     exit_code: Setting | None = None
     end_time: datetime | None = None
     result_start_time: datetime | None = None
+    result_start_ref: EvidenceRef | None = None
+    end_ref: EvidenceRef | None = None
+    # the launch's duration on the harness's monotonic clock (result.json's wall_s)
+    wall_s: Setting | None = None
     timed_out: Setting | None = None  # True: our launch deadline stopped the launcher
     interrupted: Setting | None = None  # the stop signal's name (True: unnamed); None: not
 
@@ -162,6 +168,7 @@ def read_manifest(path: Path, run_dir: Path, result_path: Path | None = None) ->
         for key in _TYPED:
             out[key] = fields.get(_lookup, key, doc=doc, file=file)
         out["start_time"] = fields.get(time_field, "start_time")
+        out["start_ref"] = _ref_if(out["start_time"], file, doc, "start_time")
         stack = data.get("stack")
         out["stack"] = dict(stack) if isinstance(stack, dict) else {}
         argv = data.get("workload_argv")
@@ -179,12 +186,21 @@ def read_manifest(path: Path, run_dir: Path, result_path: Path | None = None) ->
         out["exit_code"] = _exit_code(rfields, rdoc, rfile)
         out["end_time"] = rfields.get(time_field, "end_time")
         out["result_start_time"] = rfields.get(time_field, "start_time")
+        out["end_ref"] = _ref_if(out["end_time"], rfile, rdoc, "end_time")
+        out["result_start_ref"] = _ref_if(out["result_start_time"], rfile, rdoc, "start_time")
+        wall = rfields.get(seconds_field, "wall_s")
+        if wall is not None:
+            out["wall_s"] = Setting(wall, json_key_ref(rfile, rdoc, "wall_s"))
         timed_out = rfields.get(bool_field, "timed_out")
         if timed_out is not None:
             out["timed_out"] = Setting(timed_out, json_key_ref(rfile, rdoc, "timed_out"))
         out["interrupted"] = _interrupted(rdoc, rfile)
         _raise_if_wrong(rfile, rfields)
     return Manifest(**out)
+
+
+def _ref_if(value: object, file: str, doc: JsonFile, key: str) -> EvidenceRef | None:
+    return json_key_ref(file, doc, key) if value is not None else None
 
 
 def _check_schema(data: dict[str, Any], file: str) -> None:
