@@ -82,6 +82,14 @@ def write_atomic(path: Path | str, data: str | bytes) -> None:
         reserve_of(path).unlink()
 
 
+def write_output(path: Path | str, data: str | bytes) -> None:
+    """A report or ``verify --json`` file: its missing parent directories made first (as
+    pytest's ``--junitxml`` does), then :func:`write_atomic`. Only after :func:`check_outputs`
+    let the path through: a new directory inside evidence would change it too."""
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(path, data)
+
+
 def _write_replace(path: Path, raw: bytes) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(3)}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)

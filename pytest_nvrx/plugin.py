@@ -14,6 +14,7 @@ and prints the summary.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Generator, Sequence
 from importlib import metadata
 from pathlib import Path
@@ -327,6 +328,14 @@ def pytest_runtest_makereport(
         terminal_writer(item.config)(entry["outcome"])
 
 
+def _cache_dir(config: pytest.Config) -> Path | None:
+    """Where pytest's cache plugin will write (its ``cache_dir`` rule), None without it."""
+    if not config.pluginmanager.has_plugin("cacheprovider"):
+        return None
+    named = Path(os.path.expanduser(os.path.expandvars(str(config.getini("cache_dir")))))
+    return named if named.is_absolute() else config.rootpath / named
+
+
 def output_refusal(
     config: pytest.Config,
     report: Path | None,
@@ -347,6 +356,15 @@ def output_refusal(
     xmlpath = getattr(config.option, "xmlpath", None)
     if xmlpath:
         outputs.append(("--junitxml", here / xmlpath))
+    cache = _cache_dir(config)
+    if cache is not None:
+        # judging --nvrx-run-dir . from inside the run dir made .pytest_cache/ there
+        outputs.append(
+            (
+                "pytest's cache dir (move it: -o cache_dir=DIR; or drop it: -p no:cacheprovider)",
+                cache,
+            )
+        )
     evidence = [("the run dir", Path(d)) for d in judged]
     if run_dir is not None:
         evidence.append(("--nvrx-run-dir", here / run_dir))
@@ -434,7 +452,6 @@ class NvrxReporter:
             session.exitstatus = pytest.ExitCode.USAGE_ERROR
             return
         try:
-            self.html.parent.mkdir(parents=True, exist_ok=True)
             write_report(
                 [ScenarioReport.from_dict(d) for d in data],
                 html=self.html,

@@ -22,7 +22,8 @@ Exit status: 0 when all criteria hold, 1 when any fails, 2 when the run cannot b
 (no such directory, unusable marker or run.json, missing --checkpoint-dir, bad arguments), or
 when ``--json FILE`` cannot be written or lies (links followed) in the run dir, the checkpoint dir
 or the baseline's run dir: refused before judging, it would overwrite the evidence. The file is
-written whole or not at all (:func:`pytest_nvrx.outputs.write_atomic`).
+written whole or not at all, its missing parent directories made
+(:func:`pytest_nvrx.outputs.write_output`).
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from pytest_nvrx.criteria import FAULT_CHOICES, WINDOW_CHOICES, Judgement, judge
 from pytest_nvrx.criteria.baseline import baseline_refusal
 from pytest_nvrx.evidence.refs import printable
 from pytest_nvrx.evidence.rundir import RunDirError, load_run
-from pytest_nvrx.outputs import OutputRefused, check_outputs, write_atomic
+from pytest_nvrx.outputs import OutputRefused, check_outputs, write_output
 from pytest_nvrx.settings import argparse_type, parse_rtol
 
 EXIT_PASSED = 0
@@ -123,7 +124,7 @@ def _write_json(target: str, data: dict[str, Any], out: TextIO) -> str | None:
         out.write(text)
         return None
     try:
-        write_atomic(Path(target), text)
+        write_output(Path(target), text)
     except OSError as exc:
         return f"cannot write --json {target}: {exc}"
     return None

@@ -291,6 +291,33 @@ def test_verify_json_keeps_the_exact_text(hostile_run: Doctor) -> None:
     assert any(e.endswith(HOSTILE) for e in evidence)
 
 
+@pytest.mark.parametrize("raw", [True, False], ids=["raw-controls", "json-escaped"])
+def test_a_hostile_marker_field_is_quoted_exactly_in_json_and_escaped_on_a_terminal(
+    ref_run: Doctor, raw: bool
+) -> None:
+    """The marker line that makes it unusable is the evidence: ``verify --json`` quotes that
+    line as the file holds it (it kept the value only as a repr inside the message), the
+    terminal shows it escaped."""
+    lines = ref_run.lines(MARKER)
+    at = ref_run.line_no(MARKER, '"fault": "kill"')
+    value = "\x1b]0;owned\x07kill" if raw else "\\u001b]0;owned\\u0007kill"
+    lines[at - 1] = f'  "fault": "{value}",\n'
+    ref_run.write_lines(MARKER, lines)
+    status, out, err = verify(ref_run.root, "--json", "-")
+    assert status == 2, err
+    exact = f"{MARKER}:{at}: " + lines[at - 1].rstrip("\n")
+    if raw:  # no JSON string holds a raw control character
+        exact = f"{MARKER}: {MARKER} is unreadable: not JSON (Invalid control character at"
+    for criterion in json.loads(out)["criteria"]:
+        if criterion["id"] in ("prior_checkpoint", "no_repeat_injection"):
+            assert len(criterion["evidence"]) == 1
+            assert criterion["evidence"][0].startswith(exact)
+    assert "\x1b" not in err and "\x07" not in err
+    status, text, _ = verify(ref_run.root)
+    assert status == 2 and "\x1b" not in text
+    assert (f"{MARKER}: " if raw else f"{MARKER}:{at}: ") in text
+
+
 def test_messages_naming_a_run_dir_escape_it(tmp_path: Path) -> None:
     run = copy_run(REF_KILL_SAVE, tmp_path / "run\x1b[2J")
     status, out, _ = verify(run.root)

@@ -210,6 +210,24 @@ def test_verify_json_outside_still_written(run_dir: Path, tmp_path: Path) -> Non
     assert strays(tmp_path) == []
 
 
+def test_outputs_make_their_missing_parents_as_junitxml_does(run_dir: Path, tmp_path: Path) -> None:
+    """``report -o`` and ``verify --json`` create missing parent directories like the plugin's
+    ``--nvrx-report`` and pytest's ``--junitxml`` (``report -o`` refused them: the sweep of
+    #22); a new directory inside the run dir is still refused and never made."""
+    html = tmp_path / "out" / "deeper" / "report.html"
+    code, _, err = cli(report_main, str(run_dir), "-o", str(html))
+    assert code == 0, err
+    assert html.is_file() and (html.parent / "report.json").is_file()
+    verdicts = tmp_path / "v" / "w" / "verdicts.json"
+    code, _, err = cli(verify_main, str(run_dir), "--json", str(verdicts))
+    assert code == 0 and json.loads(verdicts.read_text())["exit_status"] == 0, err
+    before = snapshot(run_dir)
+    for main, flag in ((report_main, "-o"), (verify_main, "--json")):
+        code, _, err = cli(main, str(run_dir), flag, str(run_dir / "new" / "out.html"))
+        assert code == 2 and not (run_dir / "new").exists(), err
+    assert snapshot(run_dir) == before
+
+
 def test_plugin_report_into_the_run_dir_or_onto_itself_is_a_usage_error(
     pytester: pytest.Pytester, run_dir: Path, tmp_path: Path
 ) -> None:
@@ -229,6 +247,34 @@ def test_plugin_report_into_the_run_dir_or_onto_itself_is_a_usage_error(
         assert result.ret == pytest.ExitCode.USAGE_ERROR, (args, result.stdout.str())
         result.stderr.fnmatch_lines([f"*pytest-nvrx: *{why}*"])
     assert snapshot(run_dir) == before
+
+
+def test_judging_the_run_dir_from_inside_it_never_writes_pytests_cache_there(
+    run_dir: Path, tmp_path: Path
+) -> None:
+    """``pytest --nvrx-run-dir .`` from inside a run dir: pytest's rootdir is the run dir, and
+    its cache plugin made ``.pytest_cache/`` there (the sweep of #22). Refused, naming both
+    fixes; each fix then judges the run and leaves it as it was."""
+    before = snapshot(run_dir)
+    base = [sys.executable, "-m", "pytest", "--pyargs", "pytest_nvrx.suite", "-q"]
+    base += ["--nvrx-run-dir", ".", "-p", "no:randomly", "-p", "no:xdist"]
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+    env.pop("PYTEST_ADDOPTS", None)
+
+    def pytest_in_run_dir(*extra: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*base, *extra], cwd=run_dir, env=env, capture_output=True, text=True, timeout=240
+        )
+
+    refused = pytest_in_run_dir()
+    assert refused.returncode == pytest.ExitCode.USAGE_ERROR, refused.stdout + refused.stderr
+    assert "pytest's cache dir" in refused.stderr and "-p no:cacheprovider" in refused.stderr
+    assert not (run_dir / ".pytest_cache").exists()
+    for extra in (["-p", "no:cacheprovider"], ["-o", f"cache_dir={tmp_path / 'cache'}"]):
+        judged = pytest_in_run_dir(*extra)
+        assert judged.returncode == 0, judged.stdout + judged.stderr
+    assert (tmp_path / "cache").is_dir()
+    assert snapshot(run_dir) == before and not (run_dir / ".pytest_cache").exists()
 
 
 def test_plugin_report_into_the_work_dirs_runs_is_a_usage_error(

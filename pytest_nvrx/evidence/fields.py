@@ -133,6 +133,7 @@ class Fields:
     def __init__(self, data: Mapping[str, object]) -> None:
         self.data = data
         self.problems: list[str] = []
+        self.bad_keys: list[str] = []  # the keys of those problems, in order
 
     def get[T](self, read: Callable[..., T | None], key: str, **kwargs: Any) -> T | None:
         """``read(data, key, **kwargs)``; None (and the problem noted) when the value is wrong."""
@@ -140,4 +141,5 @@ class Fields:
             return read(self.data, key, **kwargs)
         except FieldError as exc:
             self.problems.append(str(exc))
+            self.bad_keys.append(key)
             return None

@@ -81,6 +81,9 @@ class Marker:
     tracker: str | None = None
     world_size: int | None = None
     restart_count: int | None = None
+    # the key of the first field that makes the marker unusable, when one does: its line is
+    # the evidence (quoted exactly in JSON, escaped on a terminal)
+    error_key: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -93,6 +96,8 @@ class Marker:
 
     def ref(self, key: str | None = None) -> EvidenceRef:
         """The line of ``key`` in the marker (the whole file when no key or unreadable)."""
+        if key is None and self.error is not None and self.error_key is not None:
+            key = self.error_key
         if self.doc is None or key is None:
             return EvidenceRef(self.file, None, self.error or "injection marker")
         return json_key_ref(self.file, self.doc, key)
@@ -143,17 +148,21 @@ def read_marker(path: Path, run_dir: Path) -> Marker | None:
     trigger = fields.get(str_field, "trigger", choices=TRIGGERS)
     rank_pid = fields.get(int_field, "rank_pid", minimum=1)
     problems = fields.problems
+    bad_keys = [key for key in fields.bad_keys if key in data]
     version = schema if schema is not None else 1
     if version not in SCHEMA_VERSIONS:
         known = " and ".join(map(str, SCHEMA_VERSIONS))
         problems.append(f"'schema_version' {version} is unknown (this reader knows {known})")
+        bad_keys.append("schema_version")
     elif version >= 2 and data.get("window") is None:
         problems.append("a schema 2 marker must record its 'window'")
     if fault is not None and window is not None and not window_allowed(fault, window):
         problems.append(f"fault {fault!r} cannot be injected in window {window!r}")
+        bad_keys.append("window")
     return Marker(
         file=file,
         error=f"{file}: " + ", ".join(problems) if problems else None,
+        error_key=next((k for k in fields.bad_keys if k in data), "window" if problems else None),
         fault=fault,
         rank=rank,
         local_rank=local_rank,

@@ -17,7 +17,7 @@ from typing import Any, TextIO
 
 from pytest_nvrx.evidence.refs import printable
 from pytest_nvrx.evidence.rundir import RunDirError
-from pytest_nvrx.outputs import OutputRefused, check_outputs, write_atomic
+from pytest_nvrx.outputs import OutputRefused, check_outputs, write_output
 from pytest_nvrx.report.model import ScenarioReport
 from pytest_nvrx.report.render import render_html, report_json
 
@@ -51,9 +51,9 @@ def write_report(
     """Write the HTML page and/or report.json; raises OSError when a file cannot be written."""
     # each whole or not at all: a full disk leaves an earlier report as it was
     if html is not None:
-        write_atomic(html, render_html(reports, stack))
+        write_output(html, render_html(reports, stack))
     if json_path is not None:
-        write_atomic(json_path, json.dumps(report_json(reports, stack), indent=1) + "\n")
+        write_output(json_path, json.dumps(report_json(reports, stack), indent=1) + "\n")
 
 
 def output_refusal(outputs: Sequence[tuple[str, Path]], run_dirs: Sequence[Path]) -> str | None:
