@@ -565,7 +565,9 @@ def srun_argv(
     """One task per node, each running the shim and then that node's ft_launcher.
 
     ``--kill-on-bad-exit``: a node's launcher that gives up ends the others (they would wait
-    in the rendezvous until its timeout). Each node's console goes to its own file.
+    in the rendezvous until its timeout). ``--cpu-bind=none``: the launcher and its ranks get
+    every CPU of the step (measured on the local Slurm with ``CpuBind=cores``: one CPU each
+    without it). Each node's console goes to its own file. ``extra`` comes last: it wins.
     """
     n = len(nodes)
     return [
@@ -577,6 +579,9 @@ def srun_argv(
         f"--nodelist={','.join(nodes)}",
         f"--job-name={step_name}",
         "--kill-on-bad-exit=1",
+        # the node's launcher and every rank it starts share whatever the task is bound to: no
+        # binding, so a site's default (CpuBind=cores) cannot pin them all to one core
+        "--cpu-bind=none",
         f"--output={console_dir / node_console_log_name('%n')}",
         *extra,
         "bash",

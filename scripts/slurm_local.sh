@@ -16,6 +16,8 @@
 #   NVRX_SLURM_PORT     first of 4 TCP ports: slurmctld, then one slurmd per node (16817)
 #   NVRX_SLURM_CPUS     CPUs each node declares (default: the host's, at least 2)
 #   NVRX_SLURM_NODES    node count (default 2; every node is a slurmd on this host)
+#   NVRX_SLURM_GPUS     GPUs each node declares (default 8, at least 1): scheduled GRES whose
+#                       device files are links to /dev/null
 #   NVRX_SLURM_NO_APT=1 never install: fail if the binaries are missing
 #
 # Needs root (the daemons run as root; munged runs as root with --force). Debian 12's
@@ -23,13 +25,16 @@
 # started with -N <node> and its own Port. What this cluster cannot be: no cgroups (this kind
 # of machine has cgroup v1 on tmpfs), so ProctrackType=proctrack/linuxproc (processes tracked by
 # parent links: a task that daemonizes escapes `scancel`, hence the final sweep in `down`) and
-# TaskPlugin=task/none (no CPU binding, no memory limit).
+# no memory limit. CPUs are bound as on production clusters (TaskPlugin=task/affinity: a task
+# gets the CPUs of its step, one unless the step asks for more), and GPUs are scheduled as
+# GRES (gpu:8 per node, their device files links to /dev/null: nothing here uses a GPU).
 set -euo pipefail
 
 DIR=${NVRX_SLURM_DIR:-/tmp/nvrx-slurm}
 PORT=${NVRX_SLURM_PORT:-16817}
 NODES=${NVRX_SLURM_NODES:-2}
 CPUS=${NVRX_SLURM_CPUS:-$(($(nproc) > 2 ? $(nproc) : 2))}
+GPUS=${NVRX_SLURM_GPUS:-8}
 CLUSTER=nvrxlocal
 TAG="NVRX_SLURM_LOCAL=$DIR"   # in the daemons' environment: `down` finds what they left
 CONF=$DIR/etc/slurm.conf
@@ -96,7 +101,11 @@ write_config() {
         echo "SlurmctldLogFile=$DIR/log/slurmctld.log"
         echo "SlurmdLogFile=$DIR/log/slurmd-%n.log"
         echo "ProctrackType=proctrack/linuxproc"
-        echo "TaskPlugin=task/none"
+        # CPU binding as production clusters have it: each task is bound to the CPUs its step
+        # was given (one, unless the step asks for more: what a launcher of several ranks must)
+        echo "TaskPlugin=task/affinity"
+        # GPUs counted, not bound to devices: the recipes' --gpus-per-node is scheduled for real
+        echo "GresTypes=gpu"
         echo "SelectType=select/cons_tres"
         echo "SelectTypeParameters=CR_CPU"
         echo "SchedulerType=sched/backfill"
@@ -116,10 +125,16 @@ write_config() {
         while read -r node; do
             i=$((i + 1))
             echo "NodeName=$node NodeHostname=$host NodeAddr=127.0.0.1 Port=$((PORT + i))" \
-                "CPUs=$CPUS State=UNKNOWN"
+                "CPUs=$CPUS Gres=gpu:$GPUS State=UNKNOWN"
         done < <(node_names)
-        echo "PartitionName=local Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO"
+        echo "PartitionName=local Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO CpuBind=cores"
     } >"$CONF"
+    # beside slurm.conf, where slurmd looks. slurmd counts a GPU only with a device file behind
+    # it: links to /dev/null stand in (nothing here opens them; no cgroup constrains devices)
+    mkdir -p "$DIR/dev"
+    local g
+    for ((g = 0; g < GPUS; g++)); do ln -sfn /dev/null "$DIR/dev/gpu$g"; done
+    echo "Name=gpu File=$DIR/dev/gpu[0-$((GPUS - 1))]" >"$DIR/etc/gres.conf"
 }
 
 start_daemons() {
@@ -197,7 +212,7 @@ cmd_up() {
     fi
     write_config
     start_daemons
-    wait_up 30 || { cmd_down; die "cluster did not come up"; }
+    wait_up 30 || { [[ -n ${NVRX_SLURM_KEEP_FAILED:-} ]] || cmd_down; die "cluster did not come up"; }
     log "up in $((SECONDS - t0)) s: $NODES nodes x $CPUS CPUs; export SLURM_CONF=$CONF"
 }
 

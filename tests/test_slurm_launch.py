@@ -79,6 +79,7 @@ def test_node_argv_and_srun_step(tmp_path: Path) -> None:
         "--nodelist=a1,a2",
         "--job-name=nvrx-r",
         "--kill-on-bad-exit=1",
+        "--cpu-bind=none",
         f"--output={tmp_path / 'launcher.console.node%n.log'}",
         "--partition=p",
     ]
@@ -168,6 +169,21 @@ def slurm_env() -> dict[str, str]:
             pytest.fail(f"{REQUIRE_VAR}=1 but {why}", pytrace=False)
         pytest.skip(why)
     return env
+
+
+def _node_cpus(env: dict[str, str]) -> int:
+    """The CPUs the local cluster's node n1 declares."""
+    out = subprocess.run(
+        ["scontrol", "-o", "show", "node", "n1"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=10,
+        check=True,
+    )
+    m = re.search(r"\bCPUTot=(\d+)", out.stdout)
+    assert m is not None, out.stdout
+    return int(m[1])
 
 
 def _our_jobs(env: dict[str, str], name: str) -> list[str]:
@@ -347,6 +363,16 @@ def test_the_sbatch_recipe_qualifies_kill_and_hang_on_two_nodes(
         launcher_log = (run_dir / "logs" / "launcher.log").read_text().splitlines()
         detected = [line for line in launcher_log if "Event: failure_detected" in line]
         assert any("infra:1(" in line for line in detected), detected
+        # the local Slurm binds tasks (task/affinity, CpuBind=cores): each node's launcher and
+        # its rank kept every CPU of the node (without --cpu-bind=none: 1 each)
+        started = [
+            line
+            for log in (run_dir / "logs").glob("train_cycle*.log")
+            for line in log.read_text().splitlines()
+            if " started pid " in line
+        ]
+        assert len(started) >= 4, started  # 2 ranks x 2 cycles
+        assert all(line.endswith(f" cpus {_node_cpus(slurm_env)}") for line in started), started
         verify = subprocess.run(
             [sys.executable, "-m", "pytest_nvrx", "verify", str(run_dir)],
             capture_output=True,

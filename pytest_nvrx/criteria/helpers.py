@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 
-from pytest_nvrx.evidence.launcher_log import LauncherEventKind
+from pytest_nvrx.evidence.launcher_log import LauncherEvent, LauncherEventKind
 from pytest_nvrx.evidence.refs import EvidenceRef, absent
 from pytest_nvrx.evidence.rundir import RunEvidence
 from pytest_nvrx.layout import MARKER_NAME
@@ -42,3 +43,25 @@ def launcher_outcome(run: RunEvidence) -> EvidenceRef:
     if run.launcher.last_ref is not None:
         return run.launcher.last_ref
     return absent(run.launcher.file)
+
+
+def nproc_per_node(run: RunEvidence) -> int | None:
+    """Ranks per node: run.json's gpus_per_node, else the launcher's nproc_per_node."""
+    nproc = run.launcher.nproc_per_node
+    if run.manifest is not None and run.manifest.gpus_per_node is not None:
+        value = run.manifest.gpus_per_node.value
+        nproc = value if isinstance(value, int) and value > 0 else nproc
+    return nproc
+
+
+def on_faulted_node(run: RunEvidence, events: Sequence[LauncherEvent]) -> list[LauncherEvent]:
+    """The events of the faulted rank's node (group rank = rank // ranks per node), and those
+    that name no node. On several nodes every node has a local rank 0: a section timeout or a
+    worker failure of local rank 0 on node 0 is not the faulted rank 1's on node 1 (a two-node
+    hang whose other rank timed out first was judged by it)."""
+    marker = run.marker
+    nproc = nproc_per_node(run)
+    if marker is None or marker.rank is None or not nproc:
+        return list(events)
+    node = marker.rank // nproc
+    return [e for e in events if e.node is None or e.node == node]

@@ -21,6 +21,7 @@ from __future__ import annotations
 import posixpath
 
 from pytest_nvrx.criteria.context import JudgeContext
+from pytest_nvrx.criteria.helpers import on_faulted_node
 from pytest_nvrx.criteria.windows import Fact, faulted_logs, fire_line
 from pytest_nvrx.evidence.injector_log import InjectorLine, parse_injected_exception
 from pytest_nvrx.evidence.launcher_log import LauncherEventKind
@@ -224,7 +225,7 @@ def process_problem(ctx: JudgeContext, local: int | None) -> Fact | None:
     key = "rank_pid" if marker.rank_pid is not None else "pid"
     failed = [
         e
-        for e in ctx.timeline.failure_events
+        for e in on_faulted_node(ctx.run, ctx.timeline.failure_events)
         if e.kind is LauncherEventKind.WORKER_FAILED and e.rank == local and e.pid is not None
     ]
     if rank_pid is not None and failed and all(e.pid != rank_pid for e in failed):

@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 from pytest_nvrx.criteria.context import JudgeContext
 from pytest_nvrx.criteria.expected import ExpectedFault
-from pytest_nvrx.criteria.helpers import clock, marker_ref
+from pytest_nvrx.criteria.helpers import clock, marker_ref, nproc_per_node, on_faulted_node
 from pytest_nvrx.criteria.marker_agreement import process_problem
 from pytest_nvrx.criteria.verdict import CriterionId, Verdict, failing, not_applicable, passing
 from pytest_nvrx.evidence.launcher_log import LauncherEvent, LauncherEventKind
@@ -36,15 +36,6 @@ def replaced_cycle(run: RunEvidence, expected: ExpectedFault | None = None) -> V
     return check(JudgeContext.build(run, expected))
 
 
-def _nproc_per_node(run: RunEvidence) -> int | None:
-    """Ranks per node: run.json's gpus_per_node, else the launcher's nproc_per_node."""
-    nproc = run.launcher.nproc_per_node
-    if run.manifest is not None and run.manifest.gpus_per_node is not None:
-        value = run.manifest.gpus_per_node.value
-        nproc = value if isinstance(value, int) and value > 0 else nproc
-    return nproc
-
-
 def _expected_local_rank(run: RunEvidence) -> int | None:
     """The marker rank as the launcher logs it (torchelastic and rank monitors use local ranks)."""
     marker = run.marker
@@ -52,7 +43,7 @@ def _expected_local_rank(run: RunEvidence) -> int | None:
         return None
     if marker.local_rank is not None:
         return marker.local_rank
-    nproc = _nproc_per_node(run)
+    nproc = nproc_per_node(run)
     return marker.rank % nproc if nproc else marker.rank
 
 
@@ -60,7 +51,7 @@ def _rank_contradiction(ctx: JudgeContext) -> Verdict | None:
     """A marker whose rank and local_rank cannot both be true (every node runs the same number of
     ranks: rank = node * nproc_per_node + local_rank), quoted with the failure the launcher saw."""
     marker = ctx.run.marker
-    nproc = _nproc_per_node(ctx.run)
+    nproc = nproc_per_node(ctx.run)
     if marker is None or marker.rank is None or marker.local_rank is None or not nproc:
         return None
     if marker.rank % nproc == marker.local_rank:
@@ -147,10 +138,12 @@ def check(ctx: JudgeContext) -> Verdict:
         return contradiction
     local = _expected_local_rank(run)
     rank_text = f"rank {marker.rank}" + (f" (local {local})" if local != marker.rank else "")
-    failed = [e for e in timeline.failure_events if e.kind is LauncherEventKind.WORKER_FAILED]
+    # on several nodes local ranks repeat: only the faulted rank's node's records are its own
+    on_node = on_faulted_node(run, timeline.failure_events)
+    failed = [e for e in on_node if e.kind is LauncherEventKind.WORKER_FAILED]
     timeouts = [
         e
-        for e in timeline.failure_events
+        for e in on_node
         if e.kind in (LauncherEventKind.SECTION_TIMEOUT, LauncherEventKind.HEARTBEAT_TIMEOUT)
     ]
 

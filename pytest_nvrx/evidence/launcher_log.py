@@ -71,6 +71,10 @@ class LauncherEvent:
     pid: int | None = None
     exit_code: int | None = None
     will_restart: bool | None = None
+    # the group rank of the node whose launcher wrote the line (NVRx's ``infra:N(..)``; a glog
+    # line's launcher pid mapped through the profiling events' ``Node: host_<pid>_..``); None
+    # where the line does not say. On several nodes local ranks repeat: this tells them apart.
+    node: int | None = None
 
     @property
     def is_failure_detected(self) -> bool:
@@ -114,7 +118,7 @@ class LauncherLog:
 _PREFIX = r"(?:(?:\d+|\?)\s*: )?"
 _NVRX_LINE = re.compile(
     _PREFIX + r"(?P<ts>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d[,.]\d+) \[(?P<level>\w+)\] \[[^\]]*\] "
-    r"\[workload:(?P<wrank>[^(\s]*)\((?P<wlocal>[^)\s]*)\) infra:[^\]]*\] "
+    r"\[workload:(?P<wrank>[^(\s]*)\((?P<wlocal>[^)\s]*)\) infra:(?P<infra>[^(\s\]]*)[^\]]*\] "
     r"(?P<src>\S+?):\d+ (?P<msg>.*)"
 )
 # A plainer NVRx/python logging line without the workload/infra block.
@@ -122,13 +126,16 @@ _PLAIN_LINE = re.compile(
     _PREFIX + r"(?P<ts>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d[,.]\d+) \[(?P<level>\w+)\] (?P<msg>.*)"
 )
 _GLOG_LINE = re.compile(
-    _PREFIX + r"[IWEF](?P<mon>\d\d)(?P<day>\d\d) (?P<time>\d\d:\d\d:\d\d(?:\.\d+)?)\s+\d+\s+"
+    _PREFIX
+    + r"[IWEF](?P<mon>\d\d)(?P<day>\d\d) (?P<time>\d\d:\d\d:\d\d(?:\.\d+)?)\s+(?P<lpid>\d+)\s+"
     r"\S+\] (?P<msg>.*)"
 )
 _PROFILING = re.compile(
     r"-\s*Cycle: (?P<cycle>\d+) Event: (?P<name>\w+) Node: (?P<node>\S+) Rank: (?P<rank>\S+)"
     r" Time: (?P<utc>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?) UTC"
 )
+# a profiling event's node id: <host>_<launcher pid>_<n>
+_PROFILING_NODE = re.compile(r"Node: \S*_(?P<pid>\d+)_\d+ ")
 _WORKER_FAILED = re.compile(
     r"failed \(exitcode: (?P<code>-?\d+)\) local_rank: (?P<rank>\d+) \(pid: (?P<pid>\d+)\)"
 )
@@ -240,17 +247,23 @@ def parse_launcher_log(path: Path, *, file: str | None = None) -> LauncherLog:
     # glog lines lack the year; they take it from the nearest NVRx line (fixed up at the end).
     pending_year: list[int] = []
     bad_stamp: EvidenceRef | None = None
+    # which node's launcher a glog line's pid is (from the profiling events' node ids)
+    node_of_pid: dict[int, int] = {}
+    launcher_pids: list[int | None] = []
     lineno = 0
     try:
         for lineno, text in iter_lines(path):
             ts: datetime | None = None
             msg: str
             wlocal: str | None = None
+            node: int | None = None
+            launcher_pid: int | None = None
             m = _NVRX_LINE.match(text) or _PLAIN_LINE.match(text)
             if m is not None:
                 ts = _naive(m["ts"])
                 msg = m["msg"]
                 wlocal = m.groupdict().get("wlocal")
+                node = _int(m.groupdict().get("infra"))
                 if ts is not None:
                     last_year = ts.year
                 elif bad_stamp is None:
@@ -269,6 +282,7 @@ def parse_launcher_log(path: Path, *, file: str | None = None) -> LauncherLog:
                     if last_year is None and ts is not None:
                         pending_year.append(len(events))
                     msg = g["msg"]
+                    launcher_pid = int(g["lpid"])
                 else:
                     # An untimestamped line: the launch-config block, or junk.
                     if in_config:
@@ -306,8 +320,15 @@ def parse_launcher_log(path: Path, *, file: str | None = None) -> LauncherLog:
             ):
                 # rank monitors log as workload:?(<local rank>)
                 event = replace(event, rank=_int(wlocal))
+            if node is not None:
+                event = replace(event, node=node)
+                if event.kind is LauncherEventKind.PROFILING:
+                    p = _PROFILING_NODE.search(msg)
+                    if p is not None:
+                        node_of_pid.setdefault(int(p["pid"]), node)
             events.append(event)
             naive_times.append(ts)
+            launcher_pids.append(launcher_pid)
     except OSError as exc:
         return LauncherLog(name, exists=True, line_count=lineno, read_error=str(exc))
 
@@ -327,7 +348,14 @@ def parse_launcher_log(path: Path, *, file: str | None = None) -> LauncherLog:
         return naive.replace(tzinfo=zone).astimezone(UTC)
 
     fix = set(pending_year)
-    events = [replace(ev, time=utc(naive_times[i], i in fix)) for i, ev in enumerate(events)]
+    events = [
+        replace(
+            ev,
+            time=utc(naive_times[i], i in fix),
+            node=ev.node if ev.node is not None else node_of_pid.get(launcher_pids[i] or -1),
+        )
+        for i, ev in enumerate(events)
+    ]
     return LauncherLog(
         file=name,
         exists=True,

@@ -881,7 +881,9 @@ def run(args: argparse.Namespace) -> int:
     rank, world_size = _env_int("RANK"), _env_int("WORLD_SIZE")
     restarts = restart_count(os.environ)
     log = EventLog(rank)
-    log(f"started pid {os.getpid()} world_size {world_size} restart_count {restarts}")
+    # cpus: what this rank may run on (a launcher bound to one core binds its ranks there too)
+    cpus = len(os.sched_getaffinity(0))
+    log(f"started pid {os.getpid()} world_size {world_size} restart_count {restarts} cpus {cpus}")
     torch.set_num_threads(1)
     monitor: FtMonitor | NullMonitor
     try:
