@@ -266,21 +266,29 @@ def test_docs_never_install_from_pypi() -> None:
 NO_DEPS_HEADING = "In a container whose torch must stay (`--no-deps`)"
 
 
-def no_deps_route() -> tuple[list[str], list[str]]:
-    """install.md's two container commands: the --no-deps one and the runtime imports."""
+def no_deps_route() -> tuple[list[str], list[str], list[str], list[str]]:
+    """install.md's container commands: the plugin alone (--no-deps) and its own imports; then,
+    only where the container has no NVRx, NVRx (--no-deps) and its launcher's imports."""
     text = (DOCS / "install.md").read_text(encoding="utf-8")
     commands = [cmd for line in fenced_lines(section(text, NO_DEPS_HEADING))
                 for cmd in split_install(line)]  # fmt: skip
-    assert len(commands) == 2, commands
-    no_deps, runtime = commands
-    assert "--no-deps" in no_deps and "--no-deps" not in runtime
-    return no_deps, runtime
+    assert len(commands) == 4, commands
+    plugin, plugin_runtime, nvrx, nvrx_runtime = commands
+    assert "--no-deps" in plugin and "--no-deps" in nvrx
+    assert "--no-deps" not in plugin_runtime and "--no-deps" not in nvrx_runtime
+    assert plugin_runtime[2:] == ["pytest", "pytest-timeout", "filelock"], plugin_runtime
+    assert nvrx[-1] == "nvidia-resiliency-ext==0.7.0", nvrx
+    return plugin, plugin_runtime, nvrx, nvrx_runtime
 
 
 def test_container_route_is_the_same_everywhere() -> None:
-    """gpu.md and the CI workflow install what install.md says, with the git URL."""
-    no_deps, runtime = no_deps_route()
-    assert "torch" not in runtime and "megatron-core" not in runtime
+    """gpu.md and the CI workflow install what install.md says, with the git URL, and never
+    NVRx: the container's is the one qualified (#23: the workflow replaced it)."""
+    plugin, plugin_runtime, _, nvrx_runtime = no_deps_route()
+    for cmd in (plugin_runtime, nvrx_runtime):
+        assert "torch" not in cmd and "megatron-core" not in cmd
+        assert not any(a.startswith("nvidia-resiliency-ext") for a in cmd), cmd
+    assert not any(a.startswith("nvidia-resiliency-ext") for a in plugin), plugin
     copies = [
         (where, cmd)
         for where, cmd in install_commands()
@@ -288,12 +296,12 @@ def test_container_route_is_the_same_everywhere() -> None:
     ]
     assert len(copies) == 4, copies
     for where, cmd in copies:
+        assert not any("nvidia-resiliency-ext" in a for a in cmd), (where, cmd)
         if "--no-deps" in cmd:
-            assert cmd[-1] == "nvidia-resiliency-ext==0.7.0", (where, cmd)
-            assert f"pytest-nvrx @ git+{PROJECT_URL}" in cmd, (where, cmd)
-            assert no_deps[-1] == cmd[-1]
+            assert cmd[:-1] == plugin[:-1], (where, cmd)
+            assert cmd[-1] == f"pytest-nvrx @ git+{PROJECT_URL}", (where, cmd)
         else:
-            assert cmd == runtime, (where, cmd)
+            assert cmd == plugin_runtime, (where, cmd)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -413,18 +421,33 @@ def torch_install(venv: Venv) -> tuple[str, int]:
     return version, int(inode)
 
 
+def nvrx_install(venv: Venv) -> tuple[str, int]:
+    """NVRx's version and the inode of its __init__.py (a reinstall changes it)."""
+    out = venv.run([str(venv.path / "bin" / "python"), "-c",
+                    "import importlib.metadata as m, importlib.util as u, os; "
+                    "print(m.version('nvidia-resiliency-ext'),"
+                    " os.stat(u.find_spec('nvidia_resiliency_ext').origin).st_ino)"],
+                   )  # fmt: skip
+    version, inode = out.split()
+    return version, int(inode)
+
+
 def test_container_route_installs_every_runtime_import(dist: Dist, tmp_path: Path) -> None:
-    """On a torch-only venv (the container), install.md's two --no-deps lines give everything
-    the launcher path imports, and leave torch as it was."""
-    no_deps, runtime = no_deps_route()
-    assert no_deps[-2].endswith(dist.wheel.name), f"install.md installs {no_deps[-2]}"
+    """On a torch-only venv, install.md's NVRx lines make the container; the plugin's two lines
+    then give everything the launcher path imports, and leave torch and NVRx as they were."""
+    plugin, plugin_runtime, nvrx, nvrx_runtime = no_deps_route()
+    assert plugin[-1].endswith(dist.wheel.name), f"install.md installs {plugin[-1]}"
     venv = Venv(find_uv(), tmp_path / "venv", cwd=tmp_path)
     python = str(venv.path / "bin" / "python")
     venv.uv_pip(["pip", "install", "torch"])
     torch_before = torch_install(venv)
-    venv.uv_pip([*no_deps[:-2], str(dist.wheel), no_deps[-1]])
-    venv.uv_pip(runtime)
+    venv.uv_pip(nvrx)
+    venv.uv_pip(nvrx_runtime)
+    nvrx_before = nvrx_install(venv)
+    venv.uv_pip([*plugin[:-1], str(dist.wheel)])
+    venv.uv_pip(plugin_runtime)
     assert torch_install(venv) == torch_before, "the container route replaced torch"
+    assert nvrx_install(venv) == nvrx_before, "the container route replaced NVRx"
     code = "import importlib, sys\nfor m in sys.argv[1:]: importlib.import_module(m)\nprint('ok')"
     out = venv.run([python, "-W", "ignore", "-c", code, *RUNTIME_MODULES])
     assert out.strip().endswith("ok")
