@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
+import yaml  # type: ignore[import-untyped]
 
 REPO = Path(__file__).resolve().parents[1]
 WORKFLOW = REPO / "docs" / "ci" / "github-actions-gpu.yml"
