@@ -42,8 +42,9 @@ LINE_RE = re.compile(
 )
 EVENT_RES = {
     # restart_count is absent from the lines recorded in tests/data/cpu (written before it)
+    # and cpus from the lines before #23 (what the rank may run on)
     "started": r"started pid (?P<pid>\d+) world_size (?P<world_size>\d+)"
-    r"(?: restart_count (?P<restart_count>\d+))?",
+    r"(?: restart_count (?P<restart_count>\d+))?(?: cpus (?P<cpus>\d+))?",
     "ft": r"ft monitoring (?:initialized sections (?P<sections>\S+) out_of_section (?P<oos>\S+)"
     r"|disabled \(--no-ft\)|failed: .*)",
     "no_checkpoint": r"no checkpoint found at (?P<tracker>\S+), starting from scratch",
@@ -70,6 +71,7 @@ EVENT_RES = {
     "save_scheduled": r"save scheduled iteration (?P<iteration>\d+) path (?P<path>\S+)",
     "save_completed": r"save completed iteration (?P<iteration>\d+)",
     "save_failed": r"save failed iteration (?P<iteration>\d+): (?P<reason>.+)",
+    "sections": r"longest sections \(s\) (?P<sections>\w+ \d+\.\d{3}(?: \w+ \d+\.\d{3})*|-)",
     "finished": r"training finished iteration (?P<iteration>\d+)",
     "aborted": r"aborted (?P<exc>\w+): (?P<message>.*)",
     "exit": r"exit code (?P<code>\d+)",
@@ -267,7 +269,7 @@ def _train(argv: list[str], restarts: int) -> tuple[int, list[str]]:
     """The workload's training loop in this process (world size 1, no monitor)."""
     log = ListLog()
     args = ref.parse_args(["--no-ft", "--step-time=0", "--hidden-size=16", *argv])
-    code = ref._train(args, ref.NullMonitor(), log, restarts)
+    code = ref._train(args, ref.SectionClock(ref.NullMonitor()), log, restarts)
     return code, log.events
 
 
@@ -702,6 +704,7 @@ def test_runs_as_main_through_runpy_and_logs_documented_lines(tmp_path: Path) ->
         "save_completed",
         "save_scheduled",  # final save at the last iteration
         "save_completed",
+        "sections",
         "finished",
         "exit",
     ]

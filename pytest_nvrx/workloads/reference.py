@@ -159,6 +159,34 @@ class FtMonitor:
         )
 
 
+class SectionClock:
+    """A monitor that also times each section (monotonic): the longest of each kind goes into
+    the rank's last line, the measurement behind the reference deadlines (docs/options.md)."""
+
+    def __init__(self, inner: Monitor) -> None:
+        self.inner = inner
+        self.longest: dict[str, float] = {}
+        self._opened: dict[str, float] = {}
+
+    def start_section(self, section: str) -> None:
+        self._opened[section] = time.monotonic()
+        self.inner.start_section(section)
+
+    def end_section(self, section: str) -> None:
+        self.inner.end_section(section)
+        began = self._opened.pop(section, None)
+        if began is not None:
+            took = time.monotonic() - began
+            self.longest[section] = max(took, self.longest.get(section, 0.0))
+
+    def shutdown(self) -> None:
+        self.inner.shutdown()
+
+    def summary(self) -> str:
+        kinds = " ".join(f"{name} {took:.3f}" for name, took in sorted(self.longest.items()))
+        return f"longest sections (s) {kinds or '-'}"
+
+
 @contextlib.contextmanager
 def section(monitor: Monitor, name: str) -> Iterator[None]:
     monitor.start_section(name)
@@ -896,16 +924,17 @@ def run(args: argparse.Namespace) -> int:
         ) from exc
     if rank == 0:
         log(monitor.describe())
-    monitor.start_section("setup")  # as Megatron: opened before distributed init
+    clock = SectionClock(monitor)
+    clock.start_section("setup")  # as Megatron: opened before distributed init
     dist.init_process_group("gloo", timeout=timedelta(minutes=args.distributed_timeout_minutes))
     try:
-        code = _train(args, monitor, log, restarts)
+        code = _train(args, clock, log, restarts)
     except Exception as exc:
         log(f"aborted {type(exc).__name__}: {_first_line(exc)}")
         raise
     finally:
         dist.destroy_process_group()
-        monitor.shutdown()
+        clock.shutdown()
     log(f"exit code {code}")
     return code
 
@@ -916,7 +945,7 @@ def _first_line(exc: BaseException) -> str:
 
 
 def _train(
-    args: argparse.Namespace, monitor: Monitor, log: Callable[[str], None], restarts: int
+    args: argparse.Namespace, monitor: SectionClock, log: Callable[[str], None], restarts: int
 ) -> int:
     # Checkpoint I/O runs in a background thread: give it its own group so its collectives
     # never interleave with the training all-reduces on the default group.
@@ -992,6 +1021,7 @@ def _train(
     finally:
         if checkpointer is not None:
             checkpointer.close()
+    log(monitor.summary())
     if trainer.rank == 0:
         log(f"training finished iteration {trainer.iteration}")
     return 0
