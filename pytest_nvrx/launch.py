@@ -204,9 +204,13 @@ class RunResult:
     #: the launcher's PID: NVRx names a node ``<host>_<launcher pid>_<n>`` in launcher.log
     #: ("has joined the rendezvous ... as rank R"), which ties ranks to nodes started by hand
     launcher_pid: int | None = None
+    #: the runs of this session that held one of this run's GPUs while it ran (a pool with
+    #: --nvrx-gpu-share > 1): its recovery timings include their memory and their load; None
+    #: where nothing kept count (a CPU run, a launch outside a pool)
+    gpu_shared_with: tuple[str, ...] | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "exit_code": self.exit_code,
             "launcher_pid": self.launcher_pid,
             "wall_s": round(self.wall_s, 3),
@@ -215,6 +219,9 @@ class RunResult:
             "start_time": self.start_time,
             "end_time": self.end_time,
         }
+        if self.gpu_shared_with is not None:
+            out["gpu_shared_with"] = list(self.gpu_shared_with)
+        return out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -832,8 +839,16 @@ class Launch:
     """A launched recipe. Use as a context manager: leaving it always kills the whole tree,
     removes the launch's TMPDIR and leaves a result.json."""
 
-    def __init__(self, recipe: Recipe, *, stack: Mapping[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        recipe: Recipe,
+        *,
+        stack: Mapping[str, Any] | None = None,
+        gpu_sharing: Callable[[], Sequence[str]] | None = None,
+    ) -> None:
         self.recipe = recipe
+        #: asked as the launch ends: which runs shared its GPUs (result.json)
+        self._gpu_sharing = gpu_sharing
         self.layout = recipe.layout
         self.tag = uuid.uuid4().hex
         #: a by-hand node (run --node-index): its own console, and beside node 0's run.json
@@ -1045,6 +1060,9 @@ class Launch:
             start_time=self._start_time,
             end_time=utc_now(),
             launcher_pid=self._popen.pid,
+            gpu_shared_with=tuple(sorted(self._gpu_sharing()))
+            if self._gpu_sharing is not None
+            else None,
         )
         write_json_atomic(self._node_file(RESULT_NAME), self.result.as_dict())
         return self.result

@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import threading
+import time
 from collections.abc import Callable, MutableMapping, Sequence
 from pathlib import Path
 
@@ -77,6 +78,44 @@ def cpu_parallel(cpus: int | None) -> int:
     return max(3, (cpus or 1) // 2)
 
 
+class GpuLedger:
+    """Which runs of the pool held which GPUs when: a run's recovery timings on a GPU that
+    another run held meanwhile include that run's memory (NVRx waits until the whole GPU's
+    memory is reclaimed) and its load. Thread-safe: the pool's waiting threads report."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._lock = threading.Lock()
+        # run id -> (its GPUs, started, ended or None while it runs)
+        self._held: dict[str, tuple[frozenset[str], float, float | None]] = {}
+
+    def started(self, run_id: str, gpus: Sequence[str]) -> None:
+        with self._lock:
+            self._held[run_id] = (frozenset(gpus), self._clock(), None)
+
+    def ended(self, run_id: str) -> None:
+        with self._lock:
+            if run_id in self._held:
+                gpus, began, _ = self._held[run_id]
+                self._held[run_id] = (gpus, began, self._clock())
+
+    def shared_with(self, run_id: str) -> list[str]:
+        """The other runs that held one of ``run_id``'s GPUs at some moment of its run so far."""
+        with self._lock:
+            if run_id not in self._held:
+                return []
+            gpus, began, ended = self._held[run_id]
+            until = ended if ended is not None else self._clock()
+            return sorted(
+                other
+                for other, (theirs, start, end) in self._held.items()
+                if other != run_id
+                and gpus & theirs
+                and start <= until
+                and (end is None or end >= began)
+            )
+
+
 class ScenarioPool:
     """Launches submitted scenarios side by side; :meth:`run` waits for one and judges it."""
 
@@ -99,6 +138,7 @@ class ScenarioPool:
         self.pool = LaunchPool(max_parallel=max_parallel, slots=slots)
         self._scenarios: dict[str, Scenario] = {}
         self._plans: dict[str, Plan] = {}
+        self.gpu_ledger = GpuLedger()
 
     def write(self, scenario: Scenario, text: str) -> None:
         # progress lines come from the pool's waiting threads too
@@ -124,7 +164,15 @@ class ScenarioPool:
                 planned = dataclasses.replace(planned, recipe=recipe)
             self._plans[scenario.id] = planned
             announce_plan(planned, say)
-            return Launch(planned.recipe, stack=planned.manifest_stack())
+            run_id = planned.recipe.config.run_id
+            if not slot.gpus:
+                return Launch(planned.recipe, stack=planned.manifest_stack())
+            self.gpu_ledger.started(run_id, slot.gpus)
+            return Launch(
+                planned.recipe,
+                stack=planned.manifest_stack(),
+                gpu_sharing=lambda: self.gpu_ledger.shared_with(run_id),
+            )
 
         timeout = scenario_timeout(settings, scenario)
 
@@ -133,6 +181,8 @@ class ScenarioPool:
                 return LaunchOutcome(launch.wait(timeout, on_progress=lambda p: say(p.describe())))
             except RunTimeout as exc:
                 return LaunchOutcome(None, str(exc))
+            finally:
+                self.gpu_ledger.ended(launch.recipe.config.run_id)
 
         self._scenarios[scenario.id] = scenario
         self.pool.submit(Job(scenario.id, scenario_gpus(settings, scenario), make, wait))

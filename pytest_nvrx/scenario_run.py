@@ -88,6 +88,9 @@ def downtime_breakdown(timings: Mapping[str, float]) -> list[str]:
     ):
         if key in timings:
             parts.append(text.format(timings[key]))
+            reclaim = timings.get("gpu_memory_reclaim_s")
+            if key == "detected_to_replacement_start_s" and reclaim is not None:
+                parts[-1] += f" (of which {reclaim:.0f} s waiting for GPU memory)"
     first = timings.get("replacement_start_to_first_iteration_s")
     loaded = timings.get("replacement_start_to_checkpoint_loaded_s")
     if first is not None:
@@ -152,6 +155,10 @@ class ScenarioRun:
             ]
         props += [(f"nvrx_stack_{k}", v) for k, v in sorted(self.stack.items())]
         props += [(f"nvrx_timing_{k}", v) for k, v in sorted(self.judgement.timings.items())]
+        shared = self.judgement.gpu_shared_with
+        if shared is not None:
+            # the timings above were measured beside these runs on one GPU ("" alone)
+            props.append(("nvrx_gpu_shared_with", ",".join(shared)))
         return _properties(props)
 
     def criterion_properties(self, criterion: str) -> list[tuple[str, str]]:
@@ -262,6 +269,14 @@ class ScenarioRun:
                 "cannot hold the run to --nvrx-max-downtime/--nvrx-max-phase: it cannot be"
                 " judged: " + "; ".join(self.judgement.unjudgeable_reasons)
             ]
+        if self.judgement.gpu_shared and not limits.shared_gpu:
+            # a measurement of several runs is no measurement of this stack
+            return [
+                "cannot hold the run to --nvrx-max-downtime/--nvrx-max-phase: "
+                + (self.judgement.sharing_note() or "it shared its GPU")
+                + "; run it on a GPU of its own (--nvrx-gpu-share 1), or pass"
+                " --nvrx-gate-shared-gpu to gate it anyway"
+            ]
         out = []
         if limits.downtime_s is not None:
             failure = self.downtime_failure(limits.downtime_s)
@@ -321,6 +336,8 @@ class Limits:
 
     downtime_s: float | None = None
     phases: Mapping[str, float] = field(default_factory=dict)
+    #: hold runs that shared a GPU to the limits anyway (--nvrx-gate-shared-gpu)
+    shared_gpu: bool = False
 
     @property
     def given(self) -> bool:
@@ -328,7 +345,7 @@ class Limits:
 
     @classmethod
     def of(cls, settings: NvrxSettings) -> Limits:
-        return cls(settings.max_downtime, dict(settings.max_phases or {}))
+        return cls(settings.max_downtime, dict(settings.max_phases or {}), settings.gate_shared_gpu)
 
 
 def scenario_values(settings: NvrxSettings, scenario: Scenario) -> dict[str, Any]:

@@ -1023,6 +1023,19 @@ SETTINGS: tuple[Setting, ...] = (
         doc_default="none",
     ),
     Setting(
+        "gate-shared-gpu",
+        "hold scenarios that shared their GPU (--nvrx-gpu-share > 1) to --nvrx-max-downtime / "
+        "--nvrx-max-phase anyway (by default refused: their timings include the other runs')",
+        where="plugin",
+        flag=True,
+        attr="gate_shared_gpu",
+        doc="hold scenarios that shared a GPU (`--nvrx-gpu-share` above 1) to the downtime gate "
+        "anyway. Without it the gate refuses them: NVRx waits until the whole GPU's memory is "
+        "reclaimed, the other runs' included, and the runs load each other, so their recovery "
+        "timings are not the stack's ([Downtime gate](#downtime-gate))",
+        doc_default="off",
+    ),
+    Setting(
         "dry-run",
         "print the command and stop",
         env=DRY_RUN_ENV,
@@ -1119,6 +1132,8 @@ class NvrxSettings:
     max_downtime: float | None = None
     #: the downtime gate's limits per recovery phase, seconds
     max_phases: dict[str, float] | None = None
+    #: hold runs that shared a GPU to the gate anyway
+    gate_shared_gpu: bool = False
 
 
 #: Where a plugin setting was found: (raw value, source for messages), or None where not given.

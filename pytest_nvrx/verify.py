@@ -177,6 +177,9 @@ def _report_lines(judgement: Judgement, out: TextIO) -> None:
     if judgement.timings:
         shown = ", ".join(f"{k[:-2]} {v:.1f}s" for k, v in judgement.timings.items())
         out.write(f"timings: {shown}\n")
+    note = judgement.sharing_note()
+    if note is not None:
+        out.write(f"note: {note}\n")
     out.write(f"verify: {judgement.summary()}\n")
 
 

@@ -20,7 +20,7 @@ from pytest_nvrx.criteria.first_cause import FirstCause
 from pytest_nvrx.criteria.marker_agreement import marker_problems
 from pytest_nvrx.criteria.registry import CRITERIA
 from pytest_nvrx.criteria.verdict import CRITERIA_IDS, Verdict, failing
-from pytest_nvrx.evidence.refs import Problem
+from pytest_nvrx.evidence.refs import EvidenceRef, Problem
 from pytest_nvrx.evidence.rundir import RunEvidence, load_run
 from pytest_nvrx.evidence.timeline import timings
 
@@ -43,6 +43,26 @@ class Judgement:
     window: ExpectedWindow | None = None
     # what the workers died of when they failed before the fault; it leads every failing reason
     first_cause: FirstCause | None = None
+    # the runs that held one of this run's GPUs while it ran (result.json), with that line;
+    # None: not recorded. Its recovery timings include their memory reclaim and load
+    gpu_shared_with: tuple[str, ...] | None = None
+    gpu_shared_ref: EvidenceRef | None = None
+
+    @property
+    def gpu_shared(self) -> bool:
+        return bool(self.gpu_shared_with)
+
+    def sharing_note(self) -> str | None:
+        """One line saying the timings were measured on a GPU other runs held; None if not."""
+        if not self.gpu_shared_with:
+            return None
+        n = len(self.gpu_shared_with)
+        where = f" ({self.gpu_shared_ref.location})" if self.gpu_shared_ref is not None else ""
+        return (
+            f"timings measured on a GPU shared with {n} other run{'' if n == 1 else 's'}{where}:"
+            " NVRx waits for the whole GPU's memory to be reclaimed and the runs load each"
+            " other, so the recovery timings are not this stack's alone"
+        )
 
     @property
     def judgeable(self) -> bool:
@@ -107,6 +127,9 @@ class Judgement:
             "problems": [{"severity": p.severity, "message": p.message} for p in self.problems],
             "stack": self.stack,
             "timings": self.timings,
+            "gpu_shared_with": (
+                list(self.gpu_shared_with) if self.gpu_shared_with is not None else None
+            ),
             "continuity": {
                 "baseline": str(self.baseline_dir) if self.baseline_dir is not None else None,
                 "rtol": self.continuity_rtol,
@@ -166,6 +189,7 @@ def judge(
     if cause is not None:
         # the derived failures ("the fault never happened") follow from it: it leads each reason
         verdicts = tuple(cause.lead(v) for v in verdicts)
+    shared = run.manifest.gpu_shared_with if run.manifest is not None else None
     return Judgement(
         run_dir=run.run_dir,
         checkpoint_dir=run.checkpoint_dir,
@@ -178,6 +202,8 @@ def judge(
         continuity_rtol=continuity_rtol,
         window=ctx.window,
         first_cause=cause,
+        gpu_shared_with=shared.value if shared is not None else None,
+        gpu_shared_ref=shared.ref if shared is not None else None,
     )
 
 

@@ -100,6 +100,18 @@ def seconds_field(data: Mapping[str, object], key: str) -> float | None:
     return float(value)
 
 
+def names_field(data: Mapping[str, object], key: str) -> tuple[str, ...] | None:
+    """``data[key]`` as a list of short strings (run IDs); None when absent or null."""
+    value = data.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, list) or not all(
+        isinstance(v, str) and 0 < len(v) <= 200 for v in value
+    ):
+        raise FieldError(f"{key!r} must be a list of names, not {shown(value)}")
+    return tuple(value)
+
+
 def time_field(data: Mapping[str, object], key: str, *, required: bool = False) -> datetime | None:
     """``data[key]``, an ISO-8601 time *with* its timezone (``Z`` or an offset), in UTC.
 

@@ -45,6 +45,11 @@ class LauncherEventKind(StrEnum):
     RUN_OK = "run_ok"  # "Agent .run() is OK. No failures in the result."
     RUN_FAILED = "run_failed"  # "Agent .run() ended with ...", "Some rank(s) exited with ..."
     AGENT_EXIT = "agent_exit"  # "Agent's exit code = 93", "Agent exits with exit code = 0."
+    # "GPU 0 memory reclaimed in 38s (20 samples): ..." (name "reclaimed"), or "Timeout waiting
+    # for GPU memory to be reclaimed after 512.0s" (name "timeout"): NVRx waits, after stopping
+    # the workers and before the next rendezvous, until every GPU of the node is nearly empty,
+    # whoever holds the memory (other runs on a shared GPU included)
+    GPU_RECLAIM = "gpu_reclaim"
 
 
 # Events that say a worker (group) failed or was judged hung.
@@ -71,6 +76,9 @@ class LauncherEvent:
     pid: int | None = None
     exit_code: int | None = None
     will_restart: bool | None = None
+    # GPU_RECLAIM: how long NVRx waited (whole seconds as it logs them: the wait took at least
+    # this and less than a second more); the GPU index is ``rank``
+    duration_s: float | None = None
     # the group rank of the node whose launcher wrote the line (NVRx's ``infra:N(..)``; a glog
     # line's launcher pid mapped through the profiling events' ``Node: host_<pid>_..``); None
     # where the line does not say. On several nodes local ranks repeat: this tells them apart.
@@ -148,6 +156,10 @@ _SECTION_TIMEOUT = re.compile(
     r"Was out of section) for [\d.]+ seconds"
 )
 _HEARTBEAT = re.compile(r"\[Cycle (?P<cycle>\d+)\] Did not get (?:initial|subsequent) heartbeat")
+_GPU_RECLAIMED = re.compile(r"GPU (?P<gpu>\d+) memory reclaimed in (?P<s>\d+(?:\.\d+)?)s ")
+_GPU_RECLAIM_TIMEOUT = re.compile(
+    r"Timeout waiting for GPU memory to be reclaimed after (?P<s>\d+(?:\.\d+)?)s"
+)
 _EXIT_CODE = re.compile(r"(?:Agent's exit code = |Agent exits with exit code = )(?P<code>-?\d+)")
 _CONFIG_LINE = re.compile(r"\s{2}(?P<key>\w+)\s*: (?P<value>.*)")
 _NPROC = re.compile(r"Using nproc_per_node=(?P<n>\d+)")
@@ -193,6 +205,13 @@ def _classify(msg: str, ref: EvidenceRef) -> tuple[LauncherEvent, str | None] | 
         m = _HEARTBEAT.search(msg)
         if m is not None:
             return ev(K.HEARTBEAT_TIMEOUT, name="heartbeat", cycle=int(m["cycle"]))
+    if "reclaimed" in msg:
+        m = _GPU_RECLAIMED.search(msg)
+        if m is not None:
+            return ev(K.GPU_RECLAIM, name="reclaimed", rank=int(m["gpu"]), duration_s=float(m["s"]))
+        m = _GPU_RECLAIM_TIMEOUT.search(msg)
+        if m is not None:
+            return ev(K.GPU_RECLAIM, name="timeout", duration_s=float(m["s"]))
     if "were still open" in msg:
         return ev(K.SECTIONS_OPEN)
     if "EARLY TERMINATION" in msg:

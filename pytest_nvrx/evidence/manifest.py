@@ -34,6 +34,7 @@ from pytest_nvrx.evidence.fields import (
     Fields,
     bool_field,
     int_field,
+    names_field,
     seconds_field,
     shown,
     str_field,
@@ -91,6 +92,9 @@ class Manifest:
     end_ref: EvidenceRef | None = None
     # the launch's duration on the harness's monotonic clock (result.json's wall_s)
     wall_s: Setting | None = None
+    # the runs that held one of this run's GPUs while it ran (result.json; a pool's record):
+    # its recovery timings include their memory and load. None: not recorded
+    gpu_shared_with: Setting | None = None
     timed_out: Setting | None = None  # True: our launch deadline stopped the launcher
     interrupted: Setting | None = None  # the stop signal's name (True: unnamed); None: not
 
@@ -191,6 +195,9 @@ def read_manifest(path: Path, run_dir: Path, result_path: Path | None = None) ->
         wall = rfields.get(seconds_field, "wall_s")
         if wall is not None:
             out["wall_s"] = Setting(wall, json_key_ref(rfile, rdoc, "wall_s"))
+        shared = rfields.get(names_field, "gpu_shared_with")
+        if shared is not None:
+            out["gpu_shared_with"] = Setting(shared, json_key_ref(rfile, rdoc, "gpu_shared_with"))
         timed_out = rfields.get(bool_field, "timed_out")
         if timed_out is not None:
             out["timed_out"] = Setting(timed_out, json_key_ref(rfile, rdoc, "timed_out"))

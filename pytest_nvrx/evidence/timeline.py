@@ -249,4 +249,27 @@ def timings(run: RunEvidence, tl: Timeline) -> dict[str, float]:
         value = seconds_between(a, b)
         if value is not None:
             out[key] = value
+    reclaim = gpu_reclaim(run, detected_t, replacement_t)
+    if reclaim is not None:
+        out["gpu_memory_reclaim_s"] = reclaim.duration_s or 0.0
     return out
+
+
+def gpu_reclaim(
+    run: RunEvidence, detected: datetime | None, replacement: datetime | None
+) -> LauncherEvent | None:
+    """NVRx's wait for the GPUs' memory in this recovery (the longest of its GPUs): logged after
+    the workers were stopped, before the replacement started. Part of ``detected -> replacement
+    start``; on a GPU other runs hold it waits for their memory too."""
+    if detected is None:
+        return None
+    found = [
+        e
+        for e in run.launcher.events
+        if e.kind is LauncherEventKind.GPU_RECLAIM
+        and e.time is not None
+        and e.time >= detected
+        and (replacement is None or e.time <= replacement)
+        and e.duration_s is not None
+    ]
+    return max(found, key=lambda e: e.duration_s or 0.0) if found else None
