@@ -395,6 +395,7 @@ def test_wheel_installs_as_the_docs_say(dist: Dist, tmp_path: Path) -> None:
     (line,) = [ln for ln in fenced_lines(text) if ln.startswith("uv pip install") and "dist/" in ln]
     argv = shlex.split(line)
     assert argv[3:5] == list(PLATFORM), line
+    assert "--compile-bytecode" in argv, line  # workers import torch: docs/install.md says why
     assert f"dist/{dist.wheel.name}" == argv[-1], (
         f"install.md installs {argv[-1]}, built {dist.wheel}"
     )
