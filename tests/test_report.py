@@ -111,16 +111,23 @@ def test_breakdown_of_a_kill_matches_verify_and_sums_to_the_downtime(
     assert refs["workers_terminated"] == "logs/launcher.log:46"
 
 
-def test_a_phase_the_evidence_lacks_is_missing_not_zero() -> None:
-    # the reference workload logs no time for its checkpoint load: that milestone is missing
-    report = ScenarioReport.from_run_dir(DATA / "cpu" / "reference-kill")
+def test_a_phase_the_evidence_lacks_is_missing_not_zero(tmp_path: Path) -> None:
+    # Megatron's load line carries no time: without the setup_done milestone after it (the
+    # line lost here) the checkpoint-loaded milestone is missing
+    run_dir = tmp_path / "megatron-kill-40"
+    shutil.copytree(RECIPE / "megatron-kill-40", run_dir, symlinks=True)
+    log = run_dir / "logs" / "train_cycle1.log"
+    lines = log.read_text(encoding="utf-8").splitlines(keepends=True)
+    setup_done = "[after model, optimizer, and learning rate scheduler are built]"
+    log.write_text("".join(line for line in lines if setup_done not in line), encoding="utf-8")
+    report = ScenarioReport.from_run_dir(run_dir)
     recovery = report.recovery
-    assert recovery is not None and recovery.downtime_s is not None
+    assert recovery is not None and recovery.downtime_s == 25.417
     by_id = {p.id: p for p in recovery.phases}
     for pid in ("checkpoint_load", "first_step"):
         assert by_id[pid].seconds is None
         assert "checkpoint loaded not in the evidence" in (by_id[pid].missing or "")
-    assert by_id["detection"].seconds == 0.149 and by_id["detection"].missing is None
+    assert by_id["detection"].seconds == 0.197 and by_id["detection"].missing is None
     assert recovery.unattributed_s is not None and recovery.unattributed_s > 5
     phase_doc = report_json([report])["scenarios"][0]["recovery"]["phases"]
     assert [p["seconds"] for p in phase_doc if p["id"] == "checkpoint_load"] == [None]
@@ -258,7 +265,9 @@ def test_report_json_schema_is_stable(megatron: list[ScenarioReport]) -> None:
     }
     assert set(timeline["events"][0]) == {"kind", "t_s", "label", "cycle", "rank", "ref"}
     assert scenario["loss"]["columns"] == ["cycle", "iteration", "loss", "replayed"]
-    assert set(scenario["loss"]) == {"columns", "points", "dropped"}
+    assert set(scenario["loss"]) == {"columns", "points", "dropped", "window_means"}
+    # [cycle, iteration, first iteration of the window the line printed the mean of] (#6237)
+    assert scenario["loss"]["window_means"] == [[0, 2, 1], [1, 7, 6]]
     assert doc["scenarios"][0]["recovery"] is None  # the baseline
 
 

@@ -1,9 +1,11 @@
 """Build and write reports of run directories; the ``report`` command's body (no pytest).
 
 ``python -m pytest_nvrx report RUN_DIR... [-o report.html] [--json report.json]`` (also
-``python -m pytest_nvrx.report``). Exit status: 0 every scenario qualified, 1 one
-did not, 2 a path is not a run directory, an output cannot be written, or an output would land
-in a RUN_DIR (links followed) or on the other output.
+``python -m pytest_nvrx.report``). A RUN_DIR that is a file (a README a glob matched) is
+skipped with a note on stderr. Exit status, over the run directories: 0 every scenario
+qualified, 1 one did not, 2 no run directory remains, a path does not exist or is no run
+directory, an output cannot be written, or an output would land in a RUN_DIR (links followed)
+or on the other output.
 """
 
 from __future__ import annotations
@@ -66,15 +68,30 @@ def output_refusal(outputs: Sequence[tuple[str, Path]], run_dirs: Sequence[Path]
     return None
 
 
+def run_dirs_among(paths: Sequence[Path], err: TextIO) -> list[Path]:
+    """``paths`` less the files among them, each named on ``err``: a shell glob over a matrix
+    (``tests/data/cpu/*``) also matches the README beside the runs, and one file must not cost
+    the report of the rest. A path that does not exist stays, to fail as no run directory (a
+    mistyped RUN_DIR is an error, not a skip)."""
+    kept = []
+    for path in paths:
+        if path.exists() and not path.is_dir():
+            err.write(printable(f"report: skipped {path}: not a directory") + "\n")
+        else:
+            kept.append(path)
+    return kept
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m pytest_nvrx report",
         description="Judge run directories and write one self-contained HTML recovery report "
         "(matrix, timeline, recovery cost, loss curve) and its report.json.",
         epilog="A baseline run (fault=none) among the RUN_DIRs is drawn under the loss curve of "
-        "each faulted run of the same workload and length. Exit status: 0 all qualified, 1 one "
-        "not qualified, 2 bad arguments, unwritable output, or an output inside a RUN_DIR (links "
-        "followed) or on the other output (refused before anything is written).",
+        "each faulted run of the same workload and length; a RUN_DIR that is a file is skipped "
+        "with a note. Exit status: 0 all qualified, 1 one not qualified, 2 bad arguments, no "
+        "run directory, unwritable output, or an output inside a RUN_DIR (links followed) or "
+        "on the other output (refused before anything is written).",
     )
     parser.add_argument("run_dirs", metavar="RUN_DIR", type=Path, nargs="+")
     parser.add_argument(
@@ -106,12 +123,16 @@ def report_main(
     html: Path = args.output
     json_path: Path = args.json_path or html.with_name("report.json")
     json_flag = "--json" if args.json_path is not None else "--json (default)"
-    refused = output_refusal([("-o", html), (json_flag, json_path)], args.run_dirs)
+    run_dirs = run_dirs_among(args.run_dirs, err)
+    if not run_dirs:
+        err.write("report: error: no run directory among the RUN_DIRs\n")
+        return EXIT_USAGE
+    refused = output_refusal([("-o", html), (json_flag, json_path)], run_dirs)
     if refused is not None:
         err.write(f"report: error: {refused}\n")
         return EXIT_USAGE
     try:
-        reports = build_reports(args.run_dirs)
+        reports = build_reports(run_dirs)
     except RunDirError as exc:
         err.write(f"report: error: {printable(str(exc))}\n")
         return EXIT_USAGE

@@ -24,12 +24,15 @@ from typing import Any
 
 from pytest_nvrx.criteria import judge
 from pytest_nvrx.criteria.judgement import Judgement
+from pytest_nvrx.criteria.training_continuity import print_model
 from pytest_nvrx.evidence.cycle_log import CycleLog
 from pytest_nvrx.evidence.launcher_log import FAILURE_KINDS, LauncherEvent, LauncherEventKind
 from pytest_nvrx.evidence.refs import EvidenceRef, seconds_between
+from pytest_nvrx.evidence.replay import PrintModel, windows
 from pytest_nvrx.evidence.rundir import RunEvidence, load_run
 from pytest_nvrx.evidence.timeline import Timeline, build_timeline, checkpoint_loaded
 from pytest_nvrx.evidence.workload import (
+    LoadCompleted,
     SaveCompleted,
     SaveScheduled,
 )
@@ -259,25 +262,34 @@ class LossPoint:
     iteration: int
     loss: float
     replayed: bool  # an earlier cycle had committed this iteration already
+    # the line printed the mean over iterations mean_from..iteration, not this iteration's loss
+    # (Megatron-LM #6237: a process's second line); None: its own window, as printed normally
+    mean_from: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class LossSeries:
     points: tuple[LossPoint, ...]
-    dropped: int  # points left out to keep the report small (never replayed ones)
+    dropped: int  # points left out to keep the report small (never replayed or #6237 ones)
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "columns": ["cycle", "iteration", "loss", "replayed"],
             "points": [[p.cycle, p.iteration, p.loss, p.replayed] for p in self.points],
             "dropped": self.dropped,
+            # a key of its own, not a fifth column: readers of the four columns read on
+            "window_means": [
+                [p.cycle, p.iteration, p.mean_from] for p in self.points if p.mean_from is not None
+            ],
         }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> LossSeries:
+        means = {(int(c), int(i)): int(f) for c, i, f in data.get("window_means", [])}
         return cls(
             points=tuple(
-                LossPoint(int(c), int(i), float(v), bool(r)) for c, i, v, r in data["points"]
+                LossPoint(int(c), int(i), float(v), bool(r), means.get((int(c), int(i))))
+                for c, i, v, r in data["points"]
             ),
             dropped=int(data["dropped"]),
         )
@@ -445,7 +457,7 @@ class ScenarioReport:
             timings=dict(judgement.timings),
             recovery=recovery,
             timeline=_timeline_data(run, timeline, t0, recovery),
-            loss=_loss_series(run.cycle_logs),
+            loss=_loss_series(run.cycle_logs, print_model(run)),
         )
 
     def as_dict(self) -> dict[str, Any]:
@@ -533,15 +545,26 @@ def _profiling_in_cycle(run: RunEvidence, cycle: int | None, name: str) -> Launc
 
 
 def _loaded(log: CycleLog | None) -> tuple[datetime | None, EvidenceRef | None, int | None]:
-    """The replacement's checkpoint-loaded milestone: the first ``setup_done`` after the load
-    line (Megatron's load lines carry no time), and the iteration it loaded."""
+    """The replacement's checkpoint-loaded milestone, and the iteration it loaded: the first
+    ``setup_done`` after the load line (Megatron's load lines carry no time; verify's timings
+    count the same), else the load lines' own time (the reference workload prints one per
+    rank, each with its time: the last, when every rank had loaded)."""
     if log is None:
         return None, None, None
     load, done = checkpoint_loaded(log)
-    iteration = load.iteration if load is not None else None
-    if done is None:
-        return None, None, iteration
-    return done.time, done.ref, iteration
+    if load is None:
+        return None, None, None
+    if done is not None:
+        return done.time, done.ref, load.iteration
+    timed = [
+        (e.time, e.ref)
+        for e in log.of_type(LoadCompleted)
+        if e.iteration == load.iteration and e.time is not None
+    ]
+    if not timed:
+        return None, None, load.iteration
+    t, ref = max(timed, key=lambda pair: pair[0])
+    return t, ref, load.iteration
 
 
 def _recovery(run: RunEvidence, tl: Timeline, t0: datetime | None) -> Recovery | None:
@@ -788,16 +811,45 @@ def _timeline_data(
     )
 
 
-def _loss_series(logs: tuple[CycleLog, ...]) -> LossSeries:
+def _window_means(log: CycleLog, model: PrintModel) -> dict[int, int]:
+    """The iterations of one cycle whose printed loss is a mean over more iterations than the
+    workload's own print rule gives, each with its window's first iteration: Megatron core
+    <= 0.19 does not reset its loss accumulators at a process's first print (Megatron-LM
+    #6237), so with ``--log-interval 1`` its second line prints the mean of its first two. The
+    same windows ``training_continuity`` compares by (:func:`print_model`), read here so that
+    the chart does not draw such a mean as the iteration's loss."""
+    if "loss" not in model.averaged or model.first_print_resets:
+        return {}
+    fixed = {
+        p.iteration: p.first
+        for p in windows(log.iterations, replace(model, first_print_resets=True), log.cycle)
+    }
+    return {
+        p.iteration: p.first
+        for p in windows(log.iterations, model, log.cycle)
+        if p.first != fixed.get(p.iteration, p.first)
+    }
+
+
+def _loss_series(logs: tuple[CycleLog, ...], model: PrintModel | None = None) -> LossSeries:
     points: list[LossPoint] = []
     done = 0  # the highest iteration an earlier cycle committed
     for log in logs:
+        means = _window_means(log, model) if model is not None else {}
         seen: set[int] = set()
         for it in log.iterations:
             if it.loss is None or it.iteration in seen:
                 continue
             seen.add(it.iteration)
-            points.append(LossPoint(log.cycle, it.iteration, it.loss, it.iteration <= done))
+            points.append(
+                LossPoint(
+                    log.cycle,
+                    it.iteration,
+                    it.loss,
+                    it.iteration <= done,
+                    means.get(it.iteration),
+                )
+            )
         done = max([done, *seen])
     return _thin(points)
 
@@ -811,6 +863,7 @@ def _thin(points: list[LossPoint]) -> LossSeries:
         p
         for i, p in enumerate(points)
         if p.replayed
+        or p.mean_from is not None
         or i % step == 0
         or i == len(points) - 1
         or points[i - 1].cycle != p.cycle

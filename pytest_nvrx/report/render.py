@@ -9,7 +9,7 @@ from typing import Any
 
 from pytest_nvrx import __version__
 from pytest_nvrx.criteria.verdict import CRITERIA_IDS
-from pytest_nvrx.report.model import PHASES, SCHEMA_VERSION, ScenarioReport
+from pytest_nvrx.report.model import PHASES, SCHEMA_VERSION, Recovery, ScenarioReport
 from pytest_nvrx.report.svg import (
     breakdown_svg,
     loss_svg,
@@ -58,12 +58,62 @@ def report_json(
     }
 
 
+#: the fields that identify a stack. Two runs that agree on them ran on the same software and
+#: hardware, whatever per-run detail their records add (a scenario's ``notes``, its recipe's
+#: ``profile``, the interpreter's path): such detail is no difference of stack.
+STACK_IDENTITY = (
+    "python",
+    "torch",
+    "cuda",
+    "cudnn",
+    "nccl",
+    "gpu",
+    "driver",
+    "transformer_engine",
+    "apex",
+    "megatron",
+    "megatron_rev",
+    "nvrx",
+)
+_UNRECORDED = "not recorded"
+
+
+def _identity(stack: Mapping[str, Any]) -> tuple[str, ...]:
+    return tuple(repr(stack.get(key, _UNRECORDED)) for key in STACK_IDENTITY)
+
+
+def _shared(stacks: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """What every one of ``stacks`` records alike (per-run detail that differs is left out)."""
+    first = stacks[0]
+    return {k: v for k, v in first.items() if all(k in s and s[k] == v for s in stacks[1:])}
+
+
 def _common_stack(reports: Sequence[ScenarioReport]) -> dict[str, Any] | None:
-    """The stack every scenario that recorded one ran on; None when they differ."""
+    """The stack every scenario that recorded one ran on (the fields they record alike); None
+    when a field of :data:`STACK_IDENTITY` differs."""
     stacks = [r.stack for r in reports if r.stack]
-    if stacks and all(s == stacks[0] for s in stacks):
-        return dict(stacks[0])
+    if stacks and all(_identity(s) == _identity(stacks[0]) for s in stacks):
+        return _shared(stacks)
     return None
+
+
+def _stack_differences(reports: Sequence[ScenarioReport]) -> list[str]:
+    """Each identifying field the scenarios' stacks disagree on, with the scenarios of each
+    value: ``torch 2.15.0 (a, b) vs 2.14.0 (c)``."""
+    recorded = [r for r in reports if r.stack]
+    out = []
+    for key in STACK_IDENTITY:
+        if not any(key in r.stack for r in recorded):
+            continue
+        by_value: dict[str, list[str]] = {}
+        for r in recorded:
+            value = r.stack.get(key, _UNRECORDED)
+            shown = "not installed" if value is None else str(value)
+            by_value.setdefault(shown, []).append(r.name)
+        if len(by_value) > 1:
+            values = " vs ".join(f"{v} ({', '.join(names)})" for v, names in by_value.items())
+            out.append(f"{key} {values}")
+    return out
 
 
 _CSS = """
@@ -73,6 +123,7 @@ h1{font-size:22px;margin:0 0 4px}
 h2{font-size:18px;margin:28px 0 8px;border-bottom:1px solid #ddd;padding-bottom:4px}
 h3{font-size:15px;margin:18px 0 6px}
 table{border-collapse:collapse;margin:6px 0}
+.wide{overflow-x:auto;max-width:100%}
 th,td{border:1px solid #ddd;padding:4px 8px;text-align:left;vertical-align:top}
 th{background:#f3f3f3;font-weight:600}
 .PASS{background:#dff3e4;color:#11632b;font-weight:600}
@@ -132,10 +183,17 @@ def _stack_table(stack: Mapping[str, Any]) -> str:
     return f"<table class=stack>{''.join(rows)}</table>"
 
 
-def _stack_line(stack: Mapping[str, Any] | None) -> str:
-    """The stack in one line under the title (the whole table is at the end of the page)."""
+def _stack_line(stack: Mapping[str, Any] | None, differences: Sequence[str] = ()) -> str:
+    """The stack in one line under the title (the whole table is at the end of the page); where
+    the scenarios ran on different stacks, the fields that differ and where."""
+    if differences:
+        text = "; ".join(differences)
+        return (
+            f"<p class=small>Stacks differ between scenarios in {escape(text)}: see "
+            '<a href="#stack">Stack</a>.</p>'
+        )
     if not stack:
-        return '<p class=small>Stacks differ between scenarios: see <a href="#stack">Stack</a>.</p>'
+        return '<p class=small>No stack recorded: see <a href="#stack">Stack</a>.</p>'
     shown = []
     for key, label in _STACK_KEYS:
         if key in stack and key not in ("megatron_describe", "driver", "cudnn", "profile"):
@@ -151,8 +209,28 @@ def _anchor(report: ScenarioReport) -> str:
     return "s-" + "".join(ch if ch.isalnum() or ch in "-_" else "-" for ch in report.name)
 
 
+def _time_limits(report: ScenarioReport) -> tuple[str, str] | None:
+    """The verdict of the time limits a scenario was held to (``--nvrx-max-downtime``,
+    ``--nvrx-max-phase``) as a status and its reason; None when it was held to none. The gate
+    judges apart from the criteria: a run can pass every criterion and break a limit."""
+    if report.gate:
+        return "FAIL", report.gate
+    limits = []
+    if report.max_downtime_s is not None:
+        limits.append(f"downtime ≤ {report.max_downtime_s:g} s")
+    limits += [f"{pid} ≤ {limit:g} s" for pid, limit in (report.max_phases or {}).items()]
+    if not limits:
+        return None
+    if report.baseline:
+        return "N/A", "baseline: no fault, no downtime to hold to " + ", ".join(limits)
+    return "PASS", "within the limits: " + ", ".join(limits)
+
+
 def _matrix(reports: Sequence[ScenarioReport]) -> str:
     head = "".join(f"<th>{escape(c.replace('_', ' '))}</th>" for c in CRITERIA_IDS)
+    gated = any(_time_limits(r) is not None for r in reports)
+    if gated:
+        head += "<th>time limits</th>"
     rows = []
     for r in reports:
         outcome = "QUALIFIED" if r.passed else "NOT QUALIFIED"
@@ -169,6 +247,15 @@ def _matrix(reports: Sequence[ScenarioReport]) -> str:
                 f'<td class="{_status_class(c.status)}" title="{escape(c.reason + where)}">'
                 f'<a href="#{_anchor(r)}-{cid}">{c.status}</a></td>'
             )
+        limits = _time_limits(r) if gated else None
+        if limits is not None:
+            status, why = limits
+            cells.append(
+                f'<td class="{_status_class(status)}" title="{escape(why)}">'
+                f'<a href="#{_anchor(r)}-time-limits">{status}</a></td>'
+            )
+        elif gated:
+            cells.append('<td title="not held to a time limit">—</td>')
         fault = r.fault + (f" ({r.window})" if r.window else "")
         rows.append(
             f'<tr><th><a href="#{_anchor(r)}">{escape(r.name)}</a></th><td>{escape(fault)}</td>'
@@ -177,13 +264,14 @@ def _matrix(reports: Sequence[ScenarioReport]) -> str:
             + "</tr>"
         )
     return (
-        "<table class=matrix><tr><th>scenario</th><th>fault</th><th>outcome</th>"
-        f"<th>downtime (s)</th>{head}</tr>{''.join(rows)}</table>"
+        '<div class="wide"><table class=matrix><tr><th>scenario</th><th>fault</th>'
+        f"<th>outcome</th><th>downtime (s)</th>{head}</tr>{''.join(rows)}</table></div>"
     )
 
 
 def _cost_table(reports: Sequence[ScenarioReport]) -> str:
-    """Phases as rows, scenarios as columns (fits the page for a handful of scenarios)."""
+    """Phases as rows, scenarios as columns: a handful fits the page, more (a 17-scenario
+    matrix) scroll sideways in the table's own box rather than past the page's edge."""
     faulted = [r for r in reports if r.recovery is not None]
     if not faulted:
         return ""
@@ -209,18 +297,28 @@ def _cost_table(reports: Sequence[ScenarioReport]) -> str:
     rows.append(row("not attributed", [_seconds(r.unattributed_s) for r in recoveries]))
     rows.append(row("downtime", [_seconds(r.downtime_s) for r in recoveries], bold=True))
     rows.append(
-        row(
-            "iterations lost (restored → last before failure)",
-            [
-                f"{r.lost_work.iterations if r.lost_work.iterations is not None else '—'}"
-                f" ({r.lost_work.restored_iteration} → {r.lost_work.last_iteration_before_failure})"
-                for r in recoveries
-            ],
-        )
+        row("iterations lost (restored → last before failure)", [_lost(r) for r in recoveries])
     )
     rows.append(row("work discarded (s)", [_seconds(r.lost_work.discarded_s) for r in recoveries]))
     rows.append(row("recomputed (s)", [_seconds(r.lost_work.recomputed_s) for r in recoveries]))
-    return f"<table class=cost><tr><th>seconds</th>{head}</tr>{''.join(rows)}</table>"
+    table = f"<table class=cost><tr><th>seconds</th>{head}</tr>{''.join(rows)}</table>"
+    return f'<div class="wide">{table}</div>'
+
+
+def _lost(recovery: Recovery) -> str:
+    """The iterations a fault threw away, readable where the evidence does not say: a run whose
+    workers died before the fault (no fault instant) lost nothing to a fault."""
+    lost = recovery.lost_work
+    if recovery.milestones[0].t_s is None:
+        return "— (no fault landed)"
+
+    def shown(value: int | None) -> str:
+        return "—" if value is None else str(value)
+
+    text = shown(lost.iterations)
+    if lost.restored_iteration is not None or lost.last_iteration_before_failure is not None:
+        text += f" ({shown(lost.restored_iteration)} → {shown(lost.last_iteration_before_failure)})"
+    return text
 
 
 def _scenario(report: ScenarioReport, baseline: ScenarioReport | None) -> str:
@@ -261,6 +359,14 @@ def _scenario(report: ScenarioReport, baseline: ScenarioReport | None) -> str:
             f'<details id="{anchor}-{c.id}"{open_attr}><summary>{status} <b>{escape(c.id)}</b>: '
             f"{escape(c.reason)}</summary>{evidence}</details>"
         )
+    limits = _time_limits(report)
+    if limits is not None:
+        status, why = limits
+        parts.append(
+            f'<details id="{anchor}-time-limits"{" open" if status == "FAIL" else ""}><summary>'
+            f'<span class="{_status_class(status)}"> {status} </span> <b>time limits</b>: '
+            f"{escape(why)}</summary></details>"
+        )
     events = report.timeline.events
     if events:
         rows = "".join(
@@ -298,7 +404,9 @@ def render_html(
         f"<h1>{escape(title)}</h1>",
         f"<p>{verdict} · {len(reports)} scenario{'s' if len(reports) != 1 else ''} · "
         f"pytest-nvrx {escape(__version__)}</p>",
-        _stack_line(stack if stack is not None else _common_stack(reports)),
+        _stack_line(stack)
+        if stack is not None
+        else _stack_line(_common_stack(reports), _stack_differences(reports)),
         "<h2>Matrix</h2>",
         _matrix(reports),
         "<p class=small>Each cell links to the verdict and the log lines that prove it; hover "
@@ -318,19 +426,16 @@ def render_html(
     if stack is not None:
         body.append(_stack_table(stack))
     else:
-        # one table per distinct stack, named by the scenarios that ran on it
-        groups: list[tuple[dict[str, Any], list[str]]] = []
+        # one table per distinct stack (by its identifying fields), named by the scenarios
+        # that ran on it
+        groups: dict[tuple[str, ...], list[ScenarioReport]] = {}
         for r in reports:
-            for known, names in groups:
-                if known == r.stack:
-                    names.append(r.name)
-                    break
-            else:
-                groups.append((r.stack, [r.name]))
-        for known, names in groups:
+            groups.setdefault(_identity(r.stack) if r.stack else (), []).append(r)
+        for members in groups.values():
             if len(groups) > 1:
-                body.append(f"<h3>{escape(', '.join(names))}</h3>")
-            body.append(_stack_table(known))
+                body.append(f"<h3>{escape(', '.join(r.name for r in members))}</h3>")
+            stacks = [r.stack for r in members if r.stack]
+            body.append(_stack_table(_shared(stacks) if stacks else {}))
     return (
         "<!DOCTYPE html>\n<html lang=en><head><meta charset=utf-8>"
         "<meta name=viewport content='width=device-width,initial-scale=1'>"

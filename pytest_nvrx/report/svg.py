@@ -33,7 +33,10 @@ PHASE_COLORS: dict[str, str] = {
     "checkpoint_load": "#0072B2",
     "first_step": "#D55E00",
 }
-UNATTRIBUTED = "url(#hatch)"
+#: the hatch pattern's id: defined once in the page (in the one recovery cost chart, the only
+#: chart that fills with it), as ids must be unique in an HTML page
+HATCH_ID = "nvrx-hatch"
+UNATTRIBUTED = f"url(#{HATCH_ID})"
 CYCLE_COLORS = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00")
 FAULT_COLOR = "#C0392B"
 
@@ -132,17 +135,18 @@ def mark(
 
 def _defs() -> str:
     return (
-        '<defs><pattern id="hatch" width="6" height="6" patternUnits="userSpaceOnUse" '
+        f'<defs><pattern id="{HATCH_ID}" width="6" height="6" patternUnits="userSpaceOnUse" '
         'patternTransform="rotate(45)"><rect width="6" height="6" fill="#eee"/>'
         '<line x1="0" y1="0" x2="0" y2="6" stroke="#999" stroke-width="2"/></pattern></defs>'
     )
 
 
-def _svg(height: float, body: Iterable[str], label: str) -> str:
+def _svg(height: float, body: Iterable[str], label: str, *, defs: bool = False) -> str:
+    """One chart; ``defs``: it defines the hatch pattern (one chart of the page may)."""
     return (
         f'<svg role="img" aria-label="{escape(label)}" '
         f'viewBox="0 0 {WIDTH} {_f(height)}" width="100%" style="max-width:{WIDTH}px;{FONT}">'
-        + _defs()
+        + (_defs() if defs else "")
         + "".join(body)
         + "</svg>"
     )
@@ -168,20 +172,48 @@ def _tick_text(value: float) -> str:
     return f"{value:g}" if abs(value) >= 1e-3 or value == 0 else f"{value:.1e}"
 
 
-def _place_labels(
-    items: Sequence[tuple[float, str]], levels: int, char_w: float = 6.6
-) -> list[int]:
-    """A label level per item (sorted by x) so that labels on one level do not overlap; -1: none
-    free (the label is left to the hover text and the events table)."""
-    ends = [-1e9] * levels
+#: the width a character of an 11-12 px label is given (generous: labels must not collide)
+CHAR_W = 6.6
+
+
+def _label_width(text: str) -> float:
+    return len(text) * CHAR_W
+
+
+#: a placed label: its level, left and right x, and its leader line's x
+_Placed = tuple[int, float, float, float]
+
+
+def _place_labels(items: Sequence[tuple[float, float, float]], levels: int) -> list[int]:
+    """A label level per item ``(left x, right x, leader line x)``, in the order given, so
+    that no two labels on one level overlap and, where a level allows it, no leader line
+    (running from its label down through the levels below it) crosses a label; -1: none free
+    (the label is left to the hover text and the events table)."""
+    placed: list[_Placed] = []
     out: list[int] = []
-    for x, text in items:
-        width = len(text) * char_w + 8
-        level = next((i for i in range(levels) if ends[i] < x), -1)
+    for left, right, leader in items:
+        label = (left, right, leader)
+        level = next((i for i in range(levels) if _free(placed, (i, *label))), -1)
+        if level < 0:  # a crowded corner: a dotted line across a label rather than no label
+            level = next((i for i in range(levels) if _free(placed, (i, *label), False)), -1)
         if level >= 0:
-            ends[level] = x + width
+            placed.append((level, *label))
         out.append(level)
     return out
+
+
+def _free(placed: Sequence[_Placed], label: _Placed, uncrossed: bool = True) -> bool:
+    level, left, right, leader = label
+    for other, a, b, other_leader in placed:
+        if other == level and a - 8 < right and left < b + 8:
+            return False  # the texts overlap
+        if not uncrossed:
+            continue
+        if other > level and a <= leader <= b:
+            return False  # this leader would cross that label
+        if other < level and left <= other_leader <= right:
+            return False  # that leader would cross this label
+    return True
 
 
 # ----------------------------------------------------------------------------------------------
@@ -229,7 +261,35 @@ def timeline_svg(report: ScenarioReport) -> str:
             shown[-1] = tl.fault_rank
         hidden = len(ranks) - len(shown)
         ranks = sorted(shown)
-    label_levels = 4
+    # labels for the recovery's milestones, above the plot, staggered so that none overlap
+    labelled = [e for e in tl.events if e.kind in _LABELLED]
+    seen: set[str] = set()
+    unique = []
+    for e in labelled:  # the first of each kind after the fault (or the first at all)
+        key = e.kind
+        if key in seen:
+            continue
+        if tl.fault_window is not None and e.t_s < tl.fault_window[0] - 1e-6 and e.kind != "fault":
+            continue
+        seen.add(key)
+        unique.append(e)
+    texts = [f"{EVENT_KINDS[e.kind]} {e.t_s:.1f}s" for e in unique]
+    # a label starts right of its leader line, shifted left where it would run past the
+    # chart's right edge (a milestone late in the run: the recovery's last ones)
+    starts = [
+        min(x(e.t_s) + 3, WIDTH - 4 - _label_width(text))
+        for e, text in zip(unique, texts, strict=True)
+    ]
+    levels = _place_labels(
+        [
+            (start, start + _label_width(text), x(e.t_s))
+            for e, text, start in zip(unique, texts, starts, strict=True)
+        ],
+        len(_LABELLED),
+    )
+    # four rows of labels, more where a crowded recovery needs them (rather than leaving a
+    # label to the hover text)
+    label_levels = max([4, *(level + 1 for level in levels)])
     top = 22.0 + label_levels * 15
     row_h = 26.0
     lanes = ["launcher", "restart", *(f"rank {r}" for r in ranks), "checkpoints"]
@@ -310,29 +370,17 @@ def timeline_svg(report: ScenarioReport) -> str:
         else:
             lane = _LANE_OF.get(e.kind, "launcher")
         out.append(mark(shape, x(e.t_s), lane_y[lane], color, 5.5, tip))
-    # labels for the recovery's milestones, above the plot, staggered so that none overlap
-    labelled = [e for e in tl.events if e.kind in _LABELLED]
-    seen: set[str] = set()
-    unique = []
-    for e in labelled:  # the first of each kind after the fault (or the first at all)
-        key = e.kind
-        if key in seen:
-            continue
-        if tl.fault_window is not None and e.t_s < tl.fault_window[0] - 1e-6 and e.kind != "fault":
-            continue
-        seen.add(key)
-        unique.append(e)
-    texts = [(x(e.t_s), f"{EVENT_KINDS[e.kind]} {e.t_s:.1f}s") for e in unique]
-    levels = _place_labels(texts, label_levels)
-    for e, (px, text), level in zip(unique, texts, levels, strict=True):
+    # the milestones' labels, placed above
+    for e, text, start, level in zip(unique, texts, starts, levels, strict=True):
         if level < 0:
             continue
+        px = x(e.t_s)
         y = 16 + level * 15
         color = _MARKS.get(e.kind, ("", "#222"))[1]
         out.append(_line(px, y + 3, px, top - 4, color, stroke_dasharray="2,2"))
         out.append(
             _text(
-                px + 3,
+                start,
                 y,
                 text,
                 size=11,
@@ -448,13 +496,36 @@ def loss_svg(report: ScenarioReport, baseline: ScenarioReport | None) -> str | N
         r = recovery.lost_work.restored_iteration
         if lo_i <= r <= hi_i:
             out.append(_line(x(r), top, x(r), bottom, FAULT_COLOR, stroke_dasharray="4,3"))
-            out.append(_text(x(r) + 4, top + 10, f"restored {r}", size=11, fill=FAULT_COLOR))
+            text = f"restored {r}"
+            inside = x(r) + 4 + _label_width(text) <= WIDTH
+            out.append(
+                _text(
+                    x(r) + 4 if inside else x(r) - 4,
+                    top + 10,
+                    text,
+                    size=11,
+                    anchor="start" if inside else "end",
+                    fill=FAULT_COLOR,
+                )
+            )
+    # a line that printed a mean over earlier iterations too (#6237) is no point of the curve:
+    # drawn apart, hollow, so that a replay the criteria found equal does not seem to depart
     if base:
-        out.append(_polyline(base, x, y, "#888", 5.0, opacity=0.55))
+        out += _curve(base, x, y, "#888", 5.0, 0.55)
     cycles = sorted({p.cycle for p in points})
     for cycle in cycles:
         mine = [p for p in points if p.cycle == cycle]
-        out.append(_polyline(mine, x, y, CYCLE_COLORS[cycle % len(CYCLE_COLORS)], 1.8))
+        out += _curve(mine, x, y, CYCLE_COLORS[cycle % len(CYCLE_COLORS)], 1.8)
+    means = [(p, "#888") for p in base if p.mean_from is not None] + [
+        (p, CYCLE_COLORS[p.cycle % len(CYCLE_COLORS)]) for p in points if p.mean_from is not None
+    ]
+    for p, color in means:
+        whose = "baseline" if color == "#888" else f"cycle {p.cycle}"
+        tip = (
+            f"{whose}, iteration {p.iteration}: printed {p.loss:g}, the mean of iterations "
+            f"{p.mean_from}-{p.iteration} (Megatron-LM #6237), not this iteration's loss"
+        )
+        out.append(_mean_mark(x(p.iteration), y(p.loss), color, tip))
     replayed = [p for p in points if p.replayed]
     small = len(points) > 400
     for p in replayed:
@@ -488,7 +559,62 @@ def loss_svg(report: ScenarioReport, baseline: ScenarioReport | None) -> str | N
             _el("circle", cx=px + 6, cy=top - 18, r=4, fill="none", stroke="#111", stroke_width=1.2)
         )
         out.append(_text(px + 16, top - 14, f"replayed iterations ({len(replayed)})", size=12))
+    if means:  # under the axis, left, where a long legend row cannot push it off the chart
+        out.append(_mean_mark(left + 6, bottom + 28, "#555"))
+        label = "#6237 mean, not this iteration's loss (a process's second line)"
+        out.append(_text(left + 16, bottom + 32, label, size=12))
     return _svg(height, out, f"loss curve of {report.name}")
+
+
+def _mean_mark(cx: float, cy: float, color: str, title: str | None = None) -> str:
+    """A hollow square: a printed value that is a window's mean, not the iteration's own."""
+    tip = f"<title>{escape(title)}</title>" if title else None
+    return _el(
+        "rect",
+        tip,
+        x=cx - 4.0,
+        y=cy - 4.0,
+        width=8,
+        height=8,
+        fill="#fff",
+        stroke=color,
+        stroke_width=1.8,
+    )
+
+
+def _curve(
+    points: Sequence[LossPoint],
+    x: Callable[[float], float],
+    y: Callable[[float], float],
+    color: str,
+    width: float,
+    opacity: float = 1.0,
+) -> list[str]:
+    """A series' line, broken at each #6237 mean rather than bridged over it: a segment from
+    the iteration before to the one after would lie off the other cycle's line where the
+    criteria found the replay equal. A point left alone between two breaks is a dot."""
+    runs: list[list[LossPoint]] = [[]]
+    for p in points:
+        if p.mean_from is not None:
+            runs.append([])
+        else:
+            runs[-1].append(p)
+    out = []
+    for run in runs:
+        if len(run) == 1:
+            only = run[0]
+            dot = _el(
+                "circle",
+                cx=x(only.iteration),
+                cy=y(only.loss),
+                r=width / 2 + 0.5,
+                fill=color,
+                fill_opacity=opacity,
+            )
+            out.append(dot)
+        elif run:
+            out.append(_polyline(run, x, y, color, width, opacity))
+    return out
 
 
 def _polyline(
@@ -616,7 +742,7 @@ def breakdown_svg(reports: Sequence[ScenarioReport]) -> str | None:
             _el("rect", x=px, y=py - 11, width=14, height=14, fill=UNATTRIBUTED, stroke="#999")
         )
         out.append(_text(px + 19, py, "not attributed (a milestone is missing)", size=12))
-    return _svg(py + 12, out, "recovery cost breakdown")
+    return _svg(py + 12, out, "recovery cost breakdown", defs=True)
 
 
 def _drawn_seconds(report: ScenarioReport) -> float:
