@@ -168,6 +168,14 @@ def terminal_writer(config: pytest.Config) -> Callable[[str], None]:
     return write
 
 
+def progress_writer(config: pytest.Config) -> Callable[[str], None]:
+    """Where a run's periodic lines go (cycle, iteration, fault): the terminal, or nowhere
+    under ``-q`` (the outcome lines and the summary stay)."""
+    if config.get_verbosity() < 0:
+        return lambda line: None
+    return terminal_writer(config)
+
+
 def _run_scenario(
     request: pytest.FixtureRequest, settings: NvrxSettings, scenario: Scenario
 ) -> Iterator[ScenarioRun]:
@@ -197,7 +205,14 @@ def _run_scenario(
             if pool is not None and scenario in pool:
                 run = pool.run(scenario, baselines=baselines)
             else:
-                run = run_scenario(settings, scenario, work_dir, baselines=baselines, write=write)
+                run = run_scenario(
+                    settings,
+                    scenario,
+                    work_dir,
+                    baselines=baselines,
+                    write=write,
+                    progress=progress_writer(config),
+                )
         except ConfigError as exc:
             pytest.fail(f"pytest-nvrx: scenario {scenario.id}: {exc}", pytrace=False)
     record_judged(config, run)
@@ -285,7 +300,13 @@ def _pool_for(
     pool: ScenarioPool | None = None
     if limit > 1 and len(scenarios) > 1:
         write = terminal_writer(request.config)
-        pool = ScenarioPool(settings, max_parallel=limit, write=write, gpus=gpus)
+        pool = ScenarioPool(
+            settings,
+            max_parallel=limit,
+            write=write,
+            gpus=gpus,
+            progress=progress_writer(request.config),
+        )
         request.config.add_cleanup(pool.stop)
         for each in scenarios:
             pool.submit(each, _work_dir(request, settings, each))

@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from pytest_nvrx.console import Row, fit, verdict_table
 from pytest_nvrx.criteria import CRITERIA_IDS
 from pytest_nvrx.evidence.refs import printable
 from pytest_nvrx.fixtures import (
@@ -189,7 +190,8 @@ def _print_header_once(config: pytest.Config) -> None:
         return
     config.stash[HEADER_KEY] = True
     write = terminal_writer(config)
-    for line in header_lines(config):
+    selected: list[str] = config.stash.get(SELECTED_KEY, [])
+    for line in [*header_lines(config), *selection_lines(config, selected)]:
         write(line)
 
 
@@ -290,6 +292,7 @@ def scenario_entry(config: pytest.Config, run: ScenarioRun) -> dict[str, Any]:
         # why it did not qualify (None: it did): the session fails on it whatever was selected
         "cause": run.cause(limits),
         "lines": run.summary_lines(),
+        "row": run.table_row(limits).as_dict(),
         "report": None,
         "report_error": None,
     }
@@ -315,7 +318,10 @@ def pytest_runtest_makereport(
     report: pytest.TestReport = outcome.get_result()
     if run is None:
         return
-    if report.failed and call.when == "call":
+    gate = getattr(item, "originalname", "") == "test_recovery_downtime"
+    if report.failed and call.when == "call" and not gate:
+        # the logs' last lines show how a run ended; a broken time limit's evidence is the
+        # timings its message gives, not the logs
         for title, text in run.log_tails():
             report.sections.append((title, printable(text, lines=True)))
     shipped = item.config.stash.setdefault(SHIPPED_KEY, set())
@@ -398,6 +404,14 @@ class NvrxReporter:
         if isinstance(entry, dict) and isinstance(entry.get("key"), str):
             self.entries.setdefault(entry["key"], entry)
 
+    def _block_keys(self) -> list[str]:
+        """The scenario of each of :meth:`blocks`, in its order."""
+        keys = list(self.entries)
+        keys += [
+            run.key for run in self.config.stash.get(JUDGED_KEY, []) if run.key not in self.entries
+        ]
+        return keys
+
     def blocks(self) -> list[list[str]]:
         """Each scenario's summary block, led by its outcome line; runs judged here whose entry
         no report carried (none should be) still show their verdicts."""
@@ -464,22 +478,54 @@ class NvrxReporter:
         count = f"{len(data)} scenario{'' if len(data) == 1 else 's'}"
         self.outcome = f"{self.html} and {self.json_path} ({count})"
 
+    def rows(self) -> list[Row]:
+        rows = [Row.from_dict(e["row"]) for e in self.entries.values() if e.get("row")]
+        for run in self.config.stash.get(JUDGED_KEY, []):
+            if run.key not in self.entries:
+                rows.append(run.table_row(Limits.of(nvrx_settings(self.config))))
+        return rows
+
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        """Every judged scenario: its outcome line, its run, its verdicts with the line that
-        proves each; then where the report went."""
+        """The verdicts, each with the line that proves it, of every scenario that did not
+        qualify (of all with -vv); then the closing table, one row per scenario; then where
+        the report and the JUnit XML went."""
         tr = terminalreporter
-        blocks = self.blocks()
+        verbosity = self.config.get_verbosity()
+        width = self.config.get_terminal_writer().fullwidth
+        failed = {key for key, _ in self.not_qualified()}
+        blocks = []
+        for key, block in zip(self._block_keys(), self.blocks(), strict=True):
+            if key in failed or key not in self.entries or verbosity >= 2:
+                blocks.append(block)  # the whole reasons: they are what to read
+            elif verbosity >= 0:  # -q: only the scenarios that did not qualify
+                # the outcome and the run dir whole (a path to copy), each verdict in a line
+                # (at least 120 characters: a narrow terminal wraps rather than loses it)
+                head, verdicts = block[:2], block[2:]
+                blocks.append([*head, *(fit(line, max(width, 120)) for line in verdicts)])
         if blocks:
             tr.section("nvrx verdicts")
             for block in blocks:
                 for line in block:
                     tr.write_line(printable(line))
+        rows = self.rows()
+        if rows:
+            tr.section("nvrx verdict table")
+            for line in verdict_table(rows, width=width):
+                tr.write_line(printable(line))
         for entry in self.entries.values():
             if entry.get("report_error"):
                 left_out = f"nvrx report: {entry['key']} left out: {entry['report_error']}"
                 tr.write_line(printable(left_out))
+        where = []
         if self.outcome is not None:
-            tr.write_line(printable(f"nvrx report: {self.outcome}"))
+            where.append(f"report: {self.outcome}")
+        elif rows and self.html is None:
+            where.append("report: none (--nvrx-report PATH writes one)")
+        xml = getattr(self.config.option, "xmlpath", None)
+        if rows and xml:
+            where.append(f"JUnit: {xml}")
+        if where:
+            tr.write_line(printable("nvrx " + "; ".join(where)))
         for line in self.session_failures:
             tr.write_line(printable(line), red=True, bold=True)
 
@@ -492,6 +538,33 @@ REMOTE_SELECTED_KEY = pytest.StashKey[bool]()
 WORKEROUTPUT_SELECTED = "nvrx_selected"
 #: Scenario ids selected to run in this session (after -m/-k deselection).
 SELECTED_KEY = pytest.StashKey[list[str]]()
+#: How many tests -m/-k deselected (pytest's "N deselected", explained in the header).
+DESELECTED_KEY = pytest.StashKey[int]()
+
+
+def pytest_deselected(items: Sequence[pytest.Item]) -> None:
+    if items:
+        config = items[0].config
+        config.stash[DESELECTED_KEY] = config.stash.get(DESELECTED_KEY, 0) + len(items)
+
+
+def selection_lines(config: pytest.Config, selected: Sequence[str]) -> list[str]:
+    """What pytest's own "deselected" and "skipped" will mean, said once before the runs."""
+    s = nvrx_settings(config)
+    names = ", ".join(selected)
+    lines = [f"nvrx: {len(selected)} scenario{'' if len(selected) == 1 else 's'}: {names}"]
+    deselected = config.stash.get(DESELECTED_KEY, 0)
+    if deselected:
+        lines.append(
+            f"nvrx: {deselected} tests deselected by -m/-k: other scenarios' or other"
+            " workloads' (gpu: Megatron on GPUs; not gpu: the CPU reference workload)"
+        )
+    if s.megatron_path is None and any(key.startswith("megatron-") for key in selected):
+        lines.append(
+            "nvrx: the megatron scenarios will be skipped: no Megatron checkout"
+            " (--nvrx-megatron-path or MEGATRON_PATH)"
+        )
+    return lines
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

@@ -126,10 +126,13 @@ class ScenarioPool:
         max_parallel: int,
         write: Callable[[str], None],
         gpus: Sequence[str] | None = None,
+        progress: Callable[[str], None] | None = None,
     ) -> None:
         self.settings = settings
         self._write_lock = threading.Lock()
         self._write = write
+        # the periodic lines while a run trains (pytest -q drops them)
+        self._progress = progress if progress is not None else write
         slots = None
         if gpus is None:
             gpus = visible_gpus()
@@ -140,10 +143,10 @@ class ScenarioPool:
         self._plans: dict[str, Plan] = {}
         self.gpu_ledger = GpuLedger()
 
-    def write(self, scenario: Scenario, text: str) -> None:
+    def write(self, scenario: Scenario, text: str, *, tick: bool = False) -> None:
         # progress lines come from the pool's waiting threads too
         with self._write_lock:
-            self._write(f"nvrx {scenario.id}: {text}")
+            (self._progress if tick else self._write)(f"nvrx {scenario.id}: {text}")
 
     def __contains__(self, scenario: Scenario) -> bool:
         return scenario.id in self._scenarios
@@ -178,7 +181,11 @@ class ScenarioPool:
 
         def wait(launch: Launch) -> LaunchOutcome:
             try:
-                return LaunchOutcome(launch.wait(timeout, on_progress=lambda p: say(p.describe())))
+                return LaunchOutcome(
+                    launch.wait(
+                        timeout, on_progress=lambda p: self.write(scenario, p.describe(), tick=True)
+                    )
+                )
             except RunTimeout as exc:
                 return LaunchOutcome(None, str(exc))
             finally:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pytest_nvrx.checkpoint_claim import check_checkpoint_dir, claim_checkpoint_dir, release_dir
+from pytest_nvrx.console import Row
 from pytest_nvrx.criteria import Judgement, judge, judge_run_dir
 from pytest_nvrx.criteria.baseline import baseline_refusal
 from pytest_nvrx.evidence.rundir import RunEvidence, load_run
@@ -305,6 +306,18 @@ class ScenarioRun:
         cause = self.cause(limits)
         return "QUALIFIED" if cause is None else f"NOT QUALIFIED: {cause}"
 
+    def table_row(self, limits: Limits | None = None) -> Row:
+        """The session's closing table's row (pytest_nvrx.console)."""
+        cause = self.cause(limits)
+        return Row(
+            scenario=self.key,
+            outcome="QUALIFIED" if cause is None else "NOT QUALIFIED",
+            timings=dict(self.judgement.timings),
+            cause=cause,
+            baseline=self.baseline,
+            shared_gpu=self.judgement.gpu_shared,
+        )
+
     def outcome_line(self, limits: Limits | None = None) -> str:
         return f"nvrx {self.key}: {self.outcome(limits)}"
 
@@ -461,22 +474,26 @@ def run_scenario(
     *,
     baselines: MutableMapping[str, RunEvidence],
     write: Callable[[str], None],
+    progress: Callable[[str], None] | None = None,
 ) -> ScenarioRun:
     """Plan, launch and judge one scenario; ConfigError (nothing launched) for bad settings.
 
     ``baselines`` (workload -> evidence) holds the session's passed baselines: a fault
     scenario's continuity is also checked against its workload's, and a passed baseline is
-    added. ``write`` gets the progress lines, each prefixed with the scenario."""
+    added. ``write`` gets the scenario's lines, each prefixed with the scenario; ``progress``
+    (else ``write``) the periodic ones while it trains (pytest -q drops them)."""
 
     def say(text: str) -> None:
         write(f"nvrx {scenario.id}: {text}")
+
+    tick = progress if progress is not None else write
 
     planned = plan_launch(scenario_config(settings, scenario, work_dir))
     announce_plan(planned, say)
     outcome = launch_run(
         planned,
         scenario_timeout(settings, scenario),
-        on_progress=lambda progress: say(progress.describe()),
+        on_progress=lambda now: tick(f"nvrx {scenario.id}: {now.describe()}"),
         # one lock per GPU this session sees: sessions on disjoint GPUs run side by side
         gpus=visible_gpus() if scenario.needs_gpu else (),
     )

@@ -38,5 +38,20 @@ fi
 # --compile-bytecode: every launched worker imports torch; with PYTHONDONTWRITEBYTECODE=1 (set on
 # these machines) and no .pyc in the venv, each import recompiles torch's sources (~12 s of CPU
 # per worker instead of ~5 s). Compiling once at install costs ~20 s; later syncs skip it.
+# Say what is installed when something will be (the first time, or after uv.lock changed): a
+# cold install downloads ~3 GB and is silent for a minute or more otherwise.
+locked() {  # the version uv.lock pins for package $1
+    awk -v want="$1" '$1 == "name" { name = $3; gsub(/"/, "", name) }
+        $1 == "version" && name == want { v = $3; gsub(/"/, "", v); print v; exit }' uv.lock
+}
+stamp=.venv/.nvrx-bootstrap
+want=$(cat uv.lock pyproject.toml | sha256sum | cut -c1-16)
+if [[ ! -f $stamp || $(cat "$stamp") != "$want" ]]; then
+    echo "bootstrap: installing .venv from uv.lock with $PY312: torch $(locked torch)," \
+        "nvidia-resiliency-ext $(locked nvidia-resiliency-ext), megatron-core" \
+        "$(locked megatron-core), pytest $(locked pytest) and the dev tools (ruff, mypy," \
+        "pytest-xdist), bytecode compiled; ~3 GB to download when uv's cache is cold" >&2
+fi
 "${UV[@]}" sync --frozen --python "$PY312" --python-platform x86_64-manylinux_2_39 --quiet \
     --compile-bytecode
+echo "$want" >"$stamp"

@@ -176,7 +176,8 @@ def run_suite(
     pytester: pytest.Pytester, basetemp: Path, keyword: str, *extra: str
 ) -> pytest.RunResult:
     result = pytester.runpytest_subprocess(
-        "--pyargs", "pytest_nvrx.suite", "-p", "no:cacheprovider", "-k", keyword,
+        # -vv: the summary's verdicts whole (by default a passing one is cut to a line)
+        "--pyargs", "pytest_nvrx.suite", "-p", "no:cacheprovider", "-vv", "-k", keyword,
         f"--basetemp={basetemp}", f"--junitxml={basetemp.parent / (basetemp.name + '.xml')}",
         *SHORT, *extra,
     )  # fmt: skip

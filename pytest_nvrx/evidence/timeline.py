@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 
 from pytest_nvrx.evidence.cycle_log import CycleLog
 from pytest_nvrx.evidence.launcher_log import FAILURE_KINDS, LauncherEvent, LauncherEventKind
-from pytest_nvrx.evidence.refs import seconds_between
+from pytest_nvrx.evidence.refs import EvidenceRef, seconds_between
 from pytest_nvrx.evidence.rundir import RunEvidence
 from pytest_nvrx.evidence.workload import (
     IterationCommitted,
@@ -197,11 +197,33 @@ def checkpoint_loaded(log: CycleLog) -> tuple[LoadCompleted | None, Milestone | 
     return load, None
 
 
+def loaded_at(log: CycleLog | None) -> tuple[datetime | None, EvidenceRef | None, int | None]:
+    """When a cycle had loaded its checkpoint, the line that shows it, and the iteration: the
+    first ``setup_done`` after the load line (Megatron's load lines carry no time), else the
+    load lines' own time (the reference workload prints one per rank, each with its time: the
+    last, when every rank had loaded). verify's timings and the report both read it here."""
+    if log is None:
+        return None, None, None
+    load, done = checkpoint_loaded(log)
+    if load is None:
+        return None, None, None
+    if done is not None:
+        return done.time, done.ref, load.iteration
+    timed = [
+        (e.time, e.ref)
+        for e in log.of_type(LoadCompleted)
+        if e.iteration == load.iteration and e.time is not None
+    ]
+    if not timed:
+        return None, None, load.iteration
+    t, ref = max(timed, key=lambda pair: pair[0])
+    return t, ref, load.iteration
+
+
 def timings(run: RunEvidence, tl: Timeline) -> dict[str, float]:
     """Seconds between the recovery's milestones, where the evidence shows both ends.
 
-    ``checkpoint_loaded`` is the first ``setup_done`` milestone after the load line (Megatron's
-    load lines carry no time of their own); ``replacement_start`` is the launcher's
+    ``checkpoint_loaded``: :func:`loaded_at`; ``replacement_start`` is the launcher's
     ``worker_start_completed`` (else the cycle record's start).
     """
     manifest = run.manifest
@@ -229,8 +251,7 @@ def timings(run: RunEvidence, tl: Timeline) -> dict[str, float]:
     loaded_t = None
     restored_first_t = None
     if replacement_log is not None:
-        loaded = checkpoint_loaded(replacement_log)[1]
-        loaded_t = loaded.time if loaded is not None else None
+        loaded_t = loaded_at(replacement_log)[0]
         if replacement_log.first_iteration is not None:
             restored_first_t = replacement_log.first_iteration.time
 

@@ -30,9 +30,8 @@ from pytest_nvrx.evidence.launcher_log import FAILURE_KINDS, LauncherEvent, Laun
 from pytest_nvrx.evidence.refs import EvidenceRef, seconds_between
 from pytest_nvrx.evidence.replay import PrintModel, windows
 from pytest_nvrx.evidence.rundir import RunEvidence, load_run
-from pytest_nvrx.evidence.timeline import Timeline, build_timeline, checkpoint_loaded
+from pytest_nvrx.evidence.timeline import Timeline, build_timeline, loaded_at
 from pytest_nvrx.evidence.workload import (
-    LoadCompleted,
     SaveCompleted,
     SaveScheduled,
 )
@@ -545,26 +544,9 @@ def _profiling_in_cycle(run: RunEvidence, cycle: int | None, name: str) -> Launc
 
 
 def _loaded(log: CycleLog | None) -> tuple[datetime | None, EvidenceRef | None, int | None]:
-    """The replacement's checkpoint-loaded milestone, and the iteration it loaded: the first
-    ``setup_done`` after the load line (Megatron's load lines carry no time; verify's timings
-    count the same), else the load lines' own time (the reference workload prints one per
-    rank, each with its time: the last, when every rank had loaded)."""
-    if log is None:
-        return None, None, None
-    load, done = checkpoint_loaded(log)
-    if load is None:
-        return None, None, None
-    if done is not None:
-        return done.time, done.ref, load.iteration
-    timed = [
-        (e.time, e.ref)
-        for e in log.of_type(LoadCompleted)
-        if e.iteration == load.iteration and e.time is not None
-    ]
-    if not timed:
-        return None, None, load.iteration
-    t, ref = max(timed, key=lambda pair: pair[0])
-    return t, ref, load.iteration
+    """The replacement's checkpoint-loaded milestone (evidence.timeline.loaded_at, as verify's
+    timings count it) and the iteration it loaded."""
+    return loaded_at(log)
 
 
 def _recovery(run: RunEvidence, tl: Timeline, t0: datetime | None) -> Recovery | None:

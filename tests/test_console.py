@@ -1,0 +1,62 @@
+"""The console's closing table and line fitting (issue #23 item 4): pytest_nvrx.console, fed the
+rows of committed real runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pytest_nvrx.console import Row, fit, verdict_table
+from pytest_nvrx.criteria.judgement import judge_run_dir
+from pytest_nvrx.layout import RunLayout
+from pytest_nvrx.scenario_run import Limits, ScenarioRun
+
+DATA = Path(__file__).resolve().parent / "data"
+
+
+def _row(path: Path, limits: Limits | None = None) -> Row:
+    run = ScenarioRun(path.name, None, RunLayout.for_run(path), judge_run_dir(path))
+    return run.table_row(limits)
+
+
+def test_the_table_has_a_row_per_scenario_with_downtime_and_phases() -> None:
+    rows = [_row(DATA / "gpu-one-matrix" / name) for name in ("baseline", "kill-save")]
+    rows.append(_row(DATA / "gpu-one-matrix" / "hang-finalize", Limits(downtime_s=1.0)))
+    lines = verdict_table(rows, width=150)
+    assert lines[0].split() == [
+        "scenario", "outcome", "downtime", "detect", "restart", "gpu", "wait", "load", "1st",
+        "step", "cause",
+    ]  # fmt: skip
+    baseline, kill, hang = lines[2:5]
+    assert baseline.split()[:2] == ["baseline", "QUALIFIED"] and "63.0s" not in baseline
+    assert kill.split()[:3] == ["kill-save", "QUALIFIED", "63.0s"]
+    assert "38.0s" in kill  # NVRx's wait for the shared GPU's memory, its own column
+    assert hang.split()[:3] == ["hang-finalize", "NOT", "QUALIFIED"]
+    assert "downtime" in hang and "exceeds the limit 1 s" in hang
+    assert all(len(line) <= 150 for line in lines)
+
+
+def test_the_cause_is_cut_to_the_width_and_shared_gpus_are_marked() -> None:
+    cause = "replaced_cycle: " + "x" * 300 + " [logs/launcher.log:80]"
+    rows = [
+        Row("reference-kill-save", "NOT QUALIFIED", {}, cause=cause),
+        Row("megatron-kill-save", "QUALIFIED", {"gpu_memory_reclaim_s": 38.0}, shared_gpu=True),
+    ]
+    lines = verdict_table(rows, width=100)
+    assert all(len(line) <= 100 for line in lines), [len(line) for line in lines]
+    assert lines[2].endswith("…") and "replaced_cycle: xxx" in lines[2]
+    assert lines[3].startswith("megatron-kill-save *")
+    assert lines[-1].startswith("* shared its GPU with other scenarios")
+    assert verdict_table([], width=100) == []
+
+
+def test_a_row_travels_as_plain_data() -> None:
+    row = _row(DATA / "windows" / "cpu" / "ref-kill-save")
+    assert Row.from_dict(row.as_dict()) == row
+
+
+def test_fit_keeps_the_quoted_line() -> None:
+    line = "  PASS training_continuity: " + "y" * 200 + " [logs/train_cycle1.log:1011]"
+    short = fit(line, 120)
+    assert len(short) == 120 and short.endswith("… [logs/train_cycle1.log:1011]")
+    assert fit("short", 120) == "short"
+    assert len(fit("z" * 300, 50)) == 50
