@@ -37,6 +37,9 @@ from pytest_nvrx.settings import ConfigError
 
 #: The claim of a single-node run; a multinode run's nodes each claim their own (see claim_path).
 CLAIM_NAME = "checkpoint.claim"
+#: The largest pid Linux hands out (``/proc/sys/kernel/pid_max`` at most 2**22): a claim naming
+#: a larger one is no claim of a process (and ``os.kill`` would overflow on it).
+PID_MAX = 1 << 22
 #: Largest claim file read back to name its holder.
 _READ_MAX = 4096
 #: Claims this process made and has not released: released at interpreter exit at the latest.
@@ -101,7 +104,7 @@ class Holder:
             return None
         try:
             os.kill(self.pid, 0)
-        except ProcessLookupError:
+        except (ProcessLookupError, OverflowError):
             return False
         except PermissionError:
             pass  # another user's process: alive
@@ -130,7 +133,7 @@ def read_holder(path: Path) -> Holder:
         )  # fmt: skip
         start = data.get("pid_start")
         texts = (run_id, run_dir, host, since)
-        if not (all(isinstance(t, str) for t in texts) and type(pid) is int and pid > 0):
+        if not (all(isinstance(t, str) for t in texts) and type(pid) is int and 0 < pid <= PID_MAX):
             return Holder(path, unread="holds no claim record")
         if start is not None and type(start) is not int:
             return Holder(path, unread="holds no claim record")
@@ -250,6 +253,43 @@ def check_checkpoint_dir(
     foreign = _foreign_claims(checkpoint_dir, run_id, run_dir, None)
     if foreign:
         raise ConfigError(_refusal(checkpoint_dir, foreign[0], host))
+    nested = _nested_claim(checkpoint_dir, run_id, run_dir)
+    if nested is not None:
+        where, holder = nested
+        raise ConfigError(
+            f"checkpoint dir {checkpoint_dir} {where}: "
+            + _refusal(holder.path.parent, holder, host)
+        )
+
+
+#: How deep below a checkpoint dir another run's claim is looked for (its iter_N dirs and
+#: one level in them): a checkpoint dir inside another's writes into that run's checkpoints.
+NESTED_DEPTH = 2
+
+
+def _nested_claim(checkpoint_dir: Path, run_id: str, run_dir: Path) -> tuple[str, Holder] | None:
+    """Another run's claim on a directory above ``checkpoint_dir`` or below it (at most
+    :data:`NESTED_DEPTH` levels): the two runs would write into one tree of checkpoints."""
+    here = Path(os.path.realpath(checkpoint_dir))
+    for folder in here.parents:
+        found = _foreign_claims(folder, run_id, run_dir, None)
+        if found:
+            return f"is inside checkpoint dir {folder}", found[0]
+    level = [here]
+    for _ in range(NESTED_DEPTH):
+        below: list[Path] = []
+        for folder in level:
+            try:
+                with os.scandir(folder) as entries:
+                    below += [Path(e.path) for e in entries if e.is_dir(follow_symlinks=False)]
+            except OSError:
+                continue
+        for folder in below:
+            found = _foreign_claims(folder, run_id, run_dir, None)
+            if found:
+                return f"holds checkpoint dir {folder}", found[0]
+        level = below
+    return None
 
 
 def claim_checkpoint_dir(

@@ -410,3 +410,43 @@ def test_second_run_on_a_busy_checkpoint_dir_is_refused(tmp_path: Path) -> None:
     )
     assert c.returncode == 0, c.stdout + c.stderr
     print(f"run A took {a_wall:.1f} s")
+
+
+@pytest.mark.parametrize("pid", [(1 << 22) + 1, 1 << 31, 1 << 40, 1 << 63])
+def test_a_claim_naming_an_impossible_pid_is_no_claim_record(tmp_path: Path, pid: int) -> None:
+    """os.kill overflowed on it: an OverflowError traceback (the sweep of #22)."""
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    write_claim(ckpt / "checkpoint.claim", pid=pid)
+    with pytest.raises(ConfigError, match="that holds no claim record: if no run uses"):
+        claim(ckpt, "mine")
+
+
+@pytest.mark.parametrize("inside", ["sub", "iter_0000005", "iter_0000005/deeper"])
+def test_a_checkpoint_dir_inside_or_around_a_claimed_one_is_refused(
+    tmp_path: Path, inside: str
+) -> None:
+    """Two runs would write into one tree of checkpoints: a dir below another run's claimed
+    checkpoint dir, or one that holds it (the sweep of #22 found both accepted)."""
+    outer = tmp_path / "ckpt"
+    (outer / inside).mkdir(parents=True)
+    write_claim(
+        outer / "checkpoint.claim", pid=os.getpid(), pid_start=claims._pid_start(os.getpid())
+    )
+    with pytest.raises(ConfigError, match=f"is inside checkpoint dir {outer}: .*is in use by run"):
+        claim(outer / inside, "mine")
+    assert not (outer / inside / "checkpoint.claim").exists()
+    # the other way round: the claimed dir is below the one asked for
+    other = tmp_path / "around"
+    (other / inside).mkdir(parents=True)
+    write_claim(
+        other / inside / "checkpoint.claim",
+        pid=os.getpid(),
+        pid_start=claims._pid_start(os.getpid()),
+    )
+    with pytest.raises(ConfigError, match=f"holds checkpoint dir {other / inside}: .*is in use"):
+        claim(other, "mine")
+    # a sibling is free
+    free = tmp_path / "free"
+    free.mkdir()
+    claims.release(claim(free, "mine"))
