@@ -18,6 +18,8 @@ import stat
 from collections.abc import Iterable
 from pathlib import Path
 
+from pytest_nvrx.layout import CHECKPOINTS_DIR
+
 #: errno values that mean "the filesystem has no room for this": an ordinary error, never a
 #: traceback
 DISK_FULL = frozenset({errno.ENOSPC, errno.EDQUOT})
@@ -84,10 +86,57 @@ def write_atomic(path: Path | str, data: str | bytes) -> None:
 
 def write_output(path: Path | str, data: str | bytes) -> None:
     """A report or ``verify --json`` file: its missing parent directories made first (as
-    pytest's ``--junitxml`` does), then :func:`write_atomic`. Only after :func:`check_outputs`
-    let the path through: a new directory inside evidence would change it too."""
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(path, data)
+    pytest's ``--junitxml`` does), then :func:`write_atomic`; the directories made are removed
+    again when the write fails (a full disk). Only after :func:`check_outputs` let the path
+    through: a new directory inside evidence would change it too."""
+    made: list[Path] = []
+    folder = Path(path).parent
+    while not folder.exists() and folder != folder.parent:
+        made.append(folder)
+        folder = folder.parent
+    try:
+        for new in reversed(made):
+            new.mkdir()
+        write_atomic(path, data)
+    except BaseException:
+        for new in made:
+            with contextlib.suppress(OSError):
+                new.rmdir()
+        raise
+
+
+def check_in_place_output(flag: str, path: Path, evidence: Iterable[tuple[str, Path]]) -> None:
+    """Refuse an existing ``path`` that another writer (pytest's ``--junitxml``) will truncate
+    in place when it is a hard link of a file in the evidence (``ln run.json out.xml``: the
+    XML replaced run.json). Our own outputs are renamed over the name, never written through it."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return
+    if not stat.S_ISREG(st.st_mode) or st.st_nlink < 2:
+        return
+    target = (st.st_dev, st.st_ino)
+    for what, where in evidence:
+        seen = 0
+        for root, dirs, files in os.walk(where):
+            for name in files:
+                try:
+                    other = os.lstat(os.path.join(root, name))
+                except OSError:
+                    continue
+                if (other.st_dev, other.st_ino) == target:
+                    raise OutputRefused(
+                        f"{flag} {path} is a hard link of {os.path.join(root, name)} in {what}"
+                        f" {where}: writing it would overwrite that evidence; give another path"
+                    )
+            seen += len(files) + len(dirs)
+            if seen > _WALK_LIMIT:
+                break
+
+
+#: Entries of an evidence dir looked through for a hard link (a run dir holds a few hundred;
+#: checkpoint shards more).
+_WALK_LIMIT = 50_000
 
 
 def _write_replace(path: Path, raw: bytes) -> None:
@@ -121,7 +170,10 @@ def _naming(exc: OSError, path: Path) -> OSError:
 
 
 def _real(path: Path | str) -> str:
-    return os.path.realpath(os.path.abspath(os.fspath(path)))
+    """Where ``path`` lands on disk. ``..`` is resolved after the links before it, as the
+    kernel does (``os.path.abspath`` first would collapse ``link/..`` on the name alone: an
+    output ``w/L/../RUN/x`` with ``L`` a link got past the check into RUN)."""
+    return os.path.realpath(os.path.join(os.getcwd(), os.fspath(path)))
 
 
 def _dir_id(path: str | Path) -> tuple[int, int] | None:
@@ -154,6 +206,13 @@ def check_outputs(
     """Refuse an output (``(how the user named it, path)``) that resolves into an evidence
     directory (``(what it is, path)``: a run dir judged, its checkpoint dir) or onto another
     output. Raises :class:`OutputRefused` with one line that names the fix."""
+    evidence = list(evidence)
+    # a run dir's checkpoints are evidence too, wherever a link takes them
+    evidence += [
+        (f"{what}'s {CHECKPOINTS_DIR}", Path(where) / CHECKPOINTS_DIR)
+        for what, where in evidence
+        if os.path.lexists(Path(where) / CHECKPOINTS_DIR)
+    ]
     folders = [(what, Path(where), _real(where), _dir_id(where)) for what, where in evidence]
     seen: dict[str, str] = {}
     for flag, path in outputs:

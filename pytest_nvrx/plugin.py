@@ -34,7 +34,7 @@ from pytest_nvrx.fixtures import (
     terminal_writer,
 )
 from pytest_nvrx.layout import FAULT_WINDOWS, INJECTED_FAULTS, windows_of
-from pytest_nvrx.outputs import OutputRefused, check_outputs
+from pytest_nvrx.outputs import OutputRefused, check_in_place_output, check_outputs
 from pytest_nvrx.scenario_run import EXISTING_RUN, Limits, ScenarioRun
 from pytest_nvrx.scenarios import matrix_scenarios
 from pytest_nvrx.settings import PLUGIN_SETTINGS
@@ -104,6 +104,39 @@ MARKERS: dict[str, str] = {
     DOWNTIME_GATE: "the scenario's downtime held to --nvrx-max-downtime and --nvrx-max-phase "
     "(collected only when one is given)",
 }
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_load_initial_conftests(
+    early_config: pytest.Config, parser: pytest.Parser, args: list[str]
+) -> None:
+    """Refuse to judge a run dir from inside it, before pytest reads anything there: pytest
+    would load its ``conftest.py`` (code from the run under judgement) and write into it
+    (``.pytest_cache``, other plugins' files, ``--debug`` logs)."""
+    run_dir = _cli_value(args, "--nvrx-run-dir")
+    if run_dir is None:
+        return
+    here = os.path.realpath(early_config.invocation_params.dir)
+    judged = os.path.realpath(os.path.join(here, os.path.expanduser(run_dir)))
+    if here == judged or here.startswith(judged.rstrip(os.sep) + os.sep):
+        raise pytest.UsageError(
+            f"pytest-nvrx: --nvrx-run-dir {run_dir} holds the directory pytest runs in: pytest"
+            " would run its conftest.py and write into it (.pytest_cache, ...); run pytest from"
+            f" outside it (cd {os.path.dirname(judged)})"
+        )
+
+
+def _cli_value(args: Sequence[str], option: str) -> str | None:
+    """The last value ``args`` give ``option`` (``--opt V`` or ``--opt=V``), before any ``--``."""
+    found = None
+    for i, arg in enumerate(args):
+        if arg == "--":
+            break
+        if arg == option and i + 1 < len(args):
+            found = args[i + 1]
+        elif arg.startswith(option + "="):
+            found = arg[len(option) + 1 :]
+    return found
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -359,9 +392,9 @@ def output_refusal(
             ("--nvrx-report", here / report),
             ("--nvrx-report's report.json", (here / report).with_name("report.json")),
         ]
-    xmlpath = getattr(config.option, "xmlpath", None)
-    if xmlpath:
-        outputs.append(("--junitxml", here / xmlpath))
+    junit = junit_path(config)
+    if junit is not None:
+        outputs.append(("--junitxml", junit))
     cache = _cache_dir(config)
     if cache is not None:
         # judging --nvrx-run-dir . from inside the run dir made .pytest_cache/ there
@@ -378,9 +411,25 @@ def output_refusal(
         evidence.append(("the scenarios' run dirs", work_dir / "runs"))
     try:
         check_outputs(outputs, evidence)
+        if junit is not None:
+            # pytest truncates it in place: a hard link of run.json would be overwritten
+            check_in_place_output("--junitxml", junit, evidence)
     except OutputRefused as exc:
         return str(exc)
+    if junit is not None and junit.parent.exists() and not junit.parent.is_dir():
+        return f"--junitxml {junit}: {junit.parent} is not a directory; give another path"
     return None
+
+
+def junit_path(config: pytest.Config) -> Path | None:
+    """Where pytest's junitxml will write, found as it finds it (``$VAR`` and ``~`` expanded,
+    then made absolute and normalized): checked as it will be written."""
+    xmlpath = getattr(config.option, "xmlpath", None)
+    if not xmlpath:
+        return None
+    here = config.invocation_params.dir
+    expanded = os.path.expanduser(os.path.expandvars(xmlpath))
+    return Path(os.path.normpath(os.path.join(here, expanded)))
 
 
 class NvrxReporter:
@@ -521,8 +570,8 @@ class NvrxReporter:
             where.append(f"report: {self.outcome}")
         elif rows and self.html is None:
             where.append("report: none (--nvrx-report PATH writes one)")
-        xml = getattr(self.config.option, "xmlpath", None)
-        if rows and xml:
+        xml = junit_path(self.config)
+        if rows and xml is not None:
             where.append(f"JUnit: {xml}")
         if where:
             tr.write_line(printable("nvrx " + "; ".join(where)))

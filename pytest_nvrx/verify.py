@@ -193,7 +193,7 @@ def verify_main(argv: list[str], stdout: TextIO | None = None, stderr: TextIO | 
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
     refused = _output_refusal(args)
     if refused is not None:
-        err.write(f"verify: error: {refused}\n")
+        err.write(f"verify: error: {printable(refused)}\n")
         return EXIT_USAGE
     try:
         run = load_run(args.run_dir, args.checkpoint_dir)
@@ -207,7 +207,8 @@ def verify_main(argv: list[str], stdout: TextIO | None = None, stderr: TextIO | 
     # configuration) is the caller's mistake: refused, never silently left out
     why = baseline_refusal(run, baseline) if baseline is not None else None
     if why is not None:
-        err.write(f"verify: error: cannot use --baseline {args.baseline}: {why}\n")
+        refusal = f"cannot use --baseline {args.baseline}: {why}"
+        err.write(f"verify: error: {printable(refusal)}\n")
         return EXIT_USAGE
     judgement = judge(
         run,
@@ -227,7 +228,7 @@ def verify_main(argv: list[str], stdout: TextIO | None = None, stderr: TextIO | 
     if args.json_file is not None:
         error = _write_json(args.json_file, json_report(judgement, status), out)
         if error is not None:
-            err.write(f"verify: error: {error}\n")
+            err.write(f"verify: error: {printable(error)}\n")
             return EXIT_USAGE
     return status
 

@@ -249,29 +249,25 @@ def test_plugin_report_into_the_run_dir_or_onto_itself_is_a_usage_error(
     assert snapshot(run_dir) == before
 
 
-def test_judging_the_run_dir_from_inside_it_never_writes_pytests_cache_there(
-    run_dir: Path, tmp_path: Path
-) -> None:
-    """``pytest --nvrx-run-dir .`` from inside a run dir: pytest's rootdir is the run dir, and
-    its cache plugin made ``.pytest_cache/`` there (the sweep of #22). Refused, naming both
-    fixes; each fix then judges the run and leaves it as it was."""
+def test_pytests_cache_dir_is_never_in_the_run_dir(run_dir: Path, tmp_path: Path) -> None:
+    """pytest's cache is an output: a cache_dir inside the judged run dir is refused naming
+    both fixes (from inside the run dir, pytest is refused altogether: the test below)."""
     before = snapshot(run_dir)
     base = [sys.executable, "-m", "pytest", "--pyargs", "pytest_nvrx.suite", "-q"]
-    base += ["--nvrx-run-dir", ".", "-p", "no:randomly", "-p", "no:xdist"]
+    base += ["--nvrx-run-dir", str(run_dir), "-p", "no:randomly", "-p", "no:xdist"]
     env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
     env.pop("PYTEST_ADDOPTS", None)
 
-    def pytest_in_run_dir(*extra: str) -> subprocess.CompletedProcess[str]:
+    def pytest_beside(*extra: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [*base, *extra], cwd=run_dir, env=env, capture_output=True, text=True, timeout=240
+            [*base, *extra], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240
         )
 
-    refused = pytest_in_run_dir()
+    refused = pytest_beside("-o", f"cache_dir={run_dir / '.pytest_cache'}")
     assert refused.returncode == pytest.ExitCode.USAGE_ERROR, refused.stdout + refused.stderr
     assert "pytest's cache dir" in refused.stderr and "-p no:cacheprovider" in refused.stderr
-    assert not (run_dir / ".pytest_cache").exists()
     for extra in (["-p", "no:cacheprovider"], ["-o", f"cache_dir={tmp_path / 'cache'}"]):
-        judged = pytest_in_run_dir(*extra)
+        judged = pytest_beside(*extra)
         assert judged.returncode == 0, judged.stdout + judged.stderr
     assert (tmp_path / "cache").is_dir()
     assert snapshot(run_dir) == before and not (run_dir / ".pytest_cache").exists()
@@ -607,3 +603,121 @@ def test_result_json_written_after_the_launcher_filled_a_tmpfs(tiny_fs: Path) ->
     assert result.exit_code == 0
     assert json.loads((run / "result.json").read_text())["exit_code"] == 0
     assert strays(run) == [] and not reserve_of(run / "result.json").exists()
+
+
+# -- the second sweep of #22 ----------------------------------------------------------------
+
+
+def test_dotdot_after_a_link_is_resolved_as_the_kernel_does(
+    tmp_path: Path, pytester: pytest.Pytester
+) -> None:
+    """``w/L/../RUN/x`` with ``L`` a link into ``a/``: on disk it is ``a/RUN/x``; the check
+    collapsed ``L/..`` by name to ``w/RUN/x`` and let it through (exit 0, written into RUN)."""
+    (tmp_path / "a" / "sub").mkdir(parents=True)
+    (tmp_path / "w").mkdir()
+    (tmp_path / "w" / "L").symlink_to(tmp_path / "a" / "sub")
+    run = tmp_path / "a" / "RUN"
+    shutil.copytree(KILL, run)
+    base = tmp_path / "a" / "BASE"
+    shutil.copytree(DATA / "cpu" / "reference-baseline", base)
+    before = snapshot(tmp_path / "a")
+    via = tmp_path / "w" / "L" / ".."
+    for main, args in (
+        (verify_main, [str(run), "--json", str(via / "RUN" / "v.json")]),
+        (
+            verify_main,
+            [str(run), "--baseline", str(base), "--json", str(via / "BASE" / "run.json")],
+        ),
+        (report_main, [str(run), "-o", str(via / "RUN" / "x.html")]),
+        (report_main, [str(run), "-o", str(via / "RUN" / "new" / "x.html")]),
+    ):
+        code, _, err = cli(main, *args)
+        assert code == 2 and "resolves into" in one_line(err), (args, err)
+    result = pytester.runpytest(
+        *SUITE_ARGS, "--nvrx-run-dir", str(run), "--nvrx-report", str(via / "RUN" / "p.html")
+    )
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert snapshot(tmp_path / "a") == before and not (run / "new").exists()
+
+
+def test_a_run_dirs_checkpoints_are_evidence_wherever_a_link_takes_them(
+    tmp_path: Path,
+) -> None:
+    run = tmp_path / "RUN"
+    shutil.copytree(KILL, run)
+    outside = tmp_path / "ext"
+    (run / "checkpoints").rename(outside)
+    (run / "checkpoints").symlink_to(outside)
+    before = snapshot(outside)
+    for main, flag in ((verify_main, "--json"), (report_main, "-o")):
+        code, _, err = cli(main, str(run), flag, str(outside / "v.out"))
+        assert code == 2 and "checkpoints" in one_line(err), err
+    assert snapshot(outside) == before
+
+
+def test_junitxml_is_checked_where_pytest_will_write_it(
+    pytester: pytest.Pytester, run_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """pytest expands ``$VAR`` and ``~`` in --junitxml, and truncates the file in place: the
+    check expands them too, and refuses a hard link of a file in the run dir (run.json became
+    XML); a parent that is a file is one line, not pytest's INTERNALERROR."""
+    before = snapshot(run_dir)
+    monkeypatch.setenv("RUNV", str(run_dir))
+    monkeypatch.setenv("HOME", str(run_dir))
+    link = tmp_path / "out.xml"
+    os.link(run_dir / "run.json", link)
+    (tmp_path / "afile").write_text("x")
+    cases = [
+        ("--junitxml=$RUNV/j.xml", "inside --nvrx-run-dir"),
+        ("--junitxml=~/j.xml", "inside --nvrx-run-dir"),
+        (f"--junitxml={link}", "is a hard link of"),
+        (f"--junitxml={tmp_path / 'afile' / 'j.xml'}", "is not a directory"),
+    ]
+    for arg, why in cases:
+        result = pytester.runpytest(*SUITE_ARGS, "--nvrx-run-dir", str(run_dir), arg)
+        assert result.ret == pytest.ExitCode.USAGE_ERROR, (arg, result.stdout.str())
+        result.stderr.fnmatch_lines([f"*pytest-nvrx: *{why}*"])
+    assert snapshot(run_dir) == before
+
+
+def test_a_run_dir_is_never_judged_from_inside_it(run_dir: Path) -> None:
+    """Its conftest.py would run (code from the run under judgement) and pytest and its
+    plugins would write into it (.pytest_cache, .benchmarks, --debug logs): refused before pytest
+    reads anything there; the same run judged from outside passes."""
+    (run_dir / "conftest.py").write_text(f"open({str(run_dir / 'PWNED')!r}, 'w').close()\n")
+    before = snapshot(run_dir)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    base = [sys.executable, "-m", "pytest", "--pyargs", "pytest_nvrx.suite", "-q"]
+    for cwd, where in ((run_dir, "."), (run_dir / "logs", "..")):
+        done = subprocess.run(
+            [*base, "--debug", "--nvrx-run-dir", where],
+            cwd=cwd, env=env, capture_output=True, text=True, timeout=240, check=False,
+        )  # fmt: skip
+        assert done.returncode == pytest.ExitCode.USAGE_ERROR, done.stdout + done.stderr
+        assert "holds the directory pytest runs in" in done.stderr
+    outside = subprocess.run(
+        [*base, "-p", "no:cacheprovider", "--nvrx-run-dir", str(run_dir)],
+        cwd=run_dir.parent, env=env, capture_output=True, text=True, timeout=240, check=False,
+    )  # fmt: skip
+    assert outside.returncode == 0, outside.stdout + outside.stderr
+    assert snapshot(run_dir) == before and not (run_dir / "PWNED").exists()
+
+
+def test_parents_made_for_an_output_are_removed_when_its_write_fails(tiny_fs: Path) -> None:
+    from pytest_nvrx.outputs import write_output
+
+    fill(tiny_fs)
+    with pytest.raises(OSError):
+        write_output(tiny_fs / "new" / "dir" / "v.json", "x" * 100_000)
+    assert not (tiny_fs / "new").exists()
+
+
+def test_a_baseline_refusal_shows_the_runs_text_escaped(run_dir: Path, tmp_path: Path) -> None:
+    baseline = tmp_path / "base"
+    shutil.copytree(DATA / "cpu" / "reference-baseline", baseline)
+    manifest = json.loads((baseline / "run.json").read_text())
+    manifest["workload_argv"] = [*manifest["workload_argv"], "--seed=1\x1b]0;owned\x07\r"]
+    (baseline / "run.json").write_text(json.dumps(manifest))
+    code, _, err = cli(verify_main, str(run_dir), "--baseline", str(baseline))
+    assert code == 2 and "cannot use --baseline" in err, err
+    assert "\x1b" not in err and "\x07" not in err and "\r" not in err and "\\x1b" in err

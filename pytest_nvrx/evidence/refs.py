@@ -86,13 +86,17 @@ def excerpt(text: str) -> str:
     return repr(text)
 
 
-# C0 controls but tab, DEL, C1 controls: what a terminal obeys rather than shows.
-_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f]")
-_CONTROL_BUT_NEWLINE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+# C0 controls but tab, DEL, C1 controls: what a terminal obeys rather than shows; and what
+# reorders or breaks a line on a terminal without being a control: bidi marks, embeddings,
+# overrides and isolates, line and paragraph separators
+_TRICKS = "\u200e\u200f\u202a-\u202e\u2066-\u2069\u2028\u2029"
+_CONTROL = re.compile(f"[\\x00-\\x08\\x0a-\\x1f\\x7f-\\x9f{_TRICKS}]")
+_CONTROL_BUT_NEWLINE = re.compile(f"[\\x00-\\x08\\x0b-\\x1f\\x7f-\\x9f{_TRICKS}]")
 
 
 def _escaped(m: re.Match[str]) -> str:
-    return f"\\x{ord(m[0]):02x}"
+    code = ord(m[0])
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
 def printable(text: str, *, lines: bool = False) -> str:

@@ -129,7 +129,7 @@ def report_main(
         return EXIT_USAGE
     refused = output_refusal([("-o", html), (json_flag, json_path)], run_dirs)
     if refused is not None:
-        err.write(f"report: error: {refused}\n")
+        err.write(f"report: error: {printable(refused)}\n")
         return EXIT_USAGE
     try:
         reports = build_reports(run_dirs)
@@ -139,10 +139,10 @@ def report_main(
     try:
         write_report(reports, html=html, json_path=json_path)
     except OSError as exc:
-        err.write(f"report: error: cannot write the report: {exc}\n")
+        err.write(printable(f"report: error: cannot write the report: {exc}") + "\n")
         return EXIT_USAGE
     for r in reports:
         down = f" (downtime {r.downtime_s:.1f} s)" if r.downtime_s is not None else ""
         out.write(printable(f"{r.name}: {r.outcome}{down}") + "\n")  # the run's text, escaped
-    out.write(f"report: wrote {html} and {json_path}\n")
+    out.write(printable(f"report: wrote {html} and {json_path}") + "\n")
     return EXIT_QUALIFIED if all(r.passed for r in reports) else EXIT_NOT_QUALIFIED
