@@ -1010,16 +1010,16 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "max-phase",
         "fail a fault scenario whose recovery phase takes longer than its limit, or cannot be "
-        "measured: PHASE=S[,PHASE=S...] with PHASE detection, termination, rendezvous, "
-        "worker_start, checkpoint_load, first_step",
+        "measured: PHASE=S[,PHASE=S...] with PHASE detection, termination, gpu_reclaim, "
+        "rendezvous, worker_start, checkpoint_load, first_step",
         parse=parse_phase_limits,
         where="plugin",
         attr="max_phases",
         doc_value="P=S[,P=S...]",
         doc="per-phase limits of the downtime gate, seconds per phase of the recovery report "
-        "(`detection`, `termination`, `rendezvous`, `worker_start`, `checkpoint_load`, "
-        "`first_step`); a phase the evidence cannot measure fails its limit ([Downtime "
-        "gate](#downtime-gate))",
+        "(`detection`, `termination`, `gpu_reclaim`, `rendezvous`, `worker_start`, "
+        "`checkpoint_load`, `first_step`); a phase the evidence cannot measure fails its "
+        "limit ([Downtime gate](#downtime-gate))",
         doc_default="none",
     ),
     Setting(

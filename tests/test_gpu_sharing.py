@@ -134,3 +134,30 @@ def test_a_sharing_record_that_is_no_list_of_names_cannot_be_judged(tmp_path: Pa
         err = io.StringIO()
         assert verify_main([str(run.root)], io.StringIO(), err) == 2
         assert "'gpu_shared_with' must be a list of names" in err.getvalue(), err.getvalue()
+
+
+def test_the_report_marks_shared_gpu_timings_and_the_reclaim_is_a_phase(tmp_path: Path) -> None:
+    from pytest_nvrx.report.main import report_main
+    from pytest_nvrx.report.model import ScenarioReport
+
+    run = _shared(tmp_path, OTHERS)
+    scenario = ScenarioReport.from_run_dir(run.root)
+    assert scenario.gpu_shared_with == tuple(OTHERS)
+    assert ScenarioReport.from_dict(scenario.as_dict()) == scenario
+    assert scenario.recovery is not None
+    phases = {p.id: p.seconds for p in scenario.recovery.phases}
+    # 38 s of waiting for the GPU's memory is its own phase; the stop itself took 2.3 s
+    assert phases["gpu_reclaim"] is not None and 38.0 <= phases["gpu_reclaim"] < 39.0
+    assert phases["termination"] is not None and phases["termination"] < 3.0
+    assert scenario.recovery.unattributed_s == 0.0
+    html = tmp_path / "out" / "r.html"
+    out, err = io.StringIO(), io.StringIO()
+    assert report_main([str(run.root), "-o", str(html)], out, err) == 0, err.getvalue()
+    page = html.read_text()
+    assert "Timings measured on a shared GPU" in page and OTHERS[0] in page
+    doc = json.loads((html.parent / "report.json").read_text())
+    assert doc["scenarios"][0]["gpu_shared_with"] == OTHERS
+    # a CPU run waits for no GPU: a phase of 0, not a missing one
+    cpu = ScenarioReport.from_run_dir(DATA / "windows" / "cpu" / "ref-kill-save")
+    assert cpu.recovery is not None
+    assert {p.id: p.seconds for p in cpu.recovery.phases}["gpu_reclaim"] == 0.0

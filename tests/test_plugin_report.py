@@ -303,5 +303,5 @@ def test_phase_limits(pytester: pytest.Pytester, clean_env: None, tmp_path: Path
     ok.assert_outcomes(passed=1)
     bad = pytester.runpytest(*SUITE_ARGS, "--collect-only", "--nvrx-max-phase", "restore=5")
     assert bad.ret == pytest.ExitCode.USAGE_ERROR
-    assert "PHASE one of detection, termination, rendezvous" in bad.stderr.str()
+    assert "PHASE one of detection, termination, gpu_reclaim, rendezvous" in bad.stderr.str()
     assert "got 'restore=5'" in bad.stderr.str()

@@ -202,7 +202,7 @@ def test_timeline_has_the_fault_the_milestones_and_the_cycles(
 
 def test_report_json_schema_is_stable(megatron: list[ScenarioReport]) -> None:
     doc = json.loads(json.dumps(report_json(megatron)))
-    assert doc["schema_version"] == SCHEMA_VERSION == 1
+    assert doc["schema_version"] == SCHEMA_VERSION == 2
     assert set(doc) == {"schema_version", "tool", "stack", "passed", "scenarios"}
     assert doc["passed"] is True and doc["stack"]["nvrx"] == "0.7.0"
     scenario = doc["scenarios"][1]
@@ -226,6 +226,7 @@ def test_report_json_schema_is_stable(megatron: list[ScenarioReport]) -> None:
         "max_downtime_s",
         "max_phases",
         "gate",
+        "gpu_shared_with",
         "recovery",
         "timeline",
         "loss",
@@ -240,6 +241,7 @@ def test_report_json_schema_is_stable(megatron: list[ScenarioReport]) -> None:
     assert [p["id"] for p in recovery["phases"]] == [
         "detection",
         "termination",
+        "gpu_reclaim",
         "rendezvous",
         "worker_start",
         "checkpoint_load",

@@ -18,7 +18,7 @@ plus ``unattributed_s`` are always the downtime.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -30,14 +30,14 @@ from pytest_nvrx.evidence.launcher_log import FAILURE_KINDS, LauncherEvent, Laun
 from pytest_nvrx.evidence.refs import EvidenceRef, seconds_between
 from pytest_nvrx.evidence.replay import PrintModel, windows
 from pytest_nvrx.evidence.rundir import RunEvidence, load_run
-from pytest_nvrx.evidence.timeline import Timeline, build_timeline, loaded_at
+from pytest_nvrx.evidence.timeline import Timeline, build_timeline, gpu_reclaim, loaded_at
 from pytest_nvrx.evidence.workload import (
     SaveCompleted,
     SaveScheduled,
 )
 
 #: the scenario document's version: raised only when a change breaks existing readers
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: termination ends when the workers stopped; gpu_reclaim follows
 
 #: at most this many loss points per run are kept (replayed iterations always are)
 MAX_LOSS_POINTS = 2000
@@ -61,6 +61,7 @@ class PhaseSpec:
 MILESTONES: tuple[tuple[str, str], ...] = (
     ("failure", "failure"),
     ("detected", "detected"),
+    ("workers_stopped", "workers stopped"),
     ("workers_terminated", "workers terminated"),
     ("rendezvous", "rendezvous"),
     ("workers_started", "workers started"),
@@ -72,7 +73,12 @@ MILESTONE_LABELS = dict(MILESTONES)
 #: the phases between consecutive milestones; their seconds sum to the downtime
 PHASES: tuple[PhaseSpec, ...] = (
     PhaseSpec("detection", "failure → detected", "failure", "detected"),
-    PhaseSpec("termination", "detected → workers terminated", "detected", "workers_terminated"),
+    PhaseSpec("termination", "detected → workers stopped", "detected", "workers_stopped"),
+    # NVRx waits, after stopping the workers, until every GPU of the node is nearly empty, other
+    # runs' memory included ("GPU 0 memory reclaimed in 38s"); 0 where it logs no wait (CPU)
+    PhaseSpec(
+        "gpu_reclaim", "stopped → GPU memory reclaimed", "workers_stopped", "workers_terminated"
+    ),
     PhaseSpec("rendezvous", "terminated → rendezvous", "workers_terminated", "rendezvous"),
     PhaseSpec("worker_start", "rendezvous → workers started", "rendezvous", "workers_started"),
     PhaseSpec(
@@ -344,6 +350,9 @@ class ScenarioReport:
     max_downtime_s: float | None = None
     max_phases: dict[str, float] | None = None
     gate: str | None = None
+    #: the runs that held one of this run's GPUs while it ran (result.json; None: not
+    #: recorded): its recovery timings include theirs
+    gpu_shared_with: tuple[str, ...] | None = None
 
     @property
     def baseline(self) -> bool:
@@ -457,6 +466,7 @@ class ScenarioReport:
             recovery=recovery,
             timeline=_timeline_data(run, timeline, t0, recovery),
             loss=_loss_series(run.cycle_logs, print_model(run)),
+            gpu_shared_with=judgement.gpu_shared_with,
         )
 
     def as_dict(self) -> dict[str, Any]:
@@ -480,6 +490,9 @@ class ScenarioReport:
             "max_downtime_s": self.max_downtime_s,
             "max_phases": self.max_phases,
             "gate": self.gate,
+            "gpu_shared_with": (
+                list(self.gpu_shared_with) if self.gpu_shared_with is not None else None
+            ),
             "recovery": self.recovery.as_dict() if self.recovery is not None else None,
             "timeline": self.timeline.as_dict(),
             "loss": self.loss.as_dict(),
@@ -509,6 +522,9 @@ class ScenarioReport:
             max_downtime_s=data.get("max_downtime_s"),
             max_phases=data.get("max_phases"),
             gate=data.get("gate"),
+            gpu_shared_with=(
+                tuple(data["gpu_shared_with"]) if data.get("gpu_shared_with") is not None else None
+            ),
         )
 
 
@@ -549,6 +565,23 @@ def _loaded(log: CycleLog | None) -> tuple[datetime | None, EvidenceRef | None, 
     return loaded_at(log)
 
 
+def _stopped(
+    run: RunEvidence, tl: Timeline, terminated: LauncherEvent | None
+) -> tuple[datetime | None, EvidenceRef | None]:
+    """When NVRx had stopped the workers and began waiting for the GPUs' memory: its
+    ``GPU N memory reclaimed in Ss`` line's time less the wait (whole seconds as logged); the
+    workers-terminated instant itself where it logs no wait (a CPU run: nothing to reclaim)."""
+    detected = tl.detected.time if tl.detected is not None else None
+    replacement = tl.replacement_started.time if tl.replacement_started is not None else None
+    reclaim = gpu_reclaim(run, detected, replacement)
+    if reclaim is None or reclaim.time is None or reclaim.duration_s is None:
+        return (terminated.time, terminated.ref) if terminated is not None else (None, None)
+    began = reclaim.time - timedelta(seconds=reclaim.duration_s)
+    if detected is not None and began < detected:
+        began = detected  # a wait logged in whole seconds: never before the detection
+    return began, reclaim.ref
+
+
 def _recovery(run: RunEvidence, tl: Timeline, t0: datetime | None) -> Recovery | None:
     if tl.fault_time is None and tl.detected is None:
         return None
@@ -571,6 +604,7 @@ def _recovery(run: RunEvidence, tl: Timeline, t0: datetime | None) -> Recovery |
             tl.detected.time if tl.detected else None,
             tl.detected.ref if tl.detected else None,
         ),
+        "workers_stopped": _stopped(run, tl, terminated),
         "workers_terminated": (
             terminated.time if terminated else None,
             terminated.ref if terminated else None,

@@ -269,6 +269,26 @@ def _matrix(reports: Sequence[ScenarioReport]) -> str:
     )
 
 
+def _shared_gpu_note(reports: Sequence[ScenarioReport]) -> str:
+    """Which scenarios' timings were measured on a GPU other runs held (result.json's record):
+    NVRx waits for the whole GPU's memory (the gpu_reclaim phase) and the runs load each other."""
+    shared = [r for r in reports if r.gpu_shared_with]
+    if not shared:
+        return ""
+    items = "".join(
+        f"<li><b>{escape(r.name)}</b> shared its GPU with "
+        f"{escape(', '.join(r.gpu_shared_with or ()))}</li>"
+        for r in shared
+    )
+    return (
+        '<div class="shared-gpu"><p><b>Timings measured on a shared GPU</b>: not this stack\'s'
+        " alone. After stopping the workers NVRx waits until the whole GPU's memory is reclaimed,"
+        " the other runs' included (the <i>gpu_reclaim</i> phase), and the runs load each other."
+        f" Run them on GPUs of their own (--nvrx-gpu-share 1) to measure the stack.</p><ul>{items}"
+        "</ul></div>"
+    )
+
+
 def _cost_table(reports: Sequence[ScenarioReport]) -> str:
     """Phases as rows, scenarios as columns: a handful fits the page, more (a 17-scenario
     matrix) scroll sideways in the table's own box rather than past the page's edge."""
@@ -420,6 +440,7 @@ def render_html(
             "show is <i>missing</i>, never 0; its time is drawn hatched as not attributed.</p>",
             f'<div class="chart">{breakdown}</div>',
             _cost_table(reports),
+            _shared_gpu_note(reports),
         ]
     body += [_scenario(r, pairs.get(r.name)) for r in reports]
     body.append('<h2 id="stack">Stack</h2>')

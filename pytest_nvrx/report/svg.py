@@ -28,6 +28,7 @@ FONT = "font-family:system-ui,-apple-system,'Segoe UI',Roboto,sans-serif"
 PHASE_COLORS: dict[str, str] = {
     "detection": "#E69F00",
     "termination": "#56B4E9",
+    "gpu_reclaim": "#999933",
     "rendezvous": "#009E73",
     "worker_start": "#CC79A7",
     "checkpoint_load": "#0072B2",
