@@ -605,8 +605,8 @@ def selection_lines(config: pytest.Config, selected: Sequence[str]) -> list[str]
     deselected = config.stash.get(DESELECTED_KEY, 0)
     if deselected:
         lines.append(
-            f"nvrx: {deselected} tests deselected by -m/-k: other scenarios' or other"
-            " workloads' (gpu: Megatron on GPUs; not gpu: the CPU reference workload)"
+            f"nvrx: {deselected} tests deselected by -m/-k: those the expression leaves out"
+            " (-m gpu: Megatron on GPUs; -m 'not gpu': the CPU reference workload)"
         )
     if s.megatron_path is None and any(key.startswith("megatron-") for key in selected):
         lines.append(

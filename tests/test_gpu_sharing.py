@@ -161,3 +161,51 @@ def test_the_report_marks_shared_gpu_timings_and_the_reclaim_is_a_phase(tmp_path
     cpu = ScenarioReport.from_run_dir(DATA / "windows" / "cpu" / "ref-kill-save")
     assert cpu.recovery is not None
     assert {p.id: p.seconds for p in cpu.recovery.phases}["gpu_reclaim"] == 0.0
+
+
+SHARED = DATA / "gpu-shared"
+SHARED_FAULTS = [
+    "kill-save",
+    "hang-finalize",
+    "term-finalize",
+    "segv-step",
+    "exception-step",
+    "ckpt-worker-finalize",
+]
+
+
+def _full_id(name: str) -> str:
+    return json.loads((SHARED / name / "run.json").read_text())["run_id"]
+
+
+def test_a_real_shared_gpu_matrix_records_who_shared_and_is_refused_by_the_gate() -> None:
+    """tests/data/gpu-shared: four Megatron scenarios at a time on one H200. Each run's
+    result.json names the runs that held its GPU meanwhile (all of them runs of this matrix
+    whose launches overlapped its own); every criterion passes; the gate refuses them all."""
+    ids = {name: _full_id(name) for name in ["baseline", *SHARED_FAULTS]}
+    spans = {
+        name: (
+            json.loads((SHARED / name / "result.json").read_text())["start_time"],
+            json.loads((SHARED / name / "result.json").read_text())["end_time"],
+        )
+        for name in ids
+    }
+    by_id = {run_id: name for name, run_id in ids.items()}
+    waits = {}
+    for name in SHARED_FAULTS:
+        judgement = judge_run_dir(SHARED / name, baseline=SHARED / "baseline")
+        waits[name] = judgement.timings["gpu_memory_reclaim_s"]
+        assert judgement.passed, [v.reason for v in judgement.verdicts if not v.passed]
+        shared = judgement.gpu_shared_with
+        assert shared is not None and 3 <= len(shared) <= 6, shared
+        start, end = spans[name]
+        for other in shared:
+            theirs = spans[by_id[other]]  # a run of this matrix ...
+            assert theirs[0] <= end and theirs[1] >= start  # ... that overlapped this one
+        run = ScenarioRun(name, None, RunLayout.for_run(SHARED / name), judgement)
+        (refused,) = run.gate_failures(Limits(downtime_s=300.0))
+        assert refused.startswith("cannot hold the run to --nvrx-max-downtime")
+        assert run.gate_failures(Limits(downtime_s=300.0, shared_gpu=True)) == []
+    assert (
+        waits["kill-save"] == 32.0 and waits["segv-step"] == 22.0 and waits["hang-finalize"] == 2.0
+    )
