@@ -28,7 +28,7 @@ from pytest_nvrx.gpu_slots import gpu_locks, visible_gpus
 from pytest_nvrx.launch import Launch, Progress, RunResult, RunTimeout, tail_text
 from pytest_nvrx.layout import RunLayout
 from pytest_nvrx.planning import Plan, plan_run
-from pytest_nvrx.recipe import give_back_run_dir, prepare_run_dir
+from pytest_nvrx.recipe import check_fresh_run_dir, give_back_run_dir, prepare_run_dir
 from pytest_nvrx.scenarios import DEFAULTS, RUN_TIMEOUTS, Scenario
 from pytest_nvrx.settings import (
     ConfigError,
@@ -402,7 +402,8 @@ def scenario_config(
 
 def plan_launch(config: RunConfig, *, dry_run: bool = False, port: int | None = None) -> Plan:
     """Validate, claim and create the run dirs, build the recipe (nothing launched). A dry run
-    claims nothing, probes no stack and names ``ft_launcher`` without looking for it.
+    writes nothing (no claim, no directory), probes no stack and names ``ft_launcher`` without
+    looking for it.
 
     The checkpoint dir is claimed too (one run at a time, :mod:`pytest_nvrx.checkpoint_claim`):
     checked before the run dir is made, so a refused run writes nothing, and claimed after it;
@@ -410,9 +411,13 @@ def plan_launch(config: RunConfig, *, dry_run: bool = False, port: int | None = 
     validate(config)
     layout = config.layout
     check_checkpoint_dir(layout.checkpoint_dir, run_id=config.run_id, run_dir=layout.run_dir)
-    prepare_run_dir(config, claim=not dry_run)
     if dry_run:
+        # what the run would be refused for, and its command; nothing written (the
+        # walkthrough's script makes the run dir first: then verify called it no run dir)
+        if config.nnodes == 1:
+            check_fresh_run_dir(layout)
         return plan_run(config, launcher_exe="ft_launcher", port=port, probe=False)
+    prepare_run_dir(config)
     try:
         claim_checkpoint_dir(
             layout.checkpoint_dir,

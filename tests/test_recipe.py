@@ -365,10 +365,9 @@ def test_dry_run_with_walkthrough_env(
     assert launcher[:-1] == want_launcher and launcher[-1].startswith("--ft-log-server-port=")
     assert wrapper == want_wrapper
     assert workload == [*want_megatron, "--eval-interval=100"]
-    # the walkthrough's dry run still creates the artifact dirs
-    for sub in ("logs", "cycle_infos", "checkpoints"):
-        assert (run_dir / sub).is_dir()
-    assert not (run_dir / "run.json").exists()
+    # the walkthrough's script makes the artifact dirs before its dry-run exit; ours writes
+    # nothing (#23: verify then called the empty tree "not a run directory")
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_options_override_env(
