@@ -367,7 +367,7 @@ def test_dry_run_with_walkthrough_env(
     assert workload == [*want_megatron, "--eval-interval=100"]
     # the walkthrough's script makes the artifact dirs before its dry-run exit; ours writes
     # nothing (#23: verify then called the empty tree "not a run directory")
-    assert list(tmp_path.iterdir()) == []
+    assert list(tmp_path.iterdir()) == [megatron_stub]
 
 
 def test_options_override_env(
