@@ -3,8 +3,11 @@
 ft_launcher starts its workers in sessions of their own and, when the harness dies, they are
 reparented to init: parent links alone do not find them. Every process of a run therefore
 carries the run's tag in its environment (:data:`TAG_VAR`), and :func:`kill_tree` stops what
-the parent links find below the launcher and what carries the tag, wherever it lives now. Used
-by :mod:`pytest_nvrx.launch` and by the run's watchdog (:mod:`pytest_nvrx.watchdog`). No pytest.
+the parent links find below the launcher and what carries the tag, wherever it lives now.
+psutil reads the links, the environments, the states and the groups, and waits; the tag sweep
+stays ours: no parent link leads to a reparented worker (tests/test_harness_death.py, where
+the harness is SIGKILLed and its workers are found by the tag alone). Used by
+:mod:`pytest_nvrx.launch` and by the run's watchdog (:mod:`pytest_nvrx.watchdog`). No pytest.
 """
 
 from __future__ import annotations
@@ -13,66 +16,43 @@ import contextlib
 import os
 import signal
 import time
-from pathlib import Path
+
+import psutil
 
 #: the environment variable that tags every process of one launch
 TAG_VAR = "PYTEST_NVRX_RUN_TAG"
 
-
-def _proc_ppid_pgid(pid: int) -> tuple[int, int] | None:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_bytes()
-    except OSError:
-        return None
-    # the command name may hold spaces and parentheses: split after the last ')'
-    fields = stat[stat.rfind(b")") + 2 :].split()
-    return int(fields[1]), int(fields[2])
-
-
-def _all_pids() -> list[int]:
-    return [int(p) for p in os.listdir("/proc") if p.isdigit()]
+#: what a process that vanished or is not ours to read raises; it is then not in the tree
+_GONE = (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess)
 
 
 def descendants(root: int) -> set[int]:
     """PIDs below ``root`` (by parent links) at this instant."""
-    children: dict[int, list[int]] = {}
-    for pid in _all_pids():
-        info = _proc_ppid_pgid(pid)
-        if info is not None:
-            children.setdefault(info[0], []).append(pid)
-    found: set[int] = set()
-    stack = [root]
-    while stack:
-        for child in children.get(stack.pop(), []):
-            if child not in found:
-                found.add(child)
-                stack.append(child)
-    return found
+    try:
+        return {child.pid for child in psutil.Process(root).children(recursive=True)}
+    except _GONE:
+        return set()
 
 
 def tagged(tag: str) -> set[int]:
     """Live processes whose environment carries this run's tag (orphans included)."""
-    needle = f"{TAG_VAR}={tag}".encode()
     me = os.getpid()
     found = set()
-    for pid in _all_pids():
-        if pid == me:
+    for proc in psutil.process_iter():
+        if proc.pid == me:
             continue
-        try:
-            env = Path(f"/proc/{pid}/environ").read_bytes()
-        except OSError:
-            continue
-        if needle in env.split(b"\0"):
-            found.add(pid)
+        with contextlib.suppress(*_GONE):
+            if proc.environ().get(TAG_VAR) == tag:
+                found.add(proc.pid)
     return found
 
 
-def _is_zombie(pid: int) -> bool:
+def _alive(pid: int) -> bool:
+    """Running, sleeping or stopped: anything but gone or a zombie waiting for its parent."""
     try:
-        stat = Path(f"/proc/{pid}/stat").read_bytes()
-    except OSError:
-        return True
-    return stat[stat.rfind(b")") + 2 : stat.rfind(b")") + 3] == b"Z"
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except _GONE:
+        return False
 
 
 def kill_tree(root: int | None, tag: str, *, grace_s: float = 5.0, poll_s: float = 0.1) -> set[int]:
@@ -87,16 +67,18 @@ def kill_tree(root: int | None, tag: str, *, grace_s: float = 5.0, poll_s: float
         pids = tagged(tag)
         if root is not None:
             pids |= descendants(root)
-            if _proc_ppid_pgid(root) is not None:
+            if psutil.pid_exists(root):
                 pids.add(root)
-        return {p for p in pids if not _is_zombie(p)}
+        return {p for p in pids if _alive(p)}
 
     def send(sig: signal.Signals, pids: set[int]) -> None:
+        # each group too: a worker's own children (torch's, a checkpoint writer) live there
         groups = set()
         for pid in pids:
-            info = _proc_ppid_pgid(pid)
-            if info is not None and info[1] > 1 and info[1] != os.getpgrp():
-                groups.add(info[1])
+            with contextlib.suppress(OSError):
+                pgid = os.getpgid(pid)
+                if pgid > 1 and pgid != os.getpgrp():
+                    groups.add(pgid)
         for pgid in groups:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(pgid, sig)
@@ -116,7 +98,13 @@ def kill_tree(root: int | None, tag: str, *, grace_s: float = 5.0, poll_s: float
         if not pids:
             return signalled
         signalled |= pids
-        time.sleep(poll_s)
+        # psutil waits for these (a child of ours is reaped; others are polled), new ones are
+        # found on the next pass
+        procs = []
+        for pid in pids:
+            with contextlib.suppress(*_GONE):
+                procs.append(psutil.Process(pid))
+        psutil.wait_procs(procs, timeout=min(poll_s, max(deadline - time.monotonic(), 0)))
     for _ in range(50):
         pids = targets()
         if not pids:

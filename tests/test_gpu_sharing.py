@@ -175,7 +175,7 @@ SHARED_FAULTS = [
 
 
 def _full_id(name: str) -> str:
-    return json.loads((SHARED / name / "run.json").read_text())["run_id"]
+    return str(json.loads((SHARED / name / "run.json").read_text())["run_id"])
 
 
 def test_a_real_shared_gpu_matrix_records_who_shared_and_is_refused_by_the_gate() -> None:

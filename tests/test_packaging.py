@@ -276,7 +276,7 @@ def no_deps_route() -> tuple[list[str], list[str], list[str], list[str]]:
     plugin, plugin_runtime, nvrx, nvrx_runtime = commands
     assert "--no-deps" in plugin and "--no-deps" in nvrx
     assert "--no-deps" not in plugin_runtime and "--no-deps" not in nvrx_runtime
-    assert plugin_runtime[2:] == ["pytest", "pytest-timeout", "filelock"], plugin_runtime
+    assert plugin_runtime[2:] == ["pytest", "pytest-timeout", "filelock", "psutil"], plugin_runtime
     assert nvrx[-1] == "nvidia-resiliency-ext==0.7.0", nvrx
     return plugin, plugin_runtime, nvrx, nvrx_runtime
 
