@@ -2,11 +2,16 @@
 
 The parsers report a file that is missing, unreadable or of the wrong type; here the records are
 compared with each other. A contradiction that leaves nothing to trust is fatal (the run cannot
-be judged, ``verify`` exits 2); one that a criterion judges is a warning shown beside it.
+be judged, ``verify`` exits 2); one that a criterion judges is a warning shown beside it. What a
+parser found contradicting what its writer always writes is reported here, fatal: run.json
+against itself (``Manifest.contradictions``), the cycle records against NVRx's
+(``CycleInfos.contradictions``, and :func:`_last_cycle_unended`), a tracker holding no
+iteration (:func:`_tracker_junk`).
 """
 
 from __future__ import annotations
 
+from pytest_nvrx.evidence.cycle_infos import unended
 from pytest_nvrx.evidence.refs import Problem, split_rank_prefix
 from pytest_nvrx.evidence.rundir import RunEvidence
 from pytest_nvrx.evidence.workload import get_adapter, stated_rank
@@ -39,8 +44,56 @@ def evidence_problems(run: RunEvidence) -> tuple[Problem, ...]:
                         log.first_line,
                     )
                 )
+    if run.manifest is not None:
+        problems += run.manifest.contradictions
+    problems += run.cycle_infos.contradictions
+    problems += _tracker_junk(run)
+    problems += _last_cycle_unended(run)
     problems += _misattributed_lines(run)
     return tuple(problems)
+
+
+def _tracker_junk(run: RunEvidence) -> list[Problem]:
+    """The checkpoint tracker holds text that is no iteration (``twenty``, ``-20``): Megatron and
+    the reference workload write a non-negative integer (or ``release``), so the file is not
+    theirs and which checkpoint the run ended on is unknown. (Empty stays a warning: a write cut
+    short by the fault leaves it so.)"""
+    tracker = run.tracker
+    if not tracker.junk:
+        return []
+    return [
+        Problem(
+            "fatal",
+            f"checkpoint tracker {tracker.ref.location if tracker.ref else tracker.file} is"
+            f" {tracker.error}: the workload writes a non-negative iteration there, so the run's"
+            " last checkpoint is unknown",
+            tracker.ref,
+        )
+    ]
+
+
+def _last_cycle_unended(run: RunEvidence) -> list[Problem]:
+    """The last cycle's record holds no end while result.json says the launcher exited on its
+    own: NVRx records the open cycle's end as its launcher shuts down (``CycleInfoWriter
+    .shutdown``, in the launcher's ``finally``). Only a launcher that was killed (a negative
+    exit code, our deadline) leaves it open."""
+    manifest = run.manifest
+    records = run.cycle_infos.records
+    if manifest is None or manifest.exit_code is None or not records:
+        return []
+    code, last = manifest.exit_code, records[-1]
+    timed_out = manifest.timed_out is not None and manifest.timed_out.value is True
+    if not unended(last) or not isinstance(code.value, int) or code.value < 0 or timed_out:
+        return []
+    return [
+        Problem(
+            "fatal",
+            f"{last.ref.file} has no cycle_end_time, but {code.ref.location} says the launcher"
+            f" exited with code {code.value}: NVRx records the last cycle's end as its launcher"
+            " shuts down",
+            last.ref,
+        )
+    ]
 
 
 def _misattributed_lines(run: RunEvidence) -> list[Problem]:

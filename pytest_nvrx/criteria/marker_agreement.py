@@ -8,7 +8,11 @@ to agree. Three kinds of disagreement, each quoting both sides:
   (its ``run_id``, its ``tracker`` path against run.json's checkpoint dir, compared as text and
   never opened), of another world (``world_size``), of a later cycle than the one it fired in
   (``restart_count``), or one that contradicts itself (a ``signal`` its fault never sends; a
-  ``pid`` that is, or is not, its ``rank_pid`` against what its fault aims at);
+  ``pid`` that is, or is not, its ``rank_pid`` against what its fault aims at); an ``argv``
+  other than the workload's in run.json (its ``--script``/``--module``, then the options after
+  the injector's ``--``); a ``host`` other than run.json's in a run of one node; a schema-2
+  marker (only our injector writes one) whose rank left no fire line in the faulted cycle's log
+  (:func:`_no_fire_line`: the injector writes it as it fires, before the fault);
 * :func:`where_problem`, for prior_checkpoint ("which fault happened where"): the rank run.json
   asked for, the legacy fire line's tracker and signal, the schema-2 fire line's probe and
   signal, the ``InjectedFault`` line's window and iterations;
@@ -23,7 +27,11 @@ import posixpath
 from pytest_nvrx.criteria.context import JudgeContext
 from pytest_nvrx.criteria.helpers import on_faulted_node
 from pytest_nvrx.criteria.windows import Fact, faulted_logs, fire_line
-from pytest_nvrx.evidence.injector_log import InjectorLine, parse_injected_exception
+from pytest_nvrx.evidence.injector_log import (
+    MAX_INJECTOR_LINES,
+    InjectorLine,
+    parse_injected_exception,
+)
 from pytest_nvrx.evidence.launcher_log import LauncherEventKind
 from pytest_nvrx.evidence.marker import Marker
 from pytest_nvrx.evidence.refs import Problem
@@ -74,6 +82,32 @@ def marker_problems(run: RunEvidence, timeline: Timeline) -> tuple[Problem, ...]
                 f" but run.json ({world.ref.location}) ran {world.value} rank(s): the marker of"
                 " another world",
             )
+        argv = manifest.workload_argv_ref
+        if marker.argv is not None and argv is not None:
+            ran = (
+                (manifest.workload_entry, *manifest.workload_argv)
+                if manifest.workload_entry is not None
+                else None
+            )
+            if (ran is not None and marker.argv != ran) or (
+                ran is None and marker.argv[1:] != manifest.workload_argv
+            ):
+                fatal(
+                    "argv",
+                    f"{marker.ref('argv').location} records the workload's argv as"
+                    f" {_argv(marker.argv)}, but run.json ({argv.location}) ran"
+                    f" {_argv(ran or manifest.workload_argv)}: the marker of another workload",
+                )
+        host, nnodes = manifest.host, manifest.nnodes
+        single = nnodes is not None and nnodes.value == 1 and manifest.node_index is None
+        if single and host is not None and marker.host is not None and host.value != marker.host:
+            fatal(
+                "host",
+                f"{marker.ref('host').location} records host {marker.host!r}, but run.json"
+                f" ({host.ref.location}) ran on {host.value!r} alone"
+                f" ({nnodes.ref.location if nnodes is not None else 'run.json'}: one node):"
+                " the marker of another host",
+            )
     cycle = timeline.failed_cycle
     record = run.cycle_infos.by_cycle(cycle) if cycle is not None else None
     if marker.restart_count is not None and cycle is not None and marker.restart_count > cycle:
@@ -86,7 +120,42 @@ def marker_problems(run: RunEvidence, timeline: Timeline) -> tuple[Problem, ...]
         )
     problems = [problem for _, problem in found]
     problems += _self_contradictions(marker)
+    problems += _no_fire_line(run, timeline, marker)
     return tuple(problems)
+
+
+def _argv(argv: tuple[str, ...]) -> str:
+    text = " ".join(argv)
+    return repr(text if len(text) <= 120 else text[:119] + "…")
+
+
+def _no_fire_line(run: RunEvidence, timeline: Timeline, marker: Marker) -> list[Problem]:
+    """A schema-2 marker (our injector's: it fired) whose rank wrote no fire line in the logs
+    of the faulted cycle: the injector writes that line as it writes the marker, before the
+    fault, and the rank's stderr reaches the cycle log. Measured: every committed schema-2 run
+    has it. Only logs read whole are asked (a missing or unreadable log is reported as such)."""
+    if marker.schema_version < 2:
+        return []
+    logs = faulted_logs(run, timeline)
+    if (
+        not logs
+        or any(not log.exists or log.read_error for log in logs)
+        or any(len(log.injector) >= MAX_INJECTOR_LINES for log in logs)
+        or fire_line(logs, marker) is not None
+    ):
+        return []
+    shown = ", ".join(log.file for log in logs)
+    return [
+        Problem(
+            "fatal",
+            f"{marker.ref('schema_version').location}: the injector's schema-2 marker says it"
+            f" fired on rank {_none(marker.rank)} ({marker.fault}), but {shown}"
+            f" {'holds' if len(logs) == 1 else 'hold'} no fire"
+            f" line of that rank ('[pytest-nvrx injector] rank {_none(marker.rank)} pid P:"
+            f" window ...; marker ... written; ...'): the injector writes it as it fires",
+            marker.ref("schema_version"),
+        )
+    ]
 
 
 def _self_contradictions(marker: Marker) -> list[Problem]:

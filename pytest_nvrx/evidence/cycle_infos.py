@@ -5,6 +5,15 @@ Files are ``cycle_info.<job_id>.<attempt>.<cycle>`` (empty job id outside Slurm:
 (a symlink, or a copy holding the name it pointed to). Records carry start/end times and the
 cycle's log file (an absolute path on the run host: only its name is used here). They record no
 failure reason.
+
+What NVRx always writes (``cycle_info_writer.py``: ``write_cycle_start`` creates each record with
+its ``job_id``, ``cycle_start_time`` and ``cycle_log_file``; a new cycle starts only after the
+previous one's end was recorded) makes a record that lacks it a contradiction
+(:attr:`CycleInfos.contradictions`, fatal in criteria/consistency.py): no ``cycle_start_time``;
+no ``cycle_end_time`` while a later cycle of the same attempt was recorded; a ``job_id`` other
+than the name's job part; a ``cycle_log_file`` that is not a non-empty string; and a gap in the
+numbering (``cycle_info..0.1`` without ``cycle_info..0.0``: each attempt numbers its cycles one
+after another, the first from 0).
 """
 
 from __future__ import annotations
@@ -12,6 +21,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from itertools import pairwise
 from pathlib import Path
 
 from pytest_nvrx.evidence.fields import shown
@@ -53,6 +63,8 @@ class CycleInfos:
     exists: bool
     records: tuple[CycleInfo, ...] = ()
     problems: tuple[Problem, ...] = ()
+    # records that contradict what NVRx always writes (module doc): fatal where judged
+    contradictions: tuple[Problem, ...] = ()
 
     def by_cycle(self, cycle: int) -> CycleInfo | None:
         for record in self.records:
@@ -115,11 +127,15 @@ def read_cycle_infos(directory: Path, run_dir: Path) -> CycleInfos:
         return CycleInfos(shown, exists=False)
     records: list[CycleInfo] = []
     problems: list[Problem] = []
+    contradictions: list[Problem] = []
+    # every record's name, read or not: (attempt, cycle) -> file
+    named: dict[tuple[int, int], str] = {}
     for path in sorted(directory.iterdir()):
         m = _NAME.fullmatch(path.name)
         if m is None or path.is_symlink():
             continue  # ".current" pointer, temp files of the atomic writer, strays
         file = display_path(path, run_dir)
+        named.setdefault((int(m["attempt"]), int(m["cycle"])), file)
         why = file_refusal(path, run_dir)
         if why is not None:
             problems.append(
@@ -150,6 +166,7 @@ def read_cycle_infos(directory: Path, run_dir: Path) -> CycleInfos:
             continue
         log_file = data.get("cycle_log_file")
         ranks = data.get("active_ranks")
+        contradictions += _unlike_nvrx(file, doc, m)
         records.append(
             CycleInfo(
                 cycle=int(m["cycle"]),
@@ -170,4 +187,104 @@ def read_cycle_infos(directory: Path, run_dir: Path) -> CycleInfos:
             )
         )
     records.sort(key=lambda r: (r.attempt, r.cycle))
-    return CycleInfos(shown, exists=True, records=tuple(records), problems=tuple(problems))
+    contradictions += _gaps(named) + _unended(records)
+    return CycleInfos(
+        shown,
+        exists=True,
+        records=tuple(records),
+        problems=tuple(problems),
+        contradictions=tuple(contradictions),
+    )
+
+
+def _unlike_nvrx(file: str, doc: JsonFile, name: re.Match[str]) -> list[Problem]:
+    """A record without the start time, job id and log file NVRx writes into every record."""
+    data = doc.data
+    assert isinstance(data, dict)
+    out: list[Problem] = []
+    if data.get("cycle_start_time") is None:
+        out.append(
+            Problem(
+                "fatal",
+                f"cycle record {file} has no cycle_start_time: NVRx writes it into every record"
+                " it creates, so this is not the launcher's record of the cycle",
+                EvidenceRef(file, None, "(no 'cycle_start_time')"),
+            )
+        )
+    if "job_id" in data and data["job_id"] != name["job"]:
+        ref = json_key_ref(file, doc, "job_id")
+        out.append(
+            Problem(
+                "fatal",
+                f"cycle record {file}: job_id is {shown(data['job_id'])} ({ref.location}) but its"
+                f" name says job {name['job']!r}: NVRx names each record after the job it records",
+                ref,
+            )
+        )
+    log_file = data.get("cycle_log_file")
+    if not isinstance(log_file, str) or not log_file:
+        ref = (
+            json_key_ref(file, doc, "cycle_log_file")
+            if "cycle_log_file" in data
+            else EvidenceRef(file, None, "(no 'cycle_log_file')")
+        )
+        what = (
+            "no cycle_log_file"
+            if "cycle_log_file" not in data
+            else f"cycle_log_file {shown(log_file)}"
+        )
+        out.append(
+            Problem(
+                "fatal",
+                f"cycle record {file} has {what}: the launcher names every cycle's log"
+                " (--ft-per-cycle-applog-prefix), so which file is the cycle's log is unknown",
+                ref,
+            )
+        )
+    return out
+
+
+def _gaps(named: dict[tuple[int, int], str]) -> list[Problem]:
+    """A cycle missing between recorded ones, or before the first attempt's first: NVRx numbers
+    an attempt's cycles one after another, the first attempt's from 0."""
+    out: list[Problem] = []
+    attempts = sorted({attempt for attempt, _ in named})
+    for attempt in attempts:
+        cycles = sorted(c for a, c in named if a == attempt)
+        start = 0 if attempt == attempts[0] else cycles[0]
+        missing = sorted(set(range(start, cycles[-1])) - set(cycles))
+        if missing:
+            cycle = next(c for c in cycles if c > missing[0])
+            later = named[(attempt, cycle)]
+            out.append(
+                Problem(
+                    "fatal",
+                    f"{later} records cycle {cycle} of attempt {attempt}, but no record of cycle"
+                    f" {missing[0]} exists: NVRx records every cycle, so a record of this run is"
+                    " missing",
+                    EvidenceRef(later, None, f"(no record of cycle {missing[0]})"),
+                )
+            )
+    return out
+
+
+def unended(record: CycleInfo) -> bool:
+    """The record holds no end time at all (absent or null; not one that is no time)."""
+    return record.end is None and (record.end_ref is None or record.bad_time != record.end_ref)
+
+
+def _unended(records: list[CycleInfo]) -> list[Problem]:
+    """A record without an end while a later cycle of its attempt was recorded: NVRx records a
+    cycle's end before it starts the next."""
+    out: list[Problem] = []
+    for record, following in pairwise(records):
+        if unended(record) and following.attempt == record.attempt:
+            out.append(
+                Problem(
+                    "fatal",
+                    f"{record.ref.file} has no cycle_end_time, but {following.ref.file} records"
+                    f" the next cycle: NVRx records a cycle's end before it starts the next",
+                    record.ref,
+                )
+            )
+    return out

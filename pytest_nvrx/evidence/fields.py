@@ -112,6 +112,16 @@ def names_field(data: Mapping[str, object], key: str) -> tuple[str, ...] | None:
     return tuple(value)
 
 
+def strings_field(data: Mapping[str, object], key: str) -> tuple[str, ...] | None:
+    """``data[key]`` as a list of strings (an argv); None when absent or null."""
+    value = data.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise FieldError(f"{key!r} must be a list of strings, not {shown(value)}")
+    return tuple(value)
+
+
 def time_field(data: Mapping[str, object], key: str, *, required: bool = False) -> datetime | None:
     """``data[key]``, an ISO-8601 time *with* its timezone (``Z`` or an offset), in UTC.
 

@@ -83,6 +83,9 @@ class LauncherEvent:
     # line's launcher pid mapped through the profiling events' ``Node: host_<pid>_..``); None
     # where the line does not say. On several nodes local ranks repeat: this tells them apart.
     node: int | None = None
+    # a profiling event's own stamp (its ``Time: ... UTC``), in UTC; ``time`` is its line's
+    # stamp. NVRx takes both at once: they agree within milliseconds (clocks.py)
+    utc: datetime | None = None
 
     @property
     def is_failure_detected(self) -> bool:
@@ -99,6 +102,12 @@ class LauncherLog:
     first_ref: EvidenceRef | None = None
     last_time: datetime | None = None
     last_ref: EvidenceRef | None = None
+    # the earliest and the latest stamp of any line (by time, not by position): every line the
+    # launcher wrote lies between them, and they must lie inside the launch (clocks.py)
+    earliest_time: datetime | None = None
+    earliest_ref: EvidenceRef | None = None
+    latest_time: datetime | None = None
+    latest_ref: EvidenceRef | None = None
     # "Starting elastic_operator with launch configs:" block (nproc_per_node, max_restarts, ...)
     config: dict[str, str] = field(default_factory=dict)
     config_refs: dict[str, EvidenceRef] = field(default_factory=dict)
@@ -265,6 +274,12 @@ def parse_launcher_log(path: Path, *, file: str | None = None) -> LauncherLog:
     last: tuple[datetime, EvidenceRef] | None = None
     # glog lines lack the year; they take it from the nearest NVRx line (fixed up at the end).
     pending_year: list[int] = []
+    # the profiling events' own UTC stamps (naive), by event index
+    utc_stamps: dict[int, datetime] = {}
+    # the earliest and latest stamped lines, of known year and of glog lines still waiting
+    # for their year (year 1 placeholder: compared among themselves until it is known)
+    known_span: list[tuple[datetime, EvidenceRef]] = []
+    pending_span: list[tuple[datetime, EvidenceRef]] = []
     bad_stamp: EvidenceRef | None = None
     # which node's launcher a glog line's pid is (from the profiling events' node ids)
     node_of_pid: dict[int, int] = {}
@@ -318,6 +333,8 @@ def parse_launcher_log(path: Path, *, file: str | None = None) -> LauncherLog:
                 if first is None:
                     first = (ts, ref)
                 last = (ts, ref)
+                pending = launcher_pid is not None and last_year is None
+                _widen(pending_span if pending else known_span, ts, ref)
             if "nproc_per_node=" in msg:
                 n = _NPROC.search(msg)
                 if n is not None:
@@ -331,6 +348,7 @@ def parse_launcher_log(path: Path, *, file: str | None = None) -> LauncherLog:
                 stamp = _naive(utc_text)
                 if stamp is not None:
                     offsets.append(ts - stamp)
+                    utc_stamps[len(events)] = stamp
                 elif bad_stamp is None:
                     bad_stamp = EvidenceRef(name, lineno, quote(text))
             if event.kind in (
@@ -372,9 +390,15 @@ def parse_launcher_log(path: Path, *, file: str | None = None) -> LauncherLog:
             ev,
             time=utc(naive_times[i], i in fix),
             node=ev.node if ev.node is not None else node_of_pid.get(launcher_pids[i] or -1),
+            utc=_as_utc(utc_stamps.get(i)),
         )
         for i, ev in enumerate(events)
     ]
+    span = [(t, r) for n, r in known_span if (t := utc(n)) is not None] + [
+        (t, r) for n, r in pending_span if (t := utc(n, True)) is not None
+    ]
+    earliest = min(span, key=lambda s: s[0]) if span else None
+    latest = max(span, key=lambda s: s[0]) if span else None
     return LauncherLog(
         file=name,
         exists=True,
@@ -388,7 +412,26 @@ def parse_launcher_log(path: Path, *, file: str | None = None) -> LauncherLog:
         config_refs=config_refs,
         utc_offset=offset,
         bad_stamp=bad_stamp,
+        earliest_time=earliest[0] if earliest else None,
+        earliest_ref=earliest[1] if earliest else None,
+        latest_time=latest[0] if latest else None,
+        latest_ref=latest[1] if latest else None,
     )
+
+
+def _widen(span: list[tuple[datetime, EvidenceRef]], ts: datetime, ref: EvidenceRef) -> None:
+    """Keep ``span`` as [earliest, latest] stamped line seen so far (the first of equal ones)."""
+    if not span:
+        span += [(ts, ref), (ts, ref)]
+    elif ts < span[0][0]:
+        span[0] = (ts, ref)
+    elif ts > span[1][0]:
+        span[1] = (ts, ref)
+
+
+def _as_utc(naive: datetime | None) -> datetime | None:
+    """A profiling event's ``Time: ... UTC`` as an aware time."""
+    return naive.replace(tzinfo=UTC) if naive is not None else None
 
 
 def _host_offset(offsets: list[timedelta]) -> timedelta | None:

@@ -10,6 +10,12 @@ and the criteria fall back to the logs. Keys read here::
                  workload_argv, start_time, stack
     result.json  exit_code, start_time, end_time, timed_out, interrupted
 
+run.json states some settings twice, and the two must agree (:attr:`Manifest.contradictions`,
+fatal in criteria/consistency.py, naming both lines): a top-level key and the same key under
+``config``; ``workload_argv``'s ``--train-iters``/``--save-interval`` and config's
+``train_iters``/``save_interval``; ``launcher_argv``'s ``--nproc-per-node``/``--nnodes`` and
+config's ``gpus_per_node``/``nnodes``; and config's ``world_size`` is ``nnodes * gpus_per_node``.
+
 ``interrupted`` is the stop signal's name (``"SIGTERM"``) or null; ``false`` (runs recorded
 before it named the signal) means not interrupted, ``true`` interrupted by an unnamed signal.
 
@@ -23,11 +29,13 @@ tracker trigger); null means "not recorded". A value of another type makes the f
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import json
+import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from pytest_nvrx.evidence.fields import (
     FieldError,
@@ -41,11 +49,15 @@ from pytest_nvrx.evidence.fields import (
     time_field,
 )
 from pytest_nvrx.evidence.refs import (
+    MAX_JSON_BYTES,
     EvidenceRef,
     JsonFile,
+    Problem,
     RefusedFile,
     display_path,
     json_key_ref,
+    quote,
+    read_capped,
     read_json_file,
 )
 from pytest_nvrx.layout import FAULT_WINDOWS, INJECTED_FAULTS, MANIFEST_SCHEMA, RESULT_NAME
@@ -78,12 +90,18 @@ class Manifest:
     tp: Setting | None = None
     pp: Setting | None = None
     checkpoint_dir: Setting | None = None  # as the run host named it (never opened)
+    host: Setting | None = None  # the host the harness launched on (run.json ``host``)
+    node_index: Setting | None = None  # this node's index in a run of several nodes
     start_time: datetime | None = None
     start_ref: EvidenceRef | None = None
     stack: dict[str, Any] = field(default_factory=dict)
     # the workload's own arguments (after the injector's ``--``), with the line that lists them
     workload_argv: tuple[str, ...] = ()
     workload_argv_ref: EvidenceRef | None = None
+    # the injector's --script/--module (the workload's argv[0] as the rank saw it)
+    workload_entry: str | None = None
+    # run.json stating one setting two ways (module doc): fatal where judged
+    contradictions: tuple[Problem, ...] = ()
     # from result.json
     exit_code: Setting | None = None
     end_time: datetime | None = None
@@ -113,6 +131,8 @@ _TYPED: dict[str, tuple[Callable[..., object], dict[str, Any]]] = {
     "tp": (int_field, {"minimum": 1}),
     "pp": (int_field, {"minimum": 1}),
     "checkpoint_dir": (str_field, {}),
+    "host": (str_field, {}),
+    "node_index": (int_field, {"minimum": 0}),
 }
 
 
@@ -180,6 +200,10 @@ def read_manifest(path: Path, run_dir: Path, result_path: Path | None = None) ->
             # the injector's own options come first, the workload's after its "--"
             out["workload_argv"] = tuple(argv[argv.index("--") + 1 :] if "--" in argv else argv)
             out["workload_argv_ref"] = json_key_ref(file, doc, "workload_argv")
+            if "--" in argv:
+                out["workload_entry"] = _option(argv[: argv.index("--")], "--script", "--module")
+        lines = _key_lines(_text(path, run_dir, file))
+        out["contradictions"] = tuple(_contradictions(data, file, lines))
         if result is None:
             # a manifest that records the exit code itself
             out["exit_code"] = _exit_code(fields, doc, file)
@@ -243,3 +267,164 @@ def _exit_code(fields: Fields, doc: JsonFile, file: str) -> Setting | None:
 def _raise_if_wrong(file: str, fields: Fields) -> None:
     if fields.problems:
         raise ManifestError(f"{file}: " + ", ".join(fields.problems))
+
+
+# ---------------------------------------------------------------------------------------------
+# run.json against itself
+
+
+def _text(path: Path, run_dir: Path, file: str) -> str:
+    """run.json's text again (already read and parsed once), for the line of a nested key."""
+    try:
+        return read_capped(path, MAX_JSON_BYTES, run_dir, shown=file).decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+_TOKEN = re.compile(r'"(?:[^"\\\n]|\\.)*"|[{}\[\]\n]')
+_COLON = re.compile(r"\s*:")
+
+
+def _key_lines(text: str) -> dict[tuple[str, ...], tuple[int, str]]:
+    """The line of each object key, by its path (``("config", "run_id")``; the first of
+    repeated ones): a top-level key and the same key under ``config`` are told apart."""
+    found: dict[tuple[str, ...], tuple[int, str]] = {}
+    rows = text.splitlines()
+    path: list[str | None] = []  # the key each open container is the value of
+    key: str | None = None
+    line = 1
+    for m in _TOKEN.finditer(text):
+        token = m[0]
+        if token == "\n":
+            line += 1
+        elif token in "{[":
+            path.append(key)
+            key = None
+        elif token in "}]":
+            if path:
+                path.pop()
+            key = None
+        elif _COLON.match(text, m.end()) is not None:
+            try:
+                key = json.loads(token)
+            except ValueError:
+                key = None
+            outer = [k for k in path[1:] if k is not None]
+            if isinstance(key, str) and len(outer) == len(path[1:]):
+                row = rows[line - 1] if line <= len(rows) else ""
+                found.setdefault((*outer, key), (line, quote(row)))
+    return found
+
+
+def _option(argv: Sequence[str], *names: str) -> str | None:
+    """The value of the last ``--name=value`` or ``--name value`` of ``names`` (what argparse
+    reads); None when none is given."""
+    value: str | None = None
+    for i, arg in enumerate(argv):
+        name, eq, given = arg.partition("=")
+        if name in names:
+            value = given if eq else (argv[i + 1] if i + 1 < len(argv) else "")
+    return value
+
+
+def _shown(value: object) -> str:
+    text = json.dumps(value)
+    return text if len(text) <= 40 else text[:39] + "…"
+
+
+def _contradictions(
+    data: dict[str, Any], file: str, lines: dict[tuple[str, ...], tuple[int, str]]
+) -> list[Problem]:
+    """Each setting run.json states twice with two values (module doc), naming both lines."""
+    out: list[Problem] = []
+
+    def ref(*path: str) -> EvidenceRef:
+        found = lines.get(path)
+        if found is None:
+            return EvidenceRef(file, None, f"({'.'.join(path)})")
+        return EvidenceRef(file, found[0], found[1])
+
+    def say(text: str, at: EvidenceRef) -> None:
+        out.append(Problem("fatal", f"{text}: run.json contradicts itself", at))
+
+    config = data.get("config")
+    config = config if isinstance(config, dict) else {}
+    for key, value in data.items():
+        other = config.get(key) if key != "config" else None
+        if value is None or other is None or json.dumps(value) == json.dumps(other):
+            continue
+        top, inner = ref(key), ref("config", key)
+        say(
+            f"{top.location} says {key} {_shown(value)}, but {inner.location} (config.{key})"
+            f" says {_shown(other)}",
+            inner,
+        )
+    for name, options in (
+        (
+            "workload_argv",
+            ((("--train-iters",), "train_iters"), (("--save-interval",), "save_interval")),
+        ),
+        (
+            "launcher_argv",
+            (
+                (("--nproc-per-node", "--nproc_per_node"), "gpus_per_node"),
+                (("--nproc-per-node", "--nproc_per_node"), "nproc_per_node"),
+                (("--nnodes",), "nnodes"),
+            ),
+        ),
+    ):
+        argv = data.get(name)
+        if not isinstance(argv, list) or not all(isinstance(a, str) for a in argv):
+            continue
+        if name == "workload_argv" and "--" in argv:
+            argv = argv[argv.index("--") + 1 :]  # the workload's own options
+        for names, key in options:
+            _argv_against_config(argv, ref(name), config, ref, say, names, key)
+    # runs recorded before gpus_per_node named it nproc_per_node
+    per_node = "gpus_per_node" if config.get("gpus_per_node") is not None else "nproc_per_node"
+    world, nnodes, gpus = (config.get(k) for k in ("world_size", "nnodes", per_node))
+    if _is_int(world) and _is_int(nnodes) and _is_int(gpus) and world != nnodes * gpus:
+        say(
+            f"{ref('config', 'world_size').location} says world_size {world}, but"
+            f" {ref('config', 'nnodes').location} and {ref('config', per_node).location}"
+            f" say {nnodes} node(s) of {gpus} GPU(s): {nnodes * gpus} rank(s)",
+            ref("config", "world_size"),
+        )
+    return out
+
+
+def _is_int(value: object) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _argv_against_config(
+    argv: Sequence[str],
+    argv_ref: EvidenceRef,
+    config: dict[str, Any],
+    ref: Callable[..., EvidenceRef],
+    say: Callable[[str, EvidenceRef], None],
+    names: tuple[str, ...],
+    key: str,
+) -> None:
+    """Says (``say``) when an option of ``argv`` is given a value other than config's ``key``
+    (``--nnodes`` may be a ``MIN:MAX`` range that holds it)."""
+    wanted = config.get(key)
+    given = _option(argv, *names)
+    if given is None or not _is_int(wanted):
+        return
+    assert isinstance(wanted, int)
+    low, colon, high = given.partition(":")
+    try:
+        if colon and key == "nnodes":
+            agrees = int(low) <= wanted <= int(high)
+        else:
+            agrees = given.isascii() and given.isdigit() and int(given) == wanted
+    except ValueError:
+        agrees = False
+    if not agrees:
+        inner = ref("config", key)
+        say(
+            f"{argv_ref.location} passes {names[0]} {given!r}, but {inner.location}"
+            f" (config.{key}) says {wanted}",
+            inner,
+        )

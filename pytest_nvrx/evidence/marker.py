@@ -13,7 +13,9 @@ on the firing thread), ``write_done`` (whether that save's background write had 
 ``trigger`` (the probe that fired) and ``rank_pid`` (the rank's own pid: ``pid`` is the process
 the fault was aimed at, the checkpoint worker for ``ckpt-worker``). ``signal`` is null for
 ``exception``. A schema-1 marker (no ``schema_version``, or 1) has none of these: its ``window``
-is None, the legacy tracker trigger.
+is None, the legacy tracker trigger; one that carries any of them (:data:`SCHEMA_2_ONLY`) says
+two things about which injector wrote it and is unusable. ``argv`` is the workload's argv as the
+rank saw it (its ``--script``/``--module``, then the options after the injector's ``--``).
 
 A marker that exists but cannot be read is evidence of a problem, reported as
 :attr:`Marker.error`, never raised. So is a field of the wrong type (``evidence/fields.py``): a
@@ -29,7 +31,14 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from pytest_nvrx.evidence.fields import Fields, bool_field, int_field, str_field, time_field
+from pytest_nvrx.evidence.fields import (
+    Fields,
+    bool_field,
+    int_field,
+    str_field,
+    strings_field,
+    time_field,
+)
 from pytest_nvrx.evidence.refs import (
     EvidenceRef,
     JsonFile,
@@ -42,6 +51,8 @@ from pytest_nvrx.layout import FAULT_WINDOWS, INJECTED_FAULTS, window_allowed
 
 #: The marker schemas this reader knows (1: the tracker trigger; 2: fault windows).
 SCHEMA_VERSIONS = (1, 2)
+#: The fields only a schema-2 marker has (pytest_nvrx.injector.build_marker_record).
+SCHEMA_2_ONLY = ("window", "trigger", "in_flight_iteration", "section", "write_done", "rank_pid")
 #: The probes a schema-2 marker names as its ``trigger``.
 TRIGGERS = (
     "start_section(step)",
@@ -81,6 +92,8 @@ class Marker:
     tracker: str | None = None
     world_size: int | None = None
     restart_count: int | None = None
+    # the workload's argv as the rank saw it (our injector's; absent in the walkthrough's)
+    argv: tuple[str, ...] | None = None
     # the key of the first field that makes the marker unusable, when one does: its line is
     # the evidence (quoted exactly in JSON, escaped on a terminal)
     error_key: str | None = None
@@ -147,22 +160,32 @@ def read_marker(path: Path, run_dir: Path) -> Marker | None:
     write_done = fields.get(bool_field, "write_done")
     trigger = fields.get(str_field, "trigger", choices=TRIGGERS)
     rank_pid = fields.get(int_field, "rank_pid", minimum=1)
+    argv = fields.get(strings_field, "argv")
     problems = fields.problems
     bad_keys = [key for key in fields.bad_keys if key in data]
     version = schema if schema is not None else 1
+    first_bad = "window"  # the line a problem of the schema's own fields points at
     if version not in SCHEMA_VERSIONS:
         known = " and ".join(map(str, SCHEMA_VERSIONS))
         problems.append(f"'schema_version' {version} is unknown (this reader knows {known})")
         bad_keys.append("schema_version")
     elif version >= 2 and data.get("window") is None:
         problems.append("a schema 2 marker must record its 'window'")
+    elif version == 1 and (newer := [key for key in SCHEMA_2_ONLY if key in data]):
+        said = "no 'schema_version'" if schema is None else "'schema_version' 1"
+        problems.append(
+            f"a schema 1 marker ({said}) carries schema 2's {', '.join(map(repr, newer))}:"
+            " which injector wrote it is unknown"
+        )
+        bad_keys.append(newer[0])
+        first_bad = newer[0]
     if fault is not None and window is not None and not window_allowed(fault, window):
         problems.append(f"fault {fault!r} cannot be injected in window {window!r}")
         bad_keys.append("window")
     return Marker(
         file=file,
         error=f"{file}: " + ", ".join(problems) if problems else None,
-        error_key=next((k for k in fields.bad_keys if k in data), "window" if problems else None),
+        error_key=next((k for k in fields.bad_keys if k in data), first_bad if problems else None),
         fault=fault,
         rank=rank,
         local_rank=local_rank,
@@ -184,4 +207,5 @@ def read_marker(path: Path, run_dir: Path) -> Marker | None:
         tracker=tracker,
         world_size=world_size,
         restart_count=restart_count,
+        argv=argv,
     )

@@ -2,7 +2,9 @@
 
 Megatron rewrites it (plain open/write, so a reader can catch it empty) only when an async save
 is finalized; after a finished run it holds the last completed checkpoint. ``release`` marks a
-release checkpoint.
+release checkpoint. An empty tracker can be a write cut short; any other text (``twenty``,
+``-20``) is none that Megatron or the reference workload writes (:attr:`Tracker.junk`: the run
+cannot be judged, criteria/consistency.py).
 """
 
 from __future__ import annotations
@@ -33,6 +35,8 @@ class Tracker:
     ref: EvidenceRef | None = None
     # not read at all: not a regular file, a link out of its directory, or over the size cap
     refused: bool = False
+    # read, and holds text that is neither an iteration (a non-negative integer) nor "release"
+    junk: bool = False
 
 
 def _refused(file: str, why: str) -> Tracker:
@@ -62,4 +66,4 @@ def read_tracker(path: Path, run_dir: Path) -> Tracker:
     if text.isascii() and text.isdigit():  # not str.isdigit alone: it accepts '²', int() not
         return Tracker(file, exists=True, iteration=int(text), ref=ref)
     what = "empty" if not text else f"not an iteration: {excerpt(text)}"
-    return Tracker(file, exists=True, error=what, ref=ref)
+    return Tracker(file, exists=True, error=what, ref=ref, junk=bool(text))
