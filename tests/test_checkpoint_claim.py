@@ -320,7 +320,8 @@ def test_launch_holds_the_claim_until_the_tree_is_stopped(tmp_path: Path) -> Non
 def test_a_dry_run_claims_nothing(tmp_path: Path) -> None:
     ckpt = tmp_path / "ckpt"
     runs.plan_launch(cfg(tmp_path, "dry", ckpt), dry_run=True)
-    assert not (ckpt / "checkpoint.claim").exists()
+    assert not ckpt.exists()  # a dry run writes nothing at all (#23 item 6)
+    ckpt.mkdir()
     claim(ckpt, "real")
 
 
