@@ -1,13 +1,5 @@
-"""Scenarios side by side: GPU slots and a pool of concurrent launches. No pytest here.
-
-**Slots.** A GPU scenario runs on a set of GPUs of its own. Each GPU has ``share`` slots, each an
-exclusive file lock (``/tmp/pytest-nvrx-gpu-<gpu>.lock`` for the first, the one
-:func:`pytest_nvrx.gpu_slots.gpu_locks` takes, then ``...-<gpu>.s<i>.lock``): a scenario takes one
-slot on each of the GPUs it needs, never blocking while it holds others, so sessions, pytest-xdist
-workers and this pool never wait on each other crosswise. With ``share`` 1 (the default) scenarios
-run on disjoint GPUs; a larger ``share`` lets that many small scenarios use one GPU at once (a tiny
-GPT run leaves most of an H200 idle). The scenario's launch gets ``CUDA_VISIBLE_DEVICES`` naming
-its GPUs.
+"""Scenarios side by side: a pool of concurrent launches on GPU slots
+(:class:`pytest_nvrx.gpu_slots.GpuSlots`). No pytest here.
 
 **Pool.** :class:`LaunchPool` starts the queued jobs that fit (``max_parallel``, GPU slots), waits
 for each in a thread of its own (``Launch.wait`` only polls and sleeps) and hands out the outcome
@@ -21,87 +13,16 @@ from __future__ import annotations
 import re
 import threading
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Protocol
 
-from filelock import FileLock, Timeout
-
-from pytest_nvrx.gpu_slots import LOCK_DIR, lock_path
+from pytest_nvrx.gpu_slots import GpuSlots as GpuSlots  # re-exported: parallel.GpuSlots
+from pytest_nvrx.gpu_slots import Slot as Slot
+from pytest_nvrx.gpu_slots import slot_lock_path as slot_lock_path
 
 #: how often a waiting pool looks for a free slot or a finished job
 POLL_S = 0.2
-
-
-def slot_lock_path(gpu: str, index: int, lock_dir: Path = LOCK_DIR) -> Path:
-    """Slot ``index`` of ``gpu``; slot 0 is the lock sessions take (gpu_slots.gpu_locks)."""
-    if index == 0:
-        return lock_path(gpu, lock_dir)
-    return lock_dir / f"{lock_path(gpu, lock_dir).stem}.s{index}.lock"
-
-
-@dataclass
-class Slot:
-    """GPUs held for one scenario (none for a CPU scenario)."""
-
-    gpus: tuple[str, ...]
-    _locks: list[FileLock] = field(default_factory=list, repr=False)
-
-    @property
-    def cuda_visible_devices(self) -> str:
-        return ",".join(self.gpus)
-
-
-class GpuSlots:
-    """Hands out ``count`` GPUs at a time from ``gpus``, ``share`` scenarios per GPU at most."""
-
-    def __init__(self, gpus: Sequence[str], *, share: int = 1, lock_dir: Path = LOCK_DIR) -> None:
-        if share < 1:
-            raise ValueError(f"share must be a positive integer, got {share}")
-        self.gpus = tuple(dict.fromkeys(gpus))
-        self.share = share
-        self.lock_dir = lock_dir
-
-    def capacity(self, count: int) -> int:
-        """How many scenarios of ``count`` GPUs fit at once when nobody else holds a slot."""
-        if count <= 0:
-            return 0
-        return (len(self.gpus) * self.share) // count if count <= len(self.gpus) else 0
-
-    def try_take(self, count: int) -> Slot | None:
-        """``count`` GPUs with a free slot each, or None (nothing held then). Never blocks.
-
-        Least shared GPUs first: slot 0 of every GPU before slot 1 of any, so scenarios spread
-        over the GPUs before they share one."""
-        if count > len(self.gpus):
-            raise ValueError(f"a scenario needs {count} GPUs, only {len(self.gpus)} are visible")
-        taken: list[tuple[str, FileLock]] = []
-        for index in range(self.share):
-            for gpu in self.gpus:
-                if len(taken) == count:
-                    break
-                if any(g == gpu for g, _ in taken):
-                    continue
-                lock = FileLock(str(slot_lock_path(gpu, index, self.lock_dir)), timeout=0)
-                try:
-                    lock.acquire()
-                except Timeout:
-                    continue
-                taken.append((gpu, lock))
-        if len(taken) < count:
-            for _, lock in reversed(taken):
-                lock.release()
-            return None
-        order = {gpu: i for i, gpu in enumerate(self.gpus)}
-        taken.sort(key=lambda pair: order[pair[0]])
-        return Slot(tuple(g for g, _ in taken), [lock for _, lock in taken])
-
-    @staticmethod
-    def release(slot: Slot) -> None:
-        for lock in reversed(slot._locks):
-            lock.release()
-        slot._locks.clear()
 
 
 class Waitable(Protocol):

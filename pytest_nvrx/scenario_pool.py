@@ -20,9 +20,9 @@ from collections.abc import Callable, MutableMapping, Sequence
 from pathlib import Path
 
 from pytest_nvrx.evidence.rundir import RunEvidence
-from pytest_nvrx.gpu_slots import visible_gpus
+from pytest_nvrx.gpu_slots import GpuSlots, Slot, visible_gpus
 from pytest_nvrx.launch import Launch, RunTimeout
-from pytest_nvrx.parallel import GpuSlots, Job, LaunchPool, Slot
+from pytest_nvrx.parallel import Job, LaunchPool
 from pytest_nvrx.planning import Plan
 from pytest_nvrx.scenario_run import (
     LaunchOutcome,
