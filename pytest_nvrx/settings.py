@@ -15,7 +15,7 @@ import re
 import stat
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import MISSING, dataclass, field, fields, replace
+from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal, cast, get_args
 
@@ -1678,20 +1678,3 @@ def read_baseline(tracker: Path) -> int:
             f"checkpoint tracker {tracker} does not hold an integer: {excerpt(stripped)}"
         )
     return int(stripped)
-
-
-def with_overrides(config: RunConfig, **changes: Any) -> RunConfig:
-    """A copy with some fields changed (typed helper for fixtures and tests)."""
-    return replace(config, **changes)
-
-
-def coerce_fault(value: str) -> FaultKind:
-    if value not in FAULT_KINDS:
-        raise ConfigError(f"fault must be one of {', '.join(FAULT_KINDS)}, got {value!r}")
-    return cast(FaultKind, value)
-
-
-def coerce_window(value: str) -> FaultWindow:
-    if value not in FAULT_WINDOW_KINDS:
-        raise ConfigError(f"window must be one of {', '.join(FAULT_WINDOW_KINDS)}, got {value!r}")
-    return cast(FaultWindow, value)

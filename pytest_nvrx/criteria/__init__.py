@@ -3,8 +3,9 @@
 Each criterion takes the parsed :class:`~pytest_nvrx.evidence.RunEvidence` (and what fault was
 expected) and returns a :class:`Verdict` that quotes the lines proving it. They consume only
 normalized evidence (launcher events, cycle records, workload events from an adapter, the
-marker, the tracker, checkpoint metadata): never our own wrapper's log lines, never absolute
-paths. The full semantics, including the baseline (fault=none) rules, are in docs/criteria.md.
+marker, the tracker, checkpoint metadata, and the injector's own lines, which the marker must
+agree with: criteria/marker_agreement.py), never absolute paths of the run host. The full
+semantics, including the baseline (fault=none) rules, are in docs/criteria.md.
 
 Entry points: :func:`judge_run_dir` (path in, :class:`Judgement` out) and :func:`judge` (for
 evidence already loaded); each criterion is also callable on its own.

@@ -320,7 +320,3 @@ def get_adapter(name: str) -> WorkloadLogAdapter:
     except KeyError:
         known = ", ".join(sorted(_ADAPTERS)) or "none"
         raise KeyError(f"no log adapter for workload {name!r} (known: {known})") from None
-
-
-def adapter_names() -> tuple[str, ...]:
-    return tuple(sorted(_ADAPTERS))
