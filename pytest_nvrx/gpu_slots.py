@@ -37,18 +37,30 @@ LOCK_DIR = Path("/tmp")
 LOCK_PREFIX = "pytest-nvrx-gpu-"
 
 
-def smi_gpu_count() -> int:
-    """GPUs ``nvidia-smi -L`` lists; 0 when it is absent or fails."""
+def smi_gpus() -> tuple[list[str], str | None]:
+    """The GPUs ``nvidia-smi -L`` lists (its ``GPU i: ...`` lines), and why none are, if so:
+    the one probe of the host's GPUs (the slots, and the plugin's check before a GPU scenario)."""
     smi = shutil.which("nvidia-smi")
     if smi is None:
-        return 0
+        return [], "no NVIDIA GPU (nvidia-smi not found)"
     try:
         out = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=30, check=False)
-    except (OSError, subprocess.TimeoutExpired):
-        return 0
-    if out.returncode != 0:
-        return 0
-    return sum(1 for line in out.stdout.splitlines() if line.startswith("GPU "))
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return [], f"nvidia-smi failed: {exc}"
+    listed = [line for line in out.stdout.splitlines() if line.startswith("GPU ")]
+    if out.returncode != 0 or not listed:
+        return [], "nvidia-smi lists no GPU"
+    return listed, None
+
+
+def smi_gpu_count() -> int:
+    """GPUs ``nvidia-smi -L`` lists; 0 when it is absent or fails."""
+    return len(smi_gpus()[0])
+
+
+def gpu_available() -> str | None:
+    """None when an NVIDIA GPU is visible, else the reason why not."""
+    return smi_gpus()[1]
 
 
 def visible_gpus(environ: Mapping[str, str] | None = None, count: int | None = None) -> list[str]:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Mapping, MutableMapping, Sequence
@@ -24,6 +23,7 @@ from pytest_nvrx.console import Row
 from pytest_nvrx.criteria import Judgement, judge, judge_run_dir
 from pytest_nvrx.criteria.baseline import baseline_refusal
 from pytest_nvrx.evidence.rundir import RunEvidence, load_run
+from pytest_nvrx.gpu_slots import gpu_available as gpu_available  # re-exported
 from pytest_nvrx.gpu_slots import gpu_locks, visible_gpus
 from pytest_nvrx.launch import Launch, Progress, RunResult, RunTimeout, tail_text
 from pytest_nvrx.layout import RunLayout
@@ -59,20 +59,6 @@ def find_launcher() -> str:
             "nvidia-resiliency-ext 0.7.x into this environment"
         )
     return found
-
-
-def gpu_available() -> str | None:
-    """None when an NVIDIA GPU is visible, else the reason why not."""
-    smi = shutil.which("nvidia-smi")
-    if smi is None:
-        return "no NVIDIA GPU (nvidia-smi not found)"
-    try:
-        out = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return f"nvidia-smi failed: {exc}"
-    if out.returncode != 0 or "GPU" not in out.stdout:
-        return "nvidia-smi lists no GPU"
-    return None
 
 
 #: verify's timing that the downtime gate holds to its limit (equal to report.json's downtime_s)
