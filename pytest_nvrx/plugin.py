@@ -118,12 +118,30 @@ def pytest_load_initial_conftests(
         return
     here = os.path.realpath(early_config.invocation_params.dir)
     judged = os.path.realpath(os.path.join(here, os.path.expanduser(run_dir)))
-    if here == judged or here.startswith(judged.rstrip(os.sep) + os.sep):
+
+    def inside(path: str | os.PathLike[str] | None) -> bool:
+        if path is None:
+            return False
+        real = os.path.realpath(path)
+        return real == judged or real.startswith(judged.rstrip(os.sep) + os.sep)
+
+    if inside(here):
         raise pytest.UsageError(
             f"pytest-nvrx: --nvrx-run-dir {run_dir} holds the directory pytest runs in: pytest"
             " would run its conftest.py and write into it (.pytest_cache, ...); run pytest from"
             f" outside it (cd {os.path.dirname(judged)})"
         )
+    # pytest takes the option's value for a path of the session before our option exists: a
+    # pytest.ini or tox.ini in the run dir then configures the session that judges it
+    # (addopts = --nvrx-gate-shared-gpu turned a gated run QUALIFIED)
+    for what, path in (("configuration", early_config.inipath), ("rootdir", early_config.rootpath)):
+        if inside(path):
+            raise pytest.UsageError(
+                f"pytest-nvrx: pytest took its {what} from the run dir it judges ({path}): a run"
+                " dir must not configure its own judgement; write --nvrx-run-dir=DIR (with '=')"
+                " and give pytest its own -c / --rootdir outside it, or judge it with"
+                " python -m pytest_nvrx verify DIR (which runs nothing from it)"
+            )
 
 
 def _cli_value(args: Sequence[str], option: str) -> str | None:

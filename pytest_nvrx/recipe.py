@@ -455,6 +455,19 @@ def _claim_holder(path: Path) -> str:
         os.close(fd)
 
 
+def check_unclaimed_run_dir(
+    layout: RunLayout, *, nnodes: int, host: str | None = None, node_index: int | None = None
+) -> None:
+    """What :func:`claim_run_dir` would refuse, read-only (a dry run: it claims nothing)."""
+    host = socket.gethostname() if host is None else host
+    path = claim_file(layout, nnodes=nnodes, host=host, node_index=node_index)
+    if os.path.lexists(path):
+        raise ConfigError(
+            f"run dir {layout.run_dir} is already claimed by {_claim_holder(path)} "
+            f"({path.name}): one run dir holds one run; use a new run ID"
+        )
+
+
 def claim_run_dir(
     layout: RunLayout, *, nnodes: int, host: str | None = None, node_index: int | None = None
 ) -> Path:

@@ -28,7 +28,12 @@ from pytest_nvrx.gpu_slots import gpu_locks, visible_gpus
 from pytest_nvrx.launch import Launch, Progress, RunResult, RunTimeout, tail_text
 from pytest_nvrx.layout import RunLayout
 from pytest_nvrx.planning import Plan, plan_run
-from pytest_nvrx.recipe import check_fresh_run_dir, give_back_run_dir, prepare_run_dir
+from pytest_nvrx.recipe import (
+    check_fresh_run_dir,
+    check_unclaimed_run_dir,
+    give_back_run_dir,
+    prepare_run_dir,
+)
 from pytest_nvrx.scenarios import DEFAULTS, RUN_TIMEOUTS, Scenario
 from pytest_nvrx.settings import (
     ConfigError,
@@ -239,6 +244,11 @@ class ScenarioRun:
                     f"phase {phase_id} ({phase.label}) not measurable, limit {limit:g} s "
                     f"({given}): {phase.missing}"
                 )
+            elif phase.seconds < 0:
+                out.append(
+                    f"phase {phase_id} ({phase.label}) is {phase.seconds:.3f} s, negative, limit"
+                    f" {limit:g} s ({given}): the clocks disagree, nothing was measured"
+                )
             elif phase.seconds > limit:
                 out.append(
                     f"phase {phase_id} ({phase.label}) {phase.seconds:.3f} s exceeds the limit "
@@ -402,6 +412,7 @@ def plan_launch(config: RunConfig, *, dry_run: bool = False, port: int | None = 
         # walkthrough's script makes the run dir first: then verify called it no run dir)
         if config.nnodes == 1:
             check_fresh_run_dir(layout)
+        check_unclaimed_run_dir(layout, nnodes=config.nnodes, node_index=config.node_index)
         return plan_run(config, launcher_exe="ft_launcher", port=port, probe=False)
     prepare_run_dir(config)
     try:

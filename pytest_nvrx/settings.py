@@ -462,6 +462,8 @@ def parse_phase_limits(raw: str, what: str) -> dict[str, float]:
                 f"{what} must be PHASE=SECONDS[,PHASE=SECONDS...] with PHASE one of "
                 f"{', '.join(ids)}; got {quote(part.strip())}"
             )
+        if name in out:
+            raise ConfigError(f"{what} gives phase {name} twice; give each phase one limit")
         out[name] = parse_seconds(value, f"{what} {name}")
     return out
 

@@ -451,3 +451,14 @@ def test_a_checkpoint_dir_inside_or_around_a_claimed_one_is_refused(
     free = tmp_path / "free"
     free.mkdir()
     claims.release(claim(free, "mine"))
+
+
+def test_a_dry_run_refuses_a_claimed_run_dir_as_a_real_run_does(tmp_path: Path) -> None:
+    """The adversarial review of #23: the dry run printed its command for a run ID whose run
+    dir another launch had claimed; the real run refuses it."""
+    config = cfg(tmp_path, "live", tmp_path / "ckpt")
+    config.layout.run_dir.mkdir(parents=True)
+    (config.layout.run_dir / "run.claim").write_text('{"pid": 1}')
+    for dry in (True, False):
+        with pytest.raises(ConfigError, match="is already claimed by"):
+            runs.plan_launch(config, dry_run=dry)

@@ -16,6 +16,8 @@ import io
 import json
 from pathlib import Path
 
+import pytest
+
 from pytest_nvrx.criteria.judgement import judge_run_dir
 from pytest_nvrx.launch import RunResult
 from pytest_nvrx.layout import RunLayout
@@ -128,12 +130,57 @@ def test_the_gate_refuses_shared_gpu_timings_unless_told(tmp_path: Path) -> None
     assert dict(alone.junit_properties())["nvrx_gpu_shared_with"] == ""
 
 
-def test_a_sharing_record_that_is_no_list_of_names_cannot_be_judged(tmp_path: Path) -> None:
-    for bad in ("megatron-baseline", [1, 2], [""], {"a": 1}):
-        run = _shared(tmp_path / str(abs(hash(str(bad)))), bad)
+def test_a_sharing_record_that_is_no_list_of_run_ids_cannot_be_judged(tmp_path: Path) -> None:
+    own = json.loads((ONE_GPU_KILL / "run.json").read_text())["run_id"]
+    cases: list[tuple[object, str]] = [
+        ("megatron-baseline", "must be a list of run IDs"),
+        ([1, 2], "must be a list of run IDs"),
+        ([""], "must be a list of run IDs"),
+        ({"a": 1}, "must be a list of run IDs"),
+        (["a\x1b]0;x\x07"], "must be a list of run IDs"),
+        (["a", "a", "a"], "names a run twice"),
+        ([own, "other"], "names the run itself"),
+    ]
+    for n, (bad, why) in enumerate(cases):
+        run = _shared(tmp_path / str(n), bad)
         err = io.StringIO()
-        assert verify_main([str(run.root)], io.StringIO(), err) == 2
-        assert "'gpu_shared_with' must be a list of names" in err.getvalue(), err.getvalue()
+        assert verify_main([str(run.root)], io.StringIO(), err) == 2, bad
+        assert f"'gpu_shared_with' {why}" in err.getvalue(), err.getvalue()
+
+
+@pytest.mark.parametrize(
+    ("new", "said"),
+    [
+        ("GPU 0 memory reclaimed in 1000000000s (20 samples)", "impossible timing: NVRx waited"),
+        ("GPU 0 memory reclaimed in nans (20 samples)", "gives no wait it can read"),
+        ("GPU 0 memory reclaimed in -5s (20 samples)", "gives no wait it can read"),
+    ],
+    ids=["longer-than-its-span", "nan", "negative"],
+)
+def test_a_reclaim_wait_no_clock_allows_cannot_be_judged(
+    tmp_path: Path, new: str, said: str
+) -> None:
+    """The adversarial review of #23: a wait of 10**9 s passed, and an unreadable line was
+    dropped (its 33 s counted as termination, the GPU wait shown as 0)."""
+    run = copy_run(ONE_GPU_KILL, tmp_path / "kill-save")
+    run.replace("logs/launcher.log", "GPU 0 memory reclaimed in 38s (20 samples)", new, 1)
+    err = io.StringIO()
+    assert verify_main([str(run.root)], io.StringIO(), err) == 2, err.getvalue()
+    assert said in err.getvalue(), err.getvalue()
+
+
+def test_a_negative_phase_never_keeps_to_its_limit(tmp_path: Path) -> None:
+    """The reclaim line moved before the stop (its wait 0 s): gpu_reclaim comes out negative;
+    --nvrx-max-phase gpu_reclaim=0.001 passed it (the adversarial review of #23)."""
+    run = copy_run(ONE_GPU_KILL, tmp_path / "kill-save")
+    lines = run.lines("logs/launcher.log")
+    at = run.line_no("logs/launcher.log", "GPU 0 memory reclaimed in 38s")
+    reclaim = lines[at - 1].replace("22:43:29,110", "22:43:29,900").replace("in 38s", "in 0s")
+    lines[at - 1], lines[at] = lines[at], reclaim
+    run.write_lines("logs/launcher.log", lines)
+    scenario = _scenario_run(run)
+    failures = scenario.phase_failures({"gpu_reclaim": 0.001})
+    assert len(failures) == 1 and "negative" in failures[0], failures
 
 
 def test_the_report_marks_shared_gpu_timings_and_the_reclaim_is_a_phase(tmp_path: Path) -> None:

@@ -721,3 +721,28 @@ def test_a_baseline_refusal_shows_the_runs_text_escaped(run_dir: Path, tmp_path:
     code, _, err = cli(verify_main, str(run_dir), "--baseline", str(baseline))
     assert code == 2 and "cannot use --baseline" in err, err
     assert "\x1b" not in err and "\x07" not in err and "\r" not in err and "\\x1b" in err
+
+
+def test_a_run_dir_never_configures_its_own_judgement(run_dir: Path, tmp_path: Path) -> None:
+    """pytest takes ``--nvrx-run-dir X``'s value for a path of the session before our option
+    exists, so X's pytest.ini configured the judging session (``addopts =
+    --nvrx-gate-shared-gpu`` made a gated run QUALIFIED: the adversarial review of #23); so
+    did ``--rootdir X``. Both refused; ``--nvrx-run-dir=X`` with pytest's own rootdir judges."""
+    (run_dir / "pytest.ini").write_text("[pytest]\naddopts = --nvrx-gate-shared-gpu\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    base = [sys.executable, "-m", "pytest", "--pyargs", "pytest_nvrx.suite", "-q"]
+    base += ["-p", "no:cacheprovider"]
+    for extra in (
+        ["--nvrx-run-dir", str(run_dir)],
+        ["--rootdir", str(run_dir), f"--nvrx-run-dir={run_dir}"],
+    ):
+        done = subprocess.run(
+            [*base, *extra], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240
+        )
+        assert done.returncode == pytest.ExitCode.USAGE_ERROR, done.stdout + done.stderr
+        assert "from the run dir it judges" in done.stderr, done.stderr
+    ok = subprocess.run(
+        [*base, f"--nvrx-run-dir={run_dir}"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240,
+    )  # fmt: skip
+    assert ok.returncode == 0, ok.stdout + ok.stderr

@@ -576,3 +576,16 @@ def test_checkpoint_dir_through_a_link_is_fine(tmp_path: Path, megatron_stub: Pa
     (tmp_path / "real-ck").mkdir()
     (tmp_path / "ck").symlink_to(tmp_path / "real-ck")
     validate(make(tmp_path, megatron_stub, checkpoint_dir=tmp_path / "ck"))
+
+
+def test_a_phase_given_twice_is_a_usage_error() -> None:
+    """``detection=0.001,detection=100`` kept the last and dropped the first limit silently
+    (the adversarial review of #23)."""
+    from pytest_nvrx.settings import parse_phase_limits
+
+    with pytest.raises(ConfigError, match="gives phase detection twice"):
+        parse_phase_limits("detection=0.001,detection=100", "--nvrx-max-phase")
+    assert parse_phase_limits("detection=1,gpu_reclaim=2", "x") == {
+        "detection": 1.0,
+        "gpu_reclaim": 2.0,
+    }

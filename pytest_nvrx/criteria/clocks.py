@@ -37,6 +37,7 @@ from datetime import datetime, timedelta
 
 from pytest_nvrx.criteria.helpers import clock, stamp
 from pytest_nvrx.evidence.cycle_log import CycleLog
+from pytest_nvrx.evidence.launcher_log import LauncherEventKind
 from pytest_nvrx.evidence.refs import EvidenceRef, Problem, split_rank_prefix
 from pytest_nvrx.evidence.rundir import RunEvidence
 from pytest_nvrx.evidence.timeline import CLOCK_SLACK, Timeline
@@ -80,6 +81,7 @@ def clock_problems(run: RunEvidence, timeline: Timeline) -> tuple[Problem, ...]:
         and marker.rank is not None
     )
     problems += _unusable_records(run)
+    problems += reclaim_problems(run)
     problems += _profiling_disagrees(run)
     problems += _records_out_of_order(run)
     for log in run.cycle_logs:
@@ -376,12 +378,41 @@ def _marker_outside_its_cycle(run: RunEvidence, timeline: Timeline) -> list[Prob
 
 
 def timing_problems(timings: dict[str, float]) -> tuple[Problem, ...]:
-    """A negative recovery timing is no measurement: the run cannot be judged by it."""
-    return tuple(
+    """A negative recovery timing is no measurement, nor a wait for the GPUs' memory longer
+    than the span that holds it (detected -> replacement start): the run cannot be judged by
+    them."""
+    problems = [
         Problem(
             "fatal",
             f"impossible timing: {name[:-2].replace('_', ' ')} is {value:.3f} s (negative)",
         )
         for name, value in timings.items()
         if value < 0
-    )
+    ]
+    reclaim = timings.get("gpu_memory_reclaim_s")
+    span = timings.get("detected_to_replacement_start_s")
+    # NVRx logs the wait in whole seconds, truncated: it may read up to a second short, never long
+    if reclaim is not None and span is not None and reclaim > span + CLOCK_SLACK.total_seconds():
+        problems.append(
+            Problem(
+                "fatal",
+                f"impossible timing: NVRx waited {reclaim:.0f} s for the GPUs' memory within a"
+                f" detected -> replacement start of {span:.3f} s",
+            )
+        )
+    return tuple(problems)
+
+
+def reclaim_problems(run: RunEvidence) -> list[Problem]:
+    """A launcher line about the GPUs' memory whose wait is no number: the recovery's phases
+    cannot be told apart without it."""
+    return [
+        Problem(
+            "fatal",
+            f"{e.ref.location} says NVRx waited for the GPUs' memory but gives no wait it can"
+            " read: the recovery's phases cannot be measured",
+            e.ref,
+        )
+        for e in run.launcher.events
+        if e.kind is LauncherEventKind.GPU_RECLAIM and e.name == "unreadable"
+    ]

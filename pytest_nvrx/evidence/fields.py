@@ -8,6 +8,7 @@ wrong with it; the caller turns that into an unusable record ("cannot judge").
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
@@ -100,15 +101,21 @@ def seconds_field(data: Mapping[str, object], key: str) -> float | None:
     return float(value)
 
 
+_RUN_ID = re.compile(r"[A-Za-z0-9_-]{1,200}")
+
+
 def names_field(data: Mapping[str, object], key: str) -> tuple[str, ...] | None:
-    """``data[key]`` as a list of short strings (run IDs); None when absent or null."""
+    """``data[key]`` as a list of distinct run IDs (letters, digits, ``_``, ``-``, as every
+    run ID is); None when absent or null."""
     value = data.get(key)
     if value is None:
         return None
     if not isinstance(value, list) or not all(
-        isinstance(v, str) and 0 < len(v) <= 200 for v in value
+        isinstance(v, str) and _RUN_ID.fullmatch(v) for v in value
     ):
-        raise FieldError(f"{key!r} must be a list of names, not {shown(value)}")
+        raise FieldError(f"{key!r} must be a list of run IDs, not {shown(value)}")
+    if len(set(value)) != len(value):
+        raise FieldError(f"{key!r} names a run twice")
     return tuple(value)
 
 

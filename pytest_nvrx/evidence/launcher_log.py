@@ -165,7 +165,10 @@ _SECTION_TIMEOUT = re.compile(
     r"Was out of section) for [\d.]+ seconds"
 )
 _HEARTBEAT = re.compile(r"\[Cycle (?P<cycle>\d+)\] Did not get (?:initial|subsequent) heartbeat")
-_GPU_RECLAIMED = re.compile(r"GPU (?P<gpu>\d+) memory reclaimed in (?P<s>\d+(?:\.\d+)?)s ")
+_GPU_RECLAIMED = re.compile(r"GPU (?P<gpu>\d+) memory reclaimed in (?P<s>\d+(?:\.\d+)?)s\b")
+# any line that says a GPU's memory was (or was not) reclaimed: one the patterns above do not
+# read is no measurement of the wait (cannot judge), never a wait of 0
+_RECLAIM_SAID = re.compile(r"memory (?:reclaimed in|to be reclaimed after)")
 _GPU_RECLAIM_TIMEOUT = re.compile(
     r"Timeout waiting for GPU memory to be reclaimed after (?P<s>\d+(?:\.\d+)?)s"
 )
@@ -221,6 +224,8 @@ def _classify(msg: str, ref: EvidenceRef) -> tuple[LauncherEvent, str | None] | 
         m = _GPU_RECLAIM_TIMEOUT.search(msg)
         if m is not None:
             return ev(K.GPU_RECLAIM, name="timeout", duration_s=float(m["s"]))
+        if _RECLAIM_SAID.search(msg):
+            return ev(K.GPU_RECLAIM, name="unreadable")
     if "were still open" in msg:
         return ev(K.SECTIONS_OPEN)
     if "EARLY TERMINATION" in msg:

@@ -221,6 +221,9 @@ def read_manifest(path: Path, run_dir: Path, result_path: Path | None = None) ->
             out["wall_s"] = Setting(wall, json_key_ref(rfile, rdoc, "wall_s"))
         shared = rfields.get(names_field, "gpu_shared_with")
         if shared is not None:
+            own = out.get("run_id")
+            if isinstance(own, Setting) and own.value in shared:
+                rfields.problems.append(f"'gpu_shared_with' names the run itself ({own.value})")
             out["gpu_shared_with"] = Setting(shared, json_key_ref(rfile, rdoc, "gpu_shared_with"))
         timed_out = rfields.get(bool_field, "timed_out")
         if timed_out is not None:
