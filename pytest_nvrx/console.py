@@ -88,7 +88,9 @@ def fit(line: str, width: int) -> str:
 
 
 def verdict_table(rows: Sequence[Row], width: int = 120) -> list[str]:
-    """The table's lines, each at most ``width`` characters (the cause is what gets cut)."""
+    """The table's lines: the cause is cut to ``width``, or goes on a line of its own below
+    its row where the row leaves it too little room; a terminal narrower than the columns
+    themselves wraps them."""
     if not rows:
         return []
     shown_phases = [
@@ -117,9 +119,12 @@ def verdict_table(rows: Sequence[Row], width: int = 120) -> list[str]:
     for row, cells in zip(rows, body, strict=True):
         text = line(cells)
         room = width - len(text) - 2
-        if row.cause and room > 10:
-            text += "  " + _cut(row.cause, room)
-        out.append(text)
+        if row.cause and room >= 30:
+            out.append(text + "  " + _cut(row.cause, room))
+        elif row.cause:
+            out += [text, "    " + _cut(row.cause, max(width - 4, 30))]
+        else:
+            out.append(text)
     if any(r.shared_gpu for r in rows):
         out.append(
             _cut(

@@ -60,3 +60,29 @@ def test_fit_keeps_the_quoted_line() -> None:
     assert len(short) == 120 and short.endswith("… [logs/train_cycle1.log:1011]")
     assert fit("short", 120) == "short"
     assert len(fit("z" * 300, 50)) == 50
+
+
+def test_a_cause_with_no_room_beside_its_row_goes_below_it() -> None:
+    """At 80 columns a NOT QUALIFIED row had no room left and its cause was dropped (the
+    adversarial review of #23)."""
+    timings = {"failure_to_first_iteration_after_restore_s": 64.9, "failure_to_detected_s": 0.4}
+    rows = [
+        Row("megatron-ckpt-worker-finalize", "NOT QUALIFIED", timings, cause="gate: " + "z" * 90)
+    ]
+    lines = verdict_table(rows, width=80)
+    row = next(i for i, line in enumerate(lines) if line.startswith("megatron-ckpt"))
+    assert "gate" not in lines[row] and lines[row + 1].startswith("    gate: zzz")
+    assert len(lines[row + 1]) <= 80
+
+
+def test_the_report_of_an_empty_dir_says_it_cannot_be_judged(tmp_path: Path) -> None:
+    """It said "NOT QUALIFIED: the requested fault never happened ... [run.json]" of a run.json
+    that does not exist; verify says "cannot judge"."""
+    from pytest_nvrx.report.model import ScenarioReport
+
+    (tmp_path / "empty").mkdir()
+    report = ScenarioReport.from_run_dir(tmp_path / "empty")
+    assert not report.judgeable
+    assert report.outcome.startswith("NOT QUALIFIED: cannot judge the run directory: "), (
+        report.outcome
+    )

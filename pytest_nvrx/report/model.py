@@ -364,6 +364,12 @@ class ScenarioReport:
         before the fault, else the first failing criterion's reason (None when it qualified)."""
         if self.passed:
             return None
+        if not self.judgeable:
+            # as verify's summary: a run that cannot be judged says why first, never a cause
+            # its broken evidence suggests (an empty dir's "the fault never happened")
+            fatal = next((p for p in self.problems if p.startswith("fatal: ")), None)
+            why = fatal.removeprefix("fatal: ") if fatal is not None else self.summary
+            return f"cannot judge the run directory: {why}"
         if self.first_cause:
             return self.first_cause
         failing = next((c for c in self.criteria if c.status == "FAIL"), None)
