@@ -196,3 +196,16 @@ class RunLayout:
         with ``mkdtemp`` (``recipe.make_run_tmpdir``), never reusing a guessable path.
         """
         return TMP_ROOT / f"nvrx-{zlib.crc32(str(self.run_dir).encode()):08x}"
+
+
+#: The recovery's phases, in order (the recovery report's, pytest_nvrx.report.model.PHASES,
+#: defines each; --nvrx-max-phase names them): here so that settings need not import the report.
+PHASE_IDS: tuple[str, ...] = (
+    "detection",
+    "termination",
+    "gpu_reclaim",
+    "rendezvous",
+    "worker_start",
+    "checkpoint_load",
+    "first_step",
+)

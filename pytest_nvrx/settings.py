@@ -19,7 +19,7 @@ from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal, cast, get_args
 
-from pytest_nvrx.layout import FaultKind, RunLayout, window_allowed, windows_of
+from pytest_nvrx.layout import PHASE_IDS, FaultKind, RunLayout, window_allowed, windows_of
 
 #: Where the fault lands (layout.FAULT_WINDOWS): a step, a save's preparation, its finalization.
 FaultWindow = Literal["step", "save", "finalize"]
@@ -451,9 +451,7 @@ def _existing_dir(raw: str, what: str) -> Path:
 
 def parse_phase_limits(raw: str, what: str) -> dict[str, float]:
     """``PHASE=S[,PHASE=S...]``: seconds per phase of the recovery report."""
-    from pytest_nvrx.report.model import PHASES
-
-    ids = [phase.id for phase in PHASES]
+    ids = list(PHASE_IDS)
     out: dict[str, float] = {}
     for part in raw.split(","):
         name, sep, value = part.strip().partition("=")

@@ -344,3 +344,11 @@ def test_screenshot_script_renders_the_page(megatron: list[ScenarioReport], tmp_
     assert proc.returncode == 0, proc.stderr
     data = png.read_bytes()
     assert data.startswith(b"\x89PNG\r\n\x1a\n") and len(data) > 20_000
+
+
+def test_the_phase_ids_settings_know_are_the_reports() -> None:
+    """settings reads --nvrx-max-phase against layout.PHASE_IDS (it imports no report)."""
+    from pytest_nvrx.layout import PHASE_IDS
+    from pytest_nvrx.report.model import PHASES
+
+    assert tuple(spec.id for spec in PHASES) == PHASE_IDS
