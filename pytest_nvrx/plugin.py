@@ -626,6 +626,11 @@ def selection_lines(config: pytest.Config, selected: Sequence[str]) -> list[str]
             f"nvrx: {deselected} tests deselected by -m/-k: those the expression leaves out"
             " (-m gpu: Megatron on GPUs; -m 'not gpu': the CPU reference workload)"
         )
+    if any(key.endswith("-baseline") for key in selected):
+        lines.append(
+            "nvrx: a baseline's criteria that need a fault (prior_checkpoint, replaced_cycle,"
+            " optimizer_state_load, training_continuity) show as skipped: not applicable"
+        )
     if s.megatron_path is None and any(key.startswith("megatron-") for key in selected):
         lines.append(
             "nvrx: the megatron scenarios will be skipped: no Megatron checkout"

@@ -86,3 +86,22 @@ def test_the_report_of_an_empty_dir_says_it_cannot_be_judged(tmp_path: Path) -> 
     assert report.outcome.startswith("NOT QUALIFIED: cannot judge the run directory: "), (
         report.outcome
     )
+
+
+def test_the_header_says_what_deselected_and_skipped_will_mean(tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "NVRX_"))}
+    env.pop("MEGATRON_PATH", None)
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "--pyargs", "pytest_nvrx.suite", "-m", "not gpu"]
+        + ["--co", "-q", "-p", "no:cacheprovider"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    out = done.stdout
+    assert "nvrx: 7 scenarios: reference-baseline, reference-kill-save," in out
+    assert "tests deselected by -m/-k: those the expression leaves out" in out
+    assert "a baseline's criteria that need a fault" in out and "show as skipped" in out
