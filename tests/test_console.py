@@ -95,9 +95,9 @@ def test_the_header_says_what_deselected_and_skipped_will_mean(tmp_path: Path) -
 
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "NVRX_"))}
     env.pop("MEGATRON_PATH", None)
+    argv = [sys.executable, "-m", "pytest", "--pyargs", "pytest_nvrx.suite", "-m", "not gpu"]
     done = subprocess.run(
-        [sys.executable, "-m", "pytest", "--pyargs", "pytest_nvrx.suite", "-m", "not gpu"]
-        + ["--co", "-q", "-p", "no:cacheprovider"],
+        [*argv, "--co", "-q", "-p", "no:cacheprovider"],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
