@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from pytest_nvrx.layout import CONSOLE_LOG_NAME as CONSOLE_LOG_NAME  # re-exported
 from pytest_nvrx.layout import (
     MANIFEST_NAME,
     RunLayout,
@@ -67,7 +68,6 @@ from pytest_nvrx.stop_signals import interrupt_on_stop_signals as interrupt_on_s
 from pytest_nvrx.stop_signals import interrupt_signal as interrupt_signal
 from pytest_nvrx.watchdog import DONE as WATCHDOG_DONE
 
-CONSOLE_LOG_NAME = "launcher.console.log"
 _ITERATION = re.compile(rb"iteration\s+(\d+)\s*/\s*(\d+)")
 
 

@@ -209,3 +209,12 @@ PHASE_IDS: tuple[str, ...] = (
     "checkpoint_load",
     "first_step",
 )
+
+
+#: a launch's console (the launcher's stdout and stderr), in the run dir's logs/
+CONSOLE_LOG_NAME = "launcher.console.log"
+
+
+def iteration_dir_name(iteration: int) -> str:
+    """Megatron's name for one iteration's checkpoint directory (the reference workload's too)."""
+    return f"iter_{iteration:07d}"

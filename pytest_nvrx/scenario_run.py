@@ -26,7 +26,7 @@ from pytest_nvrx.evidence.rundir import RunEvidence, load_run
 from pytest_nvrx.gpu_slots import gpu_available as gpu_available  # re-exported
 from pytest_nvrx.gpu_slots import gpu_locks, visible_gpus
 from pytest_nvrx.launch import Launch, Progress, RunResult, RunTimeout, tail_text
-from pytest_nvrx.layout import RunLayout
+from pytest_nvrx.layout import CONSOLE_LOG_NAME, RunLayout
 from pytest_nvrx.planning import Plan, plan_run
 from pytest_nvrx.recipe import (
     check_fresh_run_dir,
@@ -171,7 +171,7 @@ class ScenarioRun:
         for path in [
             *([logs[max(logs)]] if logs else []),
             self.layout.launcher_log,
-            self.layout.logs / "launcher.console.log",
+            self.layout.logs / CONSOLE_LOG_NAME,
         ]:
             if path.is_file():
                 rel = path.relative_to(self.layout.run_dir)

@@ -39,7 +39,7 @@ from pytest_nvrx.evidence.refs import EvidenceRef, seconds_between
 from pytest_nvrx.evidence.rundir import RunEvidence
 from pytest_nvrx.evidence.timeline import CLOCK_SLACK, FINALIZED_BEFORE_FAULT_SLACK, Timeline
 from pytest_nvrx.evidence.workload import SaveCompleted, SaveScheduled
-from pytest_nvrx.layout import MARKER_NAME
+from pytest_nvrx.layout import MARKER_NAME, iteration_dir_name
 
 #: The probes that may fire in each window (the marker's ``trigger``). ``tracker poll`` is the
 #: step window's fallback on a workload without NVRx sections; ``end_section(checkpointing)`` is
@@ -319,7 +319,7 @@ def in_flight_dir_text(facts: WindowFacts, resaved: SaveCompleted | None) -> str
     if n is None:
         return ""
     if meta is None:
-        return f"iter_{n:07d}/ not examined"
+        return f"{iteration_dir_name(n)}/ not examined"
     if meta.state is OptimizerState.ABSENT_DIR:
         return f"{meta.dir}/ is not on disk at the end of the run"
     if resaved is not None:

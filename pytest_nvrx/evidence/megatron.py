@@ -34,6 +34,7 @@ from pytest_nvrx.evidence.workload import (
     WorkloadEvent,
     register_adapter,
 )
+from pytest_nvrx.layout import iteration_dir_name
 
 _TS = r"\[(?P<ts>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?)\]"
 #  [2026-11-29 11:03:47.596636] iteration        1/     100 | consumed samples:            1 | ...
@@ -260,7 +261,7 @@ class MegatronLogAdapter:
         return VersionReported(component, version, at.ref())
 
     def checkpoint_path(self, checkpoint_dir: Path, iteration: int) -> Path:
-        return checkpoint_dir / f"iter_{iteration:07d}"
+        return checkpoint_dir / iteration_dir_name(iteration)
 
     def print_model(
         self,

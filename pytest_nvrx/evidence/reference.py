@@ -35,6 +35,7 @@ from pytest_nvrx.evidence.workload import (
     WorkloadEvent,
     register_adapter,
 )
+from pytest_nvrx.layout import iteration_dir_name
 
 _TAG = "[ref] "
 # [ref] 2026-11-29T11:52:52.917+00:00 rank 0 <event>; any ISO offset is accepted and honoured
@@ -181,8 +182,7 @@ class ReferenceLogAdapter:
         return None
 
     def checkpoint_path(self, checkpoint_dir: Path, iteration: int) -> Path:
-        # as pytest_nvrx.workloads.reference.iteration_dir_name (not imported: it needs torch)
-        return checkpoint_dir / f"iter_{iteration:07d}"
+        return checkpoint_dir / iteration_dir_name(iteration)
 
 
 REFERENCE = ReferenceLogAdapter()

@@ -60,7 +60,7 @@ from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
 from torch.distributed.checkpoint.state_dict_saver import AsyncCheckpointerType
 from torch.distributed.checkpoint.state_dict_saver import async_save as dcp_async_save
 
-from pytest_nvrx.layout import TRACKER_NAME
+from pytest_nvrx.layout import TRACKER_NAME, iteration_dir_name
 
 LOG_PREFIX = "[ref]"
 #: What a restore brings back, in the order the load line lists it.
@@ -82,11 +82,6 @@ RESTART_COUNT_ENV = "TORCHELASTIC_RESTART_COUNT"
 ASYNC_WRITERS: tuple[str, ...] = tuple(t.value for t in AsyncCheckpointerType)
 #: How long a normal shutdown waits for the persistent worker to leave before killing it.
 WORKER_STOP_TIMEOUT_S = 10.0
-
-
-def iteration_dir_name(iteration: int) -> str:
-    """Megatron's name for one iteration's checkpoint directory."""
-    return f"iter_{iteration:07d}"
 
 
 class EventLog:
