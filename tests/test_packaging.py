@@ -362,12 +362,17 @@ def base_interpreter() -> str:
 class Venv:
     """A new venv, used as an activated one: VIRTUAL_ENV and PATH, as `source activate` sets."""
 
-    def __init__(self, uv: list[str], path: Path, cwd: Path) -> None:
+    def __init__(self, uv: list[str], path: Path, cwd: Path, *, seed: bool = False,
+                 env: dict[str, str] | None = None) -> None:  # fmt: skip
+        """``seed``: pip in the venv, as ``python -m venv`` gives; ``env``: added to the
+        environment (after PATH, which is the venv's bin, then uv's, then the caller's)."""
         self.uv, self.path, self.cwd = uv, path, cwd
         self.env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "MEGATRON_PATH")}
+        path_dirs = (str(path / "bin"), str(Path(uv[0]).parent), os.environ["PATH"])
         self.env |= {"UV_PYTHON_DOWNLOADS": "never", "VIRTUAL_ENV": str(path),
-                     "PATH": f"{path / 'bin'}{os.pathsep}{os.environ['PATH']}"}  # fmt: skip
-        self.run([*uv, "venv", "-q", "--python", base_interpreter(), str(path)])
+                     "PATH": os.pathsep.join(path_dirs)} | (env or {})  # fmt: skip
+        seeding = ["--seed"] if seed else []
+        self.run([*uv, "venv", "-q", *seeding, "--python", base_interpreter(), str(path)])
 
     def run(self, argv: list[str], *, timeout: float = 180) -> str:
         proc = subprocess.run(

@@ -11,8 +11,8 @@ checkout ``/workspace/Megatron-LM``, for which a stand-in serves) and ``<run-id>
 * the dry run prints the command and writes nothing.
 
 Not here: ``./qualify`` (tests/test_qualify.py runs it for real), ``./check`` (what CI runs), the
-install lines (tests/test_packaging.py installs the built wheel with the same flags; the git URL
-is not reachable from CI).
+install lines (tests/test_install_as_written.py runs them as written, git serving the project's
+URL from a bare clone of this checkout).
 """
 
 from __future__ import annotations

@@ -1,0 +1,234 @@
+"""The docs' clone, build and git-URL install lines, run as written (issue #23 item 6).
+
+GitHub is not reachable from CI, so git itself is told, through its own configuration
+(``url.<base>.insteadOf`` in ``GIT_CONFIG_*``), that ``https://github.com/pytest-nvrx/pytest-nvrx``
+lives in a bare clone of this checkout. The command lines stay exactly as the docs print them;
+git, uv and pip fetch ``HEAD`` of that clone as they would fetch GitHub's.
+
+What the machine decides is checked as the docs say it: a plain ``pip install`` with dependencies
+needs glibc >= 2.39 (NVRx ships only manylinux_2_39 wheels); on an older glibc the docs promise
+pip stops with "No matching distribution found for nvidia-resiliency-ext<0.8,>=0.7", and that is
+what the test expects there. On glibc >= 2.39 the same line runs with ``PIP_DRY_RUN=1`` (pip
+resolves everything, downloading only metadata, not 3 GB of CUDA wheels).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.test_packaging import (
+    DOCS,
+    PROJECT_URL,
+    REPO,
+    Venv,
+    fenced_lines,
+    find_uv,
+    no_deps_route,
+    nvrx_install,
+    section,
+    torch_install,
+)
+
+GIT_URL_SPEC = f"pytest-nvrx @ git+{PROJECT_URL}"
+PIP_REFUSAL = "No matching distribution found for nvidia-resiliency-ext<0.8,>=0.7"
+
+
+def glibc() -> tuple[int, int]:
+    name, _, version = (os.confstr("CS_GNU_LIBC_VERSION") or "").partition(" ")
+    assert name == "glibc", f"not a glibc system: {name!r}"
+    major, minor = version.split(".")[:2]
+    return int(major), int(minor)
+
+
+class Origin:
+    """A bare clone of this checkout that git serves for the project's GitHub URL."""
+
+    def __init__(self, root: Path) -> None:
+        if not (REPO / ".git").exists():
+            pytest.skip("not a git checkout: nothing to serve as the project's git URL")
+        self.bare = root / "pytest-nvrx.git"
+        subprocess.run(["git", "clone", "-q", "--bare", str(REPO), str(self.bare)], check=True)
+        self.head = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=self.bare, check=True, capture_output=True, text=True
+        ).stdout.strip()
+        self.git_env = {
+            "GIT_CONFIG_COUNT": "1",
+            "GIT_CONFIG_KEY_0": f"url.{self.bare.as_uri()}.insteadOf",
+            "GIT_CONFIG_VALUE_0": PROJECT_URL,
+            "GIT_TERMINAL_PROMPT": "0",
+        }
+
+
+@pytest.fixture(scope="module")
+def origin(tmp_path_factory: pytest.TempPathFactory) -> Origin:
+    return Origin(tmp_path_factory.mktemp("origin"))
+
+
+def venv_with_pip(path: Path, cwd: Path, origin: Origin) -> Venv:
+    """A venv as a user has one (pip in it), activated; git told where the project's URL is."""
+    return Venv(find_uv(), path, cwd, seed=True,
+                env=origin.git_env | {"PIP_DISABLE_PIP_VERSION_CHECK": "1"})  # fmt: skip
+
+
+def shell(venv: Venv, line: str, *, extra_env: dict[str, str] | None = None,
+          timeout: float = 240) -> subprocess.CompletedProcess[str]:  # fmt: skip
+    return subprocess.run(
+        ["bash", "-eo", "pipefail", "-c", line], cwd=venv.cwd, env=venv.env | (extra_env or {}),
+        capture_output=True, text=True, timeout=timeout,
+    )  # fmt: skip
+
+
+def direct_url(venv: Venv) -> dict[str, Any]:
+    (record,) = (venv.path / "lib").glob("python3.*/site-packages/pytest_nvrx-*.dist-info")
+    data = json.loads((record / "direct_url.json").read_text(encoding="utf-8"))
+    assert isinstance(data, dict)
+    return data
+
+
+def assert_installed_from_origin(venv: Venv, origin: Origin) -> None:
+    """pytest-nvrx came from the git URL, at the origin's HEAD, and runs from the venv."""
+    url = direct_url(venv)
+    assert url.get("url") == PROJECT_URL, url
+    assert url.get("vcs_info", {}).get("commit_id") == origin.head, url
+    version = venv.run([str(venv.path / "bin" / "python"), "-m", "pytest_nvrx", "--version"])
+    assert version.startswith("pytest-nvrx 0.1.0 ("), version
+
+
+def pip_with_deps(venv: Venv, line: str) -> None:
+    """A docs line that pip-installs pytest-nvrx with its dependencies: what glibc allows."""
+    if glibc() >= (2, 39):
+        proc = shell(venv, line, extra_env={"PIP_DRY_RUN": "1"})
+        assert proc.returncode == 0, f"`{line}` (dry run):\n{proc.stdout[-3000:]}{proc.stderr}"
+        assert "Would install" in proc.stdout and "pytest-nvrx-0.1.0" in proc.stdout, proc.stdout
+        return
+    proc = shell(venv, line)
+    assert proc.returncode != 0, f"`{line}` installed on glibc {glibc()}: docs say pip cannot"
+    assert PIP_REFUSAL in proc.stderr, (
+        f"`{line}` on glibc {glibc()} failed otherwise than the docs say:\n{proc.stderr[-3000:]}"
+    )
+
+
+def git_url_lines() -> dict[str, str]:
+    """The README's and install.md's git-URL lines, which must be the same two."""
+    readme = [ln for ln in fenced_lines((REPO / "README.md").read_text(encoding="utf-8"))
+              if GIT_URL_SPEC in ln]  # fmt: skip
+    install = section((DOCS / "install.md").read_text(encoding="utf-8"), "Into an environment")
+    ours = [ln for ln in fenced_lines(install) if GIT_URL_SPEC in ln]
+    readme, ours = (
+        [ln.split("  #")[0].strip() for ln in readme],
+        [ln.split("  #")[0].strip() for ln in ours],
+    )
+    assert readme == ours, f"README and install.md give different git-URL lines: {readme}, {ours}"
+    by_tool = {("uv" if ln.startswith("uv ") else "pip"): ln for ln in readme}
+    assert sorted(by_tool) == ["pip", "uv"], readme
+    return by_tool
+
+
+def test_git_url_lines_install_as_written(origin: Origin, tmp_path: Path) -> None:
+    """README's uv line installs the plugin from the git URL; its pip line does what glibc
+    allows and the docs say."""
+    lines = git_url_lines()
+    venv = venv_with_pip(tmp_path / "uv-venv", tmp_path, origin)
+    proc = shell(venv, lines["uv"])
+    assert proc.returncode == 0, f"`{lines['uv']}`:\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}"
+    assert_installed_from_origin(venv, origin)
+    # --compile-bytecode (install.md says why): the workers' imports find their .pyc files
+    (site,) = (venv.path / "lib").glob("python3.*/site-packages")
+    for package in ("torch", "pytest_nvrx", "nvidia_resiliency_ext"):
+        assert list((site / package / "__pycache__").glob("__init__.*.pyc")), package
+    pip_with_deps(venv_with_pip(tmp_path / "pip-venv", tmp_path, origin), lines["pip"])
+
+
+def test_clone_and_build_as_written(origin: Origin, tmp_path: Path) -> None:
+    """install.md's clone line, then its `uv build`: the wheel and sdist it names, holding what
+    the checkout's build holds; then its pip line for that wheel, as glibc allows."""
+    text = (DOCS / "install.md").read_text(encoding="utf-8")
+    (clone,) = [ln for ln in fenced_lines(section(text, "From a clone")) if ln.startswith("git ")]
+    assert clone == f"git clone {PROJECT_URL} && cd pytest-nvrx", clone
+    build_section = section(text, "Into an environment")
+    assert "uv build" in fenced_lines(build_section), "install.md no longer builds with `uv build`"
+    venv = venv_with_pip(tmp_path / "venv", tmp_path, origin)
+    proc = shell(venv, f"{clone} && uv build", timeout=300)
+    assert proc.returncode == 0, f"`{clone} && uv build`:\n{proc.stdout}{proc.stderr[-3000:]}"
+    dist = tmp_path / "pytest-nvrx" / "dist"
+    built = sorted(p.name for p in dist.iterdir() if p.name != ".gitignore")  # uv writes one
+    assert built == ["pytest_nvrx-0.1.0-py3-none-any.whl", "pytest_nvrx-0.1.0.tar.gz"], built
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=dist.parent, capture_output=True,
+                          text=True, check=True).stdout.strip()  # fmt: skip
+    assert head == origin.head
+    wheel = zipfile.ZipFile(dist / built[0])
+    shipped = {n for n in wheel.namelist() if n.startswith("pytest_nvrx/")}
+    tracked = subprocess.run(["git", "ls-files", "pytest_nvrx"], cwd=dist.parent, check=True,
+                             capture_output=True, text=True).stdout.split()  # fmt: skip
+    assert shipped == set(tracked), sorted(shipped ^ set(tracked))
+    (pip_line,) = [ln for ln in fenced_lines(build_section)
+                   if ln.startswith("pip install dist/")]  # fmt: skip
+    venv.cwd = dist.parent
+    pip_with_deps(venv, pip_line.split("  #")[0].strip())
+
+
+#: What the install step may add to a container: the plugin, the four packages it imports and
+#: theirs (pytest's pluggy, iniconfig, packaging, pygments). Anything else (megatron-core, a
+#: torch, an NVRx) is the container's stack changed under qualification.
+STEP_MAY_ADD = {"pytest-nvrx", "pytest", "pytest-timeout", "filelock", "psutil", "pluggy",
+                "iniconfig", "packaging", "pygments"}  # fmt: skip
+
+
+def installed(venv: Venv) -> dict[str, str]:
+    """Distribution name -> version in the venv, as pip lists them."""
+    out = venv.run([str(venv.path / "bin" / "python"), "-m", "pip", "list", "--format=json"])
+    return {d["name"].lower().replace("_", "-"): d["version"] for d in json.loads(out)}
+
+
+def workflow_install_step() -> str:
+    """The `run:` block of the GitHub Actions job's install step, as the runner's shell gets it."""
+    text = (DOCS / "ci" / "github-actions-gpu.yml").read_text(encoding="utf-8")
+    lines = text.splitlines()
+    start = lines.index("      - name: Install the plugin, keeping the container's stack")
+    assert lines[start + 1] == "        run: |", lines[start + 1]
+    block = []
+    for line in lines[start + 2 :]:
+        if not line.startswith("          "):
+            break
+        block.append(line.removeprefix("          "))
+    assert len(block) == 4, block
+    return "\n".join(block) + "\n"
+
+
+def test_workflow_install_step_keeps_the_container_stack(origin: Origin, tmp_path: Path) -> None:
+    """The Actions job's install step, verbatim, with real pip in a 'container' (torch and NVRx
+    already there): the plugin from the git URL, torch and NVRx untouched, --version answers.
+    In a container without NVRx the same step stops with its error before installing."""
+    step = workflow_install_step()
+    plugin, plugin_runtime, nvrx, nvrx_runtime = no_deps_route()
+    for cmd in (plugin, plugin_runtime):
+        assert shlex.join(cmd).split(" ")[:3] == ["pip", "install", cmd[2]]
+    bare = venv_with_pip(tmp_path / "bare", tmp_path, origin)
+    proc = shell(bare, step)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    refusal = "::error::no NVRx in this container (docs/install.md)"
+    assert proc.stdout.strip() == refusal, proc.stdout
+    assert not list((bare.path / "lib").glob("python3.*/site-packages/pytest_nvrx*"))
+
+    venv = venv_with_pip(tmp_path / "container", tmp_path, origin)
+    venv.uv_pip(["pip", "install", "torch"])
+    venv.uv_pip(nvrx)
+    venv.uv_pip(nvrx_runtime)
+    before = torch_install(venv), nvrx_install(venv)
+    had = installed(venv)
+    proc = shell(venv, step)
+    assert proc.returncode == 0, f"the install step:\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}"
+    assert (torch_install(venv), nvrx_install(venv)) == before, "the step replaced torch or NVRx"
+    added = {name for name, version in installed(venv).items() if had.get(name) != version}
+    assert added <= STEP_MAY_ADD, f"the step changed more than the plugin's own: {sorted(added)}"
+    assert "pytest-nvrx" in added, added
+    assert "pytest-nvrx 0.1.0 (NVRx 0.7.0, torch " in proc.stdout, proc.stdout[-2000:]
+    assert_installed_from_origin(venv, origin)
