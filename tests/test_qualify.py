@@ -120,3 +120,27 @@ def test_a_real_qualification_ends_with_the_table_and_writes_the_report(checkout
     assert (checkout / "qualification-report.html").is_file()
     assert (checkout / "report.json").is_file() and (checkout / JUNIT).is_file()
     assert out.rstrip().splitlines()[-1] == f"qualify: JUnit report in {JUNIT}"
+
+
+def test_the_readme_gpu_qualify_line_refuses_a_host_without_gpus(checkout: Path) -> None:
+    """README's ``MEGATRON_PATH=/workspace/Megatron-LM ./qualify``, as written (the checkout
+    moved to a stand-in), on a host without GPUs: red with the reason, nothing launched."""
+    if shutil.which("nvidia-smi"):
+        pytest.skip("this host has nvidia-smi: the line would qualify its GPUs")
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    (line,) = [ln.split("  #")[0].strip() for ln in readme.splitlines()
+               if ln.startswith("MEGATRON_PATH=") and "./qualify" in ln]  # fmt: skip
+    assert line == "MEGATRON_PATH=/workspace/Megatron-LM ./qualify", line
+    megatron = checkout / "Megatron-LM"
+    megatron.mkdir()
+    (megatron / "pretrain_gpt.py").write_text("raise SystemExit('not a real Megatron')\n")
+    env = {k: v for k, v in os.environ.items()
+           if k != "MEGATRON_PATH" and not k.startswith(("PYTEST_", "NVRX_"))}  # fmt: skip
+    proc = subprocess.run(
+        ["bash", "-c", line.replace("/workspace/Megatron-LM", str(megatron))],
+        cwd=checkout, env=env, capture_output=True, text=True, timeout=240,
+    )  # fmt: skip
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr
+    assert "this host cannot run GPU scenarios: no NVIDIA GPU" in proc.stdout, proc.stdout[-3000:]
+    assert "megatron-baseline" in proc.stdout
+    assert not list(checkout.glob("**/runs/*")), "a run was launched"

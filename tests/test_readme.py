@@ -117,3 +117,25 @@ def test_the_readme_dry_run_prints_the_command_and_writes_nothing(
     assert done.returncode == 0, done.stdout + done.stderr
     assert "ft_launcher --nnodes=1" in done.stdout
     assert list(tmp_path.iterdir()) == [tmp_path / "Megatron-LM"]  # the stand-in alone
+
+
+#: Every README command and the test that runs it as written.
+COVERED = {
+    "./qualify": "tests/test_qualify.py (a real qualification through the script)",
+    "./check": ".ci/run (CI runs exactly this)",
+    "MEGATRON_PATH=/workspace/Megatron-LM ./qualify": "tests/test_qualify.py (no GPU here)",
+    "uv pip install ": "tests/test_install_as_written.py",
+    "pip install ": "tests/test_install_as_written.py",
+    "pytest --pyargs pytest_nvrx.suite ": "test_the_readme_gpu_qualifications_select_what_they_say",
+    "python -m pytest_nvrx run ": "test_the_readme_run_verify_and_report_commands_run_as_...",
+    "python -m pytest_nvrx verify ": "test_the_readme_run_verify_and_report_commands_run_as_...",
+    "python -m pytest_nvrx report ": "test_the_readme_run_verify_and_report_commands_run_as_...",
+}
+
+
+def test_every_readme_command_has_a_test_that_runs_it() -> None:
+    """A command added to the README without a test running it fails here."""
+    lines = bash_lines()
+    assert len(lines) >= 10, lines
+    uncovered = [line for line in lines if not any(line.startswith(p) for p in COVERED)]
+    assert not uncovered, f"README commands no test runs as written: {uncovered}"
