@@ -116,7 +116,7 @@ def test_a_real_qualification_ends_with_the_table_and_writes_the_report(checkout
     rows = [line for line in table.splitlines() if line.startswith("reference-kill-save")]
     assert len(rows) == 1 and rows[0].split()[1] == "QUALIFIED", table
     html, json_path = checkout / "qualification-report.html", checkout / "report.json"
-    assert f"nvrx report: {html} and {json_path} (1 scenario)" in table, table
+    assert f"nvrx report: {html} and {json_path} (1 scenario); JUnit: {checkout / JUNIT}" in table
     assert (checkout / "qualification-report.html").is_file()
     assert (checkout / "report.json").is_file() and (checkout / JUNIT).is_file()
     assert out.rstrip().splitlines()[-1] == f"qualify: JUnit report in {JUNIT}"
@@ -144,3 +144,14 @@ def test_the_readme_gpu_qualify_line_refuses_a_host_without_gpus(checkout: Path)
     assert "this host cannot run GPU scenarios: no NVIDIA GPU" in proc.stdout, proc.stdout[-3000:]
     assert "megatron-baseline" in proc.stdout
     assert not list(checkout.glob("**/runs/*")), "a run was launched"
+
+
+def test_a_junitxml_given_to_qualify_is_pytests_alone(checkout: Path) -> None:
+    """``./qualify --junitxml=mine.xml``: pytest writes that one; the script leaves its own
+    report as it was and says nothing about it."""
+    (checkout / JUNIT).write_text(PREVIOUS)
+    proc = qualify(checkout, "-m", "gpu", "-k", "baseline", "--junitxml=mine.xml")
+    assert proc.returncode == 5, proc.stdout + proc.stderr
+    assert (checkout / JUNIT).read_text() == PREVIOUS
+    assert "<testcase" in (checkout / "mine.xml").read_text()
+    assert "qualify:" not in proc.stdout
