@@ -1641,40 +1641,29 @@ def _check_writable_dir(path: Path, what: str, fix: str) -> None:
         )
 
 
-#: A tracker holds one iteration number; a larger file is not read (nor echoed).
-TRACKER_MAX_BYTES = 4096
-
-
 def read_baseline(tracker: Path) -> int:
     """The tracker's iteration at start: absent → 0; empty, invalid or unreadable → ConfigError.
 
-    Only a small regular file is read: a FIFO would block the run forever, a device or a huge
-    file would fill memory, and a message quotes at most a short excerpt of what it holds.
+    Read by the core's one reader (evidence/tracker.py): only a small regular file, so a FIFO
+    cannot block the run, a device or a huge file cannot fill memory, and a message quotes at
+    most a short excerpt of what it holds.
     """
-    if not tracker.exists() and not tracker.is_symlink():
-        return 0
     # imported here: the evidence package is not needed to resolve settings otherwise
-    from pytest_nvrx.evidence.refs import FileTooLarge, excerpt, file_refusal, read_capped
+    from pytest_nvrx.evidence.refs import excerpt
+    from pytest_nvrx.evidence.tracker import read_tracker
 
-    why = file_refusal(tracker)
-    if why is not None:
-        raise ConfigError(f"checkpoint tracker {tracker} is unreadable (it {why})")
-    try:
-        text = read_capped(tracker, TRACKER_MAX_BYTES).decode("utf-8")
-    except FileTooLarge as exc:
-        raise ConfigError(
-            f"checkpoint tracker {tracker} is unreadable (it is {exc.size} bytes; a tracker holds"
-            " one iteration number)"
-        ) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"checkpoint tracker {tracker} is unreadable: {exc}") from None
-    stripped = text.strip()
-    if not stripped:
+    read = read_tracker(tracker, tracker.parent)
+    if not read.exists:
+        return 0
+    if read.iteration is not None:
+        return read.iteration
+    if read.refused:
+        raise ConfigError(f"checkpoint tracker {tracker} is unreadable (it {read.error})")
+    if read.text is None:  # an OSError, or not UTF-8 text
+        raise ConfigError(f"checkpoint tracker {tracker} is unreadable: {read.error}")
+    if not read.text:
         raise ConfigError(
             f"checkpoint tracker {tracker} is empty; only an absent tracker starts at iteration 0"
         )
-    if not re.fullmatch(r"[0-9]+", stripped):
-        raise ConfigError(
-            f"checkpoint tracker {tracker} does not hold an integer: {excerpt(stripped)}"
-        )
-    return int(stripped)
+    shown = excerpt(read.text)
+    raise ConfigError(f"checkpoint tracker {tracker} does not hold an integer: {shown}")

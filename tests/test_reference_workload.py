@@ -838,3 +838,15 @@ def test_process_writer_under_ft_launcher_recovers_and_leaves_no_worker(
         ]
         assert stopped and exited and stopped[-1] < exited[-1], (rank, stopped, exited)
     assert tracker(layout.run_dir / "checkpoints") == "12"
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [(b"release", "holds 'release', not an iteration number"), (b"\xff\xfe", "not UTF-8 text")],
+)
+def test_tracker_without_an_iteration_is_a_load_error(
+    tmp_path: Path, content: bytes, message: str
+) -> None:
+    (tmp_path / TRACKER_NAME).write_bytes(content)
+    with pytest.raises(ref.LoadError, match=re.escape(message)):
+        ref.read_tracker(tmp_path)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -589,3 +590,32 @@ def test_a_phase_given_twice_is_a_usage_error() -> None:
         "detection": 1.0,
         "gpu_reclaim": 2.0,
     }
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b"release", "does not hold an integer: 'release'"),
+        (b"\xff\xfe", "unreadable: not UTF-8 text"),
+        (b"7" * 5000, "is unreadable (it is 5000 bytes, over the 4096-byte cap"),
+    ],
+)
+def test_baseline_goes_through_the_core_tracker_reader(
+    tmp_path: Path, content: bytes, message: str
+) -> None:
+    """read_baseline words the one reader's Tracker (evidence/tracker.py): a release tracker
+    names no iteration to start from."""
+    tracker = tmp_path / "latest_checkpointed_iteration.txt"
+    tracker.write_bytes(content)
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        read_baseline(tracker)
+
+
+def test_a_baseline_tracker_linking_out_of_its_directory_is_refused(tmp_path: Path) -> None:
+    elsewhere = tmp_path / "elsewhere.txt"
+    elsewhere.write_text("10\n")
+    (tmp_path / "ckpt").mkdir()
+    tracker = tmp_path / "ckpt" / "latest_checkpointed_iteration.txt"
+    tracker.symlink_to(elsewhere)
+    with pytest.raises(ConfigError, match="is a symlink leaving ckpt/"):
+        read_baseline(tracker)

@@ -5,6 +5,10 @@ is finalized; after a finished run it holds the last completed checkpoint. ``rel
 release checkpoint. An empty tracker can be a write cut short; any other text (``twenty``,
 ``-20``) is none that Megatron or the reference workload writes (:attr:`Tracker.junk`: the run
 cannot be judged, criteria/consistency.py).
+
+:func:`read_tracker` is the one reader of the core: the evidence of a run, the baseline of a
+user's checkpoint directory (run_dir.py) and the reference workload's restore all go through it
+and word its :class:`Tracker` for their readers. The stdlib-only injector keeps its own copy.
 """
 
 from __future__ import annotations
@@ -37,6 +41,8 @@ class Tracker:
     refused: bool = False
     # read, and holds text that is neither an iteration (a non-negative integer) nor "release"
     junk: bool = False
+    # what it holds, stripped (None when it was not read or is not UTF-8 text)
+    text: str | None = None
 
 
 def _refused(file: str, why: str) -> Tracker:
@@ -59,11 +65,17 @@ def read_tracker(path: Path, run_dir: Path) -> Tracker:
         return _refused(file, f"is {exc.size} bytes, over the {exc.limit}-byte cap of a tracker")
     except OSError as exc:
         return Tracker(file, exists=True, error=str(exc), ref=EvidenceRef(file, None, str(exc)))
-    text = raw.decode("utf-8", "replace").strip()
+    try:
+        text = raw.decode("utf-8").strip()
+    except UnicodeDecodeError as exc:
+        shown = raw.decode("utf-8", "replace").strip()
+        what = f"not UTF-8 text ({exc.reason} at byte {exc.start})"
+        ref = EvidenceRef(file, 1, quote(shown.splitlines()[0] if shown else ""))
+        return Tracker(file, exists=True, error=what, ref=ref, junk=True)
     ref = EvidenceRef(file, 1, quote(text.splitlines()[0] if text else ""))
     if text == "release":
-        return Tracker(file, exists=True, release=True, ref=ref)
+        return Tracker(file, exists=True, release=True, ref=ref, text=text)
     if text.isascii() and text.isdigit():  # not str.isdigit alone: it accepts '²', int() not
-        return Tracker(file, exists=True, iteration=int(text), ref=ref)
+        return Tracker(file, exists=True, iteration=int(text), ref=ref, text=text)
     what = "empty" if not text else f"not an iteration: {excerpt(text)}"
-    return Tracker(file, exists=True, error=what, ref=ref, junk=bool(text))
+    return Tracker(file, exists=True, error=what, ref=ref, junk=bool(text), text=text)

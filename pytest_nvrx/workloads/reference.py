@@ -60,6 +60,7 @@ from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
 from torch.distributed.checkpoint.state_dict_saver import AsyncCheckpointerType
 from torch.distributed.checkpoint.state_dict_saver import async_save as dcp_async_save
 
+from pytest_nvrx.evidence.tracker import read_tracker as read_core_tracker
 from pytest_nvrx.layout import TRACKER_NAME, iteration_dir_name
 
 LOG_PREFIX = "[ref]"
@@ -514,22 +515,22 @@ class Trainer:
 
 
 def read_tracker(checkpoint_dir: Path) -> int | None:
-    """The last finalized iteration; None when there is no tracker. Empty/invalid: LoadError."""
+    """The last finalized iteration; None when there is no tracker. Empty/invalid: LoadError.
+
+    Read by the core's one reader (evidence/tracker.py); a release tracker is no iteration.
+    """
     tracker = checkpoint_dir / TRACKER_NAME
-    try:
-        text = tracker.read_text()
-    except FileNotFoundError:
+    read = read_core_tracker(tracker, checkpoint_dir)
+    if not read.exists:
         return None
-    except (OSError, UnicodeDecodeError) as exc:
-        # every rank must reach the agreement all-reduce: no error may escape as another type
-        raise LoadError(f"cannot read {tracker}: {exc}") from exc
-    try:
-        iteration = int(text.strip())
-    except ValueError:
-        raise LoadError(f"{tracker} holds {text!r}, not an iteration number") from None
-    if iteration < 0:
-        raise LoadError(f"{tracker} holds a negative iteration {iteration}")
-    return iteration
+    if read.iteration is not None:
+        return read.iteration
+    # every rank must reach the agreement all-reduce: no error may escape as another type
+    if read.refused or read.text is None:
+        raise LoadError(f"cannot read {tracker}: {read.error}")
+    if read.text.startswith("-") and read.text[1:].isascii() and read.text[1:].isdigit():
+        raise LoadError(f"{tracker} holds a negative iteration {read.text}")
+    raise LoadError(f"{tracker} holds {read.text!r}, not an iteration number")
 
 
 def agreed_tracker(checkpoint_dir: Path) -> int | None:
