@@ -55,7 +55,7 @@ RESULT_SCHEMA = 1
 TIMED: tuple[tuple[str, str, str], ...] = (
     ("stack_probe", "pytest_nvrx.stack", "detect_stack"),
     ("plan", "pytest_nvrx.planning", "plan_run"),
-    ("prepare_run_dir", "pytest_nvrx.recipe", "prepare_run_dir"),
+    ("prepare_run_dir", "pytest_nvrx.run_dir", "prepare_run_dir"),
     ("launch_start", "pytest_nvrx.launch", "Launch.start"),
     ("launch_wait", "pytest_nvrx.launch", "Launch.wait"),
     ("launch_stop", "pytest_nvrx.launch", "Launch.stop"),

@@ -44,12 +44,11 @@ from pytest_nvrx.process_tree import tagged as tagged
 from pytest_nvrx.recipe import MULTI_LAUNCHERS_VAR as MULTI_LAUNCHERS_VAR  # re-exported
 from pytest_nvrx.recipe import (
     Recipe,
-    give_back_run_dir,
-    make_run_tmpdir,
     manifest,
     utc_now,
     write_json_atomic,
 )
+from pytest_nvrx.run_dir import give_back_run_dir, make_run_tmpdir
 from pytest_nvrx.settings import ConfigError
 from pytest_nvrx.slurm_launch import IS_HOST_PLACEHOLDER as IS_HOST_PLACEHOLDER  # re-exported
 from pytest_nvrx.slurm_launch import NODE_SHIM as NODE_SHIM
@@ -393,7 +392,7 @@ class Launch:
         self.console = self.layout.logs / (
             CONSOLE_LOG_NAME if self.node_index is None else node_console_log_name(self.node_index)
         )
-        #: the launcher's TMPDIR, made fresh by start() (recipe.make_run_tmpdir)
+        #: the launcher's TMPDIR, made fresh by start() (run_dir.make_run_tmpdir)
         self.tmpdir: Path | None = None
         #: how the launch ended, once result.json is written
         self.result: RunResult | None = None

@@ -193,7 +193,7 @@ class RunLayout:
         ~40 bytes (``_ft_launcher<pid>_rmon<rank>.socket``) to TMPDIR. With a long work dir the
         launcher cannot bind its sockets and stalls (seen with pytest's tmp paths). This name
         is only the recipe's stand-in (what a dry run prints): each launch makes a fresh one
-        with ``mkdtemp`` (``recipe.make_run_tmpdir``), never reusing a guessable path.
+        with ``mkdtemp`` (``run_dir.make_run_tmpdir``), never reusing a guessable path.
         """
         return TMP_ROOT / f"nvrx-{zlib.crc32(str(self.run_dir).encode()):08x}"
 

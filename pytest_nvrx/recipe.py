@@ -1,22 +1,18 @@
-"""The GPT recovery recipe: ft_launcher argv, workload argv, run directory and manifest.
+"""The GPT recovery recipe: ft_launcher argv, workload argv, environment and manifest.
 
-What the walkthrough's ``run_megatron_gpt.sh`` does, as data. The only I/O here is claiming the
-run directory, creating its artifact directories and a launch's TMPDIR, and writing ``run.json``;
-launching is :mod:`pytest_nvrx.launch`.
+What the walkthrough's ``run_megatron_gpt.sh`` does, as data. The only I/O here is writing
+``run.json``; the run directory (its checks, claim and creation, a launch's TMPDIR) is
+:mod:`pytest_nvrx.run_dir`, launching is :mod:`pytest_nvrx.launch`.
 """
 
 from __future__ import annotations
 
-import contextlib
 import datetime as _dt
 import enum
 import json
 import os
-import re
 import shlex
 import socket
-import stat
-import tempfile
 import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -24,21 +20,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pytest_nvrx import __version__
-from pytest_nvrx.layout import (
-    MANIFEST_SCHEMA,
-    RESULT_NAME,
-    TMP_ROOT,
-    RunLayout,
-    node_file_name,
-)
-from pytest_nvrx.outputs import is_disk_full, reserve_of, reserve_space, write_atomic
+from pytest_nvrx.layout import MANIFEST_SCHEMA, RunLayout
+from pytest_nvrx.outputs import write_atomic
 from pytest_nvrx.settings import (
     REFERENCE_ASYNC_WRITER_FLAG,
-    ConfigError,
     RunConfig,
     check_port,
     format_seconds,
-    validate,
 )
 
 if TYPE_CHECKING:
@@ -376,212 +364,6 @@ def build_recipe(
         profile=profile,
         profile_flags=tuple(profile_flags),
     )
-
-
-def _holds_anything(path: Path, *, folder: bool) -> bool:
-    """Anything at ``path`` (a file, a link, a FIFO, ...); where a ``folder`` is expected, an
-    empty directory does not count (a dry run leaves those).
-
-    Never follows a link, never opens what is there; a path that cannot be read is a
-    ConfigError (not a traceback), like every other file-system error before the launch.
-    """
-    try:
-        st = os.lstat(path)
-        if not (folder and stat.S_ISDIR(st.st_mode)):
-            return True
-        with os.scandir(path) as entries:
-            return next(entries, None) is not None
-    except FileNotFoundError:
-        return False
-    except OSError as exc:
-        raise ConfigError(
-            f"cannot read {path}: {exc.strerror or exc}; use a new run ID or a work dir you own"
-        ) from None
-
-
-def check_fresh_run_dir(layout: RunLayout) -> None:
-    """Refuse a run directory that already holds another launch's artifacts.
-
-    A dry run leaves only empty directories behind, which a real launch may reuse; logs, cycle
-    records or a manifest mean the run ID was used before and its evidence would be mixed in.
-    """
-    used = [
-        path
-        for path, folder in (
-            (layout.manifest, False),
-            (layout.logs, True),
-            (layout.cycle_infos, True),
-        )
-        if _holds_anything(path, folder=folder)
-    ]
-    if used:
-        raise ConfigError(
-            f"run dir {layout.run_dir} was used before ({', '.join(p.name for p in used)}); "
-            "use a new run ID"
-        )
-
-
-#: Largest claim file read back to name its holder.
-_CLAIM_READ_MAX = 4096
-
-
-def claim_file(layout: RunLayout, *, nnodes: int, host: str, node_index: int | None = None) -> Path:
-    """``run.claim``; on several nodes, which share the run dir, one per node: by its index
-    when the nodes are numbered by hand (several may share a host), else by host name."""
-    if nnodes == 1:
-        return layout.run_dir / "run.claim"
-    if node_index is not None:
-        return layout.run_dir / node_file_name("run.claim", node_index)
-    return layout.run_dir / f"run.{host}.claim"
-
-
-def _claim_holder(path: Path) -> str:
-    """Who holds a claim, from its file (read bounded, never through a link or a FIFO)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
-        return "another run"
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return "another run"
-        data = json.loads(os.read(fd, _CLAIM_READ_MAX))
-        pid, host, since = data["pid"], data["host"], data["time"]
-        if not (isinstance(pid, int) and isinstance(host, str) and isinstance(since, str)):
-            return "another run"
-        return f"pid {pid} on host {host[:64]} since {since[:40]}"
-    except (OSError, ValueError, KeyError, TypeError):
-        return "another run"  # e.g. being written right now
-    finally:
-        os.close(fd)
-
-
-def check_unclaimed_run_dir(
-    layout: RunLayout, *, nnodes: int, host: str | None = None, node_index: int | None = None
-) -> None:
-    """What :func:`claim_run_dir` would refuse, read-only (a dry run: it claims nothing)."""
-    host = socket.gethostname() if host is None else host
-    path = claim_file(layout, nnodes=nnodes, host=host, node_index=node_index)
-    if os.path.lexists(path):
-        raise ConfigError(
-            f"run dir {layout.run_dir} is already claimed by {_claim_holder(path)} "
-            f"({path.name}): one run dir holds one run; use a new run ID"
-        )
-
-
-def claim_run_dir(
-    layout: RunLayout, *, nnodes: int, host: str | None = None, node_index: int | None = None
-) -> Path:
-    """Claim the run dir for one launch, atomically, before anything else is written in it.
-
-    The claim file is created with ``O_EXCL`` (never through a planted link), so of two starts
-    of one run ID exactly one wins; the other is refused before it writes anything. The claim
-    stays: one run dir holds one run. Returns the claim file.
-    """
-    host = socket.gethostname() if host is None else host
-    path = claim_file(layout, nnodes=nnodes, host=host, node_index=node_index)
-    try:
-        layout.run_dir.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
-    except FileExistsError:
-        raise ConfigError(
-            f"run dir {layout.run_dir} is already claimed by {_claim_holder(path)} "
-            f"({path.name}): one run dir holds one run; use a new run ID"
-        ) from None
-    except OSError as exc:
-        raise ConfigError(
-            f"cannot claim run dir {layout.run_dir}: {exc.strerror or exc}; "
-            "choose a work dir you can write to"
-        ) from None
-    record = {"pid": os.getpid(), "host": host, "time": utc_now(), "tool": __version__}
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write((json.dumps(record) + "\n").encode("utf-8"))
-            fh.flush()
-            os.fsync(fh.fileno())
-    except BaseException as exc:
-        # a claim we could not write (a full disk, a quota) claims nothing: left behind empty it
-        # would refuse this run ID forever as "claimed by another run"
-        release_claim(path)
-        if isinstance(exc, OSError):
-            raise ConfigError(
-                f"cannot claim run dir {layout.run_dir}: {exc.strerror or exc}; "
-                "free space there or choose another work dir"
-            ) from None
-        raise
-    return path
-
-
-def release_claim(path: Path) -> None:
-    """Give back a claim this process made for a launch that never started."""
-    with contextlib.suppress(OSError):
-        path.unlink()
-
-
-def give_back_run_dir(
-    layout: RunLayout, *, nnodes: int, node_index: int | None = None, host: str | None = None
-) -> None:
-    """A launch that never started (its run.json unwritten): give back the run dir's claim and
-    the space kept for result.json, so that nothing blocks the run ID and nothing stray is left
-    (issue #22: a full disk at run.json left ``run.claim`` behind, refusing the ID forever)."""
-    host = socket.gethostname() if host is None else host
-    release_claim(claim_file(layout, nnodes=nnodes, host=host, node_index=node_index))
-    result = layout.run_dir / (
-        node_file_name(RESULT_NAME, node_index) if node_index else RESULT_NAME
-    )
-    with contextlib.suppress(OSError):
-        reserve_of(result).unlink()
-
-
-def make_run_tmpdir(run_id: str) -> Path:
-    """A fresh TMPDIR for one launch of ft_launcher (its Unix sockets, torchelastic's files).
-
-    ``mkdtemp``: a new random name made with mode 0700 by ``mkdir``, which fails on any existing
-    path, so nothing planted at a guessable name (a link to another user's directory) is reused
-    or followed, and two launches never share one. Short on purpose: ft_launcher appends ~40
-    bytes (``_ft_launcher<pid>_rmon<rank>.socket``) and a socket path must fit in 108; with a
-    long TMPDIR the launcher cannot bind its sockets and stalls. ``/tmp/nvrx-<run id, 16
-    characters at most>-<8 random>`` is at most 35 bytes.
-    """
-    label = re.sub(r"[^A-Za-z0-9_-]", "", run_id)[:16]
-    return Path(tempfile.mkdtemp(prefix=f"nvrx-{label}-", dir=TMP_ROOT))
-
-
-def prepare_run_dir(config: RunConfig, *, claim: bool = True) -> RunLayout:
-    """Validate everything, claim the run dir, then create the artifact directories (as the
-    walkthrough does). ``claim=False`` for a dry run: it launches nothing, so the run of that
-    ID may still follow it."""
-    validate(config)
-    layout = config.layout
-    if config.nnodes == 1:
-        # On several nodes every node's launch prepares the same shared run dir; the first one
-        # may already have written there, so only the walkthrough's marker check applies.
-        check_fresh_run_dir(layout)
-    claimed = (
-        claim_run_dir(layout, nnodes=config.nnodes, node_index=config.node_index) if claim else None
-    )
-    try:
-        for d in (layout.logs, layout.cycle_infos, layout.checkpoint_dir):
-            d.mkdir(parents=True, exist_ok=True)
-        if claimed is not None:
-            # room for result.json at the end, however full the run leaves the disk
-            result = layout.run_dir / (
-                node_file_name(RESULT_NAME, config.node_index) if config.node_index else RESULT_NAME
-            )
-            reserve_space(result, RESULT_RESERVE)
-    except OSError as exc:
-        if claimed is not None:
-            release_claim(claimed)  # nothing was launched: the run ID may be tried again
-        if is_disk_full(exc):
-            raise ConfigError(
-                f"no space left for run dir {layout.run_dir}: {exc.strerror}; "
-                "free space there or choose another work dir"
-            ) from None
-        raise
-    return layout
-
-
-#: Bytes kept free for result.json (a few hundred bytes, one filesystem block or page).
-RESULT_RESERVE = 16384
 
 
 def utc_now() -> str:

@@ -28,11 +28,12 @@ from pytest_nvrx.gpu_slots import gpu_locks, visible_gpus
 from pytest_nvrx.launch import Launch, Progress, RunResult, RunTimeout, tail_text
 from pytest_nvrx.layout import CONSOLE_LOG_NAME, RunLayout
 from pytest_nvrx.planning import Plan, plan_run
-from pytest_nvrx.recipe import (
+from pytest_nvrx.run_dir import (
     check_fresh_run_dir,
     check_unclaimed_run_dir,
     give_back_run_dir,
     prepare_run_dir,
+    validate_run,
 )
 from pytest_nvrx.scenarios import DEFAULTS, RUN_TIMEOUTS, Scenario
 from pytest_nvrx.settings import (
@@ -42,7 +43,6 @@ from pytest_nvrx.settings import (
     default_launcher,
     resolve,
     shared_run_id,
-    validate,
 )
 
 if TYPE_CHECKING:
@@ -404,7 +404,7 @@ def plan_launch(config: RunConfig, *, dry_run: bool = False, port: int | None = 
     The checkpoint dir is claimed too (one run at a time, :mod:`pytest_nvrx.checkpoint_claim`):
     checked before the run dir is made, so a refused run writes nothing, and claimed after it;
     a plan that fails afterwards gives the claim back, :func:`launch_run` at the launch's end."""
-    validate(config)
+    validate_run(config)
     layout = config.layout
     check_checkpoint_dir(layout.checkpoint_dir, run_id=config.run_id, run_dir=layout.run_dir)
     if dry_run:

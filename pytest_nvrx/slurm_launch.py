@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from pytest_nvrx.layout import node_console_log_name
-from pytest_nvrx.recipe import MULTI_LAUNCHERS_VAR, Recipe, check_fresh_run_dir, rdzv_host_option
+from pytest_nvrx.recipe import MULTI_LAUNCHERS_VAR, Recipe, rdzv_host_option
+from pytest_nvrx.run_dir import check_fresh_run_dir
 from pytest_nvrx.settings import DEFAULT_RDZV_ENDPOINT, ConfigError
 
 #: In a node's launcher argv: replaced on each node by ``true`` on the rendezvous host (the

@@ -9,7 +9,7 @@ Three cases, 2 ranks over gloo, 40 iterations, a save every 10:
   timeout (10 s, checked every 1 s) must find it.
 
 Each run goes through the pipeline users run (``python -m pytest_nvrx run --workload
-reference``): a :class:`~pytest_nvrx.settings.RunConfig`, ``recipe.prepare_run_dir``,
+reference``): a :class:`~pytest_nvrx.settings.RunConfig`, ``run_dir.prepare_run_dir``,
 ``planning.plan_run`` with the ft_launcher beside this interpreter, and ``launch.Launch``, which
 writes run.json and result.json and stops the whole process tree; the script then checks that
 nothing of the run is left. So the baseline, too, runs under the injector (with
@@ -48,7 +48,7 @@ from pytest_nvrx.layout import (  # noqa: E402
     RunLayout,
 )
 from pytest_nvrx.planning import plan_run  # noqa: E402
-from pytest_nvrx.recipe import prepare_run_dir  # noqa: E402
+from pytest_nvrx.run_dir import prepare_run_dir  # noqa: E402
 from pytest_nvrx.settings import ConfigError, RunConfig, SectionTimeouts  # noqa: E402
 
 # What absolute paths in the recorded files are rewritten to (like /work/shared/gpu-evidence).

@@ -38,7 +38,7 @@ from pytest_nvrx.evidence.workload import IterationCommitted, LoadCompleted
 from pytest_nvrx.launch import Launch, RunTimeout, tagged
 from pytest_nvrx.layout import RESULT_NAME
 from pytest_nvrx.planning import plan_run
-from pytest_nvrx.recipe import prepare_run_dir
+from pytest_nvrx.run_dir import prepare_run_dir
 from pytest_nvrx.settings import ConfigError, RunConfig, SectionTimeouts
 
 TRAIN_ITERS = 12

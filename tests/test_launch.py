@@ -27,7 +27,8 @@ from pytest_nvrx.launch import (
     read_progress,
 )
 from pytest_nvrx.layout import TMP_ROOT, RunLayout
-from pytest_nvrx.recipe import Recipe, prepare_run_dir
+from pytest_nvrx.recipe import Recipe
+from pytest_nvrx.run_dir import prepare_run_dir
 from pytest_nvrx.settings import RunConfig
 
 SPAWNER = Path(__file__).parent / "helpers" / "tree_spawner.py"

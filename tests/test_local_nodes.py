@@ -24,15 +24,15 @@ from pytest_nvrx.recipe import (
     INFRA_RANK_VAR,
     MULTI_LAUNCHERS_VAR,
     build_recipe,
-    claim_file,
     endpoint_host,
     is_this_host,
     node_env,
     node_options,
-    prepare_run_dir,
     rdzv_host_option,
 )
-from pytest_nvrx.settings import ConfigError, RunConfig, resolve, validate
+from pytest_nvrx.run_dir import claim_file, prepare_run_dir
+from pytest_nvrx.run_dir import validate_run as validate
+from pytest_nvrx.settings import ConfigError, RunConfig, resolve
 from tests.processes import kill_marked, marked_env, new_mark
 
 # --------------------------------------------------------------------------------------------

@@ -29,8 +29,9 @@ import pytest
 from pytest_nvrx import recipe as recipes
 from pytest_nvrx.launch import Launch
 from pytest_nvrx.outputs import reserve_of, write_atomic
-from pytest_nvrx.recipe import Recipe, prepare_run_dir
+from pytest_nvrx.recipe import Recipe
 from pytest_nvrx.report import report_main
+from pytest_nvrx.run_dir import prepare_run_dir
 from pytest_nvrx.settings import ConfigError, RunConfig
 from pytest_nvrx.verify import verify_main
 

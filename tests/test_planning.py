@@ -14,7 +14,8 @@ import pytest
 import pytest_nvrx.planning
 from pytest_nvrx.launch import Launch
 from pytest_nvrx.planning import Plan, plan_run
-from pytest_nvrx.recipe import EnvOrigin, manifest, prepare_run_dir
+from pytest_nvrx.recipe import EnvOrigin, manifest
+from pytest_nvrx.run_dir import prepare_run_dir
 from pytest_nvrx.settings import ConfigError, RunConfig
 
 ARGUMENTS = """

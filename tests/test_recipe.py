@@ -19,9 +19,9 @@ from pytest_nvrx.recipe import (
     EnvOrigin,
     WorkerEnvVar,
     build_recipe,
-    check_fresh_run_dir,
     manifest,
 )
+from pytest_nvrx.run_dir import check_fresh_run_dir
 from pytest_nvrx.settings import ConfigError, RunConfig
 from tests.conftest import snapshot
 

@@ -774,7 +774,7 @@ def test_process_writer_under_ft_launcher_recovers_and_leaves_no_worker(
     from pytest_nvrx.criteria import judge_run_dir
     from pytest_nvrx.launch import Launch, tagged
     from pytest_nvrx.planning import plan_run
-    from pytest_nvrx.recipe import prepare_run_dir
+    from pytest_nvrx.run_dir import prepare_run_dir
     from pytest_nvrx.settings import ConfigError, RunConfig, SectionTimeouts
 
     config = RunConfig(

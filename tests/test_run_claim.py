@@ -21,9 +21,10 @@ from pathlib import Path
 import pytest
 
 from pytest_nvrx import cli
-from pytest_nvrx import recipe as recipes
+from pytest_nvrx import run_dir as recipes
 from pytest_nvrx.launch import Launch
-from pytest_nvrx.recipe import Recipe, prepare_run_dir
+from pytest_nvrx.recipe import Recipe
+from pytest_nvrx.run_dir import prepare_run_dir
 from pytest_nvrx.settings import ConfigError, RunConfig
 from tests.processes import kill_marked, marked_env, new_mark, wait_none_marked
 

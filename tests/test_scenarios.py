@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from pytest_nvrx.layout import FAULT_WINDOWS, INJECTED_FAULTS, window_allowed
+from pytest_nvrx.run_dir import validate_run as validate
 from pytest_nvrx.scenario_run import scenario_config
 from pytest_nvrx.scenarios import (
     ALL_SCENARIOS,
@@ -23,7 +24,6 @@ from pytest_nvrx.settings import (
     NvrxSettings,
     parse_matrix,
     parse_windows,
-    validate,
 )
 
 DEFAULT_IDS = [

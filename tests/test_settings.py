@@ -10,7 +10,9 @@ from typing import Any
 
 import pytest
 
-from pytest_nvrx.recipe import prepare_run_dir
+from pytest_nvrx.evidence.tracker import read_tracker
+from pytest_nvrx.run_dir import file_system_at, prepare_run_dir, read_baseline
+from pytest_nvrx.run_dir import validate_run as validate
 from pytest_nvrx.settings import (
     INT64_MAX,
     ConfigError,
@@ -20,15 +22,12 @@ from pytest_nvrx.settings import (
     check_port,
     check_rdzv_endpoint,
     dry_run_requested,
-    file_system_at,
     parse_bool,
     parse_port,
     parse_seconds,
     parse_value,
     quote,
-    read_baseline,
     resolve,
-    validate,
 )
 from tests.conftest import snapshot
 
@@ -611,11 +610,12 @@ def test_baseline_goes_through_the_core_tracker_reader(
         read_baseline(tracker)
 
 
-def test_a_baseline_tracker_linking_out_of_its_directory_is_refused(tmp_path: Path) -> None:
+def test_a_baseline_tracker_may_link_out_of_its_directory(tmp_path: Path) -> None:
+    """A user's checkpoint directory is theirs to lay out (a run's evidence is confined)."""
     elsewhere = tmp_path / "elsewhere.txt"
     elsewhere.write_text("10\n")
     (tmp_path / "ckpt").mkdir()
     tracker = tmp_path / "ckpt" / "latest_checkpointed_iteration.txt"
     tracker.symlink_to(elsewhere)
-    with pytest.raises(ConfigError, match="is a symlink leaving ckpt/"):
-        read_baseline(tracker)
+    assert read_baseline(tracker) == 10
+    assert read_tracker(tracker, tmp_path).refused  # as a run's evidence: refused

@@ -51,16 +51,19 @@ def _refused(file: str, why: str) -> Tracker:
     )
 
 
-def read_tracker(path: Path, run_dir: Path) -> Tracker:
-    """The tracker; only a small regular file in the checkpoint directory is read."""
+def read_tracker(path: Path, run_dir: Path, *, confined: bool = True) -> Tracker:
+    """The tracker; only a small regular file is read, and, ``confined`` (a run's evidence),
+    only one in the checkpoint directory: a symlink leaving it is refused. A user's own
+    checkpoint directory (its baseline) may link its tracker anywhere."""
     file = display_path(path, run_dir)
     if not path.exists() and not path.is_symlink():
         return Tracker(file, exists=False, ref=EvidenceRef(file, None, "(absent)"))
-    why = file_refusal(path, path.parent)
+    root = path.parent if confined else None
+    why = file_refusal(path, root)
     if why is not None:
         return _refused(file, why)
     try:
-        raw = read_capped(path, _MAX_BYTES, path.parent, shown=file)
+        raw = read_capped(path, _MAX_BYTES, root, shown=file)
     except FileTooLarge as exc:
         return _refused(file, f"is {exc.size} bytes, over the {exc.limit}-byte cap of a tracker")
     except OSError as exc:

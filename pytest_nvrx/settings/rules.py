@@ -1,0 +1,271 @@
+"""The walkthrough's rules between a run's settings: pure, no file system (the run directory's
+checks are :func:`pytest_nvrx.run_dir.check_run_paths`)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from pytest_nvrx.layout import window_allowed, windows_of
+from pytest_nvrx.settings.record import (
+    DEFAULT_RDZV_ENDPOINT,
+    FAULT_KINDS,
+    FAULT_WINDOW_KINDS,
+    LAUNCHER_KINDS,
+    REFERENCE_ASYNC_WRITER_FLAG,
+    REFERENCE_NO_FT_FLAG,
+    SECTION_NAMES,
+    WORKLOAD_KINDS,
+    RunConfig,
+)
+from pytest_nvrx.settings.values import INT64_MAX, MAX_SECONDS, ConfigError, quote
+
+#: The walkthrough model: four layers, eight attention heads.
+MODEL_LAYERS = 4
+MODEL_HEADS = 8
+RUN_ID_PATTERN = re.compile(r"^[A-Za-z0-9_-]+$")
+#: The run ID names the run's directory: one path component.
+RUN_ID_MAX = 255
+
+
+#: Workload arguments the recipe sets itself, with the option that sets each. An extra argument
+#: may not override one: the injector watches the recipe's tracker and the criteria judge the
+#: recipe's values, so ``-- --save=/elsewhere`` would make a run that injects nothing.
+RECIPE_OWNED_ARGS: dict[str, tuple[str, str]] = {
+    "--save": ("--save", "--checkpoint-dir (NVRX_CHECKPOINT_DIR)"),
+    "--load": ("--load", "--checkpoint-dir (NVRX_CHECKPOINT_DIR)"),
+    "--save-interval": ("--save-interval", "--save-interval (SAVE_INTERVAL)"),
+    # Megatron's alias of --save-interval
+    "--persistent-save-interval": ("--save-interval", "--save-interval (SAVE_INTERVAL)"),
+    "--train-iters": ("--train-iters", "--train-iters (TRAIN_ITERS)"),
+    "--tensor-model-parallel-size": ("--tensor-model-parallel-size", "--tp (TP)"),
+    # Megatron's deprecated spelling, still copied into the tensor-parallel size
+    "--model-parallel-size": ("--tensor-model-parallel-size", "--tp (TP)"),
+    "--pipeline-model-parallel-size": ("--pipeline-model-parallel-size", "--pp (PP)"),
+}
+
+
+def validate(config: RunConfig) -> None:
+    """Check every rule of the walkthrough between the settings; raise ConfigError with a fix-it
+    message.
+
+    Pure: reads no file system. A real run also needs :func:`pytest_nvrx.run_dir.check_run_paths`
+    (the checkout, the directories, the marker, the tracker) right after this;
+    :func:`pytest_nvrx.run_dir.validate_run` runs both, in that order.
+    """
+    for name in ("nnodes", "gpus_per_node", "tp", "pp", "train_iters", "save_interval"):
+        value = getattr(config, name)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ConfigError(f"{name} must be a positive integer, got {quote(repr(value))}")
+        if value > INT64_MAX:
+            raise ConfigError(f"{name} must be at most {INT64_MAX} (64 bits)")
+    for name in ("max_restarts", "fault_rank"):
+        value = getattr(config, name)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise ConfigError(f"{name} must be >= 0, got {quote(repr(value))}")
+        if value > INT64_MAX:
+            raise ConfigError(f"{name} must be at most {INT64_MAX} (64 bits)")
+    if config.fault not in FAULT_KINDS:
+        raise ConfigError(
+            f"fault must be one of {', '.join(FAULT_KINDS)}, got {quote(repr(config.fault))}"
+        )
+    if config.workload not in WORKLOAD_KINDS:
+        raise ConfigError(
+            f"workload must be one of {', '.join(WORKLOAD_KINDS)}, "
+            f"got {quote(repr(config.workload))}"
+        )
+    check_window(config.fault, config.window)
+    if config.launcher not in LAUNCHER_KINDS:
+        raise ConfigError(
+            f"launcher must be one of {', '.join(LAUNCHER_KINDS)}, "
+            f"got {quote(repr(config.launcher))}"
+        )
+    check_node_index(config)
+    seconds = {
+        "out-of-section timeout": config.out_of_section_timeout,
+        "workload check interval": config.workload_check_interval,
+        **{f"section timeout {n!r}": getattr(config.section_timeouts, n) for n in SECTION_NAMES},
+    }
+    for what, value in seconds.items():
+        if value is not None and not (0 < value <= MAX_SECONDS):  # also refuses nan
+            raise ConfigError(
+                f"{what} must be a positive number of seconds (at most {MAX_SECONDS}), "
+                f"got {value!r}"
+            )
+
+    world = config.world_size
+    if world > INT64_MAX:
+        raise ConfigError(
+            f"world size (nnodes {config.nnodes} x gpus per node {config.gpus_per_node}) is "
+            f"beyond 64 bits; give the real number of nodes and processes per node"
+        )
+    if world % (config.tp * config.pp) != 0:
+        raise ConfigError(
+            f"world size {world} (nnodes {config.nnodes} x gpus per node "
+            f"{config.gpus_per_node}) must be divisible by TP x PP = {config.tp * config.pp}"
+        )
+    if MODEL_LAYERS % config.pp != 0:
+        raise ConfigError(f"PP={config.pp} must divide the model's {MODEL_LAYERS} layers")
+    if MODEL_HEADS % config.tp != 0:
+        raise ConfigError(f"TP={config.tp} must divide the model's {MODEL_HEADS} attention heads")
+    if config.fault != "none" and not 0 <= config.fault_rank < world:
+        hint = " (on one GPU set the fault rank to 0)" if world == 1 else ""
+        raise ConfigError(
+            f"fault rank {config.fault_rank} is not a rank of a world of size {world}{hint}"
+        )
+    if config.workload == "reference" and world < 2:
+        raise ConfigError(
+            "the CPU reference workload needs at least 2 ranks: set GPUS_PER_NODE=2 "
+            "(processes per node) or more"
+        )
+    if config.fault != "none" and config.save_interval >= config.train_iters:
+        raise ConfigError(
+            f"save interval {config.save_interval} >= train iterations {config.train_iters}: "
+            f"no checkpoint is saved before training ends, so the {config.fault} fault would "
+            "never be injected; use a save interval below the train iterations "
+            f"(e.g. --save-interval {max(1, config.train_iters // 2)}, SAVE_INTERVAL) or more "
+            "train iterations"
+        )
+    if (
+        config.workload == "reference"
+        and config.fault_window == "step"
+        and config.train_iters <= 2 * config.save_interval
+        and REFERENCE_NO_FT_FLAG not in config.extra_args
+    ):
+        # The reference finalizes save N (its tracker moves to N) only when it saves again, at
+        # N + interval or at the end: with no step after that, a step fault has no step to land
+        # in. (Without NVRx sections, --no-ft, the injector falls back to watching the tracker.)
+        raise ConfigError(
+            f"window step on the reference workload needs a training step after its tracker "
+            f"first moves, which happens at its second save: train iterations "
+            f"{config.train_iters} <= 2 x save interval {config.save_interval}; use more than "
+            f"{2 * config.save_interval} train iterations (--train-iters, TRAIN_ITERS), a smaller "
+            "save interval, or --window save/finalize"
+        )
+
+    if not config.work_dir.is_absolute():
+        raise ConfigError(f"work dir must be an absolute path, got {quote(str(config.work_dir))}")
+    if config.checkpoint_dir is not None and not config.checkpoint_dir.is_absolute():
+        raise ConfigError(
+            f"checkpoint dir must be an absolute path, got {quote(str(config.checkpoint_dir))}"
+        )
+    if not RUN_ID_PATTERN.fullmatch(config.run_id):
+        raise ConfigError(
+            f"run ID {quote(config.run_id)}: use only letters, digits, underscores or hyphens"
+        )
+    if len(config.run_id) > RUN_ID_MAX:
+        raise ConfigError(
+            f"run ID {quote(config.run_id)} names a directory: use at most {RUN_ID_MAX} "
+            f"characters, not {len(config.run_id)}"
+        )
+    if not (config.launcher == "slurm" and config.rdzv_endpoint == DEFAULT_RDZV_ENDPOINT):
+        # with slurm and no endpoint given, the launch chooses one in the allocation
+        check_rdzv_endpoint(config.rdzv_endpoint, config.nnodes)
+    check_extra_args(config.extra_args)
+    if config.workload == "reference" and config.fault == "ckpt-worker":
+        for arg in config.extra_args:
+            if arg.partition("=")[0] == REFERENCE_ASYNC_WRITER_FLAG:
+                raise ConfigError(
+                    f"extra argument {quote(arg)}: fault ckpt-worker kills the reference "
+                    f"workload's persistent checkpoint worker, so the recipe sets "
+                    f"{REFERENCE_ASYNC_WRITER_FLAG}=process itself; drop the argument"
+                )
+
+    if config.workload == "megatron" and config.megatron_path is None:
+        raise ConfigError(
+            "the megatron workload needs a Megatron-LM checkout: set MEGATRON_PATH or pass "
+            "--megatron-path (or use --workload reference on a machine without GPUs)"
+        )
+
+
+_HOST = re.compile(r"[A-Za-z0-9_.-]+|\[[0-9A-Fa-f:.]+\]")
+
+
+def check_node_index(config: RunConfig) -> None:
+    """A by-hand node's index: below NNODES, and only where each node is started by hand."""
+    index = config.node_index
+    if index is None:
+        return
+    if not isinstance(index, int) or isinstance(index, bool) or index < 0:
+        raise ConfigError(f"node index must be >= 0, got {quote(repr(index))}")
+    if index >= config.nnodes:
+        raise ConfigError(
+            f"node index {index} is not below NNODES {config.nnodes}: number the nodes "
+            f"0..{config.nnodes - 1} (node 0 hosts the rendezvous)"
+        )
+    if config.launcher == "slurm":
+        raise ConfigError(
+            "node index is for nodes started one by one (launcher local); the slurm launcher "
+            "starts and numbers every node itself: drop --node-index / NVRX_NODE_INDEX"
+        )
+
+
+def check_rdzv_endpoint(endpoint: str, nnodes: int) -> None:
+    """``host:port`` as torch's c10d rendezvous reads it; several nodes need a real port.
+
+    One node may keep torch's forms (empty, a host alone, port 0: any free port); every node of
+    a multinode run must reach the same explicit ``host:port``.
+    """
+    multinode = nnodes > 1
+    if multinode and endpoint in ("", DEFAULT_RDZV_ENDPOINT):
+        raise ConfigError(
+            "a multinode run needs a rendezvous endpoint reachable from all nodes: "
+            "set RDZV_ENDPOINT=host:port, or launch through Slurm (--launcher slurm, "
+            "NVRX_LAUNCHER=slurm), which chooses one"
+        )
+    if not multinode and endpoint == "":
+        return
+    host, sep, port = endpoint.rpartition(":")
+    if not sep and not multinode:
+        host, port = endpoint, "0"
+    if not (_HOST.fullmatch(host) and re.fullmatch(r"[0-9]{1,5}", port)):
+        raise ConfigError(
+            f"rendezvous endpoint {quote(endpoint)} is not host:port (a host name or IPv4 "
+            "address, or an IPv6 address in brackets: [addr]:port), e.g. RDZV_ENDPOINT="
+            "node001:29400"
+        )
+    lowest = 1 if multinode else 0
+    if not lowest <= int(port) <= 65535:
+        why = " for a multinode run (every node must find the same port)" if multinode else ""
+        raise ConfigError(
+            f"rendezvous endpoint {quote(endpoint)}: the port must be from {lowest} to 65535{why}"
+        )
+
+
+def check_window(fault: str, window: str | None) -> None:
+    """A window only on a fault run, a known one, and one the fault exists in."""
+    if window is None:
+        return
+    if window not in FAULT_WINDOW_KINDS:
+        raise ConfigError(
+            f"window must be one of {', '.join(FAULT_WINDOW_KINDS)}, got {quote(repr(window))}"
+        )
+    if fault == "none":
+        raise ConfigError(
+            f"window {window} given for fault none: a baseline injects nothing, so it has no "
+            "window; drop --window or choose a fault (--fault, NVRX_DEMO_FAULT)"
+        )
+    if not window_allowed(fault, window):
+        allowed = windows_of(fault)
+        raise ConfigError(
+            f"fault {fault} is injected only in window {' or '.join(allowed)}, not {window}"
+            + (
+                " (it kills the persistent checkpoint worker while a save is in flight)"
+                if fault == "ckpt-worker"
+                else ""
+            )
+            + f"; use --window {allowed[0]}"
+        )
+
+
+def check_extra_args(extra_args: Sequence[str]) -> None:
+    """Extra workload arguments may add to the recipe but not override what it sets."""
+    for arg in extra_args:
+        flag = arg.partition("=")[0]
+        if flag in RECIPE_OWNED_ARGS:
+            owned, option = RECIPE_OWNED_ARGS[flag]
+            raise ConfigError(
+                f"extra argument {quote(arg)} overrides the recipe's {owned} (the fault "
+                f"injector and the criteria follow the recipe's value); set it with {option} "
+                "instead"
+            )

@@ -1,0 +1,198 @@
+"""Text values: the one parser per kind of value, the error they raise, how messages quote.
+
+Every entry point (pytest options and ini values, the CLI, the walkthrough's environment
+variables) reads a value through these parsers, so a bad value gets the same message wherever it
+was given.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import re
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+#: Integers go to ft_launcher, torch and Megatron, which hold them in 64 bits.
+INT64_MAX = 2**63 - 1
+#: Seconds that still fit in 64-bit nanoseconds (threading.TIMEOUT_MAX, time.sleep).
+MAX_SECONDS = INT64_MAX // 10**9
+#: No message quotes more than this many characters of a value the user gave.
+QUOTE_MAX = 80
+
+#: The one reading of a boolean text value (environment variables, ini values).
+TRUE_WORDS = ("1", "true", "yes", "on")
+FALSE_WORDS = ("0", "false", "no", "off", "")
+
+
+class ConfigError(ValueError):
+    """A setting is invalid; the message says which one and how to fix it."""
+
+
+def quote(text: str, limit: int = QUOTE_MAX) -> str:
+    """``repr(text)``, cut to ``limit`` characters: no message echoes a huge value back."""
+    shown = repr(text)
+    if len(shown) <= limit:
+        return shown
+    return f"{shown[: limit - 3]}... ({len(text)} characters)"
+
+
+def show_path(path: Path | str, limit: int = 200) -> str:
+    """A path for a message: whole when reasonable, else its start and end and its length."""
+    text = str(path)
+    if len(text) <= limit:
+        return text
+    return f"{text[: limit // 2]}...{text[-limit // 4 :]} ({len(os.fsencode(text))} bytes)"
+
+
+DRY_RUN_ENV = "NVRX_DRY_RUN"
+
+
+def _int64(raw: str, what: str, pattern: str, kind: str) -> int:
+    """ASCII digits only; the length is checked before ``int()`` (which refuses over 4300
+    digits with a ValueError) so a 5000-digit value is a ConfigError like any other."""
+    text = raw.strip()
+    if not re.fullmatch(pattern, text):
+        raise ConfigError(f"{what} must be a {kind} integer, got {quote(raw)}")
+    if len(text) > len(str(INT64_MAX)) or int(text) > INT64_MAX:
+        raise ConfigError(f"{what} must be at most {INT64_MAX} (64 bits), got {quote(raw)}")
+    return int(text)
+
+
+def _positive_int(raw: str, what: str) -> int:
+    return _int64(raw, what, r"[1-9][0-9]*", "positive")
+
+
+def _non_negative_int(raw: str, what: str) -> int:
+    return _int64(raw, what, r"0|[1-9][0-9]*", "non-negative")
+
+
+def parse_seconds(raw: str, what: str) -> float:
+    """A positive, finite number of seconds that fits in 64-bit nanoseconds."""
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not (value > 0 and math.isfinite(value)):
+        raise ConfigError(f"{what} must be a positive number of seconds, got {quote(raw)}")
+    if value > MAX_SECONDS:
+        raise ConfigError(
+            f"{what} must be at most {MAX_SECONDS} seconds (64-bit nanoseconds), got {quote(raw)}"
+        )
+    return value
+
+
+def named_seconds(
+    text: str,
+    sep: str,
+    names: Sequence[str],
+    *,
+    refused: Callable[[str], str],
+    twice: Callable[[str], str],
+    what: Callable[[str], str],
+) -> dict[str, float]:
+    """``NAME<sep>SECONDS[,...]`` with each NAME one of ``names`` at most once. The messages:
+    ``refused(part)`` for a part that is no such pair, ``twice(name)``, and ``what(name)`` names
+    a value for :func:`parse_seconds`."""
+    out: dict[str, float] = {}
+    for part in text.split(","):
+        name, found, raw = part.strip().partition(sep)
+        if not found or name not in names:
+            raise ConfigError(refused(part.strip()))
+        if name in out:
+            raise ConfigError(twice(name))
+        out[name] = parse_seconds(raw, what(name))
+    return out
+
+
+def parse_rtol(raw: str, what: str) -> float:
+    """A relative tolerance 0 <= rtol < 1 (0: exact), or a ConfigError naming ``what``."""
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ConfigError(f"{what}: {quote(raw)} is not a number") from None
+    if not 0.0 <= value < 1.0:  # also rejects nan
+        raise ConfigError(f"{what}: {quote(raw)}: need 0 <= rtol < 1 (0 means exact)")
+    return value
+
+
+def argparse_type(parse: Callable[[str, str], Any], option: str) -> Callable[[str], Any]:
+    """An argparse ``type`` from one of these parsers: one parser for every entry point, its
+    error an argparse error (exit 2 before anything is done)."""
+
+    def convert(text: str) -> Any:
+        try:
+            return parse(text, option)
+        except ConfigError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    return convert
+
+
+def parse_port(raw: str, what: str) -> int:
+    """A TCP port we connect to or listen on: 1-65535 (0 would be a random one)."""
+    text = raw.strip()
+    if not re.fullmatch(r"[0-9]{1,5}", text) or not 1 <= int(text) <= 65535:
+        raise ConfigError(f"{what} must be a port number from 1 to 65535, got {quote(raw)}")
+    return int(text)
+
+
+def check_port(port: int, what: str) -> int:
+    """:func:`parse_port` for a value that is already an int (API callers)."""
+    if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
+        if isinstance(port, int) and abs(port) <= INT64_MAX:
+            shown = str(port)
+        else:  # str() of a huge int raises ValueError (over 4300 digits)
+            shown = "an integer beyond 64 bits" if isinstance(port, int) else quote(repr(port))
+        raise ConfigError(f"{what} must be a port number from 1 to 65535, got {shown}")
+    return port
+
+
+def format_seconds(value: float) -> str:
+    """Seconds as the launcher CLI takes them: ``180`` for whole numbers, else ``2.5``."""
+    return str(int(value)) if float(value).is_integer() else repr(value)
+
+
+def _choice(choices: tuple[str, ...]) -> Callable[[str, str], str]:
+    def parse(raw: str, what: str) -> str:
+        if raw not in choices:
+            raise ConfigError(f"{what} must be one of {', '.join(choices)}, got {quote(raw)}")
+        return raw
+
+    return parse
+
+
+def _path(raw: str, what: str) -> Path:
+    if not raw:
+        raise ConfigError(f"{what} must not be empty")
+    return Path(raw)
+
+
+def _text(raw: str, what: str) -> str:
+    return raw
+
+
+def parse_bool(raw: str, what: str) -> bool:
+    """The one boolean parser: 1/true/yes/on, 0/false/no/off or empty (any case, spaces
+    ignored); anything else is an error that names ``what`` (e.g. the variable)."""
+    lowered = raw.strip().lower()
+    if lowered in TRUE_WORDS:
+        return True
+    if lowered in FALSE_WORDS:
+        return False
+    raise ConfigError(
+        f"{what} must be one of {'/'.join(TRUE_WORDS)} (true) or "
+        f"{'/'.join(FALSE_WORDS[:-1])} or empty (false), got {quote(raw)}"
+    )
+
+
+def env_flag(environ: Mapping[str, str], var: str) -> bool:
+    """A boolean environment variable, unset = false; errors name the variable."""
+    return parse_bool(environ.get(var, ""), f"environment variable {var}")
+
+
+def dry_run_requested(environ: Mapping[str, str]) -> bool:
+    """``NVRX_DRY_RUN``: true/yes/on/1 ask for a dry run, like ``--dry-run``."""
+    return env_flag(environ, DRY_RUN_ENV)
