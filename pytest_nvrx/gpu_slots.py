@@ -26,7 +26,9 @@ import os
 import re
 import shutil
 import subprocess
-from collections.abc import Iterator, Mapping, Sequence
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -164,3 +166,41 @@ class GpuSlots:
         for lock in reversed(slot._locks):
             lock.release()
         slot._locks.clear()
+
+
+class GpuLedger:
+    """Which runs of the pool held which GPUs when: a run's recovery timings on a GPU that
+    another run held meanwhile include that run's memory (NVRx waits until the whole GPU's
+    memory is reclaimed) and its load. Thread-safe: the pool's waiting threads report."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._lock = threading.Lock()
+        # run id -> (its GPUs, started, ended or None while it runs)
+        self._held: dict[str, tuple[frozenset[str], float, float | None]] = {}
+
+    def started(self, run_id: str, gpus: Sequence[str]) -> None:
+        with self._lock:
+            self._held[run_id] = (frozenset(gpus), self._clock(), None)
+
+    def ended(self, run_id: str) -> None:
+        with self._lock:
+            if run_id in self._held:
+                gpus, began, _ = self._held[run_id]
+                self._held[run_id] = (gpus, began, self._clock())
+
+    def shared_with(self, run_id: str) -> list[str]:
+        """The other runs that held one of ``run_id``'s GPUs at some moment of its run so far."""
+        with self._lock:
+            if run_id not in self._held:
+                return []
+            gpus, began, ended = self._held[run_id]
+            until = ended if ended is not None else self._clock()
+            return sorted(
+                other
+                for other, (theirs, start, end) in self._held.items()
+                if other != run_id
+                and gpus & theirs
+                and start <= until
+                and (end is None or end >= began)
+            )

@@ -15,7 +15,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Generic, Protocol
 
 from pytest_nvrx.gpu_slots import GpuSlots as GpuSlots  # re-exported: parallel.GpuSlots
 from pytest_nvrx.gpu_slots import Slot as Slot
@@ -35,23 +35,38 @@ class Waitable(Protocol):
     def stop(self, grace_s: float = 5.0) -> None: ...
 
 
+# L: the launch a job makes, R: what its wait returns (the pool's outcomes carry it, typed). Each
+# has a default, so a plain Job or LaunchPool means any launch, any result: type parameter
+# defaults (PEP 696) are Python 3.13's, hence Generic and typing_extensions' TypeVar for mypy.
+if TYPE_CHECKING:
+    from typing_extensions import TypeVar
+
+    L = TypeVar("L", bound=Waitable, default=Any)
+    R = TypeVar("R", default=Any)
+else:
+    from typing import TypeVar
+
+    L = TypeVar("L", bound=Waitable)
+    R = TypeVar("R")
+
+
 @dataclass
-class Job:
+class Job(Generic[L, R]):  # noqa: UP046 (defaults: see L, R)
     """One launch to run: ``make(slot)`` builds it (not yet started) for the slot it got;
     ``wait(launch)`` (in a thread of the pool's) waits for it to end and returns its result."""
 
     key: str
     gpus: int  # GPUs it needs; 0: a CPU scenario
-    make: Callable[[Slot], Waitable]
-    wait: Callable[[Any], object]
+    make: Callable[[Slot], L]
+    wait: Callable[[L], R]
 
 
 @dataclass
-class Outcome:
+class Outcome(Generic[R]):  # noqa: UP046
     key: str
     slot: Slot
     launch: Waitable | None  # None when make() or starting it failed
-    result: object | None = None  # what wait() returned
+    result: R | None = None  # what wait() returned
     error: BaseException | None = None  # what make(), start or wait() raised
     started_at: float = 0.0
     ended_at: float = 0.0
@@ -61,8 +76,9 @@ def _safe_key(key: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "_", key)
 
 
-class LaunchPool:
-    """Runs queued jobs side by side; :meth:`wait_for` returns one job's outcome."""
+class LaunchPool(Generic[R]):  # noqa: UP046
+    """Runs queued jobs side by side; :meth:`wait_for` returns one job's outcome (``R``: what
+    the jobs' ``wait`` returns)."""
 
     def __init__(
         self,
@@ -76,16 +92,16 @@ class LaunchPool:
         self.max_parallel = max_parallel
         self.slots = slots
         self.clock = clock
-        self._queue: list[Job] = []
-        self._running: dict[str, tuple[Outcome, threading.Thread]] = {}
-        self._done: dict[str, Outcome] = {}
+        self._queue: list[Job[Any, R]] = []
+        self._running: dict[str, tuple[Outcome[R], threading.Thread]] = {}
+        self._done: dict[str, Outcome[R]] = {}
         self._changed = threading.Condition()
 
     @property
     def keys(self) -> set[str]:
         return {job.key for job in self._queue} | set(self._running) | set(self._done)
 
-    def submit(self, job: Job) -> None:
+    def submit(self, job: Job[Any, R]) -> None:
         if job.key in self.keys:
             raise ValueError(f"job {job.key!r} was submitted already")
         if job.gpus and self.slots is None:
@@ -109,8 +125,8 @@ class LaunchPool:
             self._queue.remove(job)
             self._start(job, slot)
 
-    def _start(self, job: Job, slot: Slot) -> None:
-        outcome = Outcome(job.key, slot, None, started_at=self.clock())
+    def _start(self, job: Job[Any, R], slot: Slot) -> None:
+        outcome: Outcome[R] = Outcome(job.key, slot, None, started_at=self.clock())
         try:
             launch = job.make(slot)
             launch.__enter__()
@@ -136,7 +152,7 @@ class LaunchPool:
         self._running[job.key] = (outcome, thread)
         thread.start()
 
-    def _finish(self, outcome: Outcome) -> None:
+    def _finish(self, outcome: Outcome[R]) -> None:
         if outcome.slot.gpus:
             GpuSlots.release(outcome.slot)
         self._done[outcome.key] = outcome
@@ -154,7 +170,7 @@ class LaunchPool:
             finally:
                 self._finish(outcome)
 
-    def wait_for(self, key: str) -> Outcome:
+    def wait_for(self, key: str) -> Outcome[R]:
         """The outcome of job ``key``, running the pool until it has one."""
         if key not in self.keys:
             raise KeyError(f"no job {key!r} in the pool")

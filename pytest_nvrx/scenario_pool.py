@@ -12,26 +12,19 @@ scenarios, exactly as one after the other.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import threading
-import time
 from collections.abc import Callable, MutableMapping, Sequence
 from pathlib import Path
 
 from pytest_nvrx.evidence.rundir import RunEvidence
-from pytest_nvrx.gpu_slots import GpuSlots, Slot, visible_gpus
-from pytest_nvrx.launch import Launch, RunTimeout
+from pytest_nvrx.gpu_slots import GpuLedger as GpuLedger  # re-exported
+from pytest_nvrx.gpu_slots import GpuSlots, visible_gpus
 from pytest_nvrx.parallel import Job, LaunchPool
-from pytest_nvrx.planning import Plan
 from pytest_nvrx.scenario_run import (
     LaunchOutcome,
+    ScenarioLaunch,
     ScenarioRun,
-    announce_plan,
-    judge_scenario,
-    plan_launch,
-    scenario_config,
-    scenario_timeout,
     scenario_values,
 )
 from pytest_nvrx.scenarios import Scenario
@@ -78,46 +71,10 @@ def cpu_parallel(cpus: int | None) -> int:
     return max(3, (cpus or 1) // 2)
 
 
-class GpuLedger:
-    """Which runs of the pool held which GPUs when: a run's recovery timings on a GPU that
-    another run held meanwhile include that run's memory (NVRx waits until the whole GPU's
-    memory is reclaimed) and its load. Thread-safe: the pool's waiting threads report."""
-
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
-        self._clock = clock
-        self._lock = threading.Lock()
-        # run id -> (its GPUs, started, ended or None while it runs)
-        self._held: dict[str, tuple[frozenset[str], float, float | None]] = {}
-
-    def started(self, run_id: str, gpus: Sequence[str]) -> None:
-        with self._lock:
-            self._held[run_id] = (frozenset(gpus), self._clock(), None)
-
-    def ended(self, run_id: str) -> None:
-        with self._lock:
-            if run_id in self._held:
-                gpus, began, _ = self._held[run_id]
-                self._held[run_id] = (gpus, began, self._clock())
-
-    def shared_with(self, run_id: str) -> list[str]:
-        """The other runs that held one of ``run_id``'s GPUs at some moment of its run so far."""
-        with self._lock:
-            if run_id not in self._held:
-                return []
-            gpus, began, ended = self._held[run_id]
-            until = ended if ended is not None else self._clock()
-            return sorted(
-                other
-                for other, (theirs, start, end) in self._held.items()
-                if other != run_id
-                and gpus & theirs
-                and start <= until
-                and (end is None or end >= began)
-            )
-
-
 class ScenarioPool:
-    """Launches submitted scenarios side by side; :meth:`run` waits for one and judges it."""
+    """Launches submitted scenarios side by side; :meth:`run` waits for one and judges it. Each
+    is a :class:`~pytest_nvrx.scenario_run.ScenarioLaunch`, the launch path of a scenario run
+    one at a time too: the pool's job makes its launch on the slot it took and waits for it."""
 
     def __init__(
         self,
@@ -138,61 +95,34 @@ class ScenarioPool:
             gpus = visible_gpus()
         if gpus:
             slots = GpuSlots(gpus, share=settings.gpu_share)
-        self.pool = LaunchPool(max_parallel=max_parallel, slots=slots)
-        self._scenarios: dict[str, Scenario] = {}
-        self._plans: dict[str, Plan] = {}
+        self.pool: LaunchPool[LaunchOutcome] = LaunchPool(max_parallel=max_parallel, slots=slots)
+        self._launches: dict[str, ScenarioLaunch] = {}
         self.gpu_ledger = GpuLedger()
 
-    def write(self, scenario: Scenario, text: str, *, tick: bool = False) -> None:
-        # progress lines come from the pool's waiting threads too
+    # progress lines come from the pool's waiting threads too: one line at a time
+    def _write_line(self, line: str) -> None:
         with self._write_lock:
-            (self._progress if tick else self._write)(f"nvrx {scenario.id}: {text}")
+            self._write(line)
+
+    def _progress_line(self, line: str) -> None:
+        with self._write_lock:
+            self._progress(line)
 
     def __contains__(self, scenario: Scenario) -> bool:
-        return scenario.id in self._scenarios
+        return scenario.id in self._launches
 
     def submit(self, scenario: Scenario, work_dir: Path) -> None:
-        settings = self.settings
-
-        def say(text: str) -> None:
-            self.write(scenario, text)
-
-        def make(slot: Slot) -> Launch:
-            planned = plan_launch(scenario_config(settings, scenario, work_dir))
-            if slot.gpus:
-                recipe = dataclasses.replace(
-                    planned.recipe,
-                    env={**planned.recipe.env, "CUDA_VISIBLE_DEVICES": slot.cuda_visible_devices},
-                )
-                planned = dataclasses.replace(planned, recipe=recipe)
-            self._plans[scenario.id] = planned
-            announce_plan(planned, say)
-            run_id = planned.recipe.config.run_id
-            if not slot.gpus:
-                return Launch(planned.recipe, stack=planned.manifest_stack())
-            self.gpu_ledger.started(run_id, slot.gpus)
-            return Launch(
-                planned.recipe,
-                stack=planned.manifest_stack(),
-                gpu_sharing=lambda: self.gpu_ledger.shared_with(run_id),
-            )
-
-        timeout = scenario_timeout(settings, scenario)
-
-        def wait(launch: Launch) -> LaunchOutcome:
-            try:
-                return LaunchOutcome(
-                    launch.wait(
-                        timeout, on_progress=lambda p: self.write(scenario, p.describe(), tick=True)
-                    )
-                )
-            except RunTimeout as exc:
-                return LaunchOutcome(None, str(exc))
-            finally:
-                self.gpu_ledger.ended(launch.recipe.config.run_id)
-
-        self._scenarios[scenario.id] = scenario
-        self.pool.submit(Job(scenario.id, scenario_gpus(settings, scenario), make, wait))
+        launch = ScenarioLaunch(
+            self.settings,
+            scenario,
+            work_dir,
+            write=self._write_line,
+            progress=self._progress_line,
+            gpu_ledger=self.gpu_ledger,
+        )
+        self._launches[scenario.id] = launch
+        gpus = scenario_gpus(self.settings, scenario)
+        self.pool.submit(Job(scenario.id, gpus, launch.launch, launch.wait))
 
     def run(
         self, scenario: Scenario, *, baselines: MutableMapping[str, RunEvidence]
@@ -200,22 +130,10 @@ class ScenarioPool:
         """Wait for ``scenario``'s launch (running the others meanwhile) and judge it. What
         planning or starting it raised (a ConfigError: nothing launched) is raised here."""
         outcome = self.pool.wait_for(scenario.id)
-        if outcome.launch is None:
-            assert outcome.error is not None
-            raise outcome.error
         if outcome.error is not None:
             raise outcome.error
-        launched = outcome.result
-        assert isinstance(launched, LaunchOutcome)
-        planned = self._plans[scenario.id]
-        return judge_scenario(
-            self.settings,
-            scenario,
-            planned,
-            launched,
-            baselines=baselines,
-            say=lambda text: self.write(scenario, text),
-        )
+        assert outcome.result is not None  # its wait() returned
+        return self._launches[scenario.id].judge(outcome.result, baselines=baselines)
 
     def stop(self) -> None:
         """Stop whatever still runs (the session ends early: -x, Ctrl-C)."""

@@ -1,13 +1,16 @@
 """One scenario, start to end: plan -> launch -> judge. No pytest here.
 
-The plugin's fixture runs a scenario through :func:`run_scenario`; ``python -m pytest_nvrx run``
-plans and launches one run through the same :func:`plan_launch` and :func:`launch_run` (it does
-not judge: ``verify`` does). What is printed along the way is the caller's: it passes ``write``
+The plugin's fixture runs a scenario through :func:`run_scenario`, or side by side through
+pytest_nvrx.scenario_pool: both plan, launch, wait for and judge it with one
+:class:`ScenarioLaunch`. ``python -m pytest_nvrx run`` plans and launches one run through the same
+:func:`plan_launch` and :func:`hold_launch` (:func:`launch_run`; it does not judge: ``verify``
+does). What is printed along the way is the caller's: it passes ``write``
 (or callbacks), so the fixture writes to pytest's terminal and the CLI to stdout/stderr.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -23,8 +26,9 @@ from pytest_nvrx.console import Row
 from pytest_nvrx.criteria import Judgement, judge, judge_run_dir
 from pytest_nvrx.criteria.baseline import baseline_refusal
 from pytest_nvrx.evidence.rundir import RunEvidence, load_run
+from pytest_nvrx.evidence.timeline import RecoveryClock, recovery_clock
+from pytest_nvrx.gpu_slots import GpuLedger, Slot, gpu_locks, visible_gpus
 from pytest_nvrx.gpu_slots import gpu_available as gpu_available  # re-exported
-from pytest_nvrx.gpu_slots import gpu_locks, visible_gpus
 from pytest_nvrx.launch import Launch, Progress, RunResult, RunTimeout, tail_text
 from pytest_nvrx.layout import CONSOLE_LOG_NAME, RunLayout
 from pytest_nvrx.planning import Plan, plan_run
@@ -66,12 +70,14 @@ def find_launcher() -> str:
     return found
 
 
-#: verify's timing that the downtime gate holds to its limit (equal to report.json's downtime_s)
+#: verify's timing of the recovery clock's downtime (the one the gate holds to its limit, and
+#: report.json's downtime_s)
 DOWNTIME_TIMING = "failure_to_first_iteration_after_restore_s"
 
 
 def downtime_breakdown(timings: Mapping[str, float]) -> list[str]:
-    """verify's timings as the steps of a downtime, each from the one before it."""
+    """verify's timings (RecoveryClock.timings) as the steps of a downtime, each from the one
+    before it."""
     parts = []
     for key, text in (
         ("failure_to_detected_s", "detected after {:.1f} s"),
@@ -133,7 +139,9 @@ class ScenarioRun:
     stack: dict[str, Any] = field(default_factory=dict)
     #: why the launch did not end by itself (its deadline), else None
     error: str | None = None
-    #: the recovery report of this run, built on first use (report())
+    #: the recovery clock and the recovery report of this run, each made on first use (clock(),
+    #: report()) from its evidence loaded again (checkpoint payload unread)
+    _clock: RecoveryClock | None = field(default=None, init=False, repr=False, compare=False)
     _report: ScenarioReport | None = field(default=None, init=False, repr=False, compare=False)
 
     def junit_properties(self) -> list[tuple[str, str]]:
@@ -196,16 +204,27 @@ class ScenarioRun:
 
     @property
     def downtime_s(self) -> float | None:
-        """The fault's instant to the first step committed after the restore (None: the
-        evidence shows no such pair)."""
+        """The fault's instant to the first step committed after the restore, as judged (verify's
+        timing, the recovery clock's downtime); None: the evidence shows no such pair."""
         return self.judgement.timings.get(DOWNTIME_TIMING)
+
+    def _evidence(self) -> RunEvidence:
+        return load_run(self.layout.run_dir, self.layout.checkpoint_dir, read_checkpoints=False)
+
+    def clock(self, evidence: RunEvidence | None = None) -> RecoveryClock:
+        """The run's recovery clock (pytest_nvrx.evidence.timeline), computed once: the downtime
+        gate reads its downtime, its steps and its phases, and report() is built on it."""
+        if self._clock is None:
+            self._clock = recovery_clock(evidence if evidence is not None else self._evidence())
+        return self._clock
 
     def downtime_failure(self, limit_s: float) -> str | None:
         """Why the run breaks ``--nvrx-max-downtime limit_s``; None when it keeps to it (a
         baseline has no downtime to hold). No measurement is a failure, never a pass."""
         if self.baseline:
             return None
-        downtime = self.downtime_s
+        clock = self.clock()
+        downtime = clock.downtime_s
         if downtime is None:
             return (
                 f"no measurable downtime, limit {limit_s:g} s (--nvrx-max-downtime): the evidence "
@@ -218,7 +237,7 @@ class ScenarioRun:
             )
         if downtime <= limit_s:
             return None
-        parts = downtime_breakdown(self.judgement.timings)
+        parts = downtime_breakdown(clock.timings())
         split = f" ({', '.join(parts)})" if parts else ""
         return (
             f"downtime {downtime:.3f} s exceeds the limit {limit_s:g} s (--nvrx-max-downtime): "
@@ -226,12 +245,12 @@ class ScenarioRun:
         )
 
     def phase_failures(self, limits: Mapping[str, float]) -> list[str]:
-        """Why the run breaks ``--nvrx-max-phase`` (the recovery report's phases); a phase the
-        evidence cannot measure breaks its limit too."""
+        """Why the run breaks ``--nvrx-max-phase`` (the recovery clock's phases, the recovery
+        report's); a phase the evidence cannot measure breaks its limit too."""
         if self.baseline or not limits:
             return []
-        recovery = self.report().recovery
-        phases = {phase.id: phase for phase in recovery.phases} if recovery is not None else {}
+        clock = self.clock()
+        phases = {phase.id: phase for phase in clock.phases} if clock.has_recovery else {}
         out = []
         for phase_id, limit in limits.items():
             given = f"--nvrx-max-phase {phase_id}={limit:g}"
@@ -319,15 +338,15 @@ class ScenarioRun:
 
     def report(self, limits: Limits | None = None) -> ScenarioReport:
         """The recovery report's view of this run (pytest_nvrx.report): its evidence loaded
-        again once (checkpoint payload unread), the verdicts this judgement gave; a broken
-        limit makes it not qualified."""
+        again once (checkpoint payload unread) and its recovery clock (clock()), the verdicts
+        this judgement gave; a broken limit makes it not qualified."""
         if self._report is None:
             from pytest_nvrx.report import ScenarioReport
 
-            evidence = load_run(
-                self.layout.run_dir, self.layout.checkpoint_dir, read_checkpoints=False
+            evidence = self._evidence()
+            self._report = ScenarioReport.from_judgement(
+                evidence, self.judgement, name=self.key, clock=self.clock(evidence)
             )
-            self._report = ScenarioReport.from_judgement(evidence, self.judgement, name=self.key)
         if limits is None or not limits.given:
             return self._report
         failures = self.gate_failures(limits)
@@ -443,6 +462,36 @@ class LaunchOutcome:
     timed_out: str | None = None
 
 
+def wait_launch(
+    launch: Launch, timeout_s: float, on_progress: Callable[[Progress], None] | None = None
+) -> LaunchOutcome:
+    """Wait for a started launch to end: the launcher's result, or the deadline's message (its
+    tree killed)."""
+    try:
+        return LaunchOutcome(launch.wait(timeout_s, on_progress=on_progress))
+    except RunTimeout as exc:
+        return LaunchOutcome(None, str(exc))
+
+
+def hold_launch(
+    launch: Launch,
+    wait: Callable[[Launch], LaunchOutcome],
+    *,
+    gpus: Sequence[str] = (),
+    on_start: Callable[[Launch], None] | None = None,
+) -> LaunchOutcome:
+    """Start ``launch`` holding a lock per GPU in ``gpus`` and ``wait`` for it; leaving kills the
+    whole tree and writes result.json, also on Ctrl-C or a stop signal."""
+    try:
+        with gpu_locks(list(gpus)), launch:
+            if on_start is not None:
+                on_start(launch)
+            return wait(launch)
+    finally:
+        # the tree is stopped (Launch's exit): the checkpoint dir is free for the next run
+        release_dir(launch.layout.checkpoint_dir)
+
+
 def launch_run(
     planned: Plan,
     timeout_s: float,
@@ -451,22 +500,102 @@ def launch_run(
     on_start: Callable[[Launch], None] | None = None,
     gpus: Sequence[str] = (),
 ) -> LaunchOutcome:
-    """Launch the planned recipe and wait for it (holding a lock per GPU in ``gpus``); leaving
-    kills the whole tree and writes result.json, also on Ctrl-C or a stop signal."""
-    try:
-        with (
-            gpu_locks(list(gpus)),
-            Launch(planned.recipe, stack=planned.manifest_stack()) as launch,
-        ):
-            if on_start is not None:
-                on_start(launch)
-            try:
-                return LaunchOutcome(launch.wait(timeout_s, on_progress=on_progress))
-            except RunTimeout as exc:
-                return LaunchOutcome(None, str(exc))
-    finally:
-        # the tree is stopped (Launch's exit): the checkpoint dir is free for the next run
-        release_dir(planned.recipe.layout.checkpoint_dir)
+    """Launch the planned recipe and wait for it (holding a lock per GPU in ``gpus``): ``python -m
+    pytest_nvrx run``'s launch (a scenario's is :class:`ScenarioLaunch`)."""
+    launch = Launch(planned.recipe, stack=planned.manifest_stack())
+    return hold_launch(
+        launch, lambda it: wait_launch(it, timeout_s, on_progress), gpus=gpus, on_start=on_start
+    )
+
+
+class ScenarioLaunch:
+    """One scenario's launch: plans it, announces it, launches it, waits for it and judges it.
+
+    The one launch path of both ways scenarios run: one at a time, :meth:`run` (holding a lock
+    per GPU the session sees); side by side, a :class:`~pytest_nvrx.parallel.LaunchPool` job of
+    :class:`~pytest_nvrx.scenario_pool.ScenarioPool` whose ``make`` is :meth:`launch` (on the
+    slot the pool took) and whose ``wait`` is :meth:`wait`. ``write`` gets the scenario's lines,
+    ``progress`` (else ``write``) the periodic ones while it trains, each prefixed with the
+    scenario; ``gpu_ledger`` (a pool's) learns which GPUs the run held when."""
+
+    def __init__(
+        self,
+        settings: NvrxSettings,
+        scenario: Scenario,
+        work_dir: Path,
+        *,
+        write: Callable[[str], None],
+        progress: Callable[[str], None] | None = None,
+        gpu_ledger: GpuLedger | None = None,
+    ) -> None:
+        self.settings = settings
+        self.scenario = scenario
+        self.work_dir = work_dir
+        self._write = write
+        self._progress = progress if progress is not None else write
+        self._ledger = gpu_ledger
+        #: the plan, once :meth:`launch` made it
+        self.planned: Plan | None = None
+
+    def say(self, text: str) -> None:
+        self._write(f"nvrx {self.scenario.id}: {text}")
+
+    def _tick(self, progress: Progress) -> None:
+        self._progress(f"nvrx {self.scenario.id}: {progress.describe()}")
+
+    @property
+    def timeout_s(self) -> float:
+        return scenario_timeout(self.settings, self.scenario)
+
+    def launch(self, slot: Slot | None = None) -> Launch:
+        """Plan the run (its run dir, TMPDIR and ports chosen now; on ``slot``'s GPUs, named by
+        its CUDA_VISIBLE_DEVICES) and announce it: its launch, not yet started. ConfigError:
+        nothing launched."""
+        planned = plan_launch(scenario_config(self.settings, self.scenario, self.work_dir))
+        gpus = slot.gpus if slot is not None else ()
+        if gpus:
+            env = {**planned.recipe.env, "CUDA_VISIBLE_DEVICES": ",".join(gpus)}
+            planned = dataclasses.replace(
+                planned, recipe=dataclasses.replace(planned.recipe, env=env)
+            )
+        self.planned = planned
+        announce_plan(planned, self.say)
+        ledger = self._ledger
+        if not gpus or ledger is None:
+            return Launch(planned.recipe, stack=planned.manifest_stack())
+        run_id = planned.recipe.config.run_id
+        ledger.started(run_id, gpus)
+        return Launch(
+            planned.recipe,
+            stack=planned.manifest_stack(),
+            gpu_sharing=lambda: ledger.shared_with(run_id),
+        )
+
+    def wait(self, launch: Launch) -> LaunchOutcome:
+        """Wait for the started launch (its deadline: the scenario's run timeout)."""
+        try:
+            return wait_launch(launch, self.timeout_s, self._tick)
+        finally:
+            if self._ledger is not None:
+                self._ledger.ended(launch.recipe.config.run_id)
+
+    def run(self) -> LaunchOutcome:
+        """One at a time: launch and wait holding a lock per GPU this session sees, so that
+        sessions on disjoint GPUs run side by side (see :func:`hold_launch`)."""
+        launch = self.launch()
+        return hold_launch(
+            launch, self.wait, gpus=visible_gpus() if self.scenario.needs_gpu else ()
+        )
+
+    def judge(
+        self, outcome: LaunchOutcome, *, baselines: MutableMapping[str, RunEvidence]
+    ) -> ScenarioRun:
+        """Judge the run dir of what :meth:`launch` planned (see :func:`run_scenario` for
+        ``baselines``)."""
+        assert self.planned is not None, "launch() first"
+        return judge_scenario(
+            self.settings, self.scenario, self.planned, outcome, baselines=baselines, say=self.say
+        )
 
 
 def run_scenario(
@@ -484,22 +613,8 @@ def run_scenario(
     scenario's continuity is also checked against its workload's, and a passed baseline is
     added. ``write`` gets the scenario's lines, each prefixed with the scenario; ``progress``
     (else ``write``) the periodic ones while it trains (pytest -q drops them)."""
-
-    def say(text: str) -> None:
-        write(f"nvrx {scenario.id}: {text}")
-
-    tick = progress if progress is not None else write
-
-    planned = plan_launch(scenario_config(settings, scenario, work_dir))
-    announce_plan(planned, say)
-    outcome = launch_run(
-        planned,
-        scenario_timeout(settings, scenario),
-        on_progress=lambda now: tick(f"nvrx {scenario.id}: {now.describe()}"),
-        # one lock per GPU this session sees: sessions on disjoint GPUs run side by side
-        gpus=visible_gpus() if scenario.needs_gpu else (),
-    )
-    return judge_scenario(settings, scenario, planned, outcome, baselines=baselines, say=say)
+    launch = ScenarioLaunch(settings, scenario, work_dir, write=write, progress=progress)
+    return launch.judge(launch.run(), baselines=baselines)
 
 
 def scenario_timeout(settings: NvrxSettings, scenario: Scenario) -> float:
@@ -531,7 +646,7 @@ def judge_scenario(
 ) -> ScenarioRun:
     """Judge a launched scenario's run dir (see :func:`run_scenario` for ``baselines``)."""
     layout = planned.recipe.layout
-    release_dir(layout.checkpoint_dir)  # launched by a pool (not launch_run): the tree is gone
+    release_dir(layout.checkpoint_dir)  # a pool's launch (not hold_launch's): the tree is gone
     if outcome.result is not None:
         say(f"launcher exit {outcome.result.exit_code} after {outcome.result.wall_s:.1f}s")
     evidence = load_run(layout.run_dir, layout.checkpoint_dir)

@@ -4,12 +4,19 @@ Derived facts, not judgement: the criteria and the timings both start from a :cl
 The injected failure is the first launcher failure record at or after the marker's time; it
 lasts until the first ``worker_start_completed`` after its detection (the replacement's start).
 Any failure record outside that window is "another" failure.
+
+The recovery clock (:func:`recovery_clock`) is computed here once from the timeline: the
+recovery's milestones, its phases and the downtime. verify's timings, the recovery report
+(pytest_nvrx.report) and the downtime gate (pytest_nvrx.scenario_run) all read it.
 """
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from pytest_nvrx.evidence.cycle_log import CycleLog
 from pytest_nvrx.evidence.launcher_log import FAILURE_KINDS, LauncherEvent, LauncherEventKind
@@ -220,60 +227,268 @@ def loaded_at(log: CycleLog | None) -> tuple[datetime | None, EvidenceRef | None
     return t, ref, load.iteration
 
 
-def timings(run: RunEvidence, tl: Timeline) -> dict[str, float]:
-    """Seconds between the recovery's milestones, where the evidence shows both ends.
+# ----------------------------------------------------------------------------------------------
+# The recovery clock: milestones, downtime and phases, computed here once for verify's timings,
+# the recovery report and the downtime gate
 
-    ``checkpoint_loaded``: :func:`loaded_at`; ``replacement_start`` is the launcher's
-    ``worker_start_completed`` (else the cycle record's start).
+
+@dataclass(frozen=True, slots=True)
+class PhaseSpec:
+    id: str
+    label: str
+    start: str  # milestone ids
+    end: str
+
+
+#: the milestones of a recovery, in order (ids as in report.json)
+MILESTONES: tuple[tuple[str, str], ...] = (
+    ("failure", "failure"),
+    ("detected", "detected"),
+    ("workers_stopped", "workers stopped"),
+    ("workers_terminated", "workers terminated"),
+    ("rendezvous", "rendezvous"),
+    ("workers_started", "workers started"),
+    ("checkpoint_loaded", "checkpoint loaded"),
+    ("first_step", "first committed step"),
+)
+MILESTONE_LABELS = dict(MILESTONES)
+
+#: the phases between consecutive milestones; their seconds sum to the downtime
+PHASES: tuple[PhaseSpec, ...] = (
+    PhaseSpec("detection", "failure → detected", "failure", "detected"),
+    PhaseSpec("termination", "detected → workers stopped", "detected", "workers_stopped"),
+    # NVRx waits, after stopping the workers, until every GPU of the node is nearly empty, other
+    # runs' memory included ("GPU 0 memory reclaimed in 38s"); 0 where it logs no wait (CPU)
+    PhaseSpec(
+        "gpu_reclaim", "stopped → GPU memory reclaimed", "workers_stopped", "workers_terminated"
+    ),
+    PhaseSpec("rendezvous", "terminated → rendezvous", "workers_terminated", "rendezvous"),
+    PhaseSpec("worker_start", "rendezvous → workers started", "rendezvous", "workers_started"),
+    PhaseSpec(
+        "checkpoint_load", "started → checkpoint loaded", "workers_started", "checkpoint_loaded"
+    ),
+    PhaseSpec("first_step", "loaded → first committed step", "checkpoint_loaded", "first_step"),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Instant:
+    """A milestone: when it was (None: the evidence does not show it) and the line that shows it."""
+
+    time: datetime | None
+    ref: EvidenceRef | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Phase:
+    id: str
+    label: str
+    seconds: float | None  # None: a milestone at either end is missing (not 0)
+    missing: str | None  # which milestone the evidence lacks
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)  # flat: every field as it is
+
+
+@dataclass(frozen=True, slots=True)
+class RecoveryClock:
+    """The instants of one run's recovery and the seconds between them: verify's timings
+    (:meth:`timings`), the report's milestones and phases, and the downtime the gate holds to
+    its limit all read this one computation (:func:`recovery_clock`).
+
+    Two instants start the replacement, and they differ on a multinode run: the ``workers_started``
+    milestone (the report's phases) is the last ``worker_start_completed`` of the recovery's
+    profiling cycle, when every node's workers had started; :attr:`replacement_start` (verify's
+    ``detected_to_replacement_start_s`` and ``replacement_start_to_*``) is the first one after
+    the detection, when the first node's had, else the replacement cycle's record start.
     """
+
+    timeline: Timeline
+    #: every id of :data:`MILESTONES`, in order
+    milestones: Mapping[str, Instant]
+    replacement_start: datetime | None
+    #: NVRx's wait for GPU memory between the detection and :attr:`replacement_start`
+    gpu_reclaim: LauncherEvent | None
+    #: the iteration the replacement loaded (None: no load line)
+    restored_iteration: int | None
+    run_start: datetime | None  # run.json's (result.json's) start, else the launcher's first line
+    run_end: datetime | None
+    first_iteration: datetime | None  # the run's first committed step
+    first_checkpoint: datetime | None  # the run's first save completed
+
+    @property
+    def has_recovery(self) -> bool:
+        """A recovery to measure: the fault's instant or the launcher's detection is known."""
+        return self.timeline.fault_time is not None or self.timeline.detected is not None
+
+    def at(self, milestone: str) -> datetime | None:
+        return self.milestones[milestone].time
+
+    @property
+    def downtime_s(self) -> float | None:
+        """The fault's instant to the first step committed after the restore."""
+        return seconds_between(self.at("failure"), self.at("first_step"))
+
+    @property
+    def phases(self) -> tuple[Phase, ...]:
+        """:data:`PHASES`; a phase whose milestone the evidence lacks is missing (None), not 0."""
+        out = []
+        for spec in PHASES:
+            a, b = self.at(spec.start), self.at(spec.end)
+            lacking = [
+                MILESTONE_LABELS[m] for m, t in ((spec.start, a), (spec.end, b)) if t is None
+            ]
+            missing = " and ".join(lacking) + " not in the evidence" if lacking else None
+            out.append(Phase(spec.id, spec.label, seconds_between(a, b), missing))
+        return tuple(out)
+
+    @property
+    def unattributed_s(self) -> float | None:
+        """The downtime no known phase covers (milestones missing): known phases plus this are
+        the downtime (each phase rounds to the millisecond, as the downtime itself)."""
+        downtime = self.downtime_s
+        if downtime is None:
+            return None
+        phases = self.phases
+        if all(p.seconds is not None for p in phases):
+            return 0.0
+        return round(downtime - sum(p.seconds for p in phases if p.seconds is not None), 3)
+
+    def timings(self) -> dict[str, float]:
+        """verify's timings: seconds between the recovery's instants, where the evidence shows
+        both ends (``checkpoint_loaded``: :func:`loaded_at`)."""
+        detected, replacement = self.at("detected"), self.replacement_start
+        pairs = {
+            "launcher_start_to_first_iteration_s": (self.run_start, self.first_iteration),
+            "launcher_start_to_first_checkpoint_s": (self.run_start, self.first_checkpoint),
+            "failure_to_detected_s": (self.at("failure"), detected),
+            "detected_to_replacement_start_s": (detected, replacement),
+            "replacement_start_to_checkpoint_loaded_s": (replacement, self.at("checkpoint_loaded")),
+            "replacement_start_to_first_iteration_s": (replacement, self.at("first_step")),
+            "failure_to_first_iteration_after_restore_s": (
+                self.at("failure"),
+                self.at("first_step"),
+            ),
+            "whole_run_s": (self.run_start, self.run_end),
+        }
+        out: dict[str, float] = {}
+        for key, (a, b) in pairs.items():
+            value = seconds_between(a, b)
+            if value is not None:
+                out[key] = value
+        if self.gpu_reclaim is not None:
+            out["gpu_memory_reclaim_s"] = self.gpu_reclaim.duration_s or 0.0
+        return out
+
+
+def recovery_clock(run: RunEvidence, tl: Timeline | None = None) -> RecoveryClock:
+    """The recovery's instants in ``run`` (``tl``: its :func:`build_timeline`, built if None)."""
+    if tl is None:
+        tl = build_timeline(run)
     manifest = run.manifest
-    start = None
-    end = None
+    start = end = None
     if manifest is not None:
         start = manifest.result_start_time or manifest.start_time
         end = manifest.end_time
-    start = start or run.launcher.first_time
-    end = end or run.launcher.last_time
-
-    all_logs = list(run.cycle_logs)
-    first_it = first_iteration(all_logs)
+    first_it = first_iteration(list(run.cycle_logs))
     first_saved = next(
-        (e for log in all_logs for e in log.of_type(SaveCompleted) if e.time is not None), None
+        (e for log in run.cycle_logs for e in log.of_type(SaveCompleted) if e.time is not None),
+        None,
     )
-    detected_t = tl.detected.time if tl.detected is not None else None
-    replacement_t = tl.replacement_started.time if tl.replacement_started is not None else None
-    replacement_log = (
-        run.cycle_log(tl.replacement_cycle) if tl.replacement_cycle is not None else None
-    )
+
+    detected = tl.detected
+    detected_t = detected.time if detected is not None else None
+    started_first = tl.replacement_started.time if tl.replacement_started is not None else None
+    replacement_t = started_first
     if replacement_t is None and tl.replacement_cycle is not None:
         record = run.cycle_infos.by_cycle(tl.replacement_cycle)
         replacement_t = record.start if record is not None else None
-    loaded_t = None
-    restored_first_t = None
-    if replacement_log is not None:
-        loaded_t = loaded_at(replacement_log)[0]
-        if replacement_log.first_iteration is not None:
-            restored_first_t = replacement_log.first_iteration.time
+    replacement = run.cycle_log(tl.replacement_cycle) if tl.replacement_cycle is not None else None
+    loaded_t, loaded_ref, restored = loaded_at(replacement)
+    first = replacement.first_iteration if replacement is not None else None
 
-    pairs = {
-        "launcher_start_to_first_iteration_s": (start, first_it.time if first_it else None),
-        "launcher_start_to_first_checkpoint_s": (start, first_saved.time if first_saved else None),
-        "failure_to_detected_s": (tl.fault_time, detected_t),
-        "detected_to_replacement_start_s": (detected_t, replacement_t),
-        "replacement_start_to_checkpoint_loaded_s": (replacement_t, loaded_t),
-        "replacement_start_to_first_iteration_s": (replacement_t, restored_first_t),
-        "failure_to_first_iteration_after_restore_s": (tl.fault_time, restored_first_t),
-        "whole_run_s": (start, end),
-    }
-    out: dict[str, float] = {}
-    for key, (a, b) in pairs.items():
-        value = seconds_between(a, b)
-        if value is not None:
-            out[key] = value
+    profiling_cycle = (
+        detected.cycle if detected is not None and detected.is_failure_detected else None
+    )
+    terminated = _profiling_in_cycle(run, profiling_cycle, "worker_terminated")
+    rendezvous = _profiling_in_cycle(run, profiling_cycle, "rendezvous_completed")
+    started = (
+        _profiling_in_cycle(run, profiling_cycle, "worker_start_completed")
+        or tl.replacement_started
+    )
     reclaim = gpu_reclaim(run, detected_t, replacement_t)
-    if reclaim is not None:
-        out["gpu_memory_reclaim_s"] = reclaim.duration_s or 0.0
-    return out
+    # the workers-stopped milestone looks for the wait up to the first node's start only (no
+    # bound without one), as the report always did; the same wait wherever that start is logged
+    stop_reclaim = (
+        reclaim if replacement_t == started_first else gpu_reclaim(run, detected_t, started_first)
+    )
+    milestones = {
+        "failure": Instant(tl.fault_time, marker_ref(run)),
+        "detected": _instant(detected),
+        "workers_stopped": _stopped(detected_t, stop_reclaim, terminated),
+        "workers_terminated": _instant(terminated),
+        "rendezvous": _instant(rendezvous),
+        "workers_started": _instant(started),
+        "checkpoint_loaded": Instant(loaded_t, loaded_ref),
+        "first_step": Instant(first.time, first.ref) if first is not None else Instant(None),
+    }
+    return RecoveryClock(
+        timeline=tl,
+        milestones={mid: milestones[mid] for mid, _ in MILESTONES},
+        replacement_start=replacement_t,
+        gpu_reclaim=reclaim,
+        restored_iteration=restored,
+        run_start=start or run.launcher.first_time,
+        run_end=end or run.launcher.last_time,
+        first_iteration=first_it.time if first_it else None,
+        first_checkpoint=first_saved.time if first_saved else None,
+    )
+
+
+def timings(run: RunEvidence, tl: Timeline) -> dict[str, float]:
+    """verify's timings (:meth:`RecoveryClock.timings`)."""
+    return recovery_clock(run, tl).timings()
+
+
+def _instant(event: LauncherEvent | None) -> Instant:
+    return Instant(event.time, event.ref) if event is not None else Instant(None)
+
+
+def _profiling_in_cycle(run: RunEvidence, cycle: int | None, name: str) -> LauncherEvent | None:
+    """The last ``name`` profiling event of profiling cycle ``cycle`` (all nodes done)."""
+    if cycle is None:
+        return None
+    found = [
+        e
+        for e in run.launcher.events
+        if e.kind is LauncherEventKind.PROFILING and e.name == name and e.cycle == cycle and e.time
+    ]
+    return max(found, key=lambda e: e.time or datetime.min) if found else None
+
+
+def _stopped(
+    detected: datetime | None, reclaim: LauncherEvent | None, terminated: LauncherEvent | None
+) -> Instant:
+    """When NVRx had stopped the workers and began waiting for the GPUs' memory: its
+    ``GPU N memory reclaimed in Ss`` line's time less the wait (whole seconds as logged); the
+    workers-terminated instant itself where it logs no wait (a CPU run: nothing to reclaim)."""
+    if reclaim is None or reclaim.time is None or reclaim.duration_s is None:
+        return _instant(terminated)
+    began = reclaim.time - timedelta(seconds=reclaim.duration_s)
+    if detected is not None and began < detected:
+        began = detected  # a wait logged in whole seconds: never before the detection
+    return Instant(began, reclaim.ref)
+
+
+def marker_ref(run: RunEvidence) -> EvidenceRef | None:
+    """The marker's line that gives the fault's instant."""
+    marker = run.marker
+    if marker is None or not marker.ok:
+        return None
+    if marker.doc is not None and "time" in marker.doc.key_lines:
+        line, text = marker.doc.key_lines["time"]
+        return EvidenceRef(marker.file, line, text.strip())
+    return EvidenceRef(marker.file, None, "fault marker")
 
 
 def gpu_reclaim(

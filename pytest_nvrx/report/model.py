@@ -12,13 +12,16 @@ The recovery breakdown splits the downtime (the fault's instant to the first ste
 replacement committed) at the milestones NVRx's profiling lines and the workload's log show. A
 milestone the evidence lacks makes the phases on either side of it *missing* (``None``, never 0):
 the time between the known milestones around it is ``unattributed_s``, so that the known phases
-plus ``unattributed_s`` are always the downtime.
+plus ``unattributed_s`` are always the downtime. The milestones, phases and downtime are the
+recovery clock's (:func:`pytest_nvrx.evidence.timeline.recovery_clock`), the computation verify's
+timings and the downtime gate read too; here they are only put in seconds from ``t0``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, replace
-from datetime import datetime, timedelta
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -27,10 +30,17 @@ from pytest_nvrx.criteria.judgement import Judgement
 from pytest_nvrx.criteria.training_continuity import print_model
 from pytest_nvrx.evidence.cycle_log import CycleLog
 from pytest_nvrx.evidence.launcher_log import FAILURE_KINDS, LauncherEvent, LauncherEventKind
-from pytest_nvrx.evidence.refs import EvidenceRef, seconds_between
 from pytest_nvrx.evidence.replay import PrintModel, windows
 from pytest_nvrx.evidence.rundir import RunEvidence, load_run
-from pytest_nvrx.evidence.timeline import Timeline, build_timeline, gpu_reclaim, loaded_at
+from pytest_nvrx.evidence.timeline import (
+    MILESTONE_LABELS,
+    Phase,
+    RecoveryClock,
+    Timeline,
+    marker_ref,
+    recovery_clock,
+)
+from pytest_nvrx.evidence.timeline import PHASES as PHASES  # re-exported: the report's phases
 from pytest_nvrx.evidence.workload import (
     SaveCompleted,
     SaveScheduled,
@@ -50,68 +60,13 @@ MAX_SAVE_EVENTS = 200
 
 
 @dataclass(frozen=True, slots=True)
-class PhaseSpec:
-    id: str
-    label: str
-    start: str  # milestone ids
-    end: str
-
-
-#: the milestones of a recovery, in order (ids as in the JSON)
-MILESTONES: tuple[tuple[str, str], ...] = (
-    ("failure", "failure"),
-    ("detected", "detected"),
-    ("workers_stopped", "workers stopped"),
-    ("workers_terminated", "workers terminated"),
-    ("rendezvous", "rendezvous"),
-    ("workers_started", "workers started"),
-    ("checkpoint_loaded", "checkpoint loaded"),
-    ("first_step", "first committed step"),
-)
-MILESTONE_LABELS = dict(MILESTONES)
-
-#: the phases between consecutive milestones; their seconds sum to the downtime
-PHASES: tuple[PhaseSpec, ...] = (
-    PhaseSpec("detection", "failure → detected", "failure", "detected"),
-    PhaseSpec("termination", "detected → workers stopped", "detected", "workers_stopped"),
-    # NVRx waits, after stopping the workers, until every GPU of the node is nearly empty, other
-    # runs' memory included ("GPU 0 memory reclaimed in 38s"); 0 where it logs no wait (CPU)
-    PhaseSpec(
-        "gpu_reclaim", "stopped → GPU memory reclaimed", "workers_stopped", "workers_terminated"
-    ),
-    PhaseSpec("rendezvous", "terminated → rendezvous", "workers_terminated", "rendezvous"),
-    PhaseSpec("worker_start", "rendezvous → workers started", "rendezvous", "workers_started"),
-    PhaseSpec(
-        "checkpoint_load", "started → checkpoint loaded", "workers_started", "checkpoint_loaded"
-    ),
-    PhaseSpec("first_step", "loaded → first committed step", "checkpoint_loaded", "first_step"),
-)
-
-
-@dataclass(frozen=True, slots=True)
 class MilestoneTime:
     id: str
     t_s: float | None  # None: the evidence does not show it
     ref: str | None  # file:line that shows it
 
     def as_dict(self) -> dict[str, Any]:
-        return {"id": self.id, "t_s": self.t_s, "ref": self.ref}
-
-
-@dataclass(frozen=True, slots=True)
-class Phase:
-    id: str
-    label: str
-    seconds: float | None  # None: a milestone at either end is missing (not 0)
-    missing: str | None  # which milestone the evidence lacks
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "label": self.label,
-            "seconds": self.seconds,
-            "missing": self.missing,
-        }
+        return dataclasses.asdict(self)  # flat: every field as it is
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,13 +82,7 @@ class LostWork:
     recomputed_s: float | None
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "restored_iteration": self.restored_iteration,
-            "last_iteration_before_failure": self.last_iteration_before_failure,
-            "iterations": self.iterations,
-            "discarded_s": self.discarded_s,
-            "recomputed_s": self.recomputed_s,
-        }
+        return dataclasses.asdict(self)  # flat: every field as it is
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,14 +167,7 @@ class TimelineEvent:
     ref: str | None
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "kind": self.kind,
-            "t_s": self.t_s,
-            "label": self.label,
-            "cycle": self.cycle,
-            "rank": self.rank,
-            "ref": self.ref,
-        }
+        return dataclasses.asdict(self)  # flat: every field as it is
 
 
 @dataclass(frozen=True, slots=True)
@@ -431,10 +373,17 @@ class ScenarioReport:
 
     @classmethod
     def from_judgement(
-        cls, run: RunEvidence, judgement: Judgement, *, name: str | None = None
+        cls,
+        run: RunEvidence,
+        judgement: Judgement,
+        *,
+        name: str | None = None,
+        clock: RecoveryClock | None = None,
     ) -> ScenarioReport:
-        """The report of a run already judged (the plugin has both at hand)."""
-        timeline = build_timeline(run)
+        """The report of a run already judged (the plugin has both at hand); ``clock``: the
+        run's :func:`~pytest_nvrx.evidence.timeline.recovery_clock`, computed if None."""
+        if clock is None:
+            clock = recovery_clock(run)
         t0 = _t0(run)
         manifest = run.manifest
         train_iters = None
@@ -450,7 +399,7 @@ class ScenarioReport:
                 None,
             )
         window = judgement.window.window if judgement.window is not None else None
-        recovery = None if judgement.expected.baseline else _recovery(run, timeline, t0)
+        recovery = None if judgement.expected.baseline else _recovery(run, clock, t0)
         return cls(
             name=name or run.run_dir.name,
             run_dir=str(run.run_dir),
@@ -470,7 +419,7 @@ class ScenarioReport:
             stack=dict(judgement.stack),
             timings=dict(judgement.timings),
             recovery=recovery,
-            timeline=_timeline_data(run, timeline, t0, recovery),
+            timeline=_timeline_data(run, clock.timeline, t0, recovery),
             loss=_loss_series(run.cycle_logs, print_model(run)),
             gpu_shared_with=judgement.gpu_shared_with,
         )
@@ -553,111 +502,29 @@ def _rel(t0: datetime | None, t: datetime | None) -> float | None:
     return round((t - t0).total_seconds(), 3)
 
 
-def _profiling_in_cycle(run: RunEvidence, cycle: int | None, name: str) -> LauncherEvent | None:
-    """The last ``name`` profiling event of profiling cycle ``cycle`` (all nodes done)."""
-    if cycle is None:
+def _recovery(run: RunEvidence, clock: RecoveryClock, t0: datetime | None) -> Recovery | None:
+    """The recovery clock's milestones (from ``t0``), phases and downtime, and the lost work."""
+    if not clock.has_recovery:
         return None
-    found = [
-        e
-        for e in run.launcher.events
-        if e.kind is LauncherEventKind.PROFILING and e.name == name and e.cycle == cycle and e.time
-    ]
-    return max(found, key=lambda e: e.time or datetime.min) if found else None
-
-
-def _loaded(log: CycleLog | None) -> tuple[datetime | None, EvidenceRef | None, int | None]:
-    """The replacement's checkpoint-loaded milestone (evidence.timeline.loaded_at, as verify's
-    timings count it) and the iteration it loaded."""
-    return loaded_at(log)
-
-
-def _stopped(
-    run: RunEvidence, tl: Timeline, terminated: LauncherEvent | None
-) -> tuple[datetime | None, EvidenceRef | None]:
-    """When NVRx had stopped the workers and began waiting for the GPUs' memory: its
-    ``GPU N memory reclaimed in Ss`` line's time less the wait (whole seconds as logged); the
-    workers-terminated instant itself where it logs no wait (a CPU run: nothing to reclaim)."""
-    detected = tl.detected.time if tl.detected is not None else None
-    replacement = tl.replacement_started.time if tl.replacement_started is not None else None
-    reclaim = gpu_reclaim(run, detected, replacement)
-    if reclaim is None or reclaim.time is None or reclaim.duration_s is None:
-        return (terminated.time, terminated.ref) if terminated is not None else (None, None)
-    began = reclaim.time - timedelta(seconds=reclaim.duration_s)
-    if detected is not None and began < detected:
-        began = detected  # a wait logged in whole seconds: never before the detection
-    return began, reclaim.ref
-
-
-def _recovery(run: RunEvidence, tl: Timeline, t0: datetime | None) -> Recovery | None:
-    if tl.fault_time is None and tl.detected is None:
-        return None
-    profiling_cycle = (
-        tl.detected.cycle if tl.detected is not None and tl.detected.is_failure_detected else None
-    )
-    replacement = run.cycle_log(tl.replacement_cycle) if tl.replacement_cycle is not None else None
-    terminated = _profiling_in_cycle(run, profiling_cycle, "worker_terminated")
-    rendezvous = _profiling_in_cycle(run, profiling_cycle, "rendezvous_completed")
-    started = (
-        _profiling_in_cycle(run, profiling_cycle, "worker_start_completed")
-        or tl.replacement_started
-    )
-    loaded_t, loaded_ref, restored = _loaded(replacement)
-    first = replacement.first_iteration if replacement is not None else None
-    marker = run.marker
-    times: dict[str, tuple[datetime | None, EvidenceRef | None]] = {
-        "failure": (tl.fault_time, _marker_ref(run)),
-        "detected": (
-            tl.detected.time if tl.detected else None,
-            tl.detected.ref if tl.detected else None,
-        ),
-        "workers_stopped": _stopped(run, tl, terminated),
-        "workers_terminated": (
-            terminated.time if terminated else None,
-            terminated.ref if terminated else None,
-        ),
-        "rendezvous": (
-            rendezvous.time if rendezvous else None,
-            rendezvous.ref if rendezvous else None,
-        ),
-        "workers_started": (started.time if started else None, started.ref if started else None),
-        "checkpoint_loaded": (loaded_t, loaded_ref),
-        "first_step": (first.time if first else None, first.ref if first else None),
-    }
     milestones = tuple(
-        MilestoneTime(mid, _rel(t0, t), ref.location if ref is not None and t is not None else None)
-        for mid, (t, ref) in ((m, times[m]) for m, _ in MILESTONES)
+        MilestoneTime(
+            mid, _rel(t0, at.time), None if at.ref is None or at.time is None else at.ref.location
+        )
+        for mid, at in clock.milestones.items()
     )
-    phases: list[Phase] = []
-    for spec in PHASES:
-        a, b = times[spec.start][0], times[spec.end][0]
-        lacking = [MILESTONE_LABELS[m] for m, t in ((spec.start, a), (spec.end, b)) if t is None]
-        missing = " and ".join(lacking) + " not in the evidence" if lacking else None
-        phases.append(Phase(spec.id, spec.label, seconds_between(a, b), missing))
-    # from the instants themselves, as verify's timings: each phase rounds to the millisecond
-    downtime = seconds_between(times["failure"][0], times["first_step"][0])
-    unattributed = None
-    if downtime is not None:
-        known = sum(p.seconds for p in phases if p.seconds is not None)
-        unattributed = round(downtime - known, 3) if any(p.seconds is None for p in phases) else 0.0
+    tl = clock.timeline
+    restored = clock.restored_iteration
+    marker = run.marker
     if restored is None and marker is not None and marker.ok:
         restored = marker.tracker_iteration
+    replacement = run.cycle_log(tl.replacement_cycle) if tl.replacement_cycle is not None else None
     return Recovery(
         milestones=milestones,
-        phases=tuple(phases),
-        downtime_s=downtime,
-        unattributed_s=unattributed,
+        phases=clock.phases,
+        downtime_s=clock.downtime_s,
+        unattributed_s=clock.unattributed_s,
         lost_work=_lost_work(run, tl, restored, replacement),
     )
-
-
-def _marker_ref(run: RunEvidence) -> EvidenceRef | None:
-    marker = run.marker
-    if marker is None or not marker.ok:
-        return None
-    if marker.doc is not None and "time" in marker.doc.key_lines:
-        line, text = marker.doc.key_lines["time"]
-        return EvidenceRef(marker.file, line, text.strip())
-    return EvidenceRef(marker.file, None, "fault marker")
 
 
 def _lost_work(
@@ -756,7 +623,7 @@ def _timeline_data(
             if marker.signal
             else (marker.fault or "fault")
         )
-        ref = _marker_ref(run)
+        ref = marker_ref(run)
         events.append(
             TimelineEvent(
                 "fault",
