@@ -34,6 +34,7 @@ from pytest_nvrx.launch import interrupt_on_stop_signals
 from pytest_nvrx.retention import prune_checkpoint_payload
 from pytest_nvrx.scenario_pool import ScenarioPool, parallel_limit
 from pytest_nvrx.scenario_run import (
+    EXISTING_RUN,
     ScenarioRun,
     gpu_available,
     judge_existing,
@@ -56,6 +57,7 @@ __all__ = [
     "nvrx_settings",
     "record_judged",
     "resolve_settings",
+    "run_of",
     "scenario_config",
     "terminal_writer",
 ]
@@ -72,6 +74,8 @@ SCENARIO_FIXTURE = "nvrx_scenario_run"
 PRUNING_KEY = pytest.StashKey[list["_Pruning"]]()
 #: Judged runs in the order they finished, for the terminal summary.
 JUDGED_KEY = pytest.StashKey[list[ScenarioRun]]()
+#: Judged runs by key (the scenario id, or EXISTING_RUN): what a test item's report reads.
+RUNS_KEY = pytest.StashKey[dict[str, ScenarioRun]]()
 #: Key of an xdist worker's workeroutput: the keys of the runs it judged.
 WORKEROUTPUT_JUDGED = "nvrx_judged"
 
@@ -129,6 +133,7 @@ def nvrx_settings(config: pytest.Config) -> NvrxSettings:
 
 def record_judged(config: pytest.Config, run: ScenarioRun) -> None:
     config.stash.setdefault(JUDGED_KEY, []).append(run)
+    config.stash.setdefault(RUNS_KEY, {})[run.key] = run
     workeroutput = getattr(config, "workeroutput", None)
     if workeroutput is not None:
         # an xdist worker: the controller learns that something was judged here (its
@@ -259,6 +264,17 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         if pruning.line is not None:
             write(f"nvrx {pruning.key}: {pruning.line}")
     pending.clear()
+
+
+def run_of(item: pytest.Item) -> ScenarioRun | None:
+    """The judged run a test item of a scenario shares, None for other items or while none is
+    judged (its fixture failed or skipped)."""
+    callspec = getattr(item, "callspec", None)
+    if callspec is None or SCENARIO_FIXTURE not in callspec.params:
+        return None
+    scenario: Scenario | None = callspec.params[SCENARIO_FIXTURE]
+    key = EXISTING_RUN if scenario is None else scenario.id
+    return item.config.stash.get(RUNS_KEY, {}).get(key)
 
 
 def _work_dir(request: pytest.FixtureRequest, settings: NvrxSettings, scenario: Scenario) -> Path:

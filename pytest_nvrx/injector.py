@@ -675,15 +675,12 @@ class WindowProbes:
             tracker = self._armed_tracker(below=None)
             if tracker is not None:
                 in_flight = self._pending(tracker)
-                self.injection.fire(
-                    Firing(
-                        window="step",
-                        trigger="start_section(step)",
-                        tracker_iteration=tracker,
-                        in_flight_iteration=in_flight,
-                        section="step",
-                        write_done=self._write_done() if in_flight is not None else None,
-                    )
+                self._fire(
+                    "start_section(step)",
+                    tracker,
+                    in_flight,
+                    "step",
+                    self._write_done() if in_flight is not None else None,
                 )
         elif (
             self.window == "finalize"
@@ -697,15 +694,12 @@ class WindowProbes:
                 # the first checkpointing section after the submit is the one that finalizes it
                 self.named_before_finalize.append(in_flight)
             if tracker is not None:
-                self.injection.fire(
-                    Firing(
-                        window="finalize",
-                        trigger="start_section(checkpointing)",
-                        tracker_iteration=tracker,
-                        in_flight_iteration=in_flight,
-                        section="checkpointing",
-                        write_done=self._write_done(),
-                    )
+                self._fire(
+                    "start_section(checkpointing)",
+                    tracker,
+                    in_flight,
+                    "checkpointing",
+                    self._write_done(),
                 )
 
     def _section_ended(self, name: str) -> None:
@@ -725,16 +719,28 @@ class WindowProbes:
             in_flight = self.in_flight
             tracker = self._armed_tracker(below=in_flight)
             if tracker is not None:
-                self.injection.fire(
-                    Firing(
-                        window="finalize",
-                        trigger="end_section(checkpointing)",
-                        tracker_iteration=tracker,
-                        in_flight_iteration=in_flight,
-                        section=self.open_sections[-1] if self.open_sections else None,
-                        write_done=self._write_done(),
-                    )
+                self._fire(
+                    "end_section(checkpointing)",
+                    tracker,
+                    in_flight,
+                    self._innermost_section(),
+                    self._write_done(),
                 )
+
+    def _fire(
+        self,
+        trigger: str,
+        tracker: int,
+        in_flight: int | None,
+        section: str | None,
+        write_done: bool | None,
+    ) -> None:
+        """Fire in this probe's window, from ``trigger``, with what the marker records of it."""
+        firing = Firing(self.window, trigger, tracker, in_flight, section, write_done)
+        self.injection.fire(firing)
+
+    def _innermost_section(self) -> str | None:
+        return self.open_sections[-1] if self.open_sections else None
 
     def _submit_entry(self, path: Any) -> None:
         iteration = checkpoint_iteration(path)
@@ -743,16 +749,7 @@ class WindowProbes:
         if self.window == "save":
             tracker = self._armed_tracker(below=iteration)
             if tracker is not None:
-                self.injection.fire(
-                    Firing(
-                        window="save",
-                        trigger="save submit",
-                        tracker_iteration=tracker,
-                        in_flight_iteration=iteration,
-                        section=self.open_sections[-1] if self.open_sections else None,
-                        write_done=None,
-                    )
-                )
+                self._fire("save submit", tracker, iteration, self._innermost_section(), None)
 
     def _submit_return(self, path: Any, result: Any) -> None:
         iteration = checkpoint_iteration(path)

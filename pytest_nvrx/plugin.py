@@ -31,6 +31,7 @@ from pytest_nvrx.fixtures import (
     WORKEROUTPUT_JUDGED,
     nvrx_settings,
     resolve_settings,
+    run_of,
     terminal_writer,
 )
 from pytest_nvrx.layout import FAULT_WINDOWS, INJECTED_FAULTS, windows_of
@@ -47,6 +48,25 @@ pytest_plugins = ["pytest_nvrx.fixtures"]
 DOWNTIME_GATE = "nvrx_downtime_gate"
 #: the controller's report plugin, by name (config.pluginmanager.get_plugin)
 REPORTER_NAME = "nvrx-reporter"
+
+# --- the session's state (config.stash; the fixtures' keys are in fixtures.py) -----------------
+
+#: The header was printed (once per session, by the controller or xdist worker gw0).
+HEADER_KEY = pytest.StashKey[bool]()
+#: Scenarios whose run-wide JUnit properties were given (to their first testcase), by key.
+PROPERTIES_GIVEN_KEY = pytest.StashKey[set[str]]()
+#: Scenarios whose entry (outcome, summary, report data) a test report already carries, by key.
+SHIPPED_KEY = pytest.StashKey[set[str]]()
+#: Under xdist, on the controller: the keys of the runs the workers judged.
+REMOTE_JUDGED_KEY = pytest.StashKey[list[str]]()
+#: Under xdist, on the controller: a worker collected scenarios.
+REMOTE_SELECTED_KEY = pytest.StashKey[bool]()
+#: Key of an xdist worker's workeroutput: the scenarios it collected.
+WORKEROUTPUT_SELECTED = "nvrx_selected"
+#: Scenario ids selected to run in this session (after -m/-k deselection).
+SELECTED_KEY = pytest.StashKey[list[str]]()
+#: How many tests -m/-k deselected (pytest's "N deselected", explained in the header).
+DESELECTED_KEY = pytest.StashKey[int]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -203,7 +223,7 @@ def _dist_version(name: str) -> str:
 
 def header_lines(config: pytest.Config) -> list[str]:
     """What the session runs on: versions, the workers' stack for a GPU qualification, where."""
-    s = nvrx_settings(config)
+    settings = nvrx_settings(config)
     import platform
 
     versions = ", ".join(
@@ -217,21 +237,19 @@ def header_lines(config: pytest.Config) -> list[str]:
         )
     )
     lines = [f"nvrx: python {platform.python_version()}, {versions}"]
-    if s.megatron_path is not None and s.run_dir is None:
+    if settings.megatron_path is not None and settings.run_dir is None:
         # A GPU qualification: the full stack of the workers' interpreter (one ~6 s probe,
         # reused by the scenarios), Megatron's version and revision included. Without a
         # Megatron path (CPU reference runs) each scenario still prints its stack.
         from pytest_nvrx.stack import detect_stack, format_stack_line
 
-        lines.append(format_stack_line(detect_stack(s.megatron_path)))
-    where = f"megatron: {s.megatron_path or 'not given'}, work dir: {s.work_dir or 'pytest tmp'}"
-    if s.run_dir is not None:
-        where += f", judging existing run: {s.run_dir}"
+        lines.append(format_stack_line(detect_stack(settings.megatron_path)))
+    megatron, work_dir = settings.megatron_path or "not given", settings.work_dir or "pytest tmp"
+    where = f"megatron: {megatron}, work dir: {work_dir}"
+    if settings.run_dir is not None:
+        where += f", judging existing run: {settings.run_dir}"
     lines.append(f"nvrx: {where}")
     return lines
-
-
-HEADER_KEY = pytest.StashKey[bool]()
 
 
 def _print_header_once(config: pytest.Config) -> None:
@@ -259,12 +277,12 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if SCENARIO_FIXTURE not in metafunc.fixturenames:
         return
     try:
-        s = nvrx_settings(metafunc.config)
+        settings = nvrx_settings(metafunc.config)
     except pytest.UsageError as exc:
         # a bad environment variable of ours, met now that our scenarios are collected: the
         # message alone, as a collection error of this module
         raise pytest.Collector.CollectError(str(exc)) from None
-    if s.run_dir is not None:
+    if settings.run_dir is not None:
         params = [pytest.param(None, id=EXISTING_RUN, marks=pytest.mark.xdist_group("nvrx"))]
     else:
         # One xdist group per workload: a scenario's tests run on one worker, so it launches
@@ -279,17 +297,12 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
                     pytest.mark.xdist_group(f"nvrx-{sc.workload}"),
                 ],
             )
-            for sc in matrix_scenarios(s.matrix, s.windows, s.workloads)
+            for sc in matrix_scenarios(settings.matrix, settings.windows, settings.workloads)
         ]
     metafunc.parametrize(SCENARIO_FIXTURE, params, indirect=True, scope="session")
 
 
 # --- reports ------------------------------------------------------------------------------------
-
-#: Scenarios whose run-wide JUnit properties were given (to their first testcase), by key.
-PROPERTIES_GIVEN_KEY = pytest.StashKey[set[str]]()
-#: Scenarios whose entry (outcome, summary, report data) a test report already carries, by key.
-SHIPPED_KEY = pytest.StashKey[set[str]]()
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -359,7 +372,7 @@ def scenario_entry(config: pytest.Config, run: ScenarioRun) -> dict[str, Any]:
 def pytest_runtest_makereport(
     item: pytest.Item, call: pytest.CallInfo[None]
 ) -> Generator[None, Any, None]:
-    run: ScenarioRun | None = getattr(item, "funcargs", {}).get(SCENARIO_FIXTURE)
+    run = run_of(item)
     if run is not None and call.when == "call":
         # JUnit text, like the terminal's, shows the run's control characters escaped
         item.user_properties.extend(
@@ -597,18 +610,6 @@ class NvrxReporter:
             tr.write_line(printable(line), red=True, bold=True)
 
 
-#: Under xdist, on the controller: the keys of the runs the workers judged.
-REMOTE_JUDGED_KEY = pytest.StashKey[list[str]]()
-#: Under xdist, on the controller: a worker collected scenarios.
-REMOTE_SELECTED_KEY = pytest.StashKey[bool]()
-#: Key of an xdist worker's workeroutput: the scenarios it collected.
-WORKEROUTPUT_SELECTED = "nvrx_selected"
-#: Scenario ids selected to run in this session (after -m/-k deselection).
-SELECTED_KEY = pytest.StashKey[list[str]]()
-#: How many tests -m/-k deselected (pytest's "N deselected", explained in the header).
-DESELECTED_KEY = pytest.StashKey[int]()
-
-
 def pytest_deselected(items: Sequence[pytest.Item]) -> None:
     if items:
         config = items[0].config
@@ -617,7 +618,7 @@ def pytest_deselected(items: Sequence[pytest.Item]) -> None:
 
 def selection_lines(config: pytest.Config, selected: Sequence[str]) -> list[str]:
     """What pytest's own "deselected" and "skipped" will mean, said once before the runs."""
-    s = nvrx_settings(config)
+    settings = nvrx_settings(config)
     names = ", ".join(selected)
     lines = [f"nvrx: {len(selected)} scenario{'' if len(selected) == 1 else 's'}: {names}"]
     deselected = config.stash.get(DESELECTED_KEY, 0)
@@ -631,7 +632,7 @@ def selection_lines(config: pytest.Config, selected: Sequence[str]) -> list[str]
             "nvrx: a baseline's criteria that need a fault (prior_checkpoint, replaced_cycle,"
             " optimizer_state_load, training_continuity) show as skipped: not applicable"
         )
-    if s.megatron_path is None and any(key.startswith("megatron-") for key in selected):
+    if settings.megatron_path is None and any(key.startswith("megatron-") for key in selected):
         lines.append(
             "nvrx: the megatron scenarios will be skipped: no Megatron checkout"
             " (--nvrx-megatron-path or MEGATRON_PATH)"

@@ -17,6 +17,7 @@ from pytest_nvrx.criteria.expected import ExpectedFault
 from pytest_nvrx.criteria.no_repeat_injection import no_repeat_injection
 from pytest_nvrx.criteria.resume_settings import settings_of
 from pytest_nvrx.evidence.manifest import Manifest, Setting
+from pytest_nvrx.evidence.megatron import PARALLEL_LAYOUT
 from pytest_nvrx.evidence.refs import EvidenceRef
 from pytest_nvrx.evidence.rundir import RunEvidence
 
@@ -59,12 +60,7 @@ TRAINING_OPTIONS = frozenset(
 )
 # Megatron's startup argument dump (cycle 0): the same, as the workload itself understood it
 DUMP_SETTINGS = (
-    "world_size",
-    "data_parallel_size",
-    "tensor_model_parallel_size",
-    "pipeline_model_parallel_size",
-    "context_parallel_size",
-    "expert_model_parallel_size",
+    *PARALLEL_LAYOUT,
     "seed",
     "use_distributed_optimizer",
     "log_interval",

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from pytest_nvrx.evidence.manifest import Setting
 from pytest_nvrx.evidence.refs import EvidenceRef
 from pytest_nvrx.evidence.rundir import RunEvidence
 from pytest_nvrx.layout import (
@@ -41,19 +42,11 @@ def expected_fault(
     """An explicit ``override`` > run.json's ``config.fault`` > the marker's ``fault`` >
     "some fault" (verify exists to judge fault runs; a baseline must say so)."""
     if override is not None:
-        if override not in FAULT_CHOICES:
-            raise ValueError(
-                f"expected fault {override!r}: choose one of {', '.join(FAULT_CHOICES)}"
-            )
-        kind: FaultExpectation = override  # type: ignore[assignment]
-        return ExpectedFault(
-            kind, source, EvidenceRef(f"({source})", None, f"expected fault: {kind}")
-        )
-    manifest = run.manifest
-    if manifest is not None and manifest.fault is not None:
-        value = manifest.fault.value
-        if value in FAULT_CHOICES:
-            return ExpectedFault(value, MANIFEST_NAME, manifest.fault.ref)
+        ref = _callers_choice("fault", override, FAULT_CHOICES, source)
+        return ExpectedFault(override, source, ref)  # type: ignore[arg-type]
+    recorded = _recorded(run.manifest.fault if run.manifest is not None else None, FAULT_CHOICES)
+    if recorded is not None:
+        return ExpectedFault(recorded[0], MANIFEST_NAME, recorded[1])  # type: ignore[arg-type]
     marker = run.marker
     if marker is not None and marker.ok and marker.fault in INJECTED_FAULTS:
         return ExpectedFault(marker.fault, MARKER_NAME, marker.ref("fault"))  # type: ignore[arg-type]
@@ -80,20 +73,27 @@ def expected_window(
 ) -> ExpectedWindow:
     """An explicit ``override`` > run.json's ``config.window`` > none requested."""
     if override is not None:
-        if override not in WINDOW_CHOICES:
-            raise ValueError(
-                f"expected window {override!r}: choose one of {', '.join(WINDOW_CHOICES)}"
-            )
-        return ExpectedWindow(
-            override, source, EvidenceRef(f"({source})", None, f"expected window: {override}")
-        )
-    manifest = run.manifest
-    if manifest is not None and manifest.window is not None:
-        value = manifest.window.value
-        if value in WINDOW_CHOICES:
-            return ExpectedWindow(value, MANIFEST_NAME, manifest.window.ref)
+        ref = _callers_choice("window", override, WINDOW_CHOICES, source)
+        return ExpectedWindow(override, source, ref)
+    recorded = _recorded(run.manifest.window if run.manifest is not None else None, WINDOW_CHOICES)
+    if recorded is not None:
+        return ExpectedWindow(recorded[0], MANIFEST_NAME, recorded[1])
     return ExpectedWindow(
         None,
         "default",
         EvidenceRef(MANIFEST_NAME, None, "(no run.json window setting: none was requested)"),
     )
+
+
+def _callers_choice(what: str, value: str, choices: tuple[str, ...], source: str) -> EvidenceRef:
+    """The quote of a caller's explicit expectation; ValueError for one not among ``choices``."""
+    if value not in choices:
+        raise ValueError(f"expected {what} {value!r}: choose one of {', '.join(choices)}")
+    return EvidenceRef(f"({source})", None, f"expected {what}: {value}")
+
+
+def _recorded(setting: Setting | None, choices: tuple[str, ...]) -> tuple[str, EvidenceRef] | None:
+    """run.json's setting, when it records one of ``choices``."""
+    if setting is None or setting.value not in choices:
+        return None
+    return setting.value, setting.ref

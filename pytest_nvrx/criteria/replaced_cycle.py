@@ -13,7 +13,8 @@ the injector's fire line signalled and the pid that wrote it name the marker's p
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
 
 from pytest_nvrx.criteria.context import JudgeContext
 from pytest_nvrx.criteria.expected import ExpectedFault
@@ -90,6 +91,24 @@ def _world_size(run: RunEvidence) -> tuple[int | None, list[EvidenceRef]]:
     return nproc * int(nodes), refs
 
 
+@dataclass(frozen=True, slots=True)
+class _FaultedRank:
+    """The rank the marker names, as the launcher knows it on the faulted node: its local rank
+    and pid, how verdicts name it, and the node's worker-failure and timeout records."""
+
+    local: int | None
+    pid: int | None
+    text: str
+    failed: list[LauncherEvent]
+    timeouts: list[LauncherEvent]
+
+    def matches(self, e: LauncherEvent) -> bool:
+        """Could this record be the rank's own (same pid where both are known, same local rank)?"""
+        if self.pid is not None and e.pid is not None and e.pid != self.pid:
+            return False
+        return self.local is None or e.rank is None or e.rank == self.local
+
+
 def check(ctx: JudgeContext) -> Verdict:
     run, timeline = ctx.run, ctx.timeline
     if ctx.expected.baseline:
@@ -148,11 +167,8 @@ def check(ctx: JudgeContext) -> Verdict:
     ]
 
     rank_pid = marker.rank_process
-
-    def matches(e: LauncherEvent) -> bool:
-        if rank_pid is not None and e.pid is not None and e.pid != rank_pid:
-            return False
-        return local is None or e.rank is None or e.rank == local
+    faulted = _FaultedRank(local, rank_pid, rank_text, failed, timeouts)
+    matches = faulted.matches
 
     proof: list[EvidenceRef] = []
     if ctx.observed_fault == "hang":
@@ -172,17 +188,13 @@ def check(ctx: JudgeContext) -> Verdict:
         proof.append(matching[0].ref)
         how = f"timed out in section {matching[0].name!r}"
         proof += [e.ref for e in failed if matches(e)][:1]
-    elif ctx.observed_fault == "ckpt-worker":
-        found = _rank_of_worker_failed(ctx, failed, timeouts, matches, local, rank_text)
+    elif ctx.observed_fault in ("ckpt-worker", "exception"):
+        # neither kills the rank with a signal of its own: each has its own reading of its end
+        read = _rank_of_worker_failed if ctx.observed_fault == "ckpt-worker" else _exception_failure
+        found = read(ctx, faulted)
         if isinstance(found, Verdict):
             return found
         how, refs = found
-        proof += refs
-    elif ctx.observed_fault == "exception":
-        outcome = _exception_failure(ctx, failed, timeouts, matches, local, rank_text)
-        if isinstance(outcome, Verdict):
-            return outcome
-        how, refs = outcome
         proof += refs
     else:
         matching = [e for e in failed if matches(e)]
@@ -276,12 +288,7 @@ INJECTED_EXCEPTION = "InjectedFault"
 
 
 def _exception_failure(
-    ctx: JudgeContext,
-    failed: list[LauncherEvent],
-    timeouts: list[LauncherEvent],
-    matches: Callable[[LauncherEvent], bool],
-    local: int | None,
-    rank_text: str,
+    ctx: JudgeContext, faulted: _FaultedRank
 ) -> tuple[str, list[EvidenceRef]] | Verdict:
     """An ``exception`` fault: the faulted cycle's log holds the rank's InjectedFault traceback,
     and the launcher recorded that rank's failure: its exit 1 (the status of an uncaught
@@ -299,13 +306,13 @@ def _exception_failure(
         if e.exception is not None and e.exception.split(":", 1)[0].endswith(INJECTED_EXCEPTION)
     ]
     mine = [e for e in raised if f"on rank {marker.rank} " in (e.exception or "")]
-    exited = [e for e in failed if matches(e)]
+    exited = [e for e in faulted.failed if faulted.matches(e)]
     if not mine:
         name = log.file if log is not None else f"cycle {cycle} log"
         other = f" (only for another rank: {raised[0].exception})" if raised else ""
         return failing(
             ID,
-            f"{name} holds no {INJECTED_EXCEPTION} traceback of {rank_text}{other}: the injected"
+            f"{name} holds no {INJECTED_EXCEPTION} traceback of {faulted.text}{other}: the injected"
             " exception was not raised, or not left uncaught",
             raised[0].ref if raised else (log.last_line if log is not None else None),
             [e.ref for e in exited[:1]],
@@ -318,12 +325,12 @@ def _exception_failure(
             [exited[0].ref, traceback.ref],
         )
     wanted = marker.section or "out_of_section"
-    timed_out = [e for e in timeouts if e.rank == local and e.name in (None, wanted)]
+    timed_out = [
+        e for e in faulted.timeouts if e.rank == faulted.local and e.name in (None, wanted)
+    ]
     if timed_out:
         t = timed_out[0]
-        late = ""
-        if t.time is not None and marker.time is not None:
-            late = f" {(t.time - marker.time).total_seconds():.1f} s after it raised,"
+        late = _after_it_raised(t.time, marker.time, ",")
         return (
             f"raised the injected exception and was still shutting down{late} when its rank"
             f" monitor timed it out in section {t.name or wanted!r} (the uncaught exception did"
@@ -331,15 +338,13 @@ def _exception_failure(
             [traceback.ref, t.ref, *[e.ref for e in exited[:1]]],
         )
     first = ctx.timeline.failure_events[0]
-    if first.rank != local and first.kind in (
+    if first.rank != faulted.local and first.kind in (
         LauncherEventKind.SECTION_TIMEOUT,
         LauncherEventKind.HEARTBEAT_TIMEOUT,
     ):
         # A peer's monitor acted first (the peer waits for the raising rank in a collective):
         # the raising rank had not exited by then, or its exit would be the first record.
-        late = ""
-        if first.time is not None and marker.time is not None:
-            late = f" {(first.time - marker.time).total_seconds():.1f} s after it raised"
+        late = _after_it_raised(first.time, marker.time)
         return (
             f"raised the injected exception and had not exited{late}, when the rank monitor of"
             f" local rank {first.rank} timed out section {first.name!r} (its peer waited for it;"
@@ -349,17 +354,17 @@ def _exception_failure(
     if exited:
         return failing(
             ID,
-            f"{rank_text} failed with exit code {exited[0].exit_code}, not the"
+            f"{faulted.text} failed with exit code {exited[0].exit_code}, not the"
             f" {EXCEPTION_EXIT_CODE} of an uncaught exception, and no timeout of section"
             f" {wanted!r} of that rank was recorded: it did not fail of the injected exception",
             exited[0].ref,
             traceback.ref,
             marker.ref("fault"),
         )
-    others = [e for e in failed if e.exit_code not in (None, 0)]
+    others = [e for e in faulted.failed if e.exit_code not in (None, 0)]
     return failing(
         ID,
-        f"{rank_text} raised the injected exception, but the launcher recorded neither its exit"
+        f"{faulted.text} raised the injected exception, but the launcher recorded neither its exit"
         f" nor a timeout of its section {wanted!r}"
         + (f" (only the failure of local_rank {others[0].rank})" if others else ""),
         traceback.ref,
@@ -368,21 +373,23 @@ def _exception_failure(
     )
 
 
+def _after_it_raised(when: datetime | None, raised: datetime | None, then: str = "") -> str:
+    """ " N.N s after it raised" (with ``then`` after it), or "" where a time is unknown."""
+    if when is None or raised is None:
+        return ""
+    return f" {(when - raised).total_seconds():.1f} s after it raised{then}"
+
+
 def _rank_of_worker_failed(
-    ctx: JudgeContext,
-    failed: list[LauncherEvent],
-    timeouts: list[LauncherEvent],
-    matches: Callable[[LauncherEvent], bool],
-    local: int | None,
-    rank_text: str,
+    ctx: JudgeContext, faulted: _FaultedRank
 ) -> tuple[str, list[EvidenceRef]] | Verdict:
     """A ``ckpt-worker`` fault kills the rank's checkpoint worker (the marker's ``pid``), which no
     launcher record names: the rank itself (``rank_pid``) must fail by itself in the faulted
     cycle, by any non-zero exit or a section timeout the rank monitor acts on."""
     marker = ctx.run.marker
     assert marker is not None
-    mine = [e for e in timeouts if e.rank == local]
-    exited = [e for e in failed if matches(e) and e.exit_code not in (None, 0)]
+    mine = [e for e in faulted.timeouts if e.rank == faulted.local]
+    exited = [e for e in faulted.failed if faulted.matches(e) and e.exit_code not in (None, 0)]
     if mine:
         return (
             f"timed out in section {mine[0].name!r} after its checkpoint worker (pid"
@@ -395,11 +402,11 @@ def _rank_of_worker_failed(
             f" {marker.pid}) was killed",
             [exited[0].ref],
         )
-    records = [e for e in failed if e.exit_code not in (None, 0)]
+    records = [e for e in faulted.failed if e.exit_code not in (None, 0)]
     return failing(
         ID,
-        f"the checkpoint worker (pid {marker.pid}) of {rank_text} (pid {marker.rank_process}) was"
-        " killed, but the launcher recorded no failure or section timeout of that rank"
+        f"the checkpoint worker (pid {marker.pid}) of {faulted.text} (pid {marker.rank_process})"
+        " was killed, but the launcher recorded no failure or section timeout of that rank"
         + (f" (only of local_rank {records[0].rank})" if records else ""),
         [e.ref for e in records[:1]],
         marker.ref("rank_pid"),

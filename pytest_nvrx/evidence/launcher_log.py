@@ -181,10 +181,23 @@ def _int(value: str | None) -> int | None:
     return int(value) if value is not None and value.lstrip("-").isdigit() else None
 
 
+#: Lines told apart by a phrase alone, tried in this order ("made NO progress" before "made
+#: progress"), after the lines that carry values and before the exit-code lines.
+_TOLD_BY_PHRASE: tuple[tuple[str, LauncherEventKind], ...] = (
+    ("were still open", LauncherEventKind.SECTIONS_OPEN),
+    ("EARLY TERMINATION", LauncherEventKind.EARLY_TERMINATION),
+    ("made NO progress", LauncherEventKind.NO_PROGRESS),
+    ("made progress", LauncherEventKind.PROGRESS),
+    ("starting workers for entrypoint", LauncherEventKind.WORKERS_STARTING),
+    ("worker group successfully finished", LauncherEventKind.GROUP_SUCCEEDED),
+    ("Agent .run() is OK", LauncherEventKind.RUN_OK),
+)
+
+
 def _classify(msg: str, ref: EvidenceRef) -> tuple[LauncherEvent, str | None] | None:
     """The event a launcher message stands for (time still unset), and a profiling event's UTC
     stamp; None for messages that mean nothing to the criteria."""
-    K = LauncherEventKind
+    kinds = LauncherEventKind
 
     def ev(kind: LauncherEventKind, **fields: Any) -> tuple[LauncherEvent, None]:
         return LauncherEvent(kind, None, ref, **fields), None
@@ -193,69 +206,68 @@ def _classify(msg: str, ref: EvidenceRef) -> tuple[LauncherEvent, str | None] | 
         m = _PROFILING.search(msg)
         if m is not None:
             event = LauncherEvent(
-                K.PROFILING, None, ref, name=m["name"], cycle=int(m["cycle"]), rank=_int(m["rank"])
+                kinds.PROFILING,
+                None,
+                ref,
+                name=m["name"],
+                cycle=int(m["cycle"]),
+                rank=_int(m["rank"]),
             )
             return event, m["utc"]
     if "failed (exitcode" in msg:
         m = _WORKER_FAILED.search(msg)
         if m is not None:
             return ev(
-                K.WORKER_FAILED, exit_code=int(m["code"]), rank=int(m["rank"]), pid=int(m["pid"])
+                kinds.WORKER_FAILED,
+                exit_code=int(m["code"]),
+                rank=int(m["rank"]),
+                pid=int(m["pid"]),
             )
     if "Worker group" in msg:
         m = _GROUP_FAILED.search(msg)
         if m is not None:
-            return ev(K.GROUP_FAILED, name=m["state"], will_restart=True)
+            return ev(kinds.GROUP_FAILED, name=m["state"], will_restart=True)
     if "Joining cluster restart" in msg:
-        return ev(K.JOIN_RESTART, will_restart=True)
+        return ev(kinds.JOIN_RESTART, will_restart=True)
     if "[Cycle " in msg:
         m = _SECTION_TIMEOUT.search(msg)
         if m is not None:
             return ev(
-                K.SECTION_TIMEOUT, name=m["section"] or "out_of_section", cycle=int(m["cycle"])
+                kinds.SECTION_TIMEOUT, name=m["section"] or "out_of_section", cycle=int(m["cycle"])
             )
         m = _HEARTBEAT.search(msg)
         if m is not None:
-            return ev(K.HEARTBEAT_TIMEOUT, name="heartbeat", cycle=int(m["cycle"]))
+            return ev(kinds.HEARTBEAT_TIMEOUT, name="heartbeat", cycle=int(m["cycle"]))
     if "reclaimed" in msg:
         m = _GPU_RECLAIMED.search(msg)
         if m is not None:
-            return ev(K.GPU_RECLAIM, name="reclaimed", rank=int(m["gpu"]), duration_s=float(m["s"]))
+            return ev(
+                kinds.GPU_RECLAIM, name="reclaimed", rank=int(m["gpu"]), duration_s=float(m["s"])
+            )
         m = _GPU_RECLAIM_TIMEOUT.search(msg)
         if m is not None:
-            return ev(K.GPU_RECLAIM, name="timeout", duration_s=float(m["s"]))
+            return ev(kinds.GPU_RECLAIM, name="timeout", duration_s=float(m["s"]))
         if _RECLAIM_SAID.search(msg):
-            return ev(K.GPU_RECLAIM, name="unreadable")
-    if "were still open" in msg:
-        return ev(K.SECTIONS_OPEN)
-    if "EARLY TERMINATION" in msg:
-        return ev(K.EARLY_TERMINATION)
-    if "made NO progress" in msg:
-        return ev(K.NO_PROGRESS)
-    if "made progress" in msg:
-        return ev(K.PROGRESS)
-    if "starting workers for entrypoint" in msg:
-        return ev(K.WORKERS_STARTING)
-    if "worker group successfully finished" in msg:
-        return ev(K.GROUP_SUCCEEDED)
-    if "Agent .run() is OK" in msg:
-        return ev(K.RUN_OK)
+            return ev(kinds.GPU_RECLAIM, name="unreadable")
+    for phrase, kind in _TOLD_BY_PHRASE:
+        if phrase in msg:
+            return ev(kind)
     if "exit code" in msg:
         m = _EXIT_CODE.search(msg)
         if m is not None:
-            kind = K.NO_RESTART if "must not be restarted" in msg else K.AGENT_EXIT
+            kind = kinds.NO_RESTART if "must not be restarted" in msg else kinds.AGENT_EXIT
             return ev(kind, exit_code=int(m["code"]))
         if "Some rank(s) exited with non-zero exit code" in msg:
-            return ev(K.RUN_FAILED)
+            return ev(kinds.RUN_FAILED)
     if (
         "no progress across restarts" in msg
         or "must not be restarted" in msg
         or "Attribution recommended stopping" in msg
         or "reported a no-restart decision" in msg
     ):
-        return ev(K.NO_RESTART)
+        return ev(kinds.NO_RESTART)
     if "Agent .run() ended with" in msg or "Agent .run() raised" in msg:
-        return ev(K.RUN_FAILED)
+        return ev(kinds.RUN_FAILED)
     return None
 
 

@@ -57,6 +57,15 @@ _FIELDS = {
 }
 #   no_load_optim ................................... True   (the startup argument dump)
 _SETTING = re.compile(r"\s+(?P<name>[a-z][a-z0-9_]*) \.{3,} (?P<value>.*?)\s*$")
+#: The dump's entries that lay the model out over the ranks.
+PARALLEL_LAYOUT = (
+    "world_size",
+    "data_parallel_size",
+    "tensor_model_parallel_size",
+    "pipeline_model_parallel_size",
+    "context_parallel_size",
+    "expert_model_parallel_size",
+)
 # the dump's entries that say how a cycle resumes (criterion 3 and the replay comparison)
 SETTINGS = frozenset(
     {
@@ -65,12 +74,7 @@ SETTINGS = frozenset(
         "finetune",
         "no_load_optim",
         "no_load_rng",
-        "world_size",
-        "data_parallel_size",
-        "tensor_model_parallel_size",
-        "pipeline_model_parallel_size",
-        "context_parallel_size",
-        "expert_model_parallel_size",
+        *PARALLEL_LAYOUT,
         "log_interval",
         "iterations_to_skip",
         "train_iters",
@@ -178,27 +182,25 @@ def _recognize(text: str) -> tuple[type, re.Match[str] | None] | None:
     return None
 
 
+#: Checkpoint lines: (phrase, the pattern that reads its values or None, the evidence type).
+_CHECKPOINT_LINES: tuple[tuple[str, re.Pattern[str] | None, type], ...] = (
+    ("successfully saved checkpoint", _SAVED, SaveCompleted),
+    ("scheduled an async checkpoint save", _SCHEDULED, SaveScheduled),
+    ("successfully loaded checkpoint", _LOADED, LoadCompleted),
+    ("checkpoint from", _LOADING, LoadStarted),
+    ("will start from random", None, StartedFromScratch),
+    ("could not load the checkpoint", None, LoadFailed),
+)
+
+
 def _checkpoint_line(text: str) -> tuple[type, re.Match[str] | None] | None:
-    if "successfully saved checkpoint" in text:
-        m = _SAVED.match(text)
-        if m is not None:
-            return SaveCompleted, m
-    elif "scheduled an async checkpoint save" in text:
-        m = _SCHEDULED.match(text)
-        if m is not None:
-            return SaveScheduled, m
-    elif "successfully loaded checkpoint" in text:
-        m = _LOADED.match(text)
-        if m is not None:
-            return LoadCompleted, m
-    elif "checkpoint from" in text:
-        m = _LOADING.match(text)
-        if m is not None:
-            return LoadStarted, m
-    elif "will start from random" in text:
-        return StartedFromScratch, None
-    elif "could not load the checkpoint" in text:
-        return LoadFailed, None
+    """The first phrase the line holds decides its kind; its pattern must then match."""
+    for phrase, pattern, kind in _CHECKPOINT_LINES:
+        if phrase in text:
+            if pattern is None:
+                return kind, None
+            m = pattern.match(text)
+            return None if m is None else (kind, m)
     return None
 
 

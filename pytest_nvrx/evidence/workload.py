@@ -108,31 +108,34 @@ class LoadCompleted:
 
 
 @dataclass(frozen=True, slots=True)
-class StartedFromScratch:
+class LineFact:
+    """A fact that its line states whole, with no value to read from it (the kinds below)."""
+
+    ref: EvidenceRef
+
+
+class StartedFromScratch(LineFact):
     """No checkpoint was found or used: training starts from random initialization."""
 
-    ref: EvidenceRef
+    __slots__ = ()
 
 
-@dataclass(frozen=True, slots=True)
-class OptimizerLoadFailed:
+class OptimizerLoadFailed(LineFact):
     """Optimizer state could not be restored from the checkpoint."""
 
-    ref: EvidenceRef
+    __slots__ = ()
 
 
-@dataclass(frozen=True, slots=True)
-class RngLoadFailed:
+class RngLoadFailed(LineFact):
     """RNG state could not be restored from the checkpoint."""
 
-    ref: EvidenceRef
+    __slots__ = ()
 
 
-@dataclass(frozen=True, slots=True)
-class LoadFailed:
+class LoadFailed(LineFact):
     """The checkpoint load failed in another way the workload names."""
 
-    ref: EvidenceRef
+    __slots__ = ()
 
 
 @dataclass(frozen=True, slots=True)
