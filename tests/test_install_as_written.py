@@ -28,9 +28,11 @@ from tests.test_packaging import (
     DOCS,
     PROJECT_URL,
     REPO,
+    RUNTIME_MODULES,
     Venv,
     fenced_lines,
     find_uv,
+    hatchling_build,
     no_deps_route,
     nvrx_install,
     section,
@@ -132,47 +134,66 @@ def git_url_lines() -> dict[str, str]:
     return by_tool
 
 
-def test_git_url_lines_install_as_written(origin: Origin, tmp_path: Path) -> None:
-    """README's uv line installs the plugin from the git URL; its pip line does what glibc
-    allows and the docs say."""
-    lines = git_url_lines()
-    venv = venv_with_pip(tmp_path / "uv-venv", tmp_path, origin)
-    proc = shell(venv, lines["uv"])
-    assert proc.returncode == 0, f"`{lines['uv']}`:\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}"
+def test_clone_build_and_install_lines_as_written(origin: Origin, tmp_path: Path) -> None:
+    """install.md, in order, in one venv: the clone line and `uv build` (the wheel and sdist it
+    names, holding what git tracks); the uv line for that wheel, then the two --help checks;
+    then README's git-URL uv line, which replaces it with HEAD of the project URL (bytecode
+    compiled both times: the second compile finds the first's). Each `pip install` with
+    dependencies, in a venv of its own, does what glibc allows and the docs say."""
+    text = (DOCS / "install.md").read_text(encoding="utf-8")
+    (clone,) = [ln for ln in fenced_lines(section(text, "From a clone")) if ln.startswith("git ")]
+    assert clone == f"git clone {PROJECT_URL} && cd pytest-nvrx", clone
+    build_section = section(text, "Into an environment")
+    lines = fenced_lines(build_section)
+    assert "uv build" in lines, "install.md no longer builds with `uv build`"
+    venv = venv_with_pip(tmp_path / "venv", tmp_path, origin)
+    proc = shell(venv, f"{clone} && uv build", timeout=300)
+    assert proc.returncode == 0, f"`{clone} && uv build`:\n{proc.stdout}{proc.stderr[-3000:]}"
+    checkout = tmp_path / "pytest-nvrx"
+    dist = checkout / "dist"
+    built = sorted(p.name for p in dist.iterdir() if p.name != ".gitignore")  # uv writes one
+    assert built == ["pytest_nvrx-0.1.0-py3-none-any.whl", "pytest_nvrx-0.1.0.tar.gz"], built
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=checkout, capture_output=True,
+                          text=True, check=True).stdout.strip()  # fmt: skip
+    assert head == origin.head
+    shipped = {n for n in zipfile.ZipFile(dist / built[0]).namelist()
+               if n.startswith("pytest_nvrx/")}  # fmt: skip
+    tracked = subprocess.run(["git", "ls-files", "pytest_nvrx"], cwd=checkout, check=True,
+                             capture_output=True, text=True).stdout.split()  # fmt: skip
+    assert shipped == set(tracked), sorted(shipped ^ set(tracked))
+
+    (wheel_line,) = [ln for ln in lines if ln.startswith("uv pip install") and "dist/" in ln]
+    argv = shlex.split(wheel_line)
+    assert argv[3:5] == ["--python-platform", "x86_64-manylinux_2_39"], wheel_line
+    assert "--compile-bytecode" in argv, wheel_line  # workers import torch: install.md says why
+    assert argv[-1] == f"dist/{built[0]}", f"install.md installs {argv[-1]}, uv built {built[0]}"
+    venv.cwd = checkout
+    proc = shell(venv, wheel_line)
+    assert proc.returncode == 0, f"`{wheel_line}`:\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}"
+    venv.cwd = tmp_path  # outside the clone: its source tree must not be what is imported
+    python = str(venv.path / "bin" / "python")
+    cli_help = venv.run([python, "-m", "pytest_nvrx", "--help"])
+    assert "usage: python -m pytest_nvrx" in cli_help and "verify" in cli_help, cli_help
+    pytest_help = venv.run([str(venv.path / "bin" / "pytest"), "--help", "-p", "no:cacheprovider"])
+    assert any("--nvrx-megatron-path" in ln for ln in pytest_help.splitlines()), pytest_help[-2000:]
+    where = venv.run([python, "-c", "import pytest_nvrx; print(pytest_nvrx.__file__)"])
+    assert where.startswith(str(venv.path)), f"pytest_nvrx imported from {where}, not the venv"
+    assert direct_url(venv).get("url", "").endswith(f"dist/{built[0]}"), direct_url(venv)
+
+    git_lines = git_url_lines()
+    proc = shell(venv, git_lines["uv"])
+    assert proc.returncode == 0, f"`{git_lines['uv']}`:\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}"
     assert_installed_from_origin(venv, origin)
     # --compile-bytecode (install.md says why): the workers' imports find their .pyc files
     (site,) = (venv.path / "lib").glob("python3.*/site-packages")
     for package in ("torch", "pytest_nvrx", "nvidia_resiliency_ext"):
         assert list((site / package / "__pycache__").glob("__init__.*.pyc")), package
-    pip_with_deps(venv_with_pip(tmp_path / "pip-venv", tmp_path, origin), lines["pip"])
 
-
-def test_clone_and_build_as_written(origin: Origin, tmp_path: Path) -> None:
-    """install.md's clone line, then its `uv build`: the wheel and sdist it names, holding what
-    the checkout's build holds; then its pip line for that wheel, as glibc allows."""
-    text = (DOCS / "install.md").read_text(encoding="utf-8")
-    (clone,) = [ln for ln in fenced_lines(section(text, "From a clone")) if ln.startswith("git ")]
-    assert clone == f"git clone {PROJECT_URL} && cd pytest-nvrx", clone
-    build_section = section(text, "Into an environment")
-    assert "uv build" in fenced_lines(build_section), "install.md no longer builds with `uv build`"
-    venv = venv_with_pip(tmp_path / "venv", tmp_path, origin)
-    proc = shell(venv, f"{clone} && uv build", timeout=300)
-    assert proc.returncode == 0, f"`{clone} && uv build`:\n{proc.stdout}{proc.stderr[-3000:]}"
-    dist = tmp_path / "pytest-nvrx" / "dist"
-    built = sorted(p.name for p in dist.iterdir() if p.name != ".gitignore")  # uv writes one
-    assert built == ["pytest_nvrx-0.1.0-py3-none-any.whl", "pytest_nvrx-0.1.0.tar.gz"], built
-    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=dist.parent, capture_output=True,
-                          text=True, check=True).stdout.strip()  # fmt: skip
-    assert head == origin.head
-    wheel = zipfile.ZipFile(dist / built[0])
-    shipped = {n for n in wheel.namelist() if n.startswith("pytest_nvrx/")}
-    tracked = subprocess.run(["git", "ls-files", "pytest_nvrx"], cwd=dist.parent, check=True,
-                             capture_output=True, text=True).stdout.split()  # fmt: skip
-    assert shipped == set(tracked), sorted(shipped ^ set(tracked))
-    (pip_line,) = [ln for ln in fenced_lines(build_section)
-                   if ln.startswith("pip install dist/")]  # fmt: skip
-    venv.cwd = dist.parent
-    pip_with_deps(venv, pip_line.split("  #")[0].strip())
+    (pip_line,) = [ln for ln in lines if ln.startswith("pip install dist/")]
+    pip_venv = venv_with_pip(tmp_path / "pip-venv", checkout, origin)
+    pip_with_deps(pip_venv, pip_line.split("  #")[0].strip())
+    pip_venv.cwd = tmp_path
+    pip_with_deps(pip_venv, git_lines["pip"])
 
 
 #: What the install step may add to a container: the plugin, the four packages it imports and
@@ -203,10 +224,13 @@ def workflow_install_step() -> str:
     return "\n".join(block) + "\n"
 
 
-def test_workflow_install_step_keeps_the_container_stack(origin: Origin, tmp_path: Path) -> None:
-    """The Actions job's install step, verbatim, with real pip in a 'container' (torch and NVRx
-    already there): the plugin from the git URL, torch and NVRx untouched, --version answers.
-    In a container without NVRx the same step stops with its error before installing."""
+def test_container_routes_keep_the_container_stack(origin: Origin, tmp_path: Path) -> None:
+    """A 'container': torch, then install.md's NVRx lines (for one that has none). The Actions
+    job's install step, verbatim, with real pip: the plugin from the git URL, torch and NVRx
+    untouched, --version answers. Then install.md's container lines, as printed but for the
+    wheel's path, with real pip: the built wheel replaces the plugin alone, and everything the
+    launcher path imports is there. In a container without NVRx the step stops with its error
+    before installing anything."""
     step = workflow_install_step()
     plugin, plugin_runtime, nvrx, nvrx_runtime = no_deps_route()
     for cmd in (plugin, plugin_runtime):
@@ -232,3 +256,21 @@ def test_workflow_install_step_keeps_the_container_stack(origin: Origin, tmp_pat
     assert "pytest-nvrx" in added, added
     assert "pytest-nvrx 0.1.0 (NVRx 0.7.0, torch " in proc.stdout, proc.stdout[-2000:]
     assert_installed_from_origin(venv, origin)
+
+    out = tmp_path / "dist"
+    hatchling_build(REPO, out, "wheel")
+    (wheel,) = out.glob("pytest_nvrx-*.whl")
+    assert plugin[-1].endswith(wheel.name), f"install.md installs {plugin[-1]}, built {wheel}"
+    # the other route into the same container: the git URL's copy goes first (pip would keep
+    # an installed 0.1.0 as satisfying the wheel's)
+    venv.run(
+        [str(venv.path / "bin" / "python"), "-m", "pip", "uninstall", "-q", "-y", "pytest-nvrx"]
+    )
+    for cmd in ([*plugin[:-1], str(wheel)], plugin_runtime):
+        venv.run(cmd)  # the venv's own pip, first on PATH
+    assert (torch_install(venv), nvrx_install(venv)) == before, "install.md replaced torch or NVRx"
+    assert direct_url(venv).get("url") == wheel.as_uri(), direct_url(venv)
+    code = "import importlib, sys\nfor m in sys.argv[1:]: importlib.import_module(m)\nprint('ok')"
+    imported = venv.run([str(venv.path / "bin" / "python"), "-W", "ignore", "-c", code,
+                         *RUNTIME_MODULES])  # fmt: skip
+    assert imported.strip().endswith("ok")
