@@ -26,7 +26,6 @@ from pytest_nvrx.console import Row
 from pytest_nvrx.criteria import Judgement, judge, judge_run_dir
 from pytest_nvrx.criteria.baseline import baseline_refusal
 from pytest_nvrx.evidence.rundir import RunEvidence, load_run
-from pytest_nvrx.evidence.timeline import RecoveryClock, recovery_clock
 from pytest_nvrx.gpu_slots import GpuLedger, Slot, gpu_locks, visible_gpus
 from pytest_nvrx.gpu_slots import gpu_available as gpu_available  # re-exported
 from pytest_nvrx.launch import Launch, Progress, RunResult, RunTimeout, tail_text
@@ -139,9 +138,8 @@ class ScenarioRun:
     stack: dict[str, Any] = field(default_factory=dict)
     #: why the launch did not end by itself (its deadline), else None
     error: str | None = None
-    #: the recovery clock and the recovery report of this run, each made on first use (clock(),
-    #: report()) from its evidence loaded again (checkpoint payload unread)
-    _clock: RecoveryClock | None = field(default=None, init=False, repr=False, compare=False)
+    #: the recovery report of this run, built on first use (report()) from its evidence loaded
+    #: again (checkpoint payload unread) and the judgement's recovery clock
     _report: ScenarioReport | None = field(default=None, init=False, repr=False, compare=False)
 
     def junit_properties(self) -> list[tuple[str, str]]:
@@ -208,22 +206,12 @@ class ScenarioRun:
         timing, the recovery clock's downtime); None: the evidence shows no such pair."""
         return self.judgement.timings.get(DOWNTIME_TIMING)
 
-    def _evidence(self) -> RunEvidence:
-        return load_run(self.layout.run_dir, self.layout.checkpoint_dir, read_checkpoints=False)
-
-    def clock(self, evidence: RunEvidence | None = None) -> RecoveryClock:
-        """The run's recovery clock (pytest_nvrx.evidence.timeline), computed once: the downtime
-        gate reads its downtime, its steps and its phases, and report() is built on it."""
-        if self._clock is None:
-            self._clock = recovery_clock(evidence if evidence is not None else self._evidence())
-        return self._clock
-
     def downtime_failure(self, limit_s: float) -> str | None:
         """Why the run breaks ``--nvrx-max-downtime limit_s``; None when it keeps to it (a
         baseline has no downtime to hold). No measurement is a failure, never a pass."""
         if self.baseline:
             return None
-        clock = self.clock()
+        clock = self.judgement.clock
         downtime = clock.downtime_s
         if downtime is None:
             return (
@@ -237,7 +225,7 @@ class ScenarioRun:
             )
         if downtime <= limit_s:
             return None
-        parts = downtime_breakdown(clock.timings())
+        parts = downtime_breakdown(self.judgement.timings)
         split = f" ({', '.join(parts)})" if parts else ""
         return (
             f"downtime {downtime:.3f} s exceeds the limit {limit_s:g} s (--nvrx-max-downtime): "
@@ -249,7 +237,7 @@ class ScenarioRun:
         report's); a phase the evidence cannot measure breaks its limit too."""
         if self.baseline or not limits:
             return []
-        clock = self.clock()
+        clock = self.judgement.clock
         phases = {phase.id: phase for phase in clock.phases} if clock.has_recovery else {}
         out = []
         for phase_id, limit in limits.items():
@@ -338,15 +326,15 @@ class ScenarioRun:
 
     def report(self, limits: Limits | None = None) -> ScenarioReport:
         """The recovery report's view of this run (pytest_nvrx.report): its evidence loaded
-        again once (checkpoint payload unread) and its recovery clock (clock()), the verdicts
-        this judgement gave; a broken limit makes it not qualified."""
+        again once (checkpoint payload unread), the verdicts and the recovery clock this
+        judgement gave; a broken limit makes it not qualified."""
         if self._report is None:
             from pytest_nvrx.report import ScenarioReport
 
-            evidence = self._evidence()
-            self._report = ScenarioReport.from_judgement(
-                evidence, self.judgement, name=self.key, clock=self.clock(evidence)
+            evidence = load_run(
+                self.layout.run_dir, self.layout.checkpoint_dir, read_checkpoints=False
             )
+            self._report = ScenarioReport.from_judgement(evidence, self.judgement, name=self.key)
         if limits is None or not limits.given:
             return self._report
         failures = self.gate_failures(limits)
@@ -553,8 +541,8 @@ class ScenarioLaunch:
         nothing launched."""
         planned = plan_launch(scenario_config(self.settings, self.scenario, self.work_dir))
         gpus = slot.gpus if slot is not None else ()
-        if gpus:
-            env = {**planned.recipe.env, "CUDA_VISIBLE_DEVICES": ",".join(gpus)}
+        if slot is not None and gpus:
+            env = {**planned.recipe.env, "CUDA_VISIBLE_DEVICES": slot.cuda_visible_devices}
             planned = dataclasses.replace(
                 planned, recipe=dataclasses.replace(planned.recipe, env=env)
             )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +22,7 @@ from pytest_nvrx.criteria.registry import CRITERIA
 from pytest_nvrx.criteria.verdict import CRITERIA_IDS, Verdict, failing
 from pytest_nvrx.evidence.refs import EvidenceRef, Problem
 from pytest_nvrx.evidence.rundir import RunEvidence, load_run
-from pytest_nvrx.evidence.timeline import timings
+from pytest_nvrx.evidence.timeline import RecoveryClock, recovery_clock
 
 
 @dataclass(frozen=True)
@@ -36,6 +36,9 @@ class Judgement:
     problems: tuple[Problem, ...]
     timings: dict[str, float]
     stack: dict[str, Any]
+    # the recovery's instants (``timings`` are this clock's): the downtime gate and the report
+    # read it, never a second computation
+    clock: RecoveryClock = field(compare=False, repr=False)
     # training_continuity's references and tolerance
     baseline_dir: Path | None = None
     continuity_rtol: float = 0.0
@@ -172,7 +175,8 @@ def judge(
         continuity_rtol=continuity_rtol,
         window=expected_window(run, expect_window, window_source or source),
     )
-    timed = timings(run, ctx.timeline)
+    clock = recovery_clock(run, ctx.timeline)
+    timed = clock.timings()
     problems = (
         run.problems
         + evidence_problems(run)
@@ -198,6 +202,7 @@ def judge(
         problems=problems,
         timings=timed,
         stack=run.stack(),
+        clock=clock,
         baseline_dir=baseline.run_dir if baseline is not None else None,
         continuity_rtol=continuity_rtol,
         window=ctx.window,

@@ -445,11 +445,6 @@ def recovery_clock(run: RunEvidence, tl: Timeline | None = None) -> RecoveryCloc
     )
 
 
-def timings(run: RunEvidence, tl: Timeline) -> dict[str, float]:
-    """verify's timings (:meth:`RecoveryClock.timings`)."""
-    return recovery_clock(run, tl).timings()
-
-
 def _instant(event: LauncherEvent | None) -> Instant:
     return Instant(event.time, event.ref) if event is not None else Instant(None)
 

@@ -38,7 +38,6 @@ from pytest_nvrx.evidence.timeline import (
     RecoveryClock,
     Timeline,
     marker_ref,
-    recovery_clock,
 )
 from pytest_nvrx.evidence.timeline import PHASES as PHASES  # re-exported: the report's phases
 from pytest_nvrx.evidence.workload import (
@@ -378,12 +377,10 @@ class ScenarioReport:
         judgement: Judgement,
         *,
         name: str | None = None,
-        clock: RecoveryClock | None = None,
     ) -> ScenarioReport:
-        """The report of a run already judged (the plugin has both at hand); ``clock``: the
-        run's :func:`~pytest_nvrx.evidence.timeline.recovery_clock`, computed if None."""
-        if clock is None:
-            clock = recovery_clock(run)
+        """The report of a run already judged (the plugin has both at hand): its recovery is
+        the judgement's recovery clock (:func:`~pytest_nvrx.evidence.timeline.recovery_clock`)."""
+        clock = judgement.clock
         t0 = _t0(run)
         manifest = run.manifest
         train_iters = None
