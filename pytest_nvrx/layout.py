@@ -198,8 +198,8 @@ class RunLayout:
         return TMP_ROOT / f"nvrx-{zlib.crc32(str(self.run_dir).encode()):08x}"
 
 
-#: The recovery's phases, in order (the recovery report's, pytest_nvrx.report.model.PHASES,
-#: defines each; --nvrx-max-phase names them): here so that settings need not import the report.
+#: The recovery's phases, in order (the recovery clock's, pytest_nvrx.evidence.timeline.PHASES,
+#: defines each; --nvrx-max-phase names them): here so that settings need not import evidence.
 PHASE_IDS: tuple[str, ...] = (
     "detection",
     "termination",

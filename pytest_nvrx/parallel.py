@@ -15,7 +15,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Generic, Protocol
+from typing import Any, Protocol
 
 from pytest_nvrx.gpu_slots import GpuSlots as GpuSlots  # re-exported: parallel.GpuSlots
 from pytest_nvrx.gpu_slots import Slot as Slot
@@ -35,25 +35,11 @@ class Waitable(Protocol):
     def stop(self, grace_s: float = 5.0) -> None: ...
 
 
-# L: the launch a job makes, R: what its wait returns (the pool's outcomes carry it, typed). Each
-# has a default, so a plain Job or LaunchPool means any launch, any result: type parameter
-# defaults (PEP 696) are Python 3.13's, hence Generic and typing_extensions' TypeVar for mypy.
-if TYPE_CHECKING:
-    from typing_extensions import TypeVar
-
-    L = TypeVar("L", bound=Waitable, default=Any)
-    R = TypeVar("R", default=Any)
-else:
-    from typing import TypeVar
-
-    L = TypeVar("L", bound=Waitable)
-    R = TypeVar("R")
-
-
 @dataclass
-class Job(Generic[L, R]):  # noqa: UP046 (defaults: see L, R)
-    """One launch to run: ``make(slot)`` builds it (not yet started) for the slot it got;
-    ``wait(launch)`` (in a thread of the pool's) waits for it to end and returns its result."""
+class Job[L: Waitable, R]:
+    """One launch to run: ``make(slot)`` builds it (``L``, not yet started) for the slot it got;
+    ``wait(launch)`` (in a thread of the pool's) waits for it to end and returns its result
+    (``R``, what the pool's outcome carries)."""
 
     key: str
     gpus: int  # GPUs it needs; 0: a CPU scenario
@@ -62,7 +48,7 @@ class Job(Generic[L, R]):  # noqa: UP046 (defaults: see L, R)
 
 
 @dataclass
-class Outcome(Generic[R]):  # noqa: UP046
+class Outcome[R]:
     key: str
     slot: Slot
     launch: Waitable | None  # None when make() or starting it failed
@@ -76,7 +62,7 @@ def _safe_key(key: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "_", key)
 
 
-class LaunchPool(Generic[R]):  # noqa: UP046
+class LaunchPool[R]:
     """Runs queued jobs side by side; :meth:`wait_for` returns one job's outcome (``R``: what
     the jobs' ``wait`` returns)."""
 

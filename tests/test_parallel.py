@@ -53,7 +53,9 @@ class FileWaiter:
             self.proc.wait(timeout=30)
 
 
-def _job(key: str, gpus: int, release: Path | None, log: list[str], slots: dict[str, Slot]) -> Job:
+def _job(
+    key: str, gpus: int, release: Path | None, log: list[str], slots: dict[str, Slot]
+) -> Job[FileWaiter, int]:
     def make(slot: Slot) -> FileWaiter:
         slots[key] = slot
         return FileWaiter(release, log, key)
@@ -119,7 +121,9 @@ def test_pool_runs_what_fits_and_starts_the_next_when_one_ends(tmp_path: Path) -
     log: list[str] = []
     got: dict[str, Slot] = {}
     release = tmp_path / "release-b"
-    pool = LaunchPool(max_parallel=4, slots=GpuSlots(["0", "1"], lock_dir=tmp_path))
+    pool: LaunchPool[int] = LaunchPool(
+        max_parallel=4, slots=GpuSlots(["0", "1"], lock_dir=tmp_path)
+    )
     pool.submit(_job("a", 1, None, log, got))
     pool.submit(_job("b", 1, release, log, got))
     pool.submit(_job("c", 1, None, log, got))
@@ -142,7 +146,7 @@ def test_pool_max_parallel_holds_cpu_jobs_back(tmp_path: Path) -> None:
     log: list[str] = []
     got: dict[str, Slot] = {}
     release = tmp_path / "release"
-    pool = LaunchPool(max_parallel=1)
+    pool: LaunchPool[int] = LaunchPool(max_parallel=1)
     pool.submit(_job("x", 0, release, log, got))
     pool.submit(_job("y", 0, None, log, got))
     release.touch()
@@ -157,7 +161,7 @@ def test_a_job_that_cannot_start_gives_its_slot_back(tmp_path: Path) -> None:
     def broken(slot: Slot) -> FileWaiter:
         raise RuntimeError("cannot start 'ft_launcher'")
 
-    pool = LaunchPool(max_parallel=2, slots=slots)
+    pool: LaunchPool[None] = LaunchPool(max_parallel=2, slots=slots)
     pool.submit(Job("bad", 1, broken, lambda launch: None))
     out = pool.wait_for("bad")
     assert isinstance(out.error, RuntimeError) and out.launch is None
@@ -167,7 +171,7 @@ def test_a_job_that_cannot_start_gives_its_slot_back(tmp_path: Path) -> None:
 def test_stop_all_stops_running_trees(tmp_path: Path) -> None:
     log: list[str] = []
     got: dict[str, Slot] = {}
-    pool = LaunchPool(max_parallel=2)
+    pool: LaunchPool[int] = LaunchPool(max_parallel=2)
     never = tmp_path / "never"
     pool.submit(_job("a", 0, never, log, got))
     pool.submit(_job("b", 0, None, log, got))
@@ -187,7 +191,7 @@ def test_bad_pool_settings_are_refused(tmp_path: Path) -> None:
         GpuSlots(["0"], share=0)
     with pytest.raises(ValueError, match="max_parallel"):
         LaunchPool(max_parallel=0)
-    pool = LaunchPool(max_parallel=1)
+    pool: LaunchPool[None] = LaunchPool(max_parallel=1)
     with pytest.raises(ValueError, match="needs GPUs"):
         pool.submit(Job("g", 1, lambda s: FileWaiter(None, [], "g"), lambda launch: None))
     with pytest.raises(KeyError):
@@ -212,7 +216,7 @@ def test_stop_all_tells_each_launch_the_cause(tmp_path: Path) -> None:
         made.append(waiter)
         return waiter
 
-    pool = LaunchPool(max_parallel=2)
+    pool: LaunchPool[int] = LaunchPool(max_parallel=2)
     pool.submit(Job("a", 0, make, lambda launch: launch.wait()))
     pool.submit(_job("b", 0, None, log, {}))
     pool.wait_for("b")
