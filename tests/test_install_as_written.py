@@ -172,10 +172,16 @@ def test_clone_build_and_install_lines_as_written(origin: Origin, tmp_path: Path
     assert proc.returncode == 0, f"`{wheel_line}`:\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}"
     venv.cwd = tmp_path  # outside the clone: its source tree must not be what is imported
     python = str(venv.path / "bin" / "python")
-    cli_help = venv.run([python, "-m", "pytest_nvrx", "--help"])
-    assert "usage: python -m pytest_nvrx" in cli_help and "verify" in cli_help, cli_help
-    pytest_help = venv.run([str(venv.path / "bin" / "pytest"), "--help", "-p", "no:cacheprovider"])
-    assert any("--nvrx-megatron-path" in ln for ln in pytest_help.splitlines()), pytest_help[-2000:]
+    # install.md's two checks, as printed (the venv first on PATH: its pytest and python)
+    commands = [ln.split("  #")[0].strip() for ln in fenced_lines(text)]
+    checks = [c for c in commands if c.endswith("--help") or c.startswith("pytest --help")]
+    assert checks == ["pytest --help | grep nvrx", "python -m pytest_nvrx --help"], checks
+    pytest_help, cli_help = (shell(venv, line) for line in checks)
+    assert pytest_help.returncode == 0, pytest_help.stdout + pytest_help.stderr
+    assert any("--nvrx-megatron-path" in ln for ln in pytest_help.stdout.splitlines()), pytest_help
+    assert all("nvrx" in ln for ln in pytest_help.stdout.splitlines()), pytest_help.stdout
+    assert cli_help.returncode == 0, cli_help.stdout + cli_help.stderr
+    assert "usage: python -m pytest_nvrx" in cli_help.stdout and "verify" in cli_help.stdout
     where = venv.run([python, "-c", "import pytest_nvrx; print(pytest_nvrx.__file__)"])
     assert where.startswith(str(venv.path)), f"pytest_nvrx imported from {where}, not the venv"
     assert direct_url(venv).get("url", "").endswith(f"dist/{built[0]}"), direct_url(venv)
