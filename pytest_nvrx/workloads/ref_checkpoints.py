@@ -25,8 +25,15 @@ from torch.distributed.checkpoint.state_dict_saver import async_save as dcp_asyn
 
 from pytest_nvrx.evidence.tracker import read_tracker as read_core_tracker
 from pytest_nvrx.layout import TRACKER_NAME, iteration_dir_name
+from pytest_nvrx.plant_hook.nvrx_plants import ITERATION_JUMP
+from pytest_nvrx.plant_hook.nvrx_plants import record as record_plant
 from pytest_nvrx.workloads.ref_sections import Monitor, section
-from pytest_nvrx.workloads.ref_trainer import BREAKABLE_PARTS, LoadError, Trainer
+from pytest_nvrx.workloads.ref_trainer import (
+    BREAKABLE_PARTS,
+    LOADED_PARTS,
+    LoadError,
+    Trainer,
+)
 
 #: The other ``--break-restore`` values: not a part left out but a wrong restore point.
 #: ``previous``: the last rank restores the newest complete checkpoint before the tracker's;
@@ -35,6 +42,16 @@ RESTORE_BREAKS: tuple[str, ...] = ("previous", "iteration")
 #: ``--break-save`` values (every cycle): ``tracker-at-submit``: rank 0 writes the tracker when a
 #: save is submitted, not when it is finalized (the durability bug the walkthrough warns about).
 SAVE_BREAKS: tuple[str, ...] = ("tracker-at-submit",)
+#: The self-test's plants (pytest_nvrx.plants) that act in a replacement's restore.
+RESTORE_PLANTS: tuple[str, ...] = (
+    "rng",
+    "optimizer-reset",
+    "data",
+    "scheduler",
+    "previous-checkpoint",
+    "iteration",
+    "rank-checkpoint",
+)
 #: Where the background write runs (``--async-writer``): a DCP thread in the rank, or DCP's
 #: persistent worker process per rank (a ``spawn`` child, like Megatron's persistent worker).
 ASYNC_WRITERS: tuple[str, ...] = tuple(t.value for t in AsyncCheckpointerType)
@@ -163,10 +180,13 @@ class AsyncCheckpointer:
         writer: AsyncCheckpointerType = AsyncCheckpointerType.THREAD,
         *,
         tracker_at_submit: bool = False,
+        planted_at_submit: bool = False,
     ) -> None:
         self.checkpoint_dir = checkpoint_dir
-        # --break-save tracker-at-submit: publish N as soon as its save is submitted (broken)
-        self.tracker_at_submit = tracker_at_submit
+        # --break-save tracker-at-submit: publish N as soon as its save is submitted (broken);
+        # the self-test's plant of the same name does it without a word (its record says it)
+        self.tracker_at_submit = tracker_at_submit or planted_at_submit
+        self.planted_at_submit = planted_at_submit
         self.group = group
         self.monitor = monitor
         self.log = log
@@ -193,10 +213,17 @@ class AsyncCheckpointer:
             if self.tracker_at_submit:
                 if self.rank == 0:
                     self._write_tracker(iteration)
-                    self.log(
-                        f"tracker written at submit of iteration {iteration} on purpose "
-                        "(--break-save tracker-at-submit)"
-                    )
+                    if self.planted_at_submit:
+                        record_plant(
+                            f"wrote the tracker {iteration} when save {iteration} was submitted,"
+                            " before its finalization",
+                            iteration=iteration,
+                        )
+                    else:
+                        self.log(
+                            f"tracker written at submit of iteration {iteration} on purpose "
+                            "(--break-save tracker-at-submit)"
+                        )
                 # Every rank goes on only once the tracker names N (Megatron's barrier after its
                 # tracker write): what each rank reads next is the same, not a race with rank 0.
                 # The default group: the checkpoint group belongs to the background write.
@@ -258,6 +285,7 @@ def load_checkpoint(
     skip: Sequence[str] = (),
     restarts: int = 0,
     jump: int = 1,
+    plant: str | None = None,
 ) -> int | None:
     """Restore from the tracker's iteration; returns it, or None when starting from scratch.
 
@@ -266,11 +294,17 @@ def load_checkpoint(
     each say what they did in a line of their own: ``previous`` (the last rank loads the newest
     complete checkpoint before the tracker's, and its load line says so; its iteration and
     ``consumed_samples`` counters are the tracker's, so that the ranks stay in step) and
-    ``iteration`` (the iteration counter jumps by ``jump`` past the loaded one)."""
+    ``iteration`` (the iteration counter jumps by ``jump`` past the loaded one).
+
+    ``plant`` (the self-test's, from ``PYTEST_NVRX_PLANT``) plants the same bugs silently, as a
+    real one would: the load line says what a correct load says, and only the plant's record
+    (:func:`pytest_nvrx.plant_hook.nvrx_plants.record`) tells what it did."""
     iteration = agreed_tracker(checkpoint_dir)
     if iteration is None:
         log(f"no checkpoint found at {checkpoint_dir / TRACKER_NAME}, starting from scratch")
         return None
+    if plant is not None:
+        return _planted_load(trainer, checkpoint_dir, iteration, group, log, plant)
     parts_skipped = [p for p in skip if p in BREAKABLE_PARTS]
     source = iteration
     if "previous" in skip and trainer.rank == trainer.world_size - 1:
@@ -318,3 +352,68 @@ def previous_checkpoint(checkpoint_dir: Path, iteration: int) -> int | None:
     ]
     older = [n for n in found if n < iteration]
     return max(older) if older else None
+
+
+#: Restore plants that leave one part of the checkpoint out (the part of the same name).
+_PLANTED_SKIPS = {"rng": "rng", "data": "data", "scheduler": "scheduler"}
+
+
+def _planted_load(
+    trainer: Trainer,
+    checkpoint_dir: Path,
+    iteration: int,
+    group: dist.ProcessGroup,
+    log: Callable[[str], None],
+    plant: str,
+) -> int:
+    """A replacement's restore with the self-test's ``plant`` in it; the load line is the one a
+    correct load prints (of the checkpoint it read), the record says what was done."""
+    source = iteration
+    if plant == "previous-checkpoint" or (
+        plant == "rank-checkpoint"
+        and trainer.world_size > 1
+        and trainer.rank == trainer.world_size - 1
+    ):
+        older = previous_checkpoint(checkpoint_dir, iteration)
+        if older is None:
+            record_plant(
+                f"cannot plant: no complete checkpoint before iteration {iteration}", applied=False
+            )
+        else:
+            source = older
+    skip = tuple(part for name, part in _PLANTED_SKIPS.items() if name == plant)
+    trainer.load(checkpoint_dir, source, group, skip=skip)
+    if plant == "rank-checkpoint" and source != iteration:
+        # the ranks stay in step: the other checkpoint's weights under the tracker's counters
+        trainer.consumed_samples += (iteration - source) * trainer.global_batch_size
+        trainer.iteration = iteration
+    log(
+        f"load checkpoint iteration {source} ({LOADED_PARTS}) consumed_samples "
+        f"{trainer.consumed_samples} path {checkpoint_dir / iteration_dir_name(source)}"
+    )
+    if skip:
+        record_plant(f"restore of iteration {source} left out the {skip[0]} state", loaded=source)
+    elif source != iteration:
+        record_plant(
+            f"read the tracker's iteration {iteration} as {source}, the complete checkpoint before"
+            " it",
+            tracker=iteration,
+            loaded=source,
+        )
+    elif plant == "optimizer-reset":
+        tensors = trainer.reset_optimizer_moments()
+        record_plant(
+            f"after a complete load of iteration {source}, zeroed AdamW's moments ({tensors}"
+            " tensors) and step",
+            loaded=source,
+            tensors=tensors,
+        )
+    elif plant == "iteration":
+        trainer.iteration += ITERATION_JUMP
+        record_plant(
+            f"restored iteration counter set to {trainer.iteration} after loading iteration"
+            f" {source}",
+            loaded=source,
+            counter=trainer.iteration,
+        )
+    return iteration

@@ -164,6 +164,21 @@ class Trainer:
             self._rng_key(): {"torch": torch.get_rng_state()},
         }
 
+    def reset_optimizer_moments(self) -> int:
+        """Zero AdamW's moments and step in place (the self-test's ``optimizer-reset`` plant);
+        returns how many moment tensors were zeroed."""
+        tensors = 0
+        for state in self.optimizer.state.values():
+            for key in ("exp_avg", "exp_avg_sq"):
+                value = state.get(key)
+                if isinstance(value, torch.Tensor):
+                    value.zero_()
+                    tensors += 1
+            step = state.get("step")
+            if isinstance(step, torch.Tensor):
+                step.zero_()
+        return tensors
+
     def load(
         self,
         checkpoint_dir: Path,

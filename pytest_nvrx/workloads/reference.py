@@ -49,9 +49,11 @@ import torch
 import torch.distributed as dist
 from torch.distributed.checkpoint.state_dict_saver import AsyncCheckpointerType
 
+from pytest_nvrx.plant_hook.nvrx_plants import active_plant
 from pytest_nvrx.workloads.ref_checkpoints import (
     ASYNC_WRITERS,
     RESTORE_BREAKS,
+    RESTORE_PLANTS,
     SAVE_BREAKS,
     WORKER_STOP_TIMEOUT_S,
     AsyncCheckpointer,
@@ -385,6 +387,8 @@ def _train(
     model_cfg = ModelConfig(**_options_for(ModelConfig, args))
     cfg = TrainConfig(**_options_for(TrainConfig, args))
     trainer = Trainer(model_cfg, cfg)
+    # the self-test's plant (PYTEST_NVRX_PLANT), planted as silently as a real bug
+    plant = active_plant()
     if args.load is not None:
         try:
             # --break-restore acts in replacements only: cycle 0 has nothing to resume anyway,
@@ -398,6 +402,7 @@ def _train(
                 skip=skip,
                 restarts=restarts,
                 jump=args.save_interval or 1,
+                plant=plant if restarts >= 1 and plant in RESTORE_PLANTS else None,
             )
         except LoadError as exc:
             log(f"load failed: {exc}")
@@ -412,6 +417,7 @@ def _train(
             log,
             args.async_writer,
             tracker_at_submit="tracker-at-submit" in args.break_save,
+            planted_at_submit=plant == "tracker-at-submit",
         )
         checkpointer.start_worker()  # inside setup, as Megatron's persistent worker
     start_iteration = trainer.iteration
