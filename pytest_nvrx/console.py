@@ -9,7 +9,7 @@ to the terminal's width. The full verdicts, each with the line that proves it, a
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 #: The columns of timings: (header, verify's timing key or a difference of two keys).
@@ -35,14 +35,7 @@ class Row:
     shared_gpu: bool = False
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "scenario": self.scenario,
-            "outcome": self.outcome,
-            "timings": dict(self.timings),
-            "cause": self.cause,
-            "baseline": self.baseline,
-            "shared_gpu": self.shared_gpu,
-        }
+        return {**asdict(self), "timings": dict(self.timings)}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Row:

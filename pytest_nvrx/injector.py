@@ -46,7 +46,7 @@ import threading
 import time
 import traceback
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import UTC, datetime
 from typing import Any, Final, NoReturn
 
@@ -392,17 +392,9 @@ def parse_args(argv: Sequence[str]) -> Options:
         parser.error(f"--fault {ns.fault} needs --window {' or '.join(allowed)}, got {ns.window!r}")
     if ns.script is not None and not os.path.isfile(ns.script):
         parser.error(f"--script {ns.script!r} is not a file")
-    return Options(
-        checkpoint_dir=ns.checkpoint_dir,
-        fault_marker=ns.fault_marker,
-        fault=ns.fault,
-        fault_rank=ns.fault_rank,
-        window=ns.window,
-        script=ns.script,
-        module=ns.module,
-        poll_interval=ns.poll_interval,
-        workload_args=tuple(workload),
-    )
+    # each option's dest is the name of its field
+    own_fields = {f.name: getattr(ns, f.name) for f in fields(Options) if f.name != "workload_args"}
+    return Options(**own_fields, workload_args=tuple(workload))
 
 
 class InjectedFault(RuntimeError):

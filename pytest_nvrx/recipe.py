@@ -15,7 +15,7 @@ import shlex
 import socket
 import zlib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -97,14 +97,7 @@ class WorkerEnvVar:
     reason: str
 
     def as_dict(self) -> dict[str, str]:
-        return {
-            "name": self.name,
-            "value": self.value,
-            "origin": str(self.origin),
-            "where": self.where,
-            "condition": self.condition,
-            "reason": self.reason,
-        }
+        return {**asdict(self), "origin": str(self.origin)}
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from datetime import datetime
+from functools import partial
 from typing import Literal
 
 from pytest_nvrx.evidence.refs import EvidenceRef, LineCursor
@@ -116,16 +117,14 @@ def parse_injector_line(body: str, at: LineCursor) -> InjectorLine | None:
     if head is None:
         return None
     rank, pid, msg = int(head["rank"]), int(head["pid"]), head["msg"]
+    line = partial(InjectorLine, rank=rank, pid=pid, ref=at.ref())
     if msg.startswith("checkpoint tracker reads "):
         m = _TRACKER_READ.match(msg)
         when = at.aware_time(m["ts"]) if m is not None else None
         if m is None or when is None:
             return None
-        return InjectorLine(
+        return line(
             "tracker",
-            rank,
-            pid,
-            at.ref(),
             tracker_iteration=int(m["t"]),
             trigger=m["where"],
             time=when,
@@ -142,11 +141,8 @@ def parse_injector_line(body: str, at: LineCursor) -> InjectorLine | None:
             signal, target, named_rank = a["sig"], int(a["target"]), int(a["rp"])
         elif (a := _SIGNAL_TO_PID.match(action)) is not None:
             signal, target = a["sig"], int(a["target"])
-        return InjectorLine(
+        return line(
             "fired",
-            rank,
-            pid,
-            at.ref(),
             window=m["window"],
             trigger=m["trigger"],
             in_flight_iteration=None if m["n"] == "none" else int(m["n"]),
@@ -161,11 +157,8 @@ def parse_injector_line(body: str, at: LineCursor) -> InjectorLine | None:
         m = _FIRED_V1.match(msg)
         if m is None:
             return None
-        return InjectorLine(
+        return line(
             "fired",
-            rank,
-            pid,
-            at.ref(),
             tracker_iteration=int(m["t"]),
             baseline_iteration=int(m["base"]),
             action=m["action"],
@@ -177,11 +170,8 @@ def parse_injector_line(body: str, at: LineCursor) -> InjectorLine | None:
         m = _WATCHING.match(msg)
         if m is None:
             return None
-        return InjectorLine(
+        return line(
             "watching",
-            rank,
-            pid,
-            at.ref(),
             fault=m["fault"],
             window=m["window"],
             baseline_iteration=int(m["base"]),
@@ -189,7 +179,7 @@ def parse_injector_line(body: str, at: LineCursor) -> InjectorLine | None:
             legacy=m["window"] is None,
         )
     if _SKIPPED.match(msg) is not None:
-        return InjectorLine("skipped", rank, pid, at.ref())
+        return line("skipped")
     if msg.startswith("ERROR: the requested fault "):
         m = _NEVER.match(msg)
         if m is None:
@@ -197,11 +187,8 @@ def parse_injector_line(body: str, at: LineCursor) -> InjectorLine | None:
         why = m["why"]
         window = _NEVER_WINDOW.match(why)
         base = _NEVER_BASELINE.search(why)
-        return InjectorLine(
+        return line(
             "never",
-            rank,
-            pid,
-            at.ref(),
             fault=m["fault"],
             window=window["window"] if window is not None else None,
             baseline_iteration=int(base["base"]) if base is not None else None,

@@ -12,11 +12,9 @@ recovery's milestones, its phases and the downtime. verify's timings, the recove
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
 
 from pytest_nvrx.evidence.cycle_log import CycleLog
 from pytest_nvrx.evidence.launcher_log import FAILURE_KINDS, LauncherEvent, LauncherEventKind
@@ -285,9 +283,6 @@ class Phase:
     label: str
     seconds: float | None  # None: a milestone at either end is missing (not 0)
     missing: str | None  # which milestone the evidence lacks
-
-    def as_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)  # flat: every field as it is
 
 
 @dataclass(frozen=True, slots=True)

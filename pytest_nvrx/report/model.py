@@ -19,8 +19,7 @@ timings and the downtime gate read too; here they are only put in seconds from `
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -54,6 +53,12 @@ MAX_LOSS_POINTS = 2000
 MAX_SAVE_EVENTS = 200
 
 
+def _flat_dict(record: Any) -> dict[str, Any]:
+    """A flat record (a dataclass of plain values) as JSON data: its fields in order, a tuple as
+    a list. The records below without an ``as_dict`` of their own are written this way."""
+    return {key: list(v) if isinstance(v, tuple) else v for key, v in asdict(record).items()}
+
+
 # ----------------------------------------------------------------------------------------------
 # The recovery's phases
 
@@ -63,9 +68,6 @@ class MilestoneTime:
     id: str
     t_s: float | None  # None: the evidence does not show it
     ref: str | None  # file:line that shows it
-
-    def as_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)  # flat: every field as it is
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,9 +82,6 @@ class LostWork:
     # the replacement's time from its first committed step to re-committing the last lost one
     recomputed_s: float | None
 
-    def as_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)  # flat: every field as it is
-
 
 @dataclass(frozen=True, slots=True)
 class Recovery:
@@ -96,19 +95,20 @@ class Recovery:
         return {
             "downtime_s": self.downtime_s,
             "unattributed_s": self.unattributed_s,
-            "milestones": [m.as_dict() for m in self.milestones],
-            "phases": [p.as_dict() for p in self.phases],
-            "lost_work": self.lost_work.as_dict(),
+            "milestones": [_flat_dict(m) for m in self.milestones],
+            "phases": [_flat_dict(p) for p in self.phases],
+            "lost_work": _flat_dict(self.lost_work),
         }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Recovery:
         return cls(
-            milestones=tuple(MilestoneTime(**m) for m in data["milestones"]),
-            phases=tuple(Phase(**p) for p in data["phases"]),
-            downtime_s=data["downtime_s"],
-            unattributed_s=data["unattributed_s"],
-            lost_work=LostWork(**data["lost_work"]),
+            **{
+                **data,
+                "milestones": tuple(MilestoneTime(**m) for m in data["milestones"]),
+                "phases": tuple(Phase(**p) for p in data["phases"]),
+                "lost_work": LostWork(**data["lost_work"]),
+            }
         )
 
 
@@ -124,16 +124,6 @@ class CycleSpan:
     ranks: tuple[int, ...]
     first_iteration: int | None
     last_iteration: int | None
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "cycle": self.cycle,
-            "start_s": self.start_s,
-            "end_s": self.end_s,
-            "ranks": list(self.ranks),
-            "first_iteration": self.first_iteration,
-            "last_iteration": self.last_iteration,
-        }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> CycleSpan:
@@ -165,9 +155,6 @@ class TimelineEvent:
     rank: int | None
     ref: str | None
 
-    def as_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)  # flat: every field as it is
-
 
 @dataclass(frozen=True, slots=True)
 class TimelineData:
@@ -185,20 +172,21 @@ class TimelineData:
             "end_s": self.end_s,
             "fault_rank": self.fault_rank,
             "fault_window": list(self.fault_window) if self.fault_window is not None else None,
-            "cycles": [c.as_dict() for c in self.cycles],
-            "events": [e.as_dict() for e in self.events],
+            "cycles": [_flat_dict(c) for c in self.cycles],
+            "events": [_flat_dict(e) for e in self.events],
         }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TimelineData:
         window = data["fault_window"]
+        window = (float(window[0]), float(window[1])) if window is not None else None
         return cls(
-            t0=data["t0"],
-            end_s=data["end_s"],
-            cycles=tuple(CycleSpan.from_dict(c) for c in data["cycles"]),
-            events=tuple(TimelineEvent(**e) for e in data["events"]),
-            fault_rank=data["fault_rank"],
-            fault_window=(float(window[0]), float(window[1])) if window is not None else None,
+            **{
+                **data,
+                "cycles": tuple(CycleSpan.from_dict(c) for c in data["cycles"]),
+                "events": tuple(TimelineEvent(**e) for e in data["events"]),
+                "fault_window": window,
+            }
         )
 
 
@@ -251,14 +239,6 @@ class CriterionResult:
     status: str  # PASS | FAIL | N/A
     reason: str
     evidence: tuple[str, ...]  # "file:line: quoted text"
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "status": self.status,
-            "reason": self.reason,
-            "evidence": list(self.evidence),
-        }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> CriterionResult:
@@ -434,7 +414,7 @@ class ScenarioReport:
             "summary": self.summary,
             "outcome": self.outcome,
             "first_cause": self.first_cause,
-            "criteria": [c.as_dict() for c in self.criteria],
+            "criteria": [_flat_dict(c) for c in self.criteria],
             "problems": list(self.problems),
             "stack": self.stack,
             "timings": self.timings,

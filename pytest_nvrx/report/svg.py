@@ -614,29 +614,18 @@ def _curve(
             )
             out.append(dot)
         elif run:
-            out.append(_polyline(run, x, y, color, width, opacity))
+            line = _el(
+                "polyline",
+                points=" ".join(f"{_f(x(p.iteration))},{_f(y(p.loss))}" for p in run),
+                fill="none",
+                stroke=color,
+                stroke_width=width,
+                stroke_opacity=opacity,
+                stroke_linejoin="round",
+                stroke_linecap="round",
+            )
+            out.append(line)
     return out
-
-
-def _polyline(
-    points: Sequence[LossPoint],
-    x: Callable[[float], float],
-    y: Callable[[float], float],
-    color: str,
-    width: float,
-    opacity: float = 1.0,
-) -> str:
-    coords = " ".join(f"{_f(x(p.iteration))},{_f(y(p.loss))}" for p in points)
-    return _el(
-        "polyline",
-        points=coords,
-        fill="none",
-        stroke=color,
-        stroke_width=width,
-        stroke_opacity=opacity,
-        stroke_linejoin="round",
-        stroke_linecap="round",
-    )
 
 
 # ----------------------------------------------------------------------------------------------
