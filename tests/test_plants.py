@@ -20,7 +20,6 @@ import pytest
 
 from pytest_nvrx import plants
 from pytest_nvrx.plant_hook import nvrx_plants
-from pytest_nvrx.workloads.ref_checkpoints import RESTORE_PLANTS
 
 HOOK_DIR = Path(nvrx_plants.__file__).parent
 
@@ -28,7 +27,7 @@ HOOK_DIR = Path(nvrx_plants.__file__).parent
 def test_the_hook_repeats_the_catalogue_names() -> None:
     assert tuple(p.name for p in plants.PLANTS) == nvrx_plants.PLANT_NAMES
     assert set(nvrx_plants.MEGATRON_POINTS) == set(nvrx_plants.PLANT_NAMES)
-    assert set(RESTORE_PLANTS) == {p.name for p in plants.PLANTS if p.in_restore}
+    assert set(nvrx_plants.RESTORE_PLANTS) == {p.name for p in plants.PLANTS if p.in_restore}
 
 
 def test_every_plant_names_a_criterion_that_exists() -> None:

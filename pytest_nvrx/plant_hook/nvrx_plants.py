@@ -53,6 +53,10 @@ PLANT_NAMES: Final = (
     "tracker-at-submit",
     "rank-checkpoint",
 )
+#: Plants that act when a save is submitted, in every cycle; the others act in a replacement's
+#: restore.
+SUBMIT_PLANTS: Final = ("tracker-at-submit",)
+RESTORE_PLANTS: Final = tuple(name for name in PLANT_NAMES if name not in SUBMIT_PLANTS)
 #: How far the ``iteration`` plant moves the restored iteration counter.
 ITERATION_JUMP: Final = 5
 #: A complete Megatron checkpoint directory holds one of these (torch_dist: both).

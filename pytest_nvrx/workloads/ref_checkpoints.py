@@ -42,16 +42,6 @@ RESTORE_BREAKS: tuple[str, ...] = ("previous", "iteration")
 #: ``--break-save`` values (every cycle): ``tracker-at-submit``: rank 0 writes the tracker when a
 #: save is submitted, not when it is finalized (the durability bug the walkthrough warns about).
 SAVE_BREAKS: tuple[str, ...] = ("tracker-at-submit",)
-#: The self-test's plants (pytest_nvrx.plants) that act in a replacement's restore.
-RESTORE_PLANTS: tuple[str, ...] = (
-    "rng",
-    "optimizer-reset",
-    "data",
-    "scheduler",
-    "previous-checkpoint",
-    "iteration",
-    "rank-checkpoint",
-)
 #: Where the background write runs (``--async-writer``): a DCP thread in the rank, or DCP's
 #: persistent worker process per rank (a ``spawn`` child, like Megatron's persistent worker).
 ASYNC_WRITERS: tuple[str, ...] = tuple(t.value for t in AsyncCheckpointerType)
