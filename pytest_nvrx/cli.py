@@ -19,7 +19,6 @@ import os
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 from pytest_nvrx.evidence.refs import printable
 from pytest_nvrx.launch import (
@@ -36,12 +35,13 @@ from pytest_nvrx.settings import (
     CLI_SETTINGS,
     ENV_VARS,
     ConfigError,
+    PartialRunConfig,
     RunConfig,
     argparse_type,
     dry_run_requested,
     parse_value,
     resolve,
-    scenario_defaults,
+    workload_defaults,
 )
 
 # find_launcher lived here; scripts and tests still import it from this module
@@ -87,7 +87,7 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
 
 def config_from_args(args: argparse.Namespace, environ: Mapping[str, str]) -> RunConfig:
     """The run's RunConfig: the options given, over the walkthrough's environment variables."""
-    explicit: dict[str, Any] = {"extra_args": tuple(args.extra) if args.extra else None}
+    given: dict[str, object] = {"extra_args": tuple(args.extra) if args.extra else None}
     for setting in CLI_SETTINGS:
         if setting.field is None:
             continue
@@ -98,22 +98,24 @@ def config_from_args(args: argparse.Namespace, environ: Mapping[str, str]) -> Ru
         elif value is not None and not setting.flag and setting.cli_form == "text":
             value = parse_value(setting.field, value, setting.cli_option)
         if value is not None:
-            explicit[setting.field] = value
-    if explicit.get("workload") == "reference":
+            given[setting.field] = value
+    explicit = PartialRunConfig.of(given)
+    if explicit.workload == "reference":
         explicit = reference_defaults(explicit, environ)
     return resolve(explicit, environ)
 
 
-def reference_defaults(explicit: Mapping[str, Any], environ: Mapping[str, str]) -> dict[str, Any]:
+def reference_defaults(explicit: PartialRunConfig, environ: Mapping[str, str]) -> PartialRunConfig:
     """The reference workload's scenario defaults (the plugin's, e.g. a 30 s checkpointing
     deadline instead of the walkthrough's 600 s) under what the options and the walkthrough's
     environment variables give: a CPU run sized like the plugin's reference scenarios."""
-    out = dict(explicit)
-    for name, value in scenario_defaults()["reference"].items():
-        var = ENV_VARS.get(name)
-        if out.get(name) is None and not (var and environ.get(var, "")):
-            out[name] = value
-    return out
+    defaults = workload_defaults("reference").given()
+    unset = {
+        name: value
+        for name, value in defaults.items()
+        if not (name in ENV_VARS and environ.get(ENV_VARS[name], ""))
+    }
+    return explicit.over(PartialRunConfig.of(unset))
 
 
 def plan(args: argparse.Namespace, environ: Mapping[str, str]) -> Plan:
@@ -153,7 +155,7 @@ def _cmd_run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
         planned = plan(args, environ)
     except ConfigError as exc:
         # messages may quote a claim's or a file's content: shown escaped (refs.printable)
-        print(printable(f"pytest-nvrx run: error: {exc}"), file=sys.stderr)
+        print(printable(f"pytest-nvrx run: error: {exc.message_for('cli')}"), file=sys.stderr)
         return USAGE_ERROR
     recipe = planned.recipe
     print(f"Run artifacts: {recipe.layout.run_dir}")
@@ -191,7 +193,7 @@ def _cmd_run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     except KeyboardInterrupt as exc:
         return interrupted(exc, recipe.layout.run_dir)
     except ConfigError as exc:  # nothing launched (a full disk at run.json)
-        print(printable(f"pytest-nvrx run: error: {exc}"), file=sys.stderr)
+        print(printable(f"pytest-nvrx run: error: {exc.message_for('cli')}"), file=sys.stderr)
         return USAGE_ERROR
     except (RuntimeError, OSError) as exc:
         print(printable(f"pytest-nvrx run: error: {exc}"), file=sys.stderr)

@@ -46,6 +46,7 @@ from pytest_nvrx.settings import (
     ConfigError,
     NvrxSettings,
     Setting,
+    option_hint,
     resolve_plugin_settings,
 )
 
@@ -115,7 +116,7 @@ def resolve_settings(config: pytest.Config, *, env: bool = True) -> NvrxSettings
             lambda setting: _lookup(config, setting, env=env), os.environ if env else None
         )
     except ConfigError as exc:
-        raise pytest.UsageError(f"pytest-nvrx: {exc}") from None
+        raise pytest.UsageError(f"pytest-nvrx: {exc.message_for('plugin')}") from None
 
 
 def nvrx_settings(config: pytest.Config) -> NvrxSettings:
@@ -187,7 +188,7 @@ def _run_scenario(
     config = request.config
     if scenario.needs_gpu:
         if settings.megatron_path is None:
-            pytest.skip("gpu scenario: give --nvrx-megatron-path (or MEGATRON_PATH)")
+            pytest.skip(f"gpu scenario: give {option_hint('megatron-path', 'plugin')}")
         reason = gpu_available()
         if reason is not None:
             # The user asked for a GPU qualification: a host that cannot run it is an error,
@@ -204,6 +205,7 @@ def _run_scenario(
     # SIGTERM (CI cancel, Slurm) and SIGHUP stop the session like Ctrl-C (pytest exits 2) after
     # the run's whole tree is stopped and result.json written; Ctrl-C works even where pytest was
     # started with SIGINT ignored (a background job).
+    refused: ConfigError | None = None
     with interrupt_on_stop_signals():
         try:
             pool = _pool_for(request, settings, scenario)
@@ -219,7 +221,12 @@ def _run_scenario(
                     progress=progress_writer(config),
                 )
         except ConfigError as exc:
-            pytest.fail(f"pytest-nvrx: scenario {scenario.id}: {exc}", pytrace=False)
+            refused = exc
+    if refused is not None:
+        # outside the handler: the report shows the message once, its fix-it hint in the
+        # plugin's spelling (--nvrx-*, ini nvrx_*), not also the error's CLI spelling
+        message = refused.message_for("plugin")
+        pytest.fail(f"pytest-nvrx: scenario {scenario.id}: {message}", pytrace=False)
     record_judged(config, run)
     yield run
     # Passed or failed, the run dir stays: the summary and JUnit name it and every verdict

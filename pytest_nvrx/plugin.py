@@ -38,7 +38,7 @@ from pytest_nvrx.layout import FAULT_WINDOWS, INJECTED_FAULTS, windows_of
 from pytest_nvrx.outputs import OutputRefused, check_in_place_output, check_outputs
 from pytest_nvrx.scenario_run import EXISTING_RUN, Limits, ScenarioRun
 from pytest_nvrx.scenarios import matrix_scenarios
-from pytest_nvrx.settings import PLUGIN_SETTINGS
+from pytest_nvrx.settings import PLUGIN_SETTINGS, option_hint
 
 # the fixtures (and the session state the hooks share with them); that module imports nothing
 # from this one
@@ -635,7 +635,7 @@ def selection_lines(config: pytest.Config, selected: Sequence[str]) -> list[str]
     if settings.megatron_path is None and any(key.startswith("megatron-") for key in selected):
         lines.append(
             "nvrx: the megatron scenarios will be skipped: no Megatron checkout"
-            " (--nvrx-megatron-path or MEGATRON_PATH)"
+            f" ({option_hint('megatron-path', 'plugin')})"
         )
     return lines
 

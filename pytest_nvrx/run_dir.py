@@ -20,6 +20,7 @@ import re
 import socket
 import stat
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from pytest_nvrx import __version__
@@ -28,7 +29,15 @@ from pytest_nvrx.evidence.tracker import read_tracker
 from pytest_nvrx.layout import RESULT_NAME, TMP_ROOT, RunLayout, node_file_name
 from pytest_nvrx.outputs import is_disk_full, reserve_of, reserve_space
 from pytest_nvrx.recipe import utc_now
-from pytest_nvrx.settings import ConfigError, RunConfig, quote, show_path, validate
+from pytest_nvrx.settings import (
+    ConfigError,
+    EntryPoint,
+    RunConfig,
+    option_hint,
+    quote,
+    show_path,
+    validate,
+)
 
 #: Linux limits: a whole path (with its NUL), one path component.
 PATH_MAX = 4096
@@ -165,7 +174,16 @@ def _pseudo_file_system(path: Path) -> tuple[str, str] | None:
     return found if found[1] in PSEUDO_FILE_SYSTEMS else None
 
 
-def _check_writable_dir(path: Path, what: str, fix: str) -> None:
+#: The fix of a directory's problem, spelled for the entry point that shows it.
+Fix = Callable[[EntryPoint], str]
+
+
+def _refused(problem: str, fix: Fix) -> ConfigError:
+    """``problem`` followed by ``fix`` in the words of the entry point that shows it."""
+    return ConfigError.naming(lambda entry: problem + fix(entry))
+
+
+def _check_writable_dir(path: Path, what: str, fix: Fix) -> None:
     """``path`` is a directory we write into, or one ``mkdir -p`` will create: refuse now what
     would make that fail (a file in the way, a link loop or dangling link, a path too long, a
     pseudo file system, no write permission, a read-only or immutable directory)."""
@@ -178,38 +196,52 @@ def _check_writable_dir(path: Path, what: str, fix: str) -> None:
             break
         except (FileNotFoundError, NotADirectoryError):
             if os.path.islink(existing):
-                raise ConfigError(
+                raise _refused(
                     f"{what} {shown}: {show_path(existing)} is a dangling symbolic link; "
-                    f"remove it or {fix}"
+                    "remove it or ",
+                    fix,
                 ) from None
             if existing == existing.parent:
                 raise ConfigError(f"{what} {shown}: the file system root is missing") from None
             existing = existing.parent
         except OSError as exc:
             if exc.errno == errno.ELOOP:
-                raise ConfigError(
+                raise _refused(
                     f"{what} {shown} runs into a symbolic link loop (too many levels of "
-                    f"symbolic links); {fix}"
+                    "symbolic links); ",
+                    fix,
                 ) from None
-            raise ConfigError(f"{what} {shown}: {exc.strerror or exc}; {fix}") from None
+            raise _refused(f"{what} {shown}: {exc.strerror or exc}; ", fix) from None
         except ValueError as exc:  # an embedded NUL
             raise ConfigError(f"{what} {quote(str(path))}: {exc}") from None
     if not stat.S_ISDIR(st.st_mode):
         where = "" if existing == path else f": {show_path(existing)}"
-        raise ConfigError(f"{what} {shown}{where} is {_kind(st.st_mode)}, not a directory; {fix}")
+        raise _refused(f"{what} {shown}{where} is {_kind(st.st_mode)}, not a directory; ", fix)
     pseudo = _pseudo_file_system(existing)
     if pseudo is not None:
         point, fs_type = pseudo
-        raise ConfigError(
+        raise _refused(
             f"{what} {shown} is on a {fs_type} pseudo file system (mounted at {point}), which "
-            f"holds no files of a run; {fix}"
+            "holds no files of a run; ",
+            fix,
         )
     if not os.access(existing, os.W_OK | os.X_OK):
         action = "write in it" if existing == path else f"create it in {show_path(existing)}"
-        raise ConfigError(
+        raise _refused(
             f"{what} {shown}: cannot {action}: not writable (permissions, a read-only file "
-            f"system or the immutable attribute); {fix}"
+            "system or the immutable attribute); ",
+            fix,
         )
+
+
+def _another(name: str) -> Fix:
+    """``pass another --<name> (VAR)``, in the entry point's spelling."""
+    return lambda entry: f"pass another {option_hint(name, entry)}"
+
+
+def _checkpoint_dir_fix(entry: EntryPoint) -> str:
+    # the plugin's scenarios have no checkpoint dir option: theirs is under their run dir
+    return _another("work-dir" if entry == "plugin" else "checkpoint-dir")(entry)
 
 
 def read_baseline(tracker: Path) -> int:
@@ -255,13 +287,9 @@ def check_run_paths(config: RunConfig) -> None:
             raise ConfigError(f"pretrain_gpt.py not found in Megatron path {show_path(megatron)}")
 
     layout = config.layout
-    _check_writable_dir(config.work_dir, "work dir", "pass another --work-dir (NVRX_WORK_DIR)")
-    _check_writable_dir(layout.run_dir, "run dir", "use another run ID or work dir")
-    _check_writable_dir(
-        layout.checkpoint_dir,
-        "checkpoint dir",
-        "pass another --checkpoint-dir (NVRX_CHECKPOINT_DIR)",
-    )
+    _check_writable_dir(config.work_dir, "work dir", _another("work-dir"))
+    _check_writable_dir(layout.run_dir, "run dir", lambda entry: "use another run ID or work dir")
+    _check_writable_dir(layout.checkpoint_dir, "checkpoint dir", _checkpoint_dir_fix)
     if _lexists(layout.marker):
         raise ConfigError(
             f"run ID {config.run_id!r} already has an injection marker ({layout.marker}); "

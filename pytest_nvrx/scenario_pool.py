@@ -28,14 +28,14 @@ from pytest_nvrx.scenario_run import (
     scenario_values,
 )
 from pytest_nvrx.scenarios import Scenario
-from pytest_nvrx.settings import NvrxSettings
+from pytest_nvrx.settings import NvrxSettings, RunConfig
 
 
 def scenario_gpus(settings: NvrxSettings, scenario: Scenario) -> int:
     """GPUs one launch of ``scenario`` uses on this host (0 for the CPU workload)."""
     if not scenario.needs_gpu:
         return 0
-    return int(scenario_values(settings, scenario).get("gpus_per_node", 1))
+    return scenario_values(settings, scenario).gpus_per_node or RunConfig.gpus_per_node
 
 
 def parallel_limit(
@@ -50,7 +50,7 @@ def parallel_limit(
     if not scenarios:
         return 1
     values = scenario_values(settings, scenarios[0])
-    if int(values.get("nnodes", 1)) > 1 or values.get("node_index") is not None:
+    if (values.nnodes or RunConfig.nnodes) > 1 or values.node_index is not None:
         return 1
     if settings.parallel is not None:
         return settings.parallel

@@ -38,14 +38,16 @@ from pytest_nvrx.run_dir import (
     prepare_run_dir,
     validate_run,
 )
-from pytest_nvrx.scenarios import DEFAULTS, RUN_TIMEOUTS, Scenario
+from pytest_nvrx.scenarios import RUN_TIMEOUTS, Scenario
 from pytest_nvrx.settings import (
     ConfigError,
     NvrxSettings,
+    PartialRunConfig,
     RunConfig,
     default_launcher,
     resolve,
     shared_run_id,
+    workload_defaults,
 )
 
 if TYPE_CHECKING:
@@ -364,9 +366,9 @@ class Limits:
         return cls(settings.max_downtime, dict(settings.max_phases or {}), settings.gate_shared_gpu)
 
 
-def scenario_values(settings: NvrxSettings, scenario: Scenario) -> dict[str, Any]:
+def scenario_values(settings: NvrxSettings, scenario: Scenario) -> PartialRunConfig:
     """The RunConfig values the user set for the scenarios, over its workload's defaults."""
-    return {**DEFAULTS[scenario.workload], **settings.overrides}
+    return settings.overrides.over(workload_defaults(scenario.workload))
 
 
 def scenario_config(
@@ -378,8 +380,8 @@ def scenario_config(
     """The scenario's RunConfig: its workload's defaults, the user's settings over them."""
     env = os.environ if environ is None else environ
     values = scenario_values(settings, scenario)
-    nnodes = int(values.get("nnodes", 1))
-    launcher = values.get("launcher") or default_launcher(nnodes, env)
+    nnodes = values.nnodes or RunConfig.nnodes  # RunConfig's default where not given
+    launcher = default_launcher(nnodes, env) if values.launcher is None else values.launcher
     # every node runs this same session: they must agree on the run ID (and so on the
     # rendezvous ID and the shared run dir); a slurm launch starts every node from here
     base = shared_run_id(nnodes, launcher, env)
@@ -387,7 +389,8 @@ def scenario_config(
         run_id = f"{base}-{scenario.id}"
     else:
         run_id = f"{scenario.id}-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid() % 100000:05d}"
-    values.update(
+    values = dataclasses.replace(
+        values,
         launcher=launcher,
         workload=scenario.workload,
         fault=scenario.fault,
@@ -396,10 +399,11 @@ def scenario_config(
         run_id=run_id,
         megatron_path=settings.megatron_path,
     )
-    if int(values.get("gpus_per_node", 1)) * nnodes == 1 and "fault_rank" not in settings.overrides:
+    ranks = (values.gpus_per_node or RunConfig.gpus_per_node) * nnodes
+    if ranks == 1 and settings.overrides.fault_rank is None:
         # one rank in all: it is the one faulted (the default rank 1 would not exist); with
         # more, the walkthrough's rank 1 (on a multinode run, a rank of the second node)
-        values["fault_rank"] = 0
+        values = dataclasses.replace(values, fault_rank=0)
     return resolve(values, environ={})
 
 

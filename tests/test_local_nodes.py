@@ -32,7 +32,7 @@ from pytest_nvrx.recipe import (
 )
 from pytest_nvrx.run_dir import claim_file, prepare_run_dir
 from pytest_nvrx.run_dir import validate_run as validate
-from pytest_nvrx.settings import ConfigError, RunConfig, resolve
+from pytest_nvrx.settings import ConfigError, PartialRunConfig, RunConfig, resolve
 from tests.processes import kill_marked, marked_env, new_mark
 
 # --------------------------------------------------------------------------------------------
@@ -119,10 +119,10 @@ def test_bad_node_indexes_are_refused(tmp_path: Path, kw: dict[str, object], mes
 
 def test_node_index_from_the_environment(tmp_path: Path) -> None:
     env = {"NVRX_WORK_DIR": str(tmp_path), "NVRX_RUN_ID": "r", "NVRX_NODE_INDEX": "1"}
-    assert resolve({}, env).node_index == 1
-    assert resolve({"node_index": 0}, env).node_index == 0  # the option wins
+    assert resolve(PartialRunConfig(), env).node_index == 1
+    assert resolve(PartialRunConfig(node_index=0), env).node_index == 0  # the option wins
     with pytest.raises(ConfigError, match="NVRX_NODE_INDEX"):
-        resolve({}, {**env, "NVRX_NODE_INDEX": "one"})
+        resolve(PartialRunConfig(), {**env, "NVRX_NODE_INDEX": "one"})
 
 
 def test_each_node_claims_its_own_index_once(tmp_path: Path) -> None:

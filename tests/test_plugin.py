@@ -398,7 +398,7 @@ def test_option_beats_env_beats_ini(
         from pytest_nvrx.plugin import nvrx_settings
         def pytest_report_header(config):
             o = nvrx_settings(config).overrides
-            return [f"resolved: {o['train_iters']} {o['save_interval']} {o.get('tp')}"]
+            return [f"resolved: {o.train_iters} {o.save_interval} {o.tp}"]
         """
     )
     result = pytester.runpytest("--nvrx-tp", "2", "--collect-only")
@@ -427,8 +427,8 @@ def test_ini_values_are_typed(
         def pytest_report_header(config):
             s = nvrx_settings(config)
             o = s.overrides
-            return [f"resolved: {o['train_iters']} {s.continuity_rtol}"
-                    f" {o.get('distributed_optimizer')}"]
+            return [f"resolved: {o.train_iters} {s.continuity_rtol}"
+                    f" {o.distributed_optimizer}"]
         """
     )
     result = pytester.runpytest("--collect-only")

@@ -15,7 +15,7 @@ import pytest
 
 from pytest_nvrx.scenario_pool import cpu_parallel, parallel_limit, scenario_gpus
 from pytest_nvrx.scenarios import Scenario
-from pytest_nvrx.settings import NvrxSettings
+from pytest_nvrx.settings import NvrxSettings, PartialRunConfig
 from tests.processes import kill_marked, marked_env, new_mark, stop, stopped_run
 
 pytest_plugins = ["pytester"]
@@ -33,7 +33,7 @@ def test_gpu_scenarios_fill_the_visible_gpus_slots() -> None:
     assert [scenario_gpus(settings, s) for s in GPU] == [1, 1, 1]
     assert parallel_limit(settings, GPU, ["0", "1"]) == 2
     assert parallel_limit(NvrxSettings(gpu_share=2), GPU, ["0", "1"]) == 4
-    two = NvrxSettings(overrides={"gpus_per_node": 2})
+    two = NvrxSettings(overrides=PartialRunConfig(gpus_per_node=2))
     assert scenario_gpus(two, GPU[0]) == 2
     assert parallel_limit(two, GPU, ["0", "1", "2", "3"]) == 2
     # a scenario wider than the host: one at a time (its launch then says why it cannot run)
@@ -47,8 +47,10 @@ def test_explicit_multinode_and_cpu_limits() -> None:
     assert [cpu_parallel(n) for n in (None, 1, 2, 6, 8, 32)] == [3, 3, 3, 3, 4, 16]
     assert [scenario_gpus(NvrxSettings(), s) for s in CPU] == [0, 0]
     # the nodes of a multinode run start in step: never pooled, whatever was asked
-    assert parallel_limit(NvrxSettings(parallel=3, overrides={"nnodes": 2}), GPU, ["0", "1"]) == 1
-    assert parallel_limit(NvrxSettings(overrides={"node_index": 1}), GPU, ["0", "1"]) == 1
+    two_nodes = NvrxSettings(parallel=3, overrides=PartialRunConfig(nnodes=2))
+    assert parallel_limit(two_nodes, GPU, ["0", "1"]) == 1
+    by_hand = NvrxSettings(overrides=PartialRunConfig(node_index=1))
+    assert parallel_limit(by_hand, GPU, ["0", "1"]) == 1
     assert parallel_limit(NvrxSettings(), [], ["0"]) == 1
 
 

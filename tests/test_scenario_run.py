@@ -13,7 +13,7 @@ import pytest
 from pytest_nvrx.criteria import CRITERIA_IDS
 from pytest_nvrx.scenario_run import EXISTING_RUN, judge_existing, run_scenario
 from pytest_nvrx.scenarios import Scenario
-from pytest_nvrx.settings import ConfigError, NvrxSettings
+from pytest_nvrx.settings import ConfigError, NvrxSettings, PartialRunConfig
 
 GPU_KILL = Path(__file__).parent / "data" / "gpu" / "gpu-kill-100"
 
@@ -40,7 +40,8 @@ def test_fixtures_do_not_import_the_plugin() -> None:
 
 def test_bad_settings_are_refused_before_anything_is_written(tmp_path: Path) -> None:
     lines: list[str] = []
-    settings = NvrxSettings(overrides={"tp": 3})  # 3 divides neither 2 ranks nor 8 heads
+    # 3 divides neither 2 ranks nor 8 heads
+    settings = NvrxSettings(overrides=PartialRunConfig(tp=3))
     with pytest.raises(ConfigError, match="divisible by TP x PP = 3"):
         run_scenario(
             settings,

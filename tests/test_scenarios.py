@@ -22,6 +22,7 @@ from pytest_nvrx.scenarios import (
 from pytest_nvrx.settings import (
     ConfigError,
     NvrxSettings,
+    PartialRunConfig,
     parse_matrix,
     parse_windows,
 )
@@ -147,7 +148,7 @@ def test_megatron_defaults_one_gpu(tmp_path: Path, megatron_stub: Path) -> None:
 def test_the_faulted_rank_is_the_walkthroughs_rank_1_where_it_exists(
     tmp_path: Path, overrides: dict[str, object], rank: int
 ) -> None:
-    settings = NvrxSettings(overrides=overrides)
+    settings = NvrxSettings(overrides=PartialRunConfig.of(overrides))
     c = scenario_config(settings, Scenario("reference", "kill", "save"), tmp_path)
     assert c.fault_rank == rank
     validate(c)
@@ -157,7 +158,9 @@ def test_the_faulted_rank_is_the_walkthroughs_rank_1_where_it_exists(
 def test_user_overrides_win(tmp_path: Path, megatron_stub: Path) -> None:
     settings = NvrxSettings(
         megatron_path=megatron_stub,
-        overrides={"gpus_per_node": 8, "fault_rank": 3, "tp": 2, "distributed_optimizer": False},
+        overrides=PartialRunConfig(
+            gpus_per_node=8, fault_rank=3, tp=2, distributed_optimizer=False
+        ),
     )
     c = scenario_config(settings, Scenario("megatron", "kill", "save"), tmp_path)
     assert (c.gpus_per_node, c.fault_rank, c.tp, c.distributed_optimizer) == (8, 3, 2, False)
@@ -168,7 +171,7 @@ def test_multinode_shares_the_run_id(
 ) -> None:
     settings = NvrxSettings(
         megatron_path=megatron_stub,
-        overrides={"nnodes": 2, "gpus_per_node": 4, "tp": 2, "pp": 2, "rdzv_endpoint": "n0:29400"},
+        overrides=PartialRunConfig(nnodes=2, gpus_per_node=4, tp=2, pp=2, rdzv_endpoint="n0:29400"),
     )
     monkeypatch.delenv("NVRX_RUN_ID", raising=False)
     monkeypatch.delenv("SLURM_JOB_ID", raising=False)

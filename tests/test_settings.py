@@ -16,6 +16,7 @@ from pytest_nvrx.run_dir import validate_run as validate
 from pytest_nvrx.settings import (
     INT64_MAX,
     ConfigError,
+    PartialRunConfig,
     RunConfig,
     SectionTimeouts,
     check_extra_args,
@@ -305,7 +306,7 @@ def test_env_is_read_and_explicit_wins(tmp_path: Path, megatron_stub: Path) -> N
         "NVRX_CHECKPOINT_DIR": str(tmp_path / "ck"),
         "RDZV_ENDPOINT": "host:29400",
     }
-    c = resolve({"tp": 1, "run_id": "explicit"}, env)
+    c = resolve(PartialRunConfig(tp=1, run_id="explicit"), env)
     assert c.run_id == "explicit" and c.tp == 1
     assert (c.gpus_per_node, c.pp, c.train_iters, c.save_interval) == (4, 2, 40, 10)
     assert (c.fault, c.fault_rank, c.rdzv_endpoint) == ("hang", 3, "host:29400")
@@ -330,16 +331,16 @@ def test_bad_env_values_name_the_variable(
     tmp_path: Path, var: str, value: str, message: str
 ) -> None:
     with pytest.raises(ConfigError, match=message):
-        resolve({}, {"NVRX_WORK_DIR": str(tmp_path), var: value})
+        resolve(PartialRunConfig(), {"NVRX_WORK_DIR": str(tmp_path), var: value})
 
 
 def test_work_dir_required() -> None:
     with pytest.raises(ConfigError, match="NVRX_WORK_DIR"):
-        resolve({}, {})
+        resolve(PartialRunConfig(), {})
 
 
 def test_default_run_id_single_node(tmp_path: Path) -> None:
-    c = resolve({}, {"NVRX_WORK_DIR": str(tmp_path)})
+    c = resolve(PartialRunConfig(), {"NVRX_WORK_DIR": str(tmp_path)})
     assert c.run_id.endswith(f"-{os.getpid()}")
     assert len(c.run_id.split("-")[0]) == len("20261129T120000")
 
@@ -347,36 +348,39 @@ def test_default_run_id_single_node(tmp_path: Path) -> None:
 def test_multinode_needs_shared_run_id(tmp_path: Path) -> None:
     env = {"NVRX_WORK_DIR": str(tmp_path), "NNODES": "2", "RDZV_ENDPOINT": "h:1"}
     with pytest.raises(ConfigError, match="same run ID on all nodes"):
-        resolve({}, env)
+        resolve(PartialRunConfig(), env)
     # each node's own start inside a step of a Slurm job agrees on the job's ID
     in_step = {**env, "SLURM_JOB_ID": "4242", "SLURM_STEP_ID": "0"}
-    assert resolve({}, in_step).run_id == "4242"
-    assert resolve({}, in_step).launcher == "local"
+    assert resolve(PartialRunConfig(), in_step).run_id == "4242"
+    assert resolve(PartialRunConfig(), in_step).launcher == "local"
 
 
 def test_launcher_defaults_and_sources(tmp_path: Path) -> None:
     env = {"NVRX_WORK_DIR": str(tmp_path)}
-    assert resolve({}, env).launcher == "local"
+    assert resolve(PartialRunConfig(), env).launcher == "local"
     # two nodes inside an allocation (a batch script, an salloc shell): one srun step from here,
     # and the run ID is this process's own (it alone starts every node)
     batch = {**env, "NNODES": "2", "SLURM_JOB_ID": "77"}
-    c = resolve({"workload": "reference"}, batch)
+    c = resolve(PartialRunConfig(workload="reference"), batch)
     assert c.launcher == "slurm" and c.run_id != "77"
     validate(c)  # the default endpoint means "chosen at launch"
     # one node inside an allocation stays local
-    assert resolve({}, {**env, "SLURM_JOB_ID": "77"}).launcher == "local"
+    assert resolve(PartialRunConfig(), {**env, "SLURM_JOB_ID": "77"}).launcher == "local"
     # asked for, outside any allocation; the option wins over the variable
-    assert resolve({}, {**env, "NVRX_LAUNCHER": "slurm"}).launcher == "slurm"
-    assert resolve({"launcher": "local"}, {**batch, "NVRX_LAUNCHER": "slurm"}).launcher == "local"
+    assert resolve(PartialRunConfig(), {**env, "NVRX_LAUNCHER": "slurm"}).launcher == "slurm"
+    local_asked = PartialRunConfig(launcher="local")
+    assert resolve(local_asked, {**batch, "NVRX_LAUNCHER": "slurm"}).launcher == "local"
     with pytest.raises(ConfigError, match="environment variable NVRX_LAUNCHER"):
-        resolve({}, {**env, "NVRX_LAUNCHER": "pbs"})
+        resolve(PartialRunConfig(), {**env, "NVRX_LAUNCHER": "pbs"})
     # local on several nodes still needs a real endpoint, and says how to avoid it
     local = resolve(
-        {"launcher": "local", "run_id": "r", "workload": "reference"}, {**env, "NNODES": "2"}
+        PartialRunConfig(launcher="local", run_id="r", workload="reference"),
+        {**env, "NNODES": "2"},
     )
     with pytest.raises(ConfigError, match="--launcher slurm"):
         validate(local)
-    assert resolve({"launcher": "slurm"}, {**env, "NNODES": "2"}).as_dict()["launcher"] == "slurm"
+    slurm = resolve(PartialRunConfig(launcher="slurm"), {**env, "NNODES": "2"})
+    assert slurm.as_dict()["launcher"] == "slurm"
 
 
 @pytest.mark.parametrize(
@@ -619,3 +623,30 @@ def test_a_baseline_tracker_may_link_out_of_its_directory(tmp_path: Path) -> Non
     tracker.symlink_to(elsewhere)
     assert read_baseline(tracker) == 10
     assert read_tracker(tracker, tmp_path).refused  # as a run's evidence: refused
+
+
+def test_partial_run_config_mirrors_run_config() -> None:
+    """PartialRunConfig is RunConfig field for field, each typed as RunConfig types it or None
+    (not given): a field added to one and not the other fails here."""
+    from dataclasses import fields
+    from typing import get_type_hints
+
+    assert [f.name for f in fields(PartialRunConfig)] == [f.name for f in fields(RunConfig)]
+    whole, partial = get_type_hints(RunConfig), get_type_hints(PartialRunConfig)
+    for name, hint in whole.items():
+        assert partial[name] == hint | None, name
+    assert all(f.default is None for f in fields(PartialRunConfig))
+
+
+def test_partial_run_config_over_and_config(tmp_path: Path) -> None:
+    user = PartialRunConfig(tp=2, train_iters=30)
+    defaults = PartialRunConfig(train_iters=20, save_interval=5)
+    merged = user.over(defaults)
+    assert merged == PartialRunConfig(tp=2, train_iters=30, save_interval=5)
+    assert merged.given() == {"tp": 2, "train_iters": 30, "save_interval": 5}
+    config = merged.config(tmp_path, "r1")
+    assert (config.tp, config.train_iters, config.save_interval) == (2, 30, 5)
+    assert config.pp == RunConfig.pp  # RunConfig's default for what is not given
+    assert PartialRunConfig.of({"tp": 2}) == PartialRunConfig(tp=2)
+    with pytest.raises(ConfigError, match="unknown settings: bogus"):
+        PartialRunConfig.of({"bogus": 1})

@@ -23,6 +23,7 @@ from pytest_nvrx.settings import (
     SETTINGS,
     ConfigError,
     NvrxSettings,
+    PartialRunConfig,
     RunConfig,
     SectionTimeouts,
     Setting,
@@ -205,7 +206,7 @@ def test_plugin_resolution_from_the_table(tmp_path: Path) -> None:
         ),
         environ=None,
     )
-    assert resolved.overrides == {"tp": 2, "distributed_optimizer": False}
+    assert resolved.overrides == PartialRunConfig(tp=2, distributed_optimizer=False)
     assert resolved.work_dir == tmp_path and resolved.windows == ("save", "finalize")
     assert resolved.keep is True and resolved.run_timeout == 90.0
     assert resolved.workloads == ("reference",)
@@ -214,8 +215,8 @@ def test_plugin_resolution_from_the_table(tmp_path: Path) -> None:
     assert off.keep is False
     # a multinode session inside a Slurm allocation launches through srun, only with environ
     nodes = lookup_from({"nnodes": ("2", "--nvrx-nnodes")})
-    assert resolve_plugin_settings(nodes, {"SLURM_JOB_ID": "7"}).overrides["launcher"] == "slurm"
-    assert "launcher" not in resolve_plugin_settings(nodes, None).overrides
+    assert resolve_plugin_settings(nodes, {"SLURM_JOB_ID": "7"}).overrides.launcher == "slurm"
+    assert resolve_plugin_settings(nodes, None).overrides.launcher is None
 
 
 @pytest.mark.parametrize(

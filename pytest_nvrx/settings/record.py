@@ -1,7 +1,9 @@
-"""The run record: what one recovery run is (RunConfig, SectionTimeouts) and its kinds."""
+"""The run record: what one recovery run is (RunConfig, SectionTimeouts), the values a user gave
+for one (PartialRunConfig), and its kinds."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal, cast, get_args
@@ -143,3 +145,62 @@ class RunConfig:
         # the window in force (the injector's), null for a baseline: what the evidence reads
         out["window"] = self.fault_window
         return out
+
+
+@dataclass(frozen=True)
+class PartialRunConfig:
+    """Some of a RunConfig's values: those a user, an environment or a scenario's defaults gave,
+    typed as RunConfig types them; None = not given here.
+
+    It mirrors RunConfig field for field (a dataclass cannot derive typed optional fields from
+    another's); tests/test_settings.py holds the two equal, names, order and types."""
+
+    work_dir: Path | None = None
+    run_id: str | None = None
+    workload: WorkloadKind | None = None
+    megatron_path: Path | None = None
+    nnodes: int | None = None
+    gpus_per_node: int | None = None
+    tp: int | None = None
+    pp: int | None = None
+    train_iters: int | None = None
+    save_interval: int | None = None
+    fault: FaultKind | None = None
+    window: FaultWindow | None = None
+    fault_rank: int | None = None
+    checkpoint_dir: Path | None = None
+    rdzv_endpoint: str | None = None
+    section_timeouts: SectionTimeouts | None = None
+    out_of_section_timeout: float | None = None
+    max_restarts: int | None = None
+    workload_check_interval: float | None = None
+    distributed_optimizer: bool | None = None
+    no_te_profile: bool | None = None
+    extra_args: tuple[str, ...] | None = None
+    launcher: LauncherKind | None = None
+    node_index: int | None = None
+
+    @classmethod
+    def of(cls, values: Mapping[str, object]) -> PartialRunConfig:
+        """From values by RunConfig field name, as the settings table's rows name their fields
+        (each value its row's parser's, of the field's type); None = not given."""
+        unknown = set(values) - {f.name for f in fields(cls)}
+        if unknown:
+            raise ConfigError(f"unknown settings: {', '.join(sorted(unknown))}")
+        by_name: dict[str, Any] = dict(values)  # where names meet types: the table's rows
+        return cls(**by_name)
+
+    def given(self) -> dict[str, object]:
+        """The values given, by field name."""
+        values = {f.name: getattr(self, f.name) for f in fields(self)}
+        return {name: value for name, value in values.items() if value is not None}
+
+    def over(self, base: PartialRunConfig) -> PartialRunConfig:
+        """These values where given, else ``base``'s."""
+        return PartialRunConfig.of({**base.given(), **self.given()})
+
+    def config(self, work_dir: Path, run_id: str) -> RunConfig:
+        """The RunConfig of these values, RunConfig's defaults for the rest."""
+        # field for field RunConfig's types (tests/test_settings.py holds them equal)
+        given: dict[str, Any] = self.given()
+        return RunConfig(**{**given, "work_dir": work_dir, "run_id": run_id})

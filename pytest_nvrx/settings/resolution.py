@@ -6,13 +6,18 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from pytest_nvrx.settings.record import WORKLOAD_KINDS, LauncherKind, RunConfig
+from pytest_nvrx.settings.record import (
+    WORKLOAD_KINDS,
+    LauncherKind,
+    PartialRunConfig,
+    RunConfig,
+)
 from pytest_nvrx.settings.setting import Setting
-from pytest_nvrx.settings.table import ENV_VARS, PLUGIN_SETTINGS, parse_value
+from pytest_nvrx.settings.table import ENV_VARS, PLUGIN_SETTINGS, option_hint, parse_value
 from pytest_nvrx.settings.values import ConfigError, parse_bool
 
 
@@ -23,7 +28,8 @@ class NvrxSettings:
     Each attribute is a row's ``attr`` (slots: a row naming an attribute that is not here fails
     at once)."""
 
-    overrides: dict[str, Any] = field(default_factory=dict)  # RunConfig fields the user set
+    #: the RunConfig values the user set for the scenarios
+    overrides: PartialRunConfig = field(default_factory=PartialRunConfig)
     workloads: tuple[str, ...] = WORKLOAD_KINDS
     matrix: str = "default"
     #: None: the matrix decides; else every fault in these windows
@@ -56,6 +62,7 @@ def resolve_plugin_settings(lookup: Lookup, environ: Mapping[str, str] | None) -
     names the source. ``environ`` None: the environment is not consulted (nor the launcher's
     default derived from it)."""
     resolved = NvrxSettings()
+    overrides: dict[str, object] = {}
     for setting in PLUGIN_SETTINGS:
         found = lookup(setting)
         if found is None:
@@ -72,12 +79,13 @@ def resolve_plugin_settings(lookup: Lookup, environ: Mapping[str, str] | None) -
         if setting.attr is not None:
             setattr(resolved, setting.attr, value)
         elif setting.field is not None:
-            resolved.overrides[setting.field] = value
-    if environ is not None and "launcher" not in resolved.overrides:
+            overrides[setting.field] = value
+    resolved.overrides = PartialRunConfig.of(overrides)
+    if environ is not None and resolved.overrides.launcher is None:
         # a multinode session inside an allocation launches through srun (the CLI's rule)
-        nnodes = int(resolved.overrides.get("nnodes", 1))
+        nnodes = resolved.overrides.nnodes or RunConfig.nnodes  # RunConfig's default
         if default_launcher(nnodes, environ) == "slurm":
-            resolved.overrides["launcher"] = "slurm"
+            resolved.overrides = replace(resolved.overrides, launcher="slurm")
     return resolved
 
 
@@ -109,41 +117,41 @@ def shared_run_id(
         return given
     base = given or environ.get("NVRX_RUN_ID", "") or environ.get("SLURM_JOB_ID", "")
     if not base:
-        raise ConfigError(
-            "a multinode run needs the same run ID on all nodes: set NVRX_RUN_ID "
-            "(or run inside a Slurm job, whose SLURM_JOB_ID is used)"
+        raise ConfigError.naming(
+            lambda entry: (
+                "a multinode run needs the same run ID on all nodes: set "
+                f"{option_hint('run-id', entry)} (or run inside a Slurm job, whose SLURM_JOB_ID is "
+                "used)"
+            )
         )
     return base
 
 
 def resolve(
-    explicit: Mapping[str, Any],
+    explicit: PartialRunConfig,
     environ: Mapping[str, str] | None = None,
 ) -> RunConfig:
     """Build a RunConfig: ``explicit`` values win over the walkthrough's environment variables.
 
-    ``explicit`` holds already-typed values keyed by RunConfig field name (None = not given).
     Environment values are parsed and their errors name the variable. Only the shape of the
     values is checked here; :func:`pytest_nvrx.settings.validate` checks the rules between them
     and :func:`pytest_nvrx.run_dir.check_run_paths` the file system.
     """
     env = os.environ if environ is None else environ
-    values: dict[str, Any] = {k: v for k, v in explicit.items() if v is not None}
-    for name, var in ENV_VARS.items():
-        if name not in values and env.get(var, "") != "":
-            values[name] = parse_value(name, env[var], f"environment variable {var}")
-
-    if "work_dir" not in values:
-        raise ConfigError("no work directory: set NVRX_WORK_DIR or pass --work-dir")
-    nnodes = int(values.get("nnodes", 1))
-    if "launcher" not in values:
-        values["launcher"] = default_launcher(nnodes, env)
-    if "run_id" not in values:
-        values["run_id"] = shared_run_id(nnodes, values["launcher"], env) or default_run_id()
-    if "extra_args" in values:
-        values["extra_args"] = tuple(values["extra_args"])
-    known = {f.name for f in fields(RunConfig)}
-    unknown = set(values) - known
-    if unknown:
-        raise ConfigError(f"unknown settings: {', '.join(sorted(unknown))}")
-    return RunConfig(**values)
+    given = explicit.given()
+    from_env = {
+        name: parse_value(name, env[var], f"environment variable {var}")
+        for name, var in ENV_VARS.items()
+        if name not in given and env.get(var, "") != ""
+    }
+    values = explicit.over(PartialRunConfig.of(from_env))
+    if values.work_dir is None:
+        raise ConfigError.naming(
+            lambda entry: f"no work directory: pass {option_hint('work-dir', entry)}"
+        )
+    nnodes = values.nnodes or RunConfig.nnodes  # RunConfig's default where not given
+    launcher = default_launcher(nnodes, env) if values.launcher is None else values.launcher
+    run_id = values.run_id
+    if run_id is None:
+        run_id = shared_run_id(nnodes, launcher, env) or default_run_id()
+    return replace(values, launcher=launcher).config(values.work_dir, run_id)

@@ -18,6 +18,7 @@ from pytest_nvrx.settings.record import (
     WORKLOAD_KINDS,
     RunConfig,
 )
+from pytest_nvrx.settings.table import option_hint
 from pytest_nvrx.settings.values import INT64_MAX, MAX_SECONDS, ConfigError, quote
 
 #: The walkthrough model: four layers, eight attention heads.
@@ -28,26 +29,28 @@ RUN_ID_PATTERN = re.compile(r"^[A-Za-z0-9_-]+$")
 RUN_ID_MAX = 255
 
 
-#: Workload arguments the recipe sets itself, with the option that sets each. An extra argument
-#: may not override one: the injector watches the recipe's tracker and the criteria judge the
-#: recipe's values, so ``-- --save=/elsewhere`` would make a run that injects nothing.
+#: Workload arguments the recipe sets itself: (the workload's option, the setting that sets it,
+#: a row name of the settings table). An extra argument may not override one: the injector
+#: watches the recipe's tracker and the criteria judge the recipe's values, so
+#: ``-- --save=/elsewhere`` would make a run that injects nothing.
 RECIPE_OWNED_ARGS: dict[str, tuple[str, str]] = {
-    "--save": ("--save", "--checkpoint-dir (NVRX_CHECKPOINT_DIR)"),
-    "--load": ("--load", "--checkpoint-dir (NVRX_CHECKPOINT_DIR)"),
-    "--save-interval": ("--save-interval", "--save-interval (SAVE_INTERVAL)"),
+    "--save": ("--save", "checkpoint-dir"),
+    "--load": ("--load", "checkpoint-dir"),
+    "--save-interval": ("--save-interval", "save-interval"),
     # Megatron's alias of --save-interval
-    "--persistent-save-interval": ("--save-interval", "--save-interval (SAVE_INTERVAL)"),
-    "--train-iters": ("--train-iters", "--train-iters (TRAIN_ITERS)"),
-    "--tensor-model-parallel-size": ("--tensor-model-parallel-size", "--tp (TP)"),
+    "--persistent-save-interval": ("--save-interval", "save-interval"),
+    "--train-iters": ("--train-iters", "train-iters"),
+    "--tensor-model-parallel-size": ("--tensor-model-parallel-size", "tp"),
     # Megatron's deprecated spelling, still copied into the tensor-parallel size
-    "--model-parallel-size": ("--tensor-model-parallel-size", "--tp (TP)"),
-    "--pipeline-model-parallel-size": ("--pipeline-model-parallel-size", "--pp (PP)"),
+    "--model-parallel-size": ("--tensor-model-parallel-size", "tp"),
+    "--pipeline-model-parallel-size": ("--pipeline-model-parallel-size", "pp"),
 }
 
 
 def validate(config: RunConfig) -> None:
     """Check every rule of the walkthrough between the settings; raise ConfigError with a fix-it
-    message.
+    message (one that names options is spelled for the entry point that shows it:
+    :meth:`ConfigError.message_for`).
 
     Pure: reads no file system. A real run also needs :func:`pytest_nvrx.run_dir.check_run_paths`
     (the checkout, the directories, the marker, the tracker) right after this;
@@ -109,22 +112,34 @@ def validate(config: RunConfig) -> None:
     if MODEL_HEADS % config.tp != 0:
         raise ConfigError(f"TP={config.tp} must divide the model's {MODEL_HEADS} attention heads")
     if config.fault != "none" and not 0 <= config.fault_rank < world:
-        hint = " (on one GPU set the fault rank to 0)" if world == 1 else ""
-        raise ConfigError(
-            f"fault rank {config.fault_rank} is not a rank of a world of size {world}{hint}"
+        rank = config.fault_rank
+        raise ConfigError.naming(
+            lambda entry: (
+                f"fault rank {rank} is not a rank of a world of size {world}"
+                + (
+                    f"; on one GPU set the fault rank to 0: {option_hint('fault-rank', entry, '0')}"
+                    if world == 1
+                    else ""
+                )
+            )
         )
     if config.workload == "reference" and world < 2:
-        raise ConfigError(
-            "the CPU reference workload needs at least 2 ranks: set GPUS_PER_NODE=2 "
-            "(processes per node) or more"
+        raise ConfigError.naming(
+            lambda entry: (
+                "the CPU reference workload needs at least 2 ranks: set the processes "
+                f"per node to 2 or more: {option_hint('gpus-per-node', entry, '2')}"
+            )
         )
     if config.fault != "none" and config.save_interval >= config.train_iters:
-        raise ConfigError(
-            f"save interval {config.save_interval} >= train iterations {config.train_iters}: "
-            f"no checkpoint is saved before training ends, so the {config.fault} fault would "
-            "never be injected; use a save interval below the train iterations "
-            f"(e.g. --save-interval {max(1, config.train_iters // 2)}, SAVE_INTERVAL) or more "
-            "train iterations"
+        interval, iters, fault = config.save_interval, config.train_iters, config.fault
+        raise ConfigError.naming(
+            lambda entry: (
+                f"save interval {interval} >= train iterations {iters}: no checkpoint "
+                f"is saved before training ends, so the {fault} fault would never be injected; use "
+                "a save interval below the train iterations, e.g. "
+                f"{option_hint('save-interval', entry, str(max(1, iters // 2)))}, or more train "
+                "iterations"
+            )
         )
     if (
         config.workload == "reference"
@@ -135,12 +150,16 @@ def validate(config: RunConfig) -> None:
         # The reference finalizes save N (its tracker moves to N) only when it saves again, at
         # N + interval or at the end: with no step after that, a step fault has no step to land
         # in. (Without NVRx sections, --no-ft, the injector falls back to watching the tracker.)
-        raise ConfigError(
-            f"window step on the reference workload needs a training step after its tracker "
-            f"first moves, which happens at its second save: train iterations "
-            f"{config.train_iters} <= 2 x save interval {config.save_interval}; use more than "
-            f"{2 * config.save_interval} train iterations (--train-iters, TRAIN_ITERS), a smaller "
-            "save interval, or --window save/finalize"
+        interval, iters = config.save_interval, config.train_iters
+        raise ConfigError.naming(
+            lambda entry: (
+                "window step on the reference workload needs a training step after its "
+                "tracker first moves, which happens at its second save: train iterations "
+                f"{iters} <= 2 x save interval {interval}; use more than {2 * interval} train "
+                "iterations, a smaller save interval, or window save or finalize: "
+                f"{option_hint('train-iters', entry)}, {option_hint('save-interval', entry)}, "
+                f"{option_hint('window', entry)}"
+            )
         )
 
     if not config.work_dir.is_absolute():
@@ -172,9 +191,12 @@ def validate(config: RunConfig) -> None:
                 )
 
     if config.workload == "megatron" and config.megatron_path is None:
-        raise ConfigError(
-            "the megatron workload needs a Megatron-LM checkout: set MEGATRON_PATH or pass "
-            "--megatron-path (or use --workload reference on a machine without GPUs)"
+        raise ConfigError.naming(
+            lambda entry: (
+                "the megatron workload needs a Megatron-LM checkout: pass "
+                f"{option_hint('megatron-path', entry)}, or use "
+                f"{option_hint('workload', entry, 'reference')} on a machine without GPUs"
+            )
         )
 
 
@@ -194,9 +216,12 @@ def check_node_index(config: RunConfig) -> None:
             f"0..{config.nnodes - 1} (node 0 hosts the rendezvous)"
         )
     if config.launcher == "slurm":
-        raise ConfigError(
-            "node index is for nodes started one by one (launcher local); the slurm launcher "
-            "starts and numbers every node itself: drop --node-index / NVRX_NODE_INDEX"
+        raise ConfigError.naming(
+            lambda entry: (
+                "node index is for nodes started one by one (launcher local); the "
+                "slurm launcher starts and numbers every node itself: drop "
+                f"{option_hint('node-index', entry)}"
+            )
         )
 
 
@@ -208,10 +233,12 @@ def check_rdzv_endpoint(endpoint: str, nnodes: int) -> None:
     """
     multinode = nnodes > 1
     if multinode and endpoint in ("", DEFAULT_RDZV_ENDPOINT):
-        raise ConfigError(
-            "a multinode run needs a rendezvous endpoint reachable from all nodes: "
-            "set RDZV_ENDPOINT=host:port, or launch through Slurm (--launcher slurm, "
-            "NVRX_LAUNCHER=slurm), which chooses one"
+        raise ConfigError.naming(
+            lambda entry: (
+                "a multinode run needs a rendezvous endpoint reachable from all nodes: "
+                f"set {option_hint('rdzv-endpoint', entry, 'host:port')}, or launch through Slurm, "
+                f"which chooses one: {option_hint('launcher', entry, 'slurm')}"
+            )
         )
     if not multinode and endpoint == "":
         return
@@ -219,10 +246,12 @@ def check_rdzv_endpoint(endpoint: str, nnodes: int) -> None:
     if not sep and not multinode:
         host, port = endpoint, "0"
     if not (_HOST.fullmatch(host) and re.fullmatch(r"[0-9]{1,5}", port)):
-        raise ConfigError(
-            f"rendezvous endpoint {quote(endpoint)} is not host:port (a host name or IPv4 "
-            "address, or an IPv6 address in brackets: [addr]:port), e.g. RDZV_ENDPOINT="
-            "node001:29400"
+        raise ConfigError.naming(
+            lambda entry: (
+                f"rendezvous endpoint {quote(endpoint)} is not host:port (a host name "
+                "or IPv4 address, or an IPv6 address in brackets: [addr]:port), e.g. "
+                f"{option_hint('rdzv-endpoint', entry, 'node001:29400')}"
+            )
         )
     lowest = 1 if multinode else 0
     if not lowest <= int(port) <= 65535:
@@ -241,20 +270,25 @@ def check_window(fault: str, window: str | None) -> None:
             f"window must be one of {', '.join(FAULT_WINDOW_KINDS)}, got {quote(repr(window))}"
         )
     if fault == "none":
-        raise ConfigError(
-            f"window {window} given for fault none: a baseline injects nothing, so it has no "
-            "window; drop --window or choose a fault (--fault, NVRX_DEMO_FAULT)"
+        raise ConfigError.naming(
+            lambda entry: (
+                f"window {window} given for fault none: a baseline injects nothing, so "
+                f"it has no window; drop {option_hint('window', entry)} or choose a fault: "
+                f"{option_hint('fault', entry)}"
+            )
         )
     if not window_allowed(fault, window):
         allowed = windows_of(fault)
-        raise ConfigError(
-            f"fault {fault} is injected only in window {' or '.join(allowed)}, not {window}"
-            + (
-                " (it kills the persistent checkpoint worker while a save is in flight)"
-                if fault == "ckpt-worker"
-                else ""
+        why = (
+            " (it kills the persistent checkpoint worker while a save is in flight)"
+            if fault == "ckpt-worker"
+            else ""
+        )
+        raise ConfigError.naming(
+            lambda entry: (
+                f"fault {fault} is injected only in window {' or '.join(allowed)}, "
+                f"not {window}{why}; use {option_hint('window', entry, allowed[0])}"
             )
-            + f"; use --window {allowed[0]}"
         )
 
 
@@ -263,9 +297,14 @@ def check_extra_args(extra_args: Sequence[str]) -> None:
     for arg in extra_args:
         flag = arg.partition("=")[0]
         if flag in RECIPE_OWNED_ARGS:
-            owned, option = RECIPE_OWNED_ARGS[flag]
-            raise ConfigError(
-                f"extra argument {quote(arg)} overrides the recipe's {owned} (the fault "
-                f"injector and the criteria follow the recipe's value); set it with {option} "
-                "instead"
-            )
+            raise _overriding(arg, *RECIPE_OWNED_ARGS[flag])
+
+
+def _overriding(arg: str, owned: str, setting: str) -> ConfigError:
+    return ConfigError.naming(
+        lambda entry: (
+            f"extra argument {quote(arg)} overrides the recipe's {owned} (the fault "
+            "injector and the criteria follow the recipe's value); set it with "
+            f"{option_hint(setting, entry)} instead"
+        )
+    )

@@ -9,6 +9,7 @@ from typing import Any, Literal
 
 from pytest_nvrx.settings.record import RunConfig, SectionTimeouts, WorkloadKind
 from pytest_nvrx.settings.values import (
+    EntryPoint,
     _non_negative_int,
     _positive_int,
     _text,
@@ -31,9 +32,10 @@ DEFAULTS_SHOWN: tuple[WorkloadKind, ...] = ("megatron", "reference")
 class Setting:
     """One setting: where it is given, how its text is read, what it means, its defaults.
 
-    ``field`` is the RunConfig field it sets; a plugin setting without ``attr`` puts its value
-    in :attr:`NvrxSettings.overrides` (the scenarios' RunConfig), one with ``attr`` sets that
-    attribute of NvrxSettings. A new option is a new row (plus the attribute it sets)."""
+    ``field`` is the RunConfig field it sets; a plugin setting without ``attr`` gives that field
+    of :attr:`NvrxSettings.overrides` (a PartialRunConfig: the scenarios' RunConfig values), one
+    with ``attr`` sets that attribute of NvrxSettings. A new option is a new row (plus the
+    attribute it sets)."""
 
     name: str  # the option without its prefix: --nvrx-<name>, --<name>, ini nvrx_<name>
     help: str
@@ -106,6 +108,17 @@ class Setting:
         """What follows the option in ``--help`` (the docs' value, ``S`` spelled out)."""
         value = self.doc_value.replace("\\|", "|")
         return {"S": "SECONDS", "": self.name.split("-")[-1].upper()}.get(value, value)
+
+    def hint(self, entry: EntryPoint, value: str | None = None) -> str:
+        """This setting as a fix-it hint to a user of ``entry`` names it: the option there, then
+        the variable and, for the plugin, the ini value: ``--nvrx-tp (TP, ini nvrx_tp)``,
+        ``--tp (TP)``; with ``value``, ``--tp 2 (TP=2)``."""
+        option = self.plugin_option if entry == "plugin" else self.cli_option
+        also = [] if self.env is None else [self.env if value is None else f"{self.env}={value}"]
+        if entry == "plugin":
+            also.append(f"ini {self.ini}")
+        given = option if value is None else f"{option} {value}"
+        return f"{given} ({', '.join(also)})" if also else given
 
     @property
     def cli_dest(self) -> str:

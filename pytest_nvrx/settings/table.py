@@ -19,6 +19,7 @@ from pytest_nvrx.settings.record import (
     LAUNCHER_KINDS,
     WORKLOAD_KINDS,
     FaultWindow,
+    PartialRunConfig,
     SectionTimeouts,
     WorkloadKind,
 )
@@ -26,6 +27,7 @@ from pytest_nvrx.settings.setting import Setting
 from pytest_nvrx.settings.values import (
     DRY_RUN_ENV,
     ConfigError,
+    EntryPoint,
     _choice,
     _non_negative_int,
     _path,
@@ -570,17 +572,41 @@ def default_text(key: str) -> str:
     return plugin_setting(key).default_text()
 
 
-def scenario_defaults() -> dict[WorkloadKind, dict[str, Any]]:
-    """RunConfig values a scenario of each workload uses unless the user gives them
-    (option > env > ini > these)."""
-    out: dict[WorkloadKind, dict[str, Any]] = {}
-    for workload in cast(tuple[WorkloadKind, ...], WORKLOAD_KINDS):
-        out[workload] = {
+def option_hint(name: str, entry: EntryPoint, value: str | None = None) -> str:
+    """How a fix-it hint names the setting ``name`` (an option without its prefix) to a user of
+    ``entry``: that entry point's row (:meth:`Setting.hint`), ``--nvrx-save-interval
+    (SAVE_INTERVAL, ini nvrx_save_interval)`` or ``--save-interval (SAVE_INTERVAL)``. A setting
+    ``entry`` has no option for is named by its variable, else as the other entry point has it."""
+    rows = [s for s in SETTINGS if s.name == name]
+    if not rows:
+        raise KeyError(name)
+    for row in rows:
+        if row.in_plugin if entry == "plugin" else row.in_cli:
+            return row.hint(entry, value)
+    row = rows[0]
+    if row.env is not None:
+        return row.env if value is None else f"{row.env}={value}"
+    return row.hint("cli" if entry == "plugin" else "plugin", value)
+
+
+def workload_defaults(workload: WorkloadKind) -> PartialRunConfig:
+    """RunConfig values a scenario of ``workload`` uses unless the user gives them
+    (option > env > ini > these): the rows' per-workload defaults."""
+    return PartialRunConfig.of(
+        {
             s.field: s.defaults[workload]
             for s in SETTINGS
             if s.field is not None and s.defaults and workload in s.defaults
         }
-    return out
+    )
+
+
+def scenario_defaults() -> dict[WorkloadKind, dict[str, Any]]:
+    """:func:`workload_defaults` of every workload, by field name."""
+    return {
+        workload: workload_defaults(workload).given()
+        for workload in cast(tuple[WorkloadKind, ...], WORKLOAD_KINDS)
+    }
 
 
 OPTIONS_TABLE_HEAD = "| option | env | default | meaning |\n|---|---|---|---|"

@@ -13,7 +13,7 @@ import os
 import re
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 #: Integers go to ft_launcher, torch and Megatron, which hold them in 64 bits.
 INT64_MAX = 2**63 - 1
@@ -27,8 +27,30 @@ TRUE_WORDS = ("1", "true", "yes", "on")
 FALSE_WORDS = ("0", "false", "no", "off", "")
 
 
+#: Who shows a message to the user: the pytest plugin (``--nvrx-*`` options, ini values) or the
+#: CLI (``python -m pytest_nvrx run``, ``--*`` options). Each spells an option its own way.
+EntryPoint = Literal["plugin", "cli"]
+
+
 class ConfigError(ValueError):
-    """A setting is invalid; the message says which one and how to fix it."""
+    """A setting is invalid; the message says which one and how to fix it.
+
+    A message whose fix names options is written once, as a function of the entry point
+    (:meth:`naming`), and spelled by the one that shows it (:meth:`message_for`): a pytest user
+    reads ``--nvrx-save-interval``, a CLI user ``--save-interval``. ``str()`` is the CLI's."""
+
+    def __init__(self, message: str, *, spelled: Callable[[EntryPoint], str] | None = None):
+        super().__init__(message)
+        self._spelled = spelled
+
+    @classmethod
+    def naming(cls, message: Callable[[EntryPoint], str]) -> ConfigError:
+        """An error whose message names options, spelled by ``message`` for an entry point."""
+        return cls(message("cli"), spelled=message)
+
+    def message_for(self, entry: EntryPoint) -> str:
+        """The message as ``entry`` shows it (the options it names in that entry's spelling)."""
+        return str(self) if self._spelled is None else self._spelled(entry)
 
 
 def quote(text: str, limit: int = QUOTE_MAX) -> str:
