@@ -244,6 +244,12 @@ def build_parser() -> argparse.ArgumentParser:
     add_run_arguments(run)
     sub.add_parser("verify", help="judge an existing run directory", add_help=False)
     sub.add_parser(
+        "selftest",
+        help="plant known recovery bugs into real runs and show the criteria catch each one "
+        "([--workload reference|megatron] [--plant NAME] [--json FILE])",
+        add_help=False,
+    )
+    sub.add_parser(
         "report",
         help="judge run directories and write one offline HTML recovery report and its "
         "report.json (RUN_DIR... [-o report.html] [--json report.json])",
@@ -279,6 +285,10 @@ def _main(argv: Sequence[str] | None, environ: Mapping[str, str] | None) -> int:
         from pytest_nvrx.verify import verify_main
 
         return verify_main(args_list[1:])
+    if args_list[:1] == ["selftest"]:
+        from pytest_nvrx.selftest_cli import selftest_main
+
+        return selftest_main(args_list[1:], env)
     if args_list[:1] == ["report"]:
         from pytest_nvrx.report import report_main
 

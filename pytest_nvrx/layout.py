@@ -51,6 +51,8 @@ MANIFEST_NAME = "run.json"
 MANIFEST_SCHEMA = 1
 # written by pytest_nvrx.launch next to run.json when the launcher exits
 RESULT_NAME = "result.json"
+#: A planted self-test run's records of what its plant did (pytest_nvrx/plant_hook), one per act.
+PLANT_RECORDS_DIR = "plant-records"
 CYCLE_INFOS_DIR = "cycle_infos"
 LOGS_DIR = "logs"
 CHECKPOINTS_DIR = "checkpoints"

@@ -18,15 +18,11 @@ from pytest_nvrx.plant_hook.nvrx_plants import MEGATRON_POINTS, PLANT_ENV, RECOR
 __all__ = [
     "PLANTS",
     "PLANT_ENV",
-    "RECORDS_DIR",
     "RECORDS_ENV",
     "Plant",
     "missing_patch_points",
     "plant_named",
 ]
-
-#: Where a planted run's workers write their plant records, inside the run directory.
-RECORDS_DIR = "plant-records"
 
 
 @dataclass(frozen=True)

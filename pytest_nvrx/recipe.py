@@ -20,8 +20,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pytest_nvrx import __version__
-from pytest_nvrx.layout import MANIFEST_SCHEMA, RunLayout
+from pytest_nvrx.layout import MANIFEST_SCHEMA, PLANT_RECORDS_DIR, RunLayout
 from pytest_nvrx.outputs import write_atomic
+from pytest_nvrx.plant_hook import nvrx_plants
+from pytest_nvrx.plant_hook.nvrx_plants import PLANT_ENV, RECORDS_ENV
 from pytest_nvrx.settings import (
     REFERENCE_ASYNC_WRITER_FLAG,
     RunConfig,
@@ -282,7 +284,7 @@ def megatron_args(config: RunConfig, layout: RunLayout, profile_flags: Sequence[
         f"--global-batch-size={config.world_size}",
         f"--train-iters={config.train_iters}",
         "--lr=0.0001",
-        "--lr-decay-style=constant",
+        *(SELFTEST_LR if config.selftest else ("--lr-decay-style=constant",)),
         "--bf16",
     ]
     if config.distributed_optimizer:
@@ -319,6 +321,29 @@ def reference_args(config: RunConfig, layout: RunLayout) -> list[str]:
     return args
 
 
+#: A self-test's learning rate (control and plants alike): warmup, then cosine decay to the
+#: minimum at the last iteration, so that a replacement with a fresh scheduler trains with
+#: another learning rate from its first step.
+SELFTEST_LR: tuple[str, ...] = (
+    "--lr-decay-style=cosine",
+    "--lr-warmup-iters=2",
+    "--min-lr=0.00001",
+)
+
+
+def plant_env(config: RunConfig, layout: RunLayout) -> dict[str, str]:
+    """The workers' environment of a planted self-test run: the plant, where its records go,
+    and for Megatron the import hook first on PYTHONPATH (the rest as the harness has it)."""
+    if config.plant is None:
+        return {}
+    env = {PLANT_ENV: config.plant, RECORDS_ENV: str(layout.run_dir / PLANT_RECORDS_DIR)}
+    if config.workload == "megatron":
+        hook = str(Path(nvrx_plants.__file__).parent)
+        rest = os.environ.get("PYTHONPATH")
+        env["PYTHONPATH"] = os.pathsep.join([hook, rest]) if rest else hook
+    return env
+
+
 def build_recipe(
     config: RunConfig,
     *,
@@ -346,6 +371,7 @@ def build_recipe(
         "NVRX_RUN_ID": config.run_id,
         "PYTHONUNBUFFERED": "1",
         **node_env(config),
+        **plant_env(config, layout),
     }
     return Recipe(
         config=config,

@@ -17,6 +17,7 @@ import errno
 import json
 import os
 import re
+import shutil
 import socket
 import stat
 import tempfile
@@ -26,8 +27,8 @@ from pathlib import Path
 from pytest_nvrx import __version__
 from pytest_nvrx.evidence.refs import excerpt
 from pytest_nvrx.evidence.tracker import read_tracker
-from pytest_nvrx.layout import RESULT_NAME, TMP_ROOT, RunLayout, node_file_name
-from pytest_nvrx.outputs import is_disk_full, reserve_of, reserve_space
+from pytest_nvrx.layout import RESULT_NAME, TMP_ROOT, TRACKER_NAME, RunLayout, node_file_name
+from pytest_nvrx.outputs import is_disk_full, reserve_of, reserve_space, write_atomic
 from pytest_nvrx.recipe import utc_now
 from pytest_nvrx.settings import (
     ConfigError,
@@ -498,6 +499,8 @@ def prepare_run_dir(config: RunConfig, *, claim: bool = True) -> RunLayout:
     try:
         for d in (layout.logs, layout.cycle_infos, layout.checkpoint_dir):
             d.mkdir(parents=True, exist_ok=True)
+        if config.seed_checkpoint is not None:
+            seed_checkpoint(config.seed_checkpoint, layout.checkpoint_dir)
         if claimed is not None:
             # room for result.json at the end, however full the run leaves the disk
             result = layout.run_dir / (
@@ -514,6 +517,21 @@ def prepare_run_dir(config: RunConfig, *, claim: bool = True) -> RunLayout:
             ) from None
         raise
     return layout
+
+
+def seed_checkpoint(source: Path, checkpoint_dir: Path) -> int:
+    """Copy the complete checkpoint ``source`` (``iter_N``) into an empty ``checkpoint_dir`` and
+    write a tracker naming N (atomically): the run resumes it in its first cycle. Returns N.
+    Refused (ConfigError) when ``source`` is no complete ``iter_N`` or the directory already
+    holds a checkpoint or a tracker: nothing of a user's is ever overwritten."""
+    m = re.fullmatch(r"iter_([0-9]{7})", source.name)
+    if m is None or not any((source / f).is_file() for f in (".metadata", "metadata.json")):
+        raise ConfigError(f"seed checkpoint {source} is not a complete iter_NNNNNNN directory")
+    if any(checkpoint_dir.iterdir()):
+        raise ConfigError(f"cannot seed {checkpoint_dir}: it is not empty")
+    shutil.copytree(source, checkpoint_dir / source.name, symlinks=True)
+    write_atomic(checkpoint_dir / TRACKER_NAME, str(int(m[1])))
+    return int(m[1])
 
 
 #: Bytes kept free for result.json (a few hundred bytes, one filesystem block or page).

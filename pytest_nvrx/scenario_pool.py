@@ -111,7 +111,7 @@ class ScenarioPool:
     def __contains__(self, scenario: Scenario) -> bool:
         return scenario.id in self._launches
 
-    def submit(self, scenario: Scenario, work_dir: Path) -> None:
+    def submit(self, scenario: Scenario, work_dir: Path, *, seed: Path | None = None) -> None:
         launch = ScenarioLaunch(
             self.settings,
             scenario,
@@ -119,6 +119,7 @@ class ScenarioPool:
             write=self._write_line,
             progress=self._progress_line,
             gpu_ledger=self.gpu_ledger,
+            seed=seed,
         )
         self._launches[scenario.id] = launch
         gpus = scenario_gpus(self.settings, scenario)

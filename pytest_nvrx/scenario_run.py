@@ -31,6 +31,7 @@ from pytest_nvrx.gpu_slots import gpu_available as gpu_available  # re-exported
 from pytest_nvrx.launch import Launch, Progress, RunResult, RunTimeout, tail_text
 from pytest_nvrx.layout import CONSOLE_LOG_NAME, RunLayout
 from pytest_nvrx.planning import Plan, plan_run
+from pytest_nvrx.plant_hook.nvrx_plants import PLANT_ENV
 from pytest_nvrx.run_dir import (
     check_fresh_run_dir,
     check_unclaimed_run_dir,
@@ -45,6 +46,7 @@ from pytest_nvrx.settings import (
     PartialRunConfig,
     RunConfig,
     default_launcher,
+    quote,
     resolve,
     shared_run_id,
     workload_defaults,
@@ -376,8 +378,11 @@ def scenario_config(
     scenario: Scenario,
     work_dir: Path,
     environ: Mapping[str, str] | None = None,
+    *,
+    seed: Path | None = None,
 ) -> RunConfig:
-    """The scenario's RunConfig: its workload's defaults, the user's settings over them."""
+    """The scenario's RunConfig: its workload's defaults, the user's settings over them
+    (``seed``: a checkpoint the run starts from, a self-test's)."""
     env = os.environ if environ is None else environ
     values = scenario_values(settings, scenario)
     nnodes = values.nnodes or RunConfig.nnodes  # RunConfig's default where not given
@@ -398,6 +403,9 @@ def scenario_config(
         work_dir=work_dir,
         run_id=run_id,
         megatron_path=settings.megatron_path,
+        selftest=scenario.selftest or None,
+        plant=scenario.plant,
+        seed_checkpoint=seed,
     )
     ranks = (values.gpus_per_node or RunConfig.gpus_per_node) * nnodes
     if ranks == 1 and settings.overrides.fault_rank is None:
@@ -405,6 +413,18 @@ def scenario_config(
         # more, the walkthrough's rank 1 (on a multinode run, a rank of the second node)
         values = dataclasses.replace(values, fault_rank=0)
     return resolve(values, environ={})
+
+
+def refuse_stray_plant(config: RunConfig, environ: Mapping[str, str]) -> None:
+    """A run that plants nothing refuses to start where the environment names a plant: its
+    workers would inherit it, and a planted run must never pass for a qualification run."""
+    stray = environ.get(PLANT_ENV)
+    if config.plant is None and stray:
+        raise ConfigError(
+            f"{PLANT_ENV}={quote(stray)} is set in this environment: the workers would run with a"
+            " planted recovery bug, and a planted run is never a qualification; unset it (python"
+            " -m pytest_nvrx selftest plants its bugs on purpose)"
+        )
 
 
 def plan_launch(config: RunConfig, *, dry_run: bool = False, port: int | None = None) -> Plan:
@@ -416,6 +436,7 @@ def plan_launch(config: RunConfig, *, dry_run: bool = False, port: int | None = 
     checked before the run dir is made, so a refused run writes nothing, and claimed after it;
     a plan that fails afterwards gives the claim back, :func:`launch_run` at the launch's end."""
     validate_run(config)
+    refuse_stray_plant(config, os.environ)
     layout = config.layout
     check_checkpoint_dir(layout.checkpoint_dir, run_id=config.run_id, run_dir=layout.run_dir)
     if dry_run:
@@ -508,7 +529,8 @@ class ScenarioLaunch:
     :class:`~pytest_nvrx.scenario_pool.ScenarioPool` whose ``make`` is :meth:`launch` (on the
     slot the pool took) and whose ``wait`` is :meth:`wait`. ``write`` gets the scenario's lines,
     ``progress`` (else ``write``) the periodic ones while it trains, each prefixed with the
-    scenario; ``gpu_ledger`` (a pool's) learns which GPUs the run held when."""
+    scenario; ``gpu_ledger`` (a pool's) learns which GPUs the run held when; ``seed`` is a
+    checkpoint the run starts from (a self-test's seeded plant)."""
 
     def __init__(
         self,
@@ -519,10 +541,13 @@ class ScenarioLaunch:
         write: Callable[[str], None],
         progress: Callable[[str], None] | None = None,
         gpu_ledger: GpuLedger | None = None,
+        seed: Path | None = None,
     ) -> None:
         self.settings = settings
         self.scenario = scenario
         self.work_dir = work_dir
+        #: a complete checkpoint the run starts from (a self-test's seeded plant), else None
+        self.seed = seed
         self._write = write
         self._progress = progress if progress is not None else write
         self._ledger = gpu_ledger
@@ -543,7 +568,8 @@ class ScenarioLaunch:
         """Plan the run (its run dir, TMPDIR and ports chosen now; on ``slot``'s GPUs, named by
         its CUDA_VISIBLE_DEVICES) and announce it: its launch, not yet started. ConfigError:
         nothing launched."""
-        planned = plan_launch(scenario_config(self.settings, self.scenario, self.work_dir))
+        config = scenario_config(self.settings, self.scenario, self.work_dir, seed=self.seed)
+        planned = plan_launch(config)
         gpus = slot.gpus if slot is not None else ()
         if slot is not None and gpus:
             env = {**planned.recipe.env, "CUDA_VISIBLE_DEVICES": slot.cuda_visible_devices}

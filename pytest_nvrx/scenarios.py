@@ -46,8 +46,13 @@ class Scenario:
     workload: WorkloadKind
     fault: FaultKind
     window: FaultWindow | None = None
+    #: a self-test run (``selftest``): the control (``plant`` None) or one planted bug
+    selftest: bool = False
+    plant: str | None = None
 
     def __post_init__(self) -> None:
+        if self.plant is not None and not self.selftest:
+            raise ValueError(f"plant {self.plant!r} outside a self-test scenario")
         if self.fault == "none":
             if self.window is not None:
                 raise ValueError(f"a baseline scenario has no window, got {self.window!r}")
@@ -64,7 +69,10 @@ class Scenario:
 
     @property
     def id(self) -> str:
-        """``<workload>-<fault>-<window>``, or ``<workload>-baseline``."""
+        """``<workload>-<fault>-<window>``, or ``<workload>-baseline``; a self-test's
+        ``<workload>-selftest-<plant>`` (``-control`` for the unplanted one)."""
+        if self.selftest:
+            return f"{self.workload}-selftest-{self.plant or 'control'}"
         if self.window is None:
             return f"{self.workload}-{self.kind}"
         return f"{self.workload}-{self.kind}-{self.window}"
@@ -75,7 +83,10 @@ class Scenario:
 
     @property
     def markers(self) -> tuple[str, ...]:
-        names = (self.kind,) if self.window is None else (self.kind, self.window)
+        if self.selftest:
+            names: tuple[str, ...] = ("selftest",)
+        else:
+            names = (self.kind,) if self.window is None else (self.kind, self.window)
         return ("gpu", *names) if self.needs_gpu else names
 
 

@@ -19,8 +19,8 @@ from pytest_nvrx.evidence.refs import (
     json_key_ref,
     read_json_file,
 )
+from pytest_nvrx.layout import PLANT_RECORDS_DIR as RECORDS_DIR
 
-RECORDS_DIR = "plant-records"
 #: How many records are read at most (a plant acts once per process and cycle).
 MAX_RECORDS = 1000
 

@@ -104,6 +104,15 @@ class RunConfig:
     #: maybe on one host): 0 hosts the rendezvous. None: the node is not named (one node, a
     #: Slurm launch, or per-host starts as before: claim by host name, NVRx guesses the host).
     node_index: int | None = None
+    #: A self-test run (``python -m pytest_nvrx selftest``): the learning rate moves (warmup +
+    #: decay) so that a lost scheduler state shows; never a qualification run's setting.
+    selftest: bool = False
+    #: The self-test's planted bug (pytest_nvrx.plants) in the workers' environment; None: none.
+    plant: str | None = None
+    #: A complete checkpoint directory (``iter_N``) copied into the run's checkpoint dir, with a
+    #: tracker naming N, before the launch: the self-test's runs that need two completed
+    #: checkpoints before the fault start from the control's first one.
+    seed_checkpoint: Path | None = None
 
     @property
     def world_size(self) -> int:
@@ -179,6 +188,9 @@ class PartialRunConfig:
     extra_args: tuple[str, ...] | None = None
     launcher: LauncherKind | None = None
     node_index: int | None = None
+    selftest: bool | None = None
+    plant: str | None = None
+    seed_checkpoint: Path | None = None
 
     @classmethod
     def of(cls, values: Mapping[str, object]) -> PartialRunConfig:

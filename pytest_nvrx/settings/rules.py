@@ -7,6 +7,7 @@ import re
 from collections.abc import Sequence
 
 from pytest_nvrx.layout import window_allowed, windows_of
+from pytest_nvrx.plant_hook.nvrx_plants import PLANT_NAMES
 from pytest_nvrx.settings.record import (
     DEFAULT_RDZV_ENDPOINT,
     FAULT_KINDS,
@@ -78,6 +79,7 @@ def validate(config: RunConfig) -> None:
             f"got {quote(repr(config.workload))}"
         )
     check_window(config.fault, config.window)
+    check_plant(config)
     if config.launcher not in LAUNCHER_KINDS:
         raise ConfigError(
             f"launcher must be one of {', '.join(LAUNCHER_KINDS)}, "
@@ -308,3 +310,17 @@ def _overriding(arg: str, owned: str, setting: str) -> ConfigError:
             f"{option_hint(setting, entry)} instead"
         )
     )
+
+
+def check_plant(config: RunConfig) -> None:
+    """A planted run is a self-test's fault run; nothing but the self-test sets it up."""
+    if config.plant is None and config.seed_checkpoint is None:
+        return
+    if not config.selftest:
+        raise ConfigError("a plant or a seed checkpoint belongs to a self-test run (selftest)")
+    if config.plant is not None and config.plant not in PLANT_NAMES:
+        raise ConfigError(
+            f"plant must be one of {', '.join(PLANT_NAMES)}, got {quote(repr(config.plant))}"
+        )
+    if config.fault == "none":
+        raise ConfigError("a planted run needs a fault: a plant acts in the recovery from it")
