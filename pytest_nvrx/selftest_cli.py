@@ -81,6 +81,18 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--gpus-per-node", type=_positive, help="ranks per run (default: the scenarios')"
     )
+    parser.add_argument(
+        "--train-iters", type=_positive, help="iterations per run (default: the scenarios')"
+    )
+    parser.add_argument(
+        "--save-interval", type=_positive, help="save every N iterations (default: the scenarios')"
+    )
+    parser.add_argument(
+        "--no-distributed-optimizer",
+        action="store_true",
+        help="Megatron without --use-distributed-optimizer (a stack without TE/Apex needs it to"
+        " resume)",
+    )
     parser.add_argument("--parallel", type=_positive, help="runs side by side (default: auto)")
     parser.add_argument(
         "--gpu-share", type=_positive, default=1, help="runs that may share one GPU (default 1)"
@@ -114,7 +126,12 @@ def settings_from_args(args: argparse.Namespace, environ: Mapping[str, str]) -> 
     elif not work_dir.is_absolute():
         raise ConfigError(f"--work-dir must be absolute, got {work_dir}")
     return NvrxSettings(
-        overrides=PartialRunConfig(gpus_per_node=args.gpus_per_node),
+        overrides=PartialRunConfig(
+            gpus_per_node=args.gpus_per_node,
+            train_iters=args.train_iters,
+            save_interval=args.save_interval,
+            distributed_optimizer=False if args.no_distributed_optimizer else None,
+        ),
         workloads=(workload,),
         megatron_path=megatron if workload == "megatron" else None,
         work_dir=work_dir,

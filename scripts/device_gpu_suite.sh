@@ -10,6 +10,8 @@
 #                                                 "node" of one run: CUDA_VISIBLE_DEVICES=i,
 #                                                 --nvrx-node-index i, one NVRX_RUN_ID, a
 #                                                 rendezvous on localhost, --nvrx-nnodes N
+#   scripts/device_gpu_suite.sh --selftest [SELFTEST ARGS]
+#                                                 the Megatron self-test (docs/selftest.md)
 #   scripts/device_gpu_suite.sh --exec CMD ...  any command (a benchmark) in that environment
 #   scripts/device_gpu_suite.sh [PYTEST ARGS]    run pytest with our plugin
 #
@@ -23,6 +25,7 @@
 #   pytest: pytest.log, junit.xml, runs.tar.gz (run dirs without checkpoint shards)
 #   nodes:  pytest.node<i>.log, junit.node<i>.xml, runs.tar.gz
 #   cli-runs: cli-runs.log, cli-runs.tsv (run, exit status, seconds), runs.tar.gz
+#   selftest: selftest.log, selftest.json, runs.tar.gz
 # The device tool returns at most 8 files, 2 folders deep, 16 MiB each.
 #
 # Environment: NVRX_DEVICE_LIMIT_S (default 600: the run tool's limit for one command; pytest
@@ -208,7 +211,7 @@ dest, roots = Path(sys.argv[1]), [Path(r) for r in sys.argv[2:]]
 MAX_FILE = 4 << 20          # larger logs keep their last 4 MiB (as NAME.tail)
 MAX_TOTAL = 14 << 20        # the device tool returns files up to 16 MiB
 KEEP_TOP = {"fault_injected.json", "run.json", "result.json"}
-KEEP_DIRS = {"logs", "cycle_infos"}
+KEEP_DIRS = {"logs", "cycle_infos", "plant-records"}
 CKPT_FILES = {"latest_checkpointed_iteration.txt", "metadata.json", ".metadata", "ft_state.json"}
 
 run_dirs = {}  # run dir -> its name in the archive: <root name>/<path under root>
@@ -401,6 +404,20 @@ cli_one() {
         print_stack
         run_pytest_nodes "$@"
         exit $?
+    fi
+    if [[ "${1:-}" == "--selftest" ]]; then
+        # --selftest ARGS...: the Megatron self-test (python -m pytest_nvrx selftest) on the
+        # checkout in MEGATRON_PATH; its JSON in $OUT/selftest.json, its run dirs packed
+        shift
+        print_stack 2>&1 | tee "$OUT/selftest.log"
+        mkdir -p "$NVRX_WORK_DIR"
+        timeout -s INT -k 20 $((LIMIT_S - SECONDS - PACK_RESERVE_S)) "$PY" -m pytest_nvrx \
+            selftest --workload megatron --megatron-path "$MEGATRON_PATH" \
+            --work-dir "$NVRX_WORK_DIR" --json "$OUT/selftest.json" "$@" 2>&1 \
+            | tee -a "$OUT/selftest.log"
+        rc=${PIPESTATUS[0]}
+        pack_runs || echo "device_gpu_suite: packing the run dirs failed" >&2
+        exit "$rc"
     fi
     if [[ "${1:-}" == "--exec" ]]; then
         # --exec CMD ARGS...: any command (a benchmark) with the carried wheels installed and
