@@ -15,7 +15,8 @@ switched off first: the crash is ours, its core file would only fill the disk).
 
 This file must stay stdlib-only and runnable as a plain script (ft_launcher runs it with
 ``python -u``), so it imports nothing from pytest_nvrx and repeats the one file name it needs
-(the tracker; the marker path comes from the command line).
+(the tracker; the marker path comes from the command line) and the self-test's plant variable
+(``PYTEST_NVRX_PLANT``: the marker records the plant, null in every run without one).
 
 Exit codes of the wrapper itself (the workload's own status passes through otherwise):
 
@@ -52,6 +53,10 @@ from typing import Any, Final, NoReturn
 
 # Megatron's checkpoint tracker, repeated from pytest_nvrx.layout (stdlib-only module).
 TRACKER_NAME: Final = "latest_checkpointed_iteration.txt"
+# The self-test's planted bug in the workers' environment, repeated from pytest_nvrx.plants (a
+# test holds the two equal): the marker names it, so that a planted run can never pass for a
+# qualification run.
+PLANT_ENV: Final = "PYTEST_NVRX_PLANT"
 
 LOG_PREFIX: Final = "[pytest-nvrx injector]"
 MARKER_SCHEMA_VERSION: Final = 2
@@ -246,6 +251,7 @@ def build_marker_record(
         "world_size": _env_int(env, "WORLD_SIZE"),
         "restart_count": _env_int(env, "TORCHELASTIC_RESTART_COUNT"),
         "run_id": env.get("NVRX_RUN_ID") or None,
+        "plant": env.get(PLANT_ENV) or None,
         "pid": pid,
         "rank_pid": rank_pid,
         "host": host,

@@ -148,8 +148,12 @@ class ScenarioRun:
 
     def junit_properties(self) -> list[tuple[str, str]]:
         """The run's own properties (its dir, the launcher's end, the stack, verify's timings),
-        as text: the plugin puts them on the scenario's first testcase only."""
-        props: list[tuple[str, Any]] = [("nvrx_run_dir", str(self.layout.run_dir))]
+        as text: the plugin puts them on the scenario's first testcase only. A planted self-test
+        run's first is ``nvrx_planted``: it is never a qualification run."""
+        props: list[tuple[str, Any]] = [
+            ("nvrx_planted", self.judgement.planted),  # None: left out
+            ("nvrx_run_dir", str(self.layout.run_dir)),
+        ]
         if self.result is not None:
             props += [
                 ("nvrx_exit_code", self.result.exit_code),

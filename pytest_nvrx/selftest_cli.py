@@ -113,7 +113,9 @@ def build_parser() -> argparse.ArgumentParser:
 def settings_from_args(args: argparse.Namespace, environ: Mapping[str, str]) -> NvrxSettings:
     workload: WorkloadKind = args.workload
     megatron = args.megatron_path
-    if megatron is None and environ.get("MEGATRON_PATH"):
+    if workload == "reference":
+        megatron = None  # the CPU workload: a MEGATRON_PATH in the environment is not ours
+    elif megatron is None and environ.get("MEGATRON_PATH"):
         megatron = Path(environ["MEGATRON_PATH"])
     if workload == "megatron" and megatron is None:
         raise ConfigError("--workload megatron needs --megatron-path (or MEGATRON_PATH)")

@@ -7,6 +7,12 @@ workers failed before the fault (a setup error), a ``first cause:`` line under t
 that error, and it leads every failing reason and the final ``verify: FAILED: ...`` line
 (``first_cause`` and ``summary`` in ``--json``).
 
+A self-test run with a planted bug (run.json's ``config.plant``, the marker's ``plant``) is
+labelled first: ``planted: <name> (<title>): a self-test run ...`` before the header, ``verify:
+planted: <name>: ...`` as the final line, ``planted`` as the first key of ``--json``. run.json,
+the marker and ``plant-records/`` naming different plants (or one none) is a contradiction: the
+run cannot be judged.
+
 ``--json FILE`` also writes the judgement as JSON (``schema_version`` :data:`JSON_SCHEMA_VERSION`,
 fields in docs/criteria.md). ``--json -`` writes the JSON alone to stdout and moves the text
 report to stderr, so that ``verify RUN_DIR --json - | jq`` reads one document.
@@ -156,6 +162,11 @@ def report(judgement: Judgement, out: TextIO) -> None:
 
 
 def _report_lines(judgement: Judgement, out: TextIO) -> None:
+    planted = judgement.planted_note()
+    if planted is not None:
+        # a planted self-test run says so before anything else: it can never pass for a
+        # qualification run, whatever its verdicts
+        out.write(planted + "\n")
     exp = judgement.expected
     window = judgement.window
     where = (

@@ -91,17 +91,17 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 
 #: Under pytest-xdist (``./check`` runs ``-n 2``) tests are handed out by scope: a module stays
-#: on one worker (its module-scoped fixtures, a real launch among them, run once), except these
-#: modules, whose tests share nothing expensive and each launch their own run ...
+#: on one worker (its module-scoped fixtures, a real launch among them, run once; the self-test's
+#: nine runs in tests/test_selftest.py), except these modules, whose tests share nothing
+#: expensive and each launch their own run.
 SPLIT_BY_TEST = frozenset(
     {"tests/test_cli_e2e.py", "tests/test_signals.py", "tests/test_plugin_signals.py"}
 )
-#: ... and these, whose module-scoped fixture is parametrized: one scope per parameter value.
-SPLIT_BY_PARAM = frozenset({"tests/test_broken_resumes.py"})
 
 
 #: Work units that take long (real launches), roughly in seconds on 2 cores; the rest ~1 s.
 UNIT_COSTS = (
+    ("tests/test_selftest.py", 150),  # the self-test: 9 runs, the control first, then 3 at once
     ("nvrx-reference", 150),  # 7 scenarios, 3 at once (--nvrx-parallel auto)
     ("tests/test_slurm_launch.py", 170),
     ("tests/test_local_nodes.py", 75),
@@ -110,8 +110,8 @@ UNIT_COSTS = (
     ("tests/test_plugin_xdist.py", 60),
     ("tests/test_scenario_pool.py", 80),
     ("tests/test_cli_e2e.py::test_run_each", 45),
-    ("tests/test_broken_resumes.py[", 35),
-    ("tests/test_broken_runs.py", 110),  # 4 real runs, 16-33 s each
+    ("tests/test_broken_resumes.py", 35),
+    ("tests/test_broken_runs.py", 20),
     ("tests/test_packaging.py", 30),
     ("tests/test_run_claim.py", 25),
     ("tests/test_harness_death.py", 25),  # 2 real runs, SIGKILLed at their first iteration
@@ -131,8 +131,6 @@ def work_unit(nodeid: str) -> str:
     path = nodeid.split("::", 1)[0]
     if path in SPLIT_BY_TEST:
         return nodeid
-    if path in SPLIT_BY_PARAM and nodeid.endswith("]") and "[" in nodeid:
-        return f"{path}[{nodeid.rsplit('[', 1)[1]}"
     return path
 
 

@@ -55,6 +55,7 @@ MARKER_KEYS = {
     "world_size",
     "restart_count",
     "run_id",
+    "plant",
     "pid",
     "host",
     "tracker",

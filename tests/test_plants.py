@@ -65,7 +65,7 @@ from megatron.training.datasets.data_samplers import build_pretraining_data_load
 """
 FAKE_GLOBAL_VARS = """
 import types
-ARGS = types.SimpleNamespace(no_load_rng=False, load=None, save=None, async_save=True)
+ARGS = types.SimpleNamespace(no_load_rng=None, load=None, save=None, async_save=True)
 def get_args():
     return ARGS
 """
@@ -159,7 +159,7 @@ def test_iteration_plant_moves_the_counter_in_a_replacement_only(tmp_path: Path)
     ckpt = _checkpoints(tmp_path, 5, 10, tracker=10)
     records = tmp_path / "records"
     out = _worker(checkout, "iteration", LOAD.format(ckpt=str(ckpt)), records)
-    assert out.strip() == "(15, 0.0) [(10, False)]"
+    assert out.strip() == "(15, 0.0) [(10, None)]"
     (rec,) = _records(records)
     assert rec["plant"] == "iteration" and rec["applied"] is True and rec["rank"] == 1
     assert rec["action"] == "restored iteration counter set to 15 after loading iteration 10"
@@ -167,7 +167,7 @@ def test_iteration_plant_moves_the_counter_in_a_replacement_only(tmp_path: Path)
     # cycle 0 is no replacement: nothing planted, nothing recorded
     fresh = tmp_path / "fresh"
     out = _worker(checkout, "iteration", LOAD.format(ckpt=str(ckpt)), fresh, restarts=0)
-    assert out.strip() == "(10, 0.0) [(10, False)]"
+    assert out.strip() == "(10, 0.0) [(10, None)]"
     assert _records(fresh) == []
 
 
@@ -176,7 +176,7 @@ def test_rng_plant_loads_with_no_load_rng_and_puts_it_back(tmp_path: Path) -> No
     ckpt = _checkpoints(tmp_path, 5, tracker=5)
     code = LOAD.format(ckpt=str(ckpt)) + "print(g.ARGS.no_load_rng)\n"
     out = _worker(checkout, "rng", code, tmp_path / "r")
-    assert out.split("\n")[:2] == ["(5, 0.0) [(5, True)]", "False"]
+    assert out.split("\n")[:2] == ["(5, 0.0) [(5, True)]", "None"]
     (rec,) = _records(tmp_path / "r")
     assert "left every RNG state" in str(rec["action"])
 
@@ -189,14 +189,14 @@ def test_previous_checkpoint_plant_reads_the_tracker_as_the_complete_one_before(
     (ckpt / "iter_0000015").mkdir()  # 15 is named but incomplete: still the tracker's
     (ckpt / "iter_0000012").mkdir()  # incomplete: never the one fallen back to
     out = _worker(checkout, "previous-checkpoint", LOAD.format(ckpt=str(ckpt)), tmp_path / "r")
-    assert out.strip() == "(10, 0.0) [(10, False)]"
+    assert out.strip() == "(10, 0.0) [(10, None)]"
     (rec,) = _records(tmp_path / "r")
     assert rec["tracker"] == 15 and rec["loaded"] == 10
     # rank-checkpoint acts on the last rank only
     out = _worker(
         checkout, "rank-checkpoint", LOAD.format(ckpt=str(ckpt)), tmp_path / "r0", RANK="0"
     )
-    assert out.strip() == "(15, 0.0) [(15, False)]"
+    assert out.strip() == "(15, 0.0) [(15, None)]"
     assert _records(tmp_path / "r0") == []
 
 
@@ -204,7 +204,7 @@ def test_a_plant_with_nothing_to_fall_back_to_records_that_it_did_not_act(tmp_pa
     checkout = _fake_checkout(tmp_path / "meg")
     ckpt = _checkpoints(tmp_path, 5, tracker=5)
     out = _worker(checkout, "previous-checkpoint", LOAD.format(ckpt=str(ckpt)), tmp_path / "r")
-    assert out.strip() == "(5, 0.0) [(5, False)]"
+    assert out.strip() == "(5, 0.0) [(5, None)]"
     (rec,) = _records(tmp_path / "r")
     assert rec["applied"] is False
     assert rec["action"] == "cannot plant: no complete checkpoint before iteration 5"

@@ -42,10 +42,7 @@ def test_our_work_units() -> None:
     # ... independent real runs spread out ...
     cli = "tests/test_cli_e2e.py::test_run_each_default_pair_then_verify[reference-kill-save]"
     assert work_unit(cli) == cli
-    # ... and a parametrized module fixture is one unit per parameter
-    assert work_unit("tests/test_broken_resumes.py::test_a[rng]") == work_unit(
-        "tests/test_broken_resumes.py::test_b[rng]"
-    )
-    assert work_unit("tests/test_broken_resumes.py::test_a[rng]") != work_unit(
-        "tests/test_broken_resumes.py::test_a[data]"
+    # ... and the tests reading the self-test's runs stay with them, parameters and all
+    assert work_unit("tests/test_selftest.py::test_a[rng]") == work_unit(
+        "tests/test_selftest.py::test_b[data]"
     )

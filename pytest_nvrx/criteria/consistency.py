@@ -6,12 +6,14 @@ be judged, ``verify`` exits 2); one that a criterion judges is a warning shown b
 parser found contradicting what its writer always writes is reported here, fatal: run.json
 against itself (``Manifest.contradictions``), the cycle records against NVRx's
 (``CycleInfos.contradictions``, and :func:`_last_cycle_unended`), a tracker holding no
-iteration (:func:`_tracker_junk`).
+iteration (:func:`_tracker_junk`), and a plant that acted in a run that names another or none
+(:func:`_plant_records_problems`, issue #25).
 """
 
 from __future__ import annotations
 
 from pytest_nvrx.evidence.cycle_infos import unended
+from pytest_nvrx.evidence.plant_records import read_plant_records
 from pytest_nvrx.evidence.refs import Problem, split_rank_prefix
 from pytest_nvrx.evidence.rundir import RunEvidence
 from pytest_nvrx.evidence.workload import get_adapter, stated_rank
@@ -50,7 +52,48 @@ def evidence_problems(run: RunEvidence) -> tuple[Problem, ...]:
     problems += _tracker_junk(run)
     problems += _last_cycle_unended(run)
     problems += _misattributed_lines(run)
+    problems += _plant_records_problems(run)
     return tuple(problems)
+
+
+def _plant_records_problems(run: RunEvidence) -> list[Problem]:
+    """A plant's records (``plant-records/``, written by the worker that planted) in a run whose
+    run.json names no plant, or names another: a recovery bug acted in a run that claims
+    otherwise, so no verdict over it means what it says (fatal). A run without run.json claims
+    nothing and is judged as its marker names it. The self-test's outcome reads the same records
+    (pytest_nvrx.selftest_outcome), for whether its plant acted at all."""
+    manifest = run.manifest
+    if manifest is None:
+        return []
+    records = read_plant_records(run.run_dir)
+    claimed = manifest.planted
+    where = (
+        f"{manifest.plant.ref.location} (config.plant)"
+        if manifest.plant is not None
+        else f"{manifest.file} (no config.plant)"
+    )
+    if claimed is None and records.problems:
+        first = records.problems[0]
+        return [
+            Problem(
+                "fatal",
+                f"{first.message}, in a run whose {where} names no plant: only a planted run's"
+                " workers write plant records",
+                first.ref,
+            )
+        ]
+    stranger = next((r for r in records.records if r.plant != claimed), None)
+    if stranger is None:
+        return []
+    named = "no plant" if claimed is None else f"plant {claimed!r}"
+    return [
+        Problem(
+            "fatal",
+            f"{stranger.ref.location} records plant {stranger.plant!r} ({stranger.action}),"
+            f" but {where} names {named}: a recovery bug acted in a run that claims otherwise",
+            stranger.ref,
+        )
+    ]
 
 
 def _tracker_junk(run: RunEvidence) -> list[Problem]:

@@ -23,6 +23,7 @@ from pytest_nvrx.criteria.verdict import CRITERIA_IDS, Verdict, failing
 from pytest_nvrx.evidence.refs import EvidenceRef, Problem
 from pytest_nvrx.evidence.rundir import RunEvidence, load_run
 from pytest_nvrx.evidence.timeline import RecoveryClock, recovery_clock
+from pytest_nvrx.plants import plant_named
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,9 @@ class Judgement:
     # None: not recorded. Its recovery timings include their memory reclaim and load
     gpu_shared_with: tuple[str, ...] | None = None
     gpu_shared_ref: EvidenceRef | None = None
+    # the self-test's planted bug the run names (run.json's config.plant, else the marker's):
+    # a planted run is never a qualification run, and every output says so first
+    planted: str | None = None
 
     @property
     def gpu_shared(self) -> bool:
@@ -65,6 +69,19 @@ class Judgement:
             f"timings measured on a GPU shared with {n} other run{'' if n == 1 else 's'}{where}:"
             " NVRx waits for the whole GPU's memory to be reclaimed and the runs load each"
             " other, so the recovery timings are not this stack's alone"
+        )
+
+    def planted_note(self) -> str | None:
+        """The line that leads a planted run's every output; None when nothing was planted."""
+        if self.planted is None:
+            return None
+        try:
+            title = plant_named(self.planted).title
+        except KeyError:
+            title = "a plant this version's catalogue does not know"
+        return (
+            f"planted: {self.planted} ({title}): a self-test run with a known recovery bug"
+            " planted on purpose, never a qualification"
         )
 
     @property
@@ -93,7 +110,13 @@ class Judgement:
 
     def summary(self) -> str:
         """The one-line outcome, led by the first cause when the workers failed before the
-        fault: ``FAILED: the workers failed before the fault: X [f:12]; 6 of 6 fail: a, b, ...``."""
+        fault: ``FAILED: the workers failed before the fault: X [f:12]; 6 of 6 fail: a, b, ...``;
+        a planted run's by its plant: ``planted: rng: FAILED (1 of 6: training_continuity)``."""
+        if self.planted is not None:
+            return f"planted: {self.planted}: {self._outcome()}"
+        return self._outcome()
+
+    def _outcome(self) -> str:
         if not self.judgeable:
             return "CANNOT JUDGE (see errors)"
         failed = [v.id for v in self.verdicts if not v.passed]
@@ -114,7 +137,11 @@ class Judgement:
         raise KeyError(f"unknown criterion {criterion!r}; known: {', '.join(CRITERIA_IDS)}")
 
     def as_dict(self) -> dict[str, Any]:
+        # "planted" leads a planted run's document and is absent from every other (whose
+        # documents stay as they were)
+        planted = {"planted": self.planted} if self.planted is not None else {}
         return {
+            **planted,
             "run_dir": str(self.run_dir),
             "checkpoint_dir": str(self.checkpoint_dir),
             "expected_fault": {"kind": self.expected.kind, "source": self.expected.source},
@@ -194,6 +221,10 @@ def judge(
         # the derived failures ("the fault never happened") follow from it: it leads each reason
         verdicts = tuple(cause.lead(v) for v in verdicts)
     shared = run.manifest.gpu_shared_with if run.manifest is not None else None
+    marker = run.marker
+    planted = (run.manifest.planted if run.manifest is not None else None) or (
+        marker.plant if marker is not None and marker.ok else None
+    )
     return Judgement(
         run_dir=run.run_dir,
         checkpoint_dir=run.checkpoint_dir,
@@ -209,6 +240,7 @@ def judge(
         first_cause=cause,
         gpu_shared_with=shared.value if shared is not None else None,
         gpu_shared_ref=shared.ref if shared is not None else None,
+        planted=planted,
     )
 
 

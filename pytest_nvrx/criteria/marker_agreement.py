@@ -12,7 +12,10 @@ to agree. Three kinds of disagreement, each quoting both sides:
   other than the workload's in run.json (its ``--script``/``--module``, then the options after
   the injector's ``--``); a ``host`` other than run.json's in a run of one node; a schema-2
   marker (only our injector writes one) whose rank left no fire line in the faulted cycle's log
-  (:func:`_no_fire_line`: the injector writes it as it fires, before the fault);
+  (:func:`_no_fire_line`: the injector writes it as it fires, before the fault); a ``plant``
+  other than run.json's ``config.plant`` (:func:`_plant_disagreement`, issue #25: both none, or
+  the same plant; a marker without the key names none), so that a planted run can never be
+  judged as an unplanted one;
 * :func:`where_problem`, for prior_checkpoint ("which fault happened where"): the rank run.json
   asked for, the legacy fire line's tracker and signal, the schema-2 fire line's probe and
   signal, the ``InjectedFault`` line's window and iterations;
@@ -33,6 +36,7 @@ from pytest_nvrx.evidence.injector_log import (
     parse_injected_exception,
 )
 from pytest_nvrx.evidence.launcher_log import LauncherEventKind
+from pytest_nvrx.evidence.manifest import Manifest
 from pytest_nvrx.evidence.marker import Marker
 from pytest_nvrx.evidence.refs import Problem
 from pytest_nvrx.evidence.rundir import RunEvidence
@@ -98,6 +102,9 @@ def marker_problems(run: RunEvidence, timeline: Timeline) -> tuple[Problem, ...]
                     f" {_argv(marker.argv)}, but run.json ({argv.location}) ran"
                     f" {_argv(ran or manifest.workload_argv)}: the marker of another workload",
                 )
+        plant = _plant_disagreement(marker, manifest)
+        if plant is not None:
+            found.append(("plant", plant))
         host, nnodes = manifest.host, manifest.nnodes
         single = nnodes is not None and nnodes.value == 1 and manifest.node_index is None
         if single and host is not None and marker.host is not None and host.value != marker.host:
@@ -122,6 +129,38 @@ def marker_problems(run: RunEvidence, timeline: Timeline) -> tuple[Problem, ...]
     problems += _self_contradictions(marker)
     problems += _no_fire_line(run, timeline, marker)
     return tuple(problems)
+
+
+def _plant_disagreement(marker: Marker, manifest: Manifest) -> Problem | None:
+    """run.json and the marker name different plants (none counts as one), quoting both lines.
+
+    The workers planted what their environment named (the marker records it as they fired);
+    run.json says what the run was launched as. Either way round, one of them is wrong about
+    whether a known recovery bug ran, and a verdict would be about an unknown run."""
+    claimed = manifest.planted
+    if marker.plant == claimed:
+        return None
+
+    def named(plant: str | None) -> str:
+        return "no plant" if plant is None else f"plant {plant!r}"
+
+    at = marker.ref("plant")
+    said = (
+        f"{at.location} records {named(marker.plant)}"
+        if at.line is not None
+        else f"{marker.file} records no plant (no 'plant' key)"
+    )
+    where = (
+        f"{manifest.plant.ref.location} (config.plant)"
+        if manifest.plant is not None
+        else f"{manifest.file} (no config.plant)"
+    )
+    return Problem(
+        "fatal",
+        f"{said}, but {where} names {named(claimed)}: the workers and run.json disagree on"
+        " whether a recovery bug was planted",
+        at if at.line is not None else (manifest.plant.ref if manifest.plant else at),
+    )
 
 
 def _argv(argv: tuple[str, ...]) -> str:

@@ -7,7 +7,7 @@ and the criteria fall back to the logs. Keys read here::
     run.json     schema (must be MANIFEST_SCHEMA), config.run_id, config.fault, config.window,
                  config.fault_rank, config.train_iters, config.workload, config.gpus_per_node,
                  config.nnodes, config.world_size, config.tp, config.pp, config.checkpoint_dir,
-                 workload_argv, start_time, stack
+                 config.selftest, config.plant, workload_argv, start_time, stack
     result.json  exit_code, start_time, end_time, timed_out, interrupted
 
 run.json states some settings twice, and the two must agree (:attr:`Manifest.contradictions`,
@@ -25,6 +25,9 @@ ISO-8601 with their timezone, ``train_iters``/``gpus_per_node`` positive integer
 of :data:`~pytest_nvrx.layout.INJECTED_FAULTS` or none, ``window`` one of
 :data:`~pytest_nvrx.layout.FAULT_WINDOWS` (absent in runs made before fault windows: the legacy
 tracker trigger); null means "not recorded". A value of another type makes the file unusable.
+``plant`` (the self-test's planted bug, issue #25) is a name of the catalogue
+(:data:`pytest_nvrx.plants.PLANTS`) or null: a name this version does not know makes the file
+unusable, so that a planted run can never be judged as an unplanted one. ``selftest`` is a boolean.
 """
 
 from __future__ import annotations
@@ -61,6 +64,7 @@ from pytest_nvrx.evidence.refs import (
     read_json_file,
 )
 from pytest_nvrx.layout import FAULT_WINDOWS, INJECTED_FAULTS, MANIFEST_SCHEMA, RESULT_NAME
+from pytest_nvrx.plants import PLANTS
 
 
 class ManifestError(ValueError):
@@ -92,6 +96,11 @@ class Manifest:
     checkpoint_dir: Setting | None = None  # as the run host named it (never opened)
     host: Setting | None = None  # the host the harness launched on (run.json ``host``)
     node_index: Setting | None = None  # this node's index in a run of several nodes
+    # the self-test (issue #25): a self-test run (control or planted), and its planted bug: a
+    # Setting whose value is None where run.json records ``"plant": null`` (with that line), None
+    # where it records nothing (a run before plants); a planted run is never a qualification run
+    selftest: Setting | None = None
+    plant: Setting | None = None
     start_time: datetime | None = None
     start_ref: EvidenceRef | None = None
     stack: dict[str, Any] = field(default_factory=dict)
@@ -116,6 +125,15 @@ class Manifest:
     timed_out: Setting | None = None  # True: our launch deadline stopped the launcher
     interrupted: Setting | None = None  # the stop signal's name (True: unnamed); None: not
 
+    @property
+    def planted(self) -> str | None:
+        """The plant run.json names; None: no plant."""
+        return self.plant.value if self.plant is not None else None
+
+    @property
+    def is_selftest(self) -> bool:
+        return self.selftest is not None and self.selftest.value is True
+
 
 # run.json keys read here (config.<key> or top level) and the type each must have.
 _TYPED: dict[str, tuple[Callable[..., object], dict[str, Any]]] = {
@@ -133,6 +151,8 @@ _TYPED: dict[str, tuple[Callable[..., object], dict[str, Any]]] = {
     "checkpoint_dir": (str_field, {}),
     "host": (str_field, {}),
     "node_index": (int_field, {"minimum": 0}),
+    "selftest": (bool_field, {}),
+    "plant": (str_field, {"choices": tuple(p.name for p in PLANTS)}),
 }
 
 
@@ -191,6 +211,8 @@ def read_manifest(path: Path, run_dir: Path, result_path: Path | None = None) ->
         fields = Fields(data)
         for key in _TYPED:
             out[key] = fields.get(_lookup, key, doc=doc, file=file)
+        if out["plant"] is None:
+            out["plant"] = _recorded_null(data, doc, file, "plant")
         out["start_time"] = fields.get(time_field, "start_time")
         out["start_ref"] = _ref_if(out["start_time"], file, doc, "start_time")
         stack = data.get("stack")
@@ -231,6 +253,15 @@ def read_manifest(path: Path, run_dir: Path, result_path: Path | None = None) ->
         out["interrupted"] = _interrupted(rdoc, rfile)
         _raise_if_wrong(rfile, rfields)
     return Manifest(**out)
+
+
+def _recorded_null(data: dict[str, Any], doc: JsonFile, file: str, key: str) -> Setting | None:
+    """``config.<key>`` recorded as null, with its line (what a contradiction quotes); None when
+    run.json does not record the key."""
+    config = data.get("config")
+    if isinstance(config, dict) and key in config and config[key] is None:
+        return Setting(None, json_key_ref(file, doc, key))
+    return None
 
 
 def _ref_if(value: object, file: str, doc: JsonFile, key: str) -> EvidenceRef | None:

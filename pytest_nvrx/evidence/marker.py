@@ -17,6 +17,10 @@ is None, the legacy tracker trigger; one that carries any of them (:data:`SCHEMA
 two things about which injector wrote it and is unusable. ``argv`` is the workload's argv as the
 rank saw it (its ``--script``/``--module``, then the options after the injector's ``--``).
 
+``plant`` (issue #25) is the self-test's planted bug the workers ran with (``PYTEST_NVRX_PLANT``),
+null without one; a marker written before the key existed has none and means no plant. run.json's
+``config.plant`` must name the same (criteria/marker_agreement.py).
+
 A marker that exists but cannot be read is evidence of a problem, reported as
 :attr:`Marker.error`, never raised. So is a field of the wrong type (``evidence/fields.py``): a
 ``time`` without its timezone, a ``rank`` that is not a non-negative integer, an unknown
@@ -94,6 +98,8 @@ class Marker:
     restart_count: int | None = None
     # the workload's argv as the rank saw it (our injector's; absent in the walkthrough's)
     argv: tuple[str, ...] | None = None
+    # the self-test's planted bug in the workers' environment (None: none, or an older marker)
+    plant: str | None = None
     # the key of the first field that makes the marker unusable, when one does: its line is
     # the evidence (quoted exactly in JSON, escaped on a terminal)
     error_key: str | None = None
@@ -161,6 +167,7 @@ def read_marker(path: Path, run_dir: Path) -> Marker | None:
     trigger = fields.get(str_field, "trigger", choices=TRIGGERS)
     rank_pid = fields.get(int_field, "rank_pid", minimum=1)
     argv = fields.get(strings_field, "argv")
+    plant = fields.get(str_field, "plant")
     problems = fields.problems
     bad_keys = [key for key in fields.bad_keys if key in data]
     version = schema if schema is not None else 1
@@ -208,4 +215,5 @@ def read_marker(path: Path, run_dir: Path) -> Marker | None:
         world_size=world_size,
         restart_count=restart_count,
         argv=argv,
+        plant=plant,
     )

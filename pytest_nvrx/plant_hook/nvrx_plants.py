@@ -132,7 +132,7 @@ def record(action: str, *, applied: bool = True, **details: Any) -> None:
     path = os.path.join(folder, name)
     tmp = f"{path}.tmp"
     with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(data, f, sort_keys=True)
+        json.dump(data, f, sort_keys=True, indent=1)  # a key a line: evidence quotes its line
         f.write("\n")
         f.flush()
         os.fsync(f.fileno())
@@ -200,10 +200,10 @@ def _load_checkpoint(plant: str, original: Callable[..., Any]) -> Callable[..., 
 
 def _without_rng(original: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
     margs = _megatron_args()
-    before = getattr(margs, "no_load_rng", None)
-    if before is None:
+    if not hasattr(margs, "no_load_rng"):
         record("cannot plant: Megatron's args have no no_load_rng", applied=False)
         return original(*args, **kwargs)
+    before = margs.no_load_rng  # None on core_v0.19.0 (store_true, default None)
     margs.no_load_rng = True
     try:
         result = original(*args, **kwargs)

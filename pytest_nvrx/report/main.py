@@ -1,11 +1,13 @@
 """Build and write reports of run directories; the ``report`` command's body (no pytest).
 
-``python -m pytest_nvrx report RUN_DIR... [-o report.html] [--json report.json]`` (also
-``python -m pytest_nvrx.report``). A RUN_DIR that is a file (a README a glob matched) is
-skipped with a note on stderr. Exit status, over the run directories: 0 every scenario
-qualified, 1 one did not, 2 no run directory remains, a path does not exist or is no run
-directory, an output cannot be written, or an output would land in a RUN_DIR (links followed)
-or on the other output.
+``python -m pytest_nvrx report RUN_DIR... [-o report.html] [--json report.json]
+[--continuity-rtol RTOL]`` (also ``python -m pytest_nvrx.report``). Over self-test runs (run.json's
+``config.selftest``) the report has a self-test section, and a line on stdout, saying of each
+plant whether it was caught at that tolerance (docs/report.md). A RUN_DIR that is a file (a
+README a glob matched) is skipped with a note on stderr. Exit status, over the run
+directories: 0 every scenario qualified, 1 one did not, 2 no run directory remains, a path does
+not exist or is no run directory, an output cannot be written, or an output would land in a
+RUN_DIR (links followed) or on the other output.
 """
 
 from __future__ import annotations
@@ -21,15 +23,19 @@ from pytest_nvrx.evidence.refs import printable
 from pytest_nvrx.evidence.rundir import RunDirError
 from pytest_nvrx.outputs import OutputRefused, check_outputs, write_output
 from pytest_nvrx.report.model import ScenarioReport
-from pytest_nvrx.report.render import render_html, report_json
+from pytest_nvrx.report.render import render_html, report_json, selftest_section
+from pytest_nvrx.settings import argparse_type, parse_rtol
 
 EXIT_QUALIFIED = 0
 EXIT_NOT_QUALIFIED = 1
 EXIT_USAGE = 2
 
 
-def build_reports(run_dirs: Sequence[Path]) -> list[ScenarioReport]:
-    """One report per run directory, named after it (a repeated name gets ``-2``, ``-3``...)."""
+def build_reports(
+    run_dirs: Sequence[Path], *, continuity_rtol: float = 0.0
+) -> list[ScenarioReport]:
+    """One report per run directory, named after it (a repeated name gets ``-2``, ``-3``...),
+    each judged at ``continuity_rtol`` (training_continuity's relative tolerance)."""
     reports: list[ScenarioReport] = []
     names: set[str] = set()
     for run_dir in run_dirs:
@@ -39,7 +45,9 @@ def build_reports(run_dirs: Sequence[Path]) -> list[ScenarioReport]:
             n += 1
             unique = f"{name}-{n}"
         names.add(unique)
-        reports.append(ScenarioReport.from_run_dir(run_dir, name=unique))
+        reports.append(
+            ScenarioReport.from_run_dir(run_dir, name=unique, continuity_rtol=continuity_rtol)
+        )
     return reports
 
 
@@ -108,6 +116,15 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="report.json path (default: beside the HTML file, named report.json)",
     )
+    parser.add_argument(
+        "--continuity-rtol",
+        metavar="RTOL",
+        type=argparse_type(parse_rtol, "--continuity-rtol"),
+        default=0.0,
+        help="relative tolerance of training_continuity's comparisons, every run judged at it "
+        "(default 0: exact); over self-test runs, the self-test section shows which planted "
+        "bugs this tolerance lets through (missed)",
+    )
     return parser
 
 
@@ -132,7 +149,7 @@ def report_main(
         err.write(f"report: error: {printable(refused)}\n")
         return EXIT_USAGE
     try:
-        reports = build_reports(run_dirs)
+        reports = build_reports(run_dirs, continuity_rtol=args.continuity_rtol)
     except RunDirError as exc:
         err.write(f"report: error: {printable(str(exc))}\n")
         return EXIT_USAGE
@@ -144,5 +161,11 @@ def report_main(
     for r in reports:
         down = f" (downtime {r.downtime_s:.1f} s)" if r.downtime_s is not None else ""
         out.write(printable(f"{r.name}: {r.outcome}{down}") + "\n")  # the run's text, escaped
+    section = selftest_section(reports)
+    if section is not None:
+        rtol = section["continuity_rtol"]
+        at = f" at continuity rtol {rtol:g}" if rtol is not None else ""
+        shown = ", ".join(f"{row['plant']} {row['status']}" for row in section["rows"])
+        out.write(printable(f"report: self-test{at}: {shown}") + "\n")
     out.write(printable(f"report: wrote {html} and {json_path}") + "\n")
     return EXIT_QUALIFIED if all(r.passed for r in reports) else EXIT_NOT_QUALIFIED

@@ -29,6 +29,7 @@ from pytest_nvrx.criteria.judgement import Judgement
 from pytest_nvrx.criteria.training_continuity import print_model
 from pytest_nvrx.evidence.cycle_log import CycleLog
 from pytest_nvrx.evidence.launcher_log import FAILURE_KINDS, LauncherEvent, LauncherEventKind
+from pytest_nvrx.evidence.plant_records import read_plant_records
 from pytest_nvrx.evidence.replay import PrintModel, windows
 from pytest_nvrx.evidence.rundir import RunEvidence, load_run
 from pytest_nvrx.evidence.timeline import (
@@ -43,6 +44,8 @@ from pytest_nvrx.evidence.workload import (
     SaveCompleted,
     SaveScheduled,
 )
+from pytest_nvrx.plants import Plant, plant_named
+from pytest_nvrx.selftest_outcome import PlantOutcome, control_outcome, plant_outcome
 
 #: the scenario document's version: raised only when a change breaks existing readers
 SCHEMA_VERSION = 2  # 2: termination ends when the workers stopped; gpu_reclaim follows
@@ -274,6 +277,12 @@ class ScenarioReport:
     #: the runs that held one of this run's GPUs while it ran (result.json; None: not
     #: recorded): its recovery timings include theirs
     gpu_shared_with: tuple[str, ...] | None = None
+    #: the self-test's planted bug the run names (never a qualification run; every line about
+    #: it starts with "planted: <name>")
+    planted: str | None = None
+    #: a self-test run's row (pytest_nvrx.selftest_outcome.PlantOutcome.as_dict, plus the
+    #: tolerance it was judged at): was its plant caught, by what; None: not a self-test run
+    selftest: dict[str, Any] | None = None
 
     @property
     def baseline(self) -> bool:
@@ -300,8 +309,10 @@ class ScenarioReport:
 
     @property
     def outcome(self) -> str:
-        """``QUALIFIED`` or ``NOT QUALIFIED: <cause>``."""
-        return "QUALIFIED" if self.passed else f"NOT QUALIFIED: {self.cause}"
+        """``QUALIFIED`` or ``NOT QUALIFIED: <cause>``, after ``planted: <name>: `` in a planted
+        run."""
+        outcome = "QUALIFIED" if self.passed else f"NOT QUALIFIED: {self.cause}"
+        return f"planted: {self.planted}: {outcome}" if self.planted is not None else outcome
 
     @property
     def downtime_s(self) -> float | None:
@@ -399,10 +410,17 @@ class ScenarioReport:
             timeline=_timeline_data(run, clock.timeline, t0, recovery),
             loss=_loss_series(run.cycle_logs, print_model(run)),
             gpu_shared_with=judgement.gpu_shared_with,
+            planted=judgement.planted,
+            selftest=_selftest_row(run, judgement),
         )
 
     def as_dict(self) -> dict[str, Any]:
+        # a planted run's document starts with its plant; "planted" and "selftest" are absent
+        # from the documents of every other run (which stay as they were)
+        planted = {"planted": self.planted} if self.planted is not None else {}
+        selftest = {"selftest": self.selftest} if self.selftest is not None else {}
         return {
+            **planted,
             "name": self.name,
             "run_dir": self.run_dir,
             "workload": self.workload,
@@ -428,6 +446,7 @@ class ScenarioReport:
             "recovery": self.recovery.as_dict() if self.recovery is not None else None,
             "timeline": self.timeline.as_dict(),
             "loss": self.loss.as_dict(),
+            **selftest,
         }
 
     @classmethod
@@ -457,11 +476,37 @@ class ScenarioReport:
             gpu_shared_with=(
                 tuple(data["gpu_shared_with"]) if data.get("gpu_shared_with") is not None else None
             ),
+            planted=data.get("planted"),
+            selftest=data.get("selftest"),
         )
 
 
 # ----------------------------------------------------------------------------------------------
 # Building
+
+
+def _selftest_row(run: RunEvidence, judgement: Judgement) -> dict[str, Any] | None:
+    """A self-test run's outcome (run.json's ``config.selftest``, or a plant named): the control
+    qualified or not, a plant caught, missed or not applied (its ``plant-records/``), judged at
+    the tolerance ``judgement`` was; None for every other run."""
+    manifest = run.manifest
+    selftest = manifest is not None and manifest.is_selftest
+    if not selftest and judgement.planted is None:
+        return None
+    rtol = judgement.continuity_rtol
+    if judgement.planted is None:
+        outcome = control_outcome(judgement)
+    else:
+        try:
+            plant = plant_named(judgement.planted)
+        except KeyError as exc:
+            plant = Plant(judgement.planted, "not in this version's catalogue", str(exc), "")
+            reason = "; ".join(judgement.unjudgeable_reasons) or str(exc.args[0])
+            outcome = PlantOutcome(plant, "cannot-judge", reason, judgement.run_dir)
+        else:
+            records = read_plant_records(run.run_dir)
+            outcome = plant_outcome(plant, judgement, records, rtol=rtol)
+    return {**outcome.as_dict(), "continuity_rtol": rtol}
 
 
 def _t0(run: RunEvidence) -> datetime | None:

@@ -9,6 +9,7 @@ from typing import Any
 
 from pytest_nvrx import __version__
 from pytest_nvrx.criteria.verdict import CRITERIA_IDS
+from pytest_nvrx.plants import PLANTS
 from pytest_nvrx.report.model import PHASES, SCHEMA_VERSION, Recovery, ScenarioReport
 from pytest_nvrx.report.svg import (
     breakdown_svg,
@@ -17,6 +18,7 @@ from pytest_nvrx.report.svg import (
     timeline_svg,
     used_kinds,
 )
+from pytest_nvrx.selftest_outcome import GOOD
 
 
 def pair_baselines(reports: Sequence[ScenarioReport]) -> dict[str, ScenarioReport]:
@@ -49,13 +51,38 @@ def report_json(
         base = pairs.get(report.name)
         data["baseline"] = base.name if base is not None else None
         scenarios.append(data)
-    return {
+    doc = {
         "schema_version": SCHEMA_VERSION,
         "tool": {"name": "pytest-nvrx", "version": __version__},
         "stack": dict(stack) if stack is not None else _common_stack(reports),
         "passed": bool(reports) and all(r.passed for r in reports),
         "scenarios": scenarios,
     }
+    section = selftest_section(reports)
+    if section is not None:  # only where a self-test run was judged
+        doc["selftest"] = section
+    return doc
+
+
+def selftest_section(reports: Sequence[ScenarioReport]) -> dict[str, Any] | None:
+    """The self-test's sensitivity: one row per self-test run (the control first, then the
+    plants in catalogue order) with its plant, the criterion that must catch it, its status
+    (caught, missed, ...), the criteria that failed, the first cause and its run, and the
+    continuity tolerance the runs were judged at (None when they were judged at several: each
+    row has its own). None when no run is a self-test run."""
+    order = {plant.name: n for n, plant in enumerate(PLANTS)}
+    rows = [
+        {"scenario": r.name, **r.selftest}
+        for r in sorted(
+            (r for r in reports if r.selftest is not None),
+            key=lambda r: -1 if r.planted is None else order.get(r.planted, len(order)),
+        )
+        if r.selftest is not None
+    ]
+    if not rows:
+        return None
+    rtols = {row["continuity_rtol"] for row in rows}
+    return {"continuity_rtol": rtols.pop() if len(rtols) == 1 else None, "rows": rows}
 
 
 #: the fields that identify a stack. Two runs that agree on them ran on the same software and
@@ -206,7 +233,11 @@ def _stack_line(stack: Mapping[str, Any] | None, differences: Sequence[str] = ()
 
 
 def _anchor(report: ScenarioReport) -> str:
-    return "s-" + "".join(ch if ch.isalnum() or ch in "-_" else "-" for ch in report.name)
+    return _anchor_of(report.name)
+
+
+def _anchor_of(name: str) -> str:
+    return "s-" + "".join(ch if ch.isalnum() or ch in "-_" else "-" for ch in name)
 
 
 def _time_limits(report: ScenarioReport) -> tuple[str, str] | None:
@@ -257,8 +288,11 @@ def _matrix(reports: Sequence[ScenarioReport]) -> str:
         elif gated:
             cells.append('<td title="not held to a time limit">—</td>')
         fault = r.fault + (f" ({r.window})" if r.window else "")
+        # a planted run is labelled before its name: it is never a qualification run
+        planted = f"<b>planted: {escape(r.planted)}</b> " if r.planted is not None else ""
         rows.append(
-            f'<tr><th><a href="#{_anchor(r)}">{escape(r.name)}</a></th><td>{escape(fault)}</td>'
+            f'<tr><th>{planted}<a href="#{_anchor(r)}">{escape(r.name)}</a></th>'
+            f"<td>{escape(fault)}</td>"
             f'<td class="{cls}">{outcome}</td><td class=num>{_seconds(r.downtime_s)}</td>'
             + "".join(cells)
             + "</tr>"
@@ -341,6 +375,59 @@ def _lost(recovery: Recovery) -> str:
     return text
 
 
+def _planted_note(report: ScenarioReport) -> str:
+    title = (report.selftest or {}).get("title")
+    named = f"{report.planted} ({title})" if title else str(report.planted)
+    return (
+        f"planted: {named}: a self-test run with a known recovery bug planted on purpose,"
+        " never a qualification"
+    )
+
+
+def _selftest_html(reports: Sequence[ScenarioReport]) -> str:
+    """The self-test's sensitivity table (:func:`selftest_section`); empty without one."""
+    section = selftest_section(reports)
+    if section is None:
+        return ""
+    rtol = section["continuity_rtol"]
+    tolerance = (
+        f"training_continuity's tolerance in force: rtol {rtol:g}"
+        + (" (exact)" if rtol == 0 else "")
+        if rtol is not None
+        else "the runs were judged at different tolerances: see each row"
+    )
+    rows = []
+    for row in section["rows"]:
+        cls = "ok" if row["status"] in GOOD else "bad"
+        anchor = _anchor_of(row["scenario"])
+        run_dir = row["run_dir"] or ""
+        rows.append(
+            f"<tr><th>{escape(row['plant'])}</th><td>{escape(row['title'])}</td>"
+            f"<td>{escape(row['expected_criterion'] or '—')}</td>"
+            f'<td class="{cls}" title="{escape(row["reason"])}">{escape(row["status"])}</td>'
+            f"<td>{escape(', '.join(row['caught_by']) or '—')}</td>"
+            f"<td>{escape(row['first_cause'] or '—')}</td>"
+            f'<td><a href="#{anchor}">{escape(row["scenario"])}</a><br>'
+            f"<span class=small><code>{escape(run_dir)}</code></span></td>"
+            + (f"<td class=num>{row['continuity_rtol']:g}</td>" if rtol is None else "")
+            + "</tr>"
+        )
+    head = (
+        "<tr><th>plant</th><th>models</th><th>must be caught by</th><th>status</th>"
+        "<th>caught by (failing criteria)</th><th>first cause</th><th>run</th>"
+        + ("<th>rtol</th>" if rtol is None else "")
+        + "</tr>"
+    )
+    return (
+        '<h2 id="selftest">Self-test</h2>'
+        "<p class=small>Known recovery bugs planted into real runs on purpose: each must be "
+        "<i>caught</i> by the criterion named for it, and the unplanted control must qualify. "
+        "A plant <i>missed</i> is one the criteria would have passed at this tolerance. "
+        f"{escape(tolerance)}.</p>"
+        f'<div class="wide"><table class=selftest>{head}{"".join(rows)}</table></div>'
+    )
+
+
 def _scenario(report: ScenarioReport, baseline: ScenarioReport | None) -> str:
     anchor = _anchor(report)
     if report.passed:
@@ -349,8 +436,11 @@ def _scenario(report: ScenarioReport, baseline: ScenarioReport | None) -> str:
         outcome = f'<span class="bad">NOT QUALIFIED</span>: {escape(report.cause or "")}'
     window = f" in window <b>{escape(report.window)}</b>" if report.window else ""
     workload = f" · workload {escape(report.workload)}" if report.workload else ""
-    parts = [
-        f'<h2 id="{anchor}">{escape(report.name)}</h2>',
+    parts = [f'<h2 id="{anchor}">{escape(report.name)}</h2>']
+    if report.planted is not None:
+        # before anything else: the verdicts below are a self-test's, never a qualification
+        parts.append(f'<p class="cause"><b>{escape(_planted_note(report))}</b></p>')
+    parts += [
         f"<p>{outcome} · fault <b>{escape(report.fault)}</b>{window} · {escape(report.summary)}<br>"
         f"<span class=small>run dir <code>{escape(report.run_dir)}</code>{workload}</span></p>",
     ]
@@ -432,6 +522,9 @@ def render_html(
         "<p class=small>Each cell links to the verdict and the log lines that prove it; hover "
         "for the reason.</p>",
     ]
+    selftest = _selftest_html(reports)
+    if selftest:
+        body.append(selftest)
     if breakdown is not None:
         body += [
             "<h2>Recovery cost</h2>",
