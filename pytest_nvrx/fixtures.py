@@ -12,6 +12,12 @@ A baseline scenario that passed becomes the reference of the same workload's fau
 iteration after the restore with it); its parsed evidence is kept in memory. Every run dir is
 kept after the session, less its checkpoint payload unless --nvrx-keep (retention).
 
+With ``--nvrx-selftest`` the ``nvrx_selftest_outcome`` fixture (parametrized by the plugin with
+the self-test's scenarios) gives each ``test_plant_caught`` its run's outcome. The first of a
+workload's runs the whole self-test of that workload once (pytest_nvrx.selftest.run_selftest,
+the CLI's core): the control and the plants whose tests are selected; its runs are judged runs
+of the session like the scenarios' (summary, table, JUnit, report).
+
 The hooks (plugin.py) import from here, never the other way round.
 """
 
@@ -31,6 +37,7 @@ from pytest_nvrx.evidence.refs import printable
 from pytest_nvrx.evidence.rundir import RunEvidence
 from pytest_nvrx.gpu_slots import visible_gpus
 from pytest_nvrx.launch import interrupt_on_stop_signals
+from pytest_nvrx.plants import PLANTS
 from pytest_nvrx.retention import prune_checkpoint_payload
 from pytest_nvrx.scenario_pool import ScenarioPool, parallel_limit
 from pytest_nvrx.scenario_run import (
@@ -42,10 +49,13 @@ from pytest_nvrx.scenario_run import (
     scenario_config,
 )
 from pytest_nvrx.scenarios import Scenario
+from pytest_nvrx.selftest import SelftestResult, run_selftest, selftest_scenarios
+from pytest_nvrx.selftest_outcome import PlantOutcome
 from pytest_nvrx.settings import (
     ConfigError,
     NvrxSettings,
     Setting,
+    WorkloadKind,
     option_hint,
     resolve_plugin_settings,
 )
@@ -55,6 +65,7 @@ __all__ = [
     "ScenarioRun",
     "gpu_available",
     "nvrx_scenario_run",
+    "nvrx_selftest_outcome",
     "nvrx_settings",
     "record_judged",
     "resolve_settings",
@@ -71,6 +82,12 @@ POOLS_KEY = pytest.StashKey[dict[str, "ScenarioPool | None"]]()
 #: scenario id -> the work dir made for it (before its launch when a pool submitted it)
 WORK_DIRS_KEY = pytest.StashKey[dict[str, Path]]()
 SCENARIO_FIXTURE = "nvrx_scenario_run"
+#: the fixture of the self-test's tests (--nvrx-selftest), parametrized by self-test scenarios
+SELFTEST_FIXTURE = "nvrx_selftest_outcome"
+#: workload -> its self-test of this session, or why it could not run (a failure message)
+SELFTESTS_KEY = pytest.StashKey[dict[str, "SelftestResult | str"]]()
+#: self-test scenario id -> what its run showed (its test's verdict, its summary entry)
+SELFTEST_OUTCOMES_KEY = pytest.StashKey[dict[str, PlantOutcome]]()
 #: checkpoint payload removals running in the background (_Pruning), joined at session end
 PRUNING_KEY = pytest.StashKey[list["_Pruning"]]()
 #: Judged runs in the order they finished, for the terminal summary.
@@ -182,23 +199,30 @@ def progress_writer(config: pytest.Config) -> Callable[[str], None]:
     return terminal_writer(config)
 
 
+def _require_gpu_host(settings: NvrxSettings, scenario: Scenario) -> None:
+    """Skip a GPU scenario without a checkout; fail it where a checkout was given but this host
+    cannot run GPU scenarios."""
+    if not scenario.needs_gpu:
+        return
+    if settings.megatron_path is None:
+        pytest.skip(f"gpu scenario: give {option_hint('megatron-path', 'plugin')}")
+    reason = gpu_available()
+    if reason is not None:
+        # The user asked for a GPU qualification: a host that cannot run it is an error,
+        # never a green "skipped" (a CI runner that lost its GPUs must go red).
+        pytest.fail(
+            f"pytest-nvrx: scenario {scenario.id}: a Megatron checkout was given"
+            f" ({settings.megatron_path}) but this host cannot run GPU scenarios: {reason}"
+            " (probed with nvidia-smi -L)",
+            pytrace=False,
+        )
+
+
 def _run_scenario(
     request: pytest.FixtureRequest, settings: NvrxSettings, scenario: Scenario
 ) -> Iterator[ScenarioRun]:
     config = request.config
-    if scenario.needs_gpu:
-        if settings.megatron_path is None:
-            pytest.skip(f"gpu scenario: give {option_hint('megatron-path', 'plugin')}")
-        reason = gpu_available()
-        if reason is not None:
-            # The user asked for a GPU qualification: a host that cannot run it is an error,
-            # never a green "skipped" (a CI runner that lost its GPUs must go red).
-            pytest.fail(
-                f"pytest-nvrx: scenario {scenario.id}: a Megatron checkout was given"
-                f" ({settings.megatron_path}) but this host cannot run GPU scenarios: {reason}"
-                " (probed with nvidia-smi -L)",
-                pytrace=False,
-            )
+    _require_gpu_host(settings, scenario)
     work_dir = _work_dir(request, settings, scenario)
     write = terminal_writer(config)
     baselines = config.stash.setdefault(BASELINES_KEY, {})
@@ -234,8 +258,7 @@ def _run_scenario(
     # under pytest's tmp; --nvrx-keep keeps it, a user's --nvrx-work-dir is left as it is.
     # Unlinking GBs of shards takes seconds: it runs beside the next scenario, and the session
     # waits for it at its end (pytest_sessionfinish), where each scenario's line is written.
-    if not settings.keep and settings.work_dir is None:
-        _prune_in_background(config, run, work_dir)
+    _prune(config, settings, run, work_dir)
 
 
 class _Pruning:
@@ -273,15 +296,32 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     pending.clear()
 
 
-def run_of(item: pytest.Item) -> ScenarioRun | None:
-    """The judged run a test item of a scenario shares, None for other items or while none is
-    judged (its fixture failed or skipped)."""
+def scenario_key(item: pytest.Item) -> str | None:
+    """The key of the run a test item reads (a scenario's id, a self-test run's id, or
+    EXISTING_RUN), None for an item of neither fixture."""
     callspec = getattr(item, "callspec", None)
-    if callspec is None or SCENARIO_FIXTURE not in callspec.params:
+    if callspec is None:
         return None
-    scenario: Scenario | None = callspec.params[SCENARIO_FIXTURE]
-    key = EXISTING_RUN if scenario is None else scenario.id
+    if SCENARIO_FIXTURE in callspec.params:
+        scenario: Scenario | None = callspec.params[SCENARIO_FIXTURE]
+        return EXISTING_RUN if scenario is None else scenario.id
+    if SELFTEST_FIXTURE in callspec.params:
+        return str(callspec.params[SELFTEST_FIXTURE].id)
+    return None
+
+
+def run_of(item: pytest.Item) -> ScenarioRun | None:
+    """The judged run a test item of a scenario (or of a self-test run) shares, None for other
+    items or while none is judged (its fixture failed or skipped)."""
+    key = scenario_key(item)
+    if key is None:
+        return None
     return item.config.stash.get(RUNS_KEY, {}).get(key)
+
+
+def selftest_outcome_of(config: pytest.Config, key: str) -> PlantOutcome | None:
+    """What the self-test run ``key`` showed, None for a run of no self-test."""
+    return config.stash.get(SELFTEST_OUTCOMES_KEY, {}).get(key)
 
 
 def _work_dir(request: pytest.FixtureRequest, settings: NvrxSettings, scenario: Scenario) -> Path:
@@ -339,6 +379,119 @@ def _pool_for(
         )
     pools[scenario.workload] = pool
     return pool
+
+
+def _session_selftest(session: pytest.Session, workload: str) -> list[Scenario]:
+    """The self-test scenarios of ``workload`` this session's (selected) tests use."""
+    seen: dict[str, Scenario] = {}
+    for item in session.items:
+        callspec = getattr(item, "callspec", None)
+        scenario = callspec.params.get(SELFTEST_FIXTURE) if callspec is not None else None
+        if isinstance(scenario, Scenario) and scenario.workload == workload:
+            seen.setdefault(scenario.id, scenario)
+    return list(seen.values())
+
+
+def _run_selftest(
+    request: pytest.FixtureRequest, settings: NvrxSettings, workload: WorkloadKind
+) -> SelftestResult | str:
+    """The self-test of ``workload``: the control and the plants whose tests are selected (the
+    control always: the plants are judged against a stack it shows qualifies, and the seeded
+    ones start from its checkpoint), through the CLI's core; or why it did not run."""
+    config = request.config
+    selected = {s.id for s in _session_selftest(request.session, workload)}
+    plants = tuple(p for p in PLANTS if f"{workload}-selftest-{p.name}" in selected)
+    work_dir = _selftest_work_dir(request, settings, workload)
+    write = terminal_writer(config)
+    names = ", ".join(["control", *(p.name for p in plants)])
+    write(f"nvrx {workload} self-test: {names} (runs in {work_dir})")
+    refused: ConfigError | None = None
+    with interrupt_on_stop_signals():  # as a scenario's run: SIGTERM stops the runs, then pytest
+        try:
+            result = run_selftest(
+                settings,
+                workload,
+                work_dir,
+                plants=plants,
+                write=write,
+                progress=progress_writer(config),
+            )
+        except ConfigError as exc:
+            refused = exc
+    if refused is not None:
+        return f"pytest-nvrx: self-test of {workload}: {refused.message_for('plugin')}"
+    outcomes = config.stash.setdefault(SELFTEST_OUTCOMES_KEY, {})
+    for scenario, outcome in zip(
+        selftest_scenarios(workload, plants), result.outcomes, strict=True
+    ):
+        outcomes[scenario.id] = outcome
+    for key, run in result.runs.items():
+        record_judged(config, run)
+        if key not in selected:
+            # the control of a session whose -k left its test out: no report reads it
+            _prune(config, settings, run, work_dir)
+    return result
+
+
+def _selftest_work_dir(
+    request: pytest.FixtureRequest, settings: NvrxSettings, workload: str
+) -> Path:
+    """The work dir of a workload's self-test runs: --nvrx-work-dir, else one made under
+    pytest's tmp for them all."""
+    if settings.work_dir is not None:
+        return settings.work_dir
+    made = request.config.stash.setdefault(WORK_DIRS_KEY, {})
+    key = f"{workload}-selftest"
+    if key not in made:
+        made[key] = request.getfixturevalue("tmp_path_factory").mktemp(f"nvrx-{key}")
+    return made[key]
+
+
+def _prune(config: pytest.Config, settings: NvrxSettings, run: ScenarioRun, work_dir: Path) -> None:
+    """Remove a judged run's checkpoint payload in the background, unless --nvrx-keep or the
+    work dir is the user's (--nvrx-work-dir)."""
+    if not settings.keep and settings.work_dir is None:
+        _prune_in_background(config, run, work_dir)
+
+
+def _selftest_of(
+    request: pytest.FixtureRequest, settings: NvrxSettings, workload: WorkloadKind
+) -> SelftestResult:
+    """The session's self-test of ``workload``, run by the first of its tests to ask; a self-test
+    that could not run fails each of its tests with the same message (it is not run again)."""
+    done = request.config.stash.setdefault(SELFTESTS_KEY, {})
+    if workload not in done:
+        try:
+            done[workload] = _run_selftest(request, settings, workload)
+        except Exception as exc:
+            # the first test shows the traceback; the others this line, not a second self-test
+            done[workload] = f"pytest-nvrx: self-test of {workload}: {type(exc).__name__}: {exc}"
+            raise
+    found = done[workload]
+    if isinstance(found, str):
+        pytest.fail(found, pytrace=False)
+    return found
+
+
+@pytest.fixture(scope="session")
+def nvrx_selftest_outcome(request: pytest.FixtureRequest) -> Iterator[PlantOutcome]:
+    """What one self-test run showed (the control qualified, a plant caught, ...); the self-test
+    of its workload runs once, for all of them. Parametrized by the plugin (--nvrx-selftest)."""
+    settings = nvrx_settings(request.config)
+    scenario: Scenario = request.param
+    _require_gpu_host(settings, scenario)
+    result = _selftest_of(request, settings, scenario.workload)
+    outcome = selftest_outcome_of(request.config, scenario.id)
+    if outcome is None:
+        pytest.fail(f"pytest-nvrx: the self-test of {result.workload} ran no {scenario.id}")
+    yield outcome
+    # the run's payload goes after its test's report (which reads its evidence) was made, and
+    # only now: run_selftest had finished every run, so no seeded plant needs the control's
+    # checkpoint any more
+    run = result.runs.get(scenario.id)
+    if run is not None:
+        work_dir = _selftest_work_dir(request, settings, scenario.workload)
+        _prune(request.config, settings, run, work_dir)
 
 
 @pytest.fixture(scope="session")

@@ -28,16 +28,21 @@ from pytest_nvrx.evidence.refs import printable
 from pytest_nvrx.fixtures import (
     JUDGED_KEY,
     SCENARIO_FIXTURE,
+    SELFTEST_FIXTURE,
     WORKEROUTPUT_JUDGED,
     nvrx_settings,
     resolve_settings,
     run_of,
+    scenario_key,
+    selftest_outcome_of,
     terminal_writer,
 )
 from pytest_nvrx.layout import FAULT_WINDOWS, INJECTED_FAULTS, windows_of
 from pytest_nvrx.outputs import OutputRefused, check_in_place_output, check_outputs
 from pytest_nvrx.scenario_run import EXISTING_RUN, Limits, ScenarioRun
-from pytest_nvrx.scenarios import matrix_scenarios
+from pytest_nvrx.scenarios import WORKLOAD_ORDER, matrix_scenarios
+from pytest_nvrx.selftest import selftest_scenarios
+from pytest_nvrx.selftest_outcome import PlantOutcome
 from pytest_nvrx.settings import PLUGIN_SETTINGS, option_hint
 
 # the fixtures (and the session state the hooks share with them); that module imports nothing
@@ -46,6 +51,9 @@ pytest_plugins = ["pytest_nvrx.fixtures"]
 
 #: the marker of the shipped suite's downtime test, collected only with --nvrx-max-downtime
 DOWNTIME_GATE = "nvrx_downtime_gate"
+#: the marker of the self-test's runs; the shipped suite's test of them is collected only with
+#: --nvrx-selftest
+SELFTEST_MARKER = "selftest"
 #: the controller's report plugin, by name (config.pluginmanager.get_plugin)
 REPORTER_NAME = "nvrx-reporter"
 
@@ -121,6 +129,8 @@ MARKERS: dict[str, str] = {
         for fault in INJECTED_FAULTS
     },
     **{window: f"scenario window: {WINDOW_HELP[window]}" for window in FAULT_WINDOWS},
+    SELFTEST_MARKER: "a self-test run (--nvrx-selftest): the unplanted control, or one planted "
+    "recovery bug that its documented criterion must catch (docs/selftest.md)",
     DOWNTIME_GATE: "the scenario's downtime held to --nvrx-max-downtime and --nvrx-max-phase "
     "(collected only when one is given)",
 }
@@ -191,6 +201,12 @@ def pytest_configure(config: pytest.Config) -> None:
     refused = output_refusal(config, settings.report, settings.run_dir, settings.work_dir)
     if refused is not None:
         raise pytest.UsageError(f"pytest-nvrx: {refused}")
+    if settings.selftest and settings.run_dir is not None:
+        raise pytest.UsageError(
+            "pytest-nvrx: --nvrx-selftest launches the self-test's runs; it is incompatible with"
+            " --nvrx-run-dir (judge an existing run); drop one of them (python -m pytest_nvrx"
+            " report DIR... shows a self-test run's outcome)"
+        )
     if not hasattr(config, "workerinput"):
         # the controller (or a session without xdist) collects the scenarios' reports
         config.pluginmanager.register(NvrxReporter(config, settings.report), REPORTER_NAME)
@@ -274,6 +290,8 @@ def pytest_testnodedown(node: Any, error: object | None) -> None:
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if SELFTEST_FIXTURE in metafunc.fixturenames:
+        _parametrize_selftest(metafunc)
     if SCENARIO_FIXTURE not in metafunc.fixturenames:
         return
     try:
@@ -302,21 +320,59 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     metafunc.parametrize(SCENARIO_FIXTURE, params, indirect=True, scope="session")
 
 
+def _parametrize_selftest(metafunc: pytest.Metafunc) -> None:
+    """One test per self-test run of each selected workload, in the catalogue's order, in its
+    workload's xdist group (the self-test runs once, on the worker that has all its tests)."""
+    try:
+        settings = nvrx_settings(metafunc.config)
+    except pytest.UsageError as exc:
+        raise pytest.Collector.CollectError(str(exc)) from None
+    params = [
+        pytest.param(
+            sc,
+            id=sc.id,
+            marks=[
+                *(getattr(pytest.mark, m) for m in sc.markers),
+                pytest.mark.xdist_group(f"nvrx-{sc.workload}"),
+            ],
+        )
+        for workload in WORKLOAD_ORDER
+        if workload in settings.workloads
+        for sc in selftest_scenarios(workload)
+    ]
+    metafunc.parametrize(SELFTEST_FIXTURE, params, indirect=True, scope="session")
+
+
 # --- reports ------------------------------------------------------------------------------------
+
+
+def _marked(obj: object, name: str) -> bool:
+    return any(getattr(m, "name", None) == name for m in getattr(obj, "pytestmark", []))
+
+
+def _requests(obj: object, fixture: str) -> bool:
+    """Whether a test function takes ``fixture`` as an argument."""
+    code = getattr(obj, "__code__", None)
+    if code is None:
+        return False
+    return fixture in code.co_varnames[: code.co_argcount + code.co_kwonlyargcount]
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_pycollect_makeitem(collector: pytest.Collector, name: str, obj: object) -> Any:
-    """The downtime gate's tests exist only when a limit is given: without one they are not
-    collected at all (neither counted nor "deselected": nothing the user asked for is left
-    out)."""
-    if not any(getattr(m, "name", None) == DOWNTIME_GATE for m in getattr(obj, "pytestmark", [])):
+    """The downtime gate's tests exist only when a limit is given, the self-test's only with
+    --nvrx-selftest: otherwise they are not collected at all (neither counted nor "deselected":
+    nothing the user asked for is left out)."""
+    gate, selftest = _marked(obj, DOWNTIME_GATE), _requests(obj, SELFTEST_FIXTURE)
+    if not (gate or selftest):
         return None
     try:
-        limits = Limits.of(nvrx_settings(collector.config))
+        settings = nvrx_settings(collector.config)
     except pytest.UsageError:
         return None  # pytest_generate_tests reports it as this module's collection error
-    return None if limits.given else []
+    if selftest:
+        return None if settings.selftest else []
+    return None if Limits.of(settings).given else []
 
 
 def _junit_properties(item: pytest.Item, run: ScenarioRun) -> list[tuple[str, str]]:
@@ -332,6 +388,14 @@ def _junit_properties(item: pytest.Item, run: ScenarioRun) -> list[tuple[str, st
     criterion = callspec.params.get("criterion") if callspec is not None else None
     if criterion in CRITERIA_IDS:
         props += run.criterion_properties(str(criterion))
+    outcome = selftest_outcome_of(item.config, run.key)
+    if outcome is not None:
+        expected = outcome.plant.caught_by if outcome.plant is not None else "qualified"
+        props += [
+            ("nvrx_selftest_status", outcome.status),
+            ("nvrx_selftest_expected", expected),
+            ("nvrx_selftest_reason", outcome.reason),
+        ]
     if item.get_closest_marker(DOWNTIME_GATE) is not None:
         limits = Limits.of(nvrx_settings(item.config))
         for name, value in (
@@ -345,18 +409,42 @@ def _junit_properties(item: pytest.Item, run: ScenarioRun) -> list[tuple[str, st
     return props
 
 
+def selftest_label(outcome: PlantOutcome) -> str:
+    """A self-test run's outcome in one line: ``planted: rng: caught by training_continuity:
+    ...``, ``control: qualified: ...``; never ``QUALIFIED`` (a planted run is no qualification)."""
+    head = "control" if outcome.plant is None else f"planted: {outcome.plant.name}"
+    said = outcome.reason.startswith(outcome.status.replace("-", " "))
+    return f"{head}: {outcome.reason if said else f'{outcome.status}: {outcome.reason}'}"
+
+
 def scenario_entry(config: pytest.Config, run: ScenarioRun) -> dict[str, Any]:
     """What the controller learns of a judged scenario, as plain data: its outcome line, its
     summary block and, with --nvrx-report, its recovery report (ScenarioReport.as_dict)."""
     settings = nvrx_settings(config)
-    limits = Limits.of(settings)
+    limits: Limits | None = Limits.of(settings)
+    selftest = selftest_outcome_of(config, run.key)
+    if selftest is None:
+        outcome, cause, row = run.outcome_line(limits), run.cause(limits), run.table_row(limits)
+    else:
+        # a self-test run is judged by its outcome (a planted run is never qualified: caught is
+        # the pass), and held to no time limit
+        limits = None
+        label = selftest_label(selftest)
+        outcome, cause = f"nvrx {run.key}: {label}", None if selftest.good else label
+        row = Row(
+            scenario=run.key,
+            outcome=selftest.status.upper(),
+            timings=dict(run.judgement.timings),
+            cause=None if selftest.good else selftest.reason,
+            shared_gpu=run.judgement.gpu_shared,
+        )
     entry: dict[str, Any] = {
         "key": run.key,
-        "outcome": run.outcome_line(limits),
+        "outcome": outcome,
         # why it did not qualify (None: it did): the session fails on it whatever was selected
-        "cause": run.cause(limits),
+        "cause": cause,
         "lines": run.summary_lines(),
-        "row": run.table_row(limits).as_dict(),
+        "row": row.as_dict(),
         "report": None,
         "report_error": None,
     }
@@ -643,12 +731,8 @@ def selection_lines(config: pytest.Config, selected: Sequence[str]) -> list[str]
 def pytest_collection_finish(session: pytest.Session) -> None:
     selected: list[str] = []
     for item in session.items:
-        callspec = getattr(item, "callspec", None)
-        if callspec is None or SCENARIO_FIXTURE not in callspec.params:
-            continue
-        scenario = callspec.params[SCENARIO_FIXTURE]
-        key = EXISTING_RUN if scenario is None else scenario.id
-        if key not in selected:
+        key = scenario_key(item)
+        if key is not None and key not in selected:
             selected.append(key)
     config = session.config
     config.stash[SELECTED_KEY] = selected

@@ -20,6 +20,7 @@ from pytest_nvrx.settings import (
     OPTIONS_TABLE_HEAD,
     PARSERS,
     PLUGIN_SETTINGS,
+    SELFTEST_FIELDS,
     SETTINGS,
     ConfigError,
     NvrxSettings,
@@ -88,9 +89,9 @@ def test_rows_are_consistent() -> None:
             assert setting.flag or setting.doc_value, f"{setting.name}: no value in the docs"
         if setting.choices:
             assert setting.cli_form == "choice", setting.name
-    # the CLI sets every RunConfig field but the extra arguments (after --)
+    # the CLI sets every RunConfig field but the extra arguments (after --) and the self-test's
     cli_fields = {s.field for s in CLI_SETTINGS if s.field is not None}
-    assert cli_fields == run_fields - {"extra_args"}
+    assert cli_fields == run_fields - {"extra_args", *SELFTEST_FIELDS}
 
 
 def test_walkthrough_variables_and_parsers() -> None:
@@ -111,7 +112,7 @@ def test_walkthrough_variables_and_parsers() -> None:
         "node_index": "NVRX_NODE_INDEX",
         "launcher": "NVRX_LAUNCHER",
     }
-    assert set(PARSERS) == {f.name for f in fields(RunConfig)} - {"extra_args"}
+    assert set(PARSERS) == {f.name for f in fields(RunConfig)} - {"extra_args", *SELFTEST_FIELDS}
     with pytest.raises(ConfigError, match=r"^TP must be a positive integer, got 'x'$"):
         PARSERS["tp"]("x", "TP")
 

@@ -23,6 +23,15 @@ SUITE = "pytest_nvrx/suite/test_recovery.py"
             "nvrx-megatron",
         ),
         (f"{SUITE}::test_run_finished[existing-run]", "nvrx-existing-run"),
+        # a workload's self-test runs (--nvrx-selftest) once, on the worker of its scenarios
+        (
+            "pytest_nvrx/suite/test_selftest.py::test_plant_caught[reference-selftest-rng]",
+            "nvrx-reference",
+        ),
+        (
+            "pytest_nvrx/suite/test_selftest.py::test_plant_caught[megatron-selftest-control]",
+            "nvrx-megatron",
+        ),
         # loadgroup's suffix (where xdist can still add it) changes nothing
         (f"{SUITE}::test_run_finished[reference-baseline]@nvrx-reference", "nvrx-reference"),
         ("tests/test_x.py::test_y[referenced]", None),

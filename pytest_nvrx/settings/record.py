@@ -67,6 +67,11 @@ class SectionTimeouts:
         return ",".join(f"{n}:{format_seconds(getattr(self, n))}" for n in SECTION_NAMES)
 
 
+#: RunConfig fields only the self-test sets (python -m pytest_nvrx selftest, --nvrx-selftest):
+#: no option, variable or ini value of `run` or of the scenarios gives them.
+SELFTEST_FIELDS: tuple[str, ...] = ("selftest", "plant", "seed_checkpoint")
+
+
 @dataclass(frozen=True)
 class RunConfig:
     """Everything that defines one recovery run. Defaults are the walkthrough's."""

@@ -51,6 +51,8 @@ class NvrxSettings:
     max_phases: dict[str, float] | None = None
     #: hold runs that shared a GPU to the gate anyway
     gate_shared_gpu: bool = False
+    #: also run the self-test of each selected workload (test_plant_caught)
+    selftest: bool = False
 
 
 #: Where a plugin setting was found: (raw value, source for messages), or None where not given.

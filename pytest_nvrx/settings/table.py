@@ -525,6 +525,22 @@ SETTINGS: tuple[Setting, ...] = (
         doc_default="off",
     ),
     Setting(
+        "selftest",
+        "also run the self-test: plant each known recovery bug and require the criteria to "
+        "catch it (docs/selftest.md)",
+        where="plugin",
+        flag=True,
+        attr="selftest",
+        doc="also run the self-test of each selected workload (megatron as its GPU scenarios "
+        "are: with `--nvrx-megatron-path` on GPUs): the unplanted control, then each planted "
+        "recovery bug, once per session; one `test_plant_caught` per run "
+        "(`reference-selftest-control`, `reference-selftest-rng`, ...; marker `selftest`), "
+        "passed when the control qualifies and the plant is caught by its documented "
+        "criterion. `-m selftest` runs the self-test alone; `-k` picks plants (the control "
+        "always runs) ([selftest.md](selftest.md))",
+        doc_default="off",
+    ),
+    Setting(
         "dry-run",
         "print the command and stop",
         env=DRY_RUN_ENV,
