@@ -320,3 +320,22 @@ def test_real_megatron_modules_are_patched_where_training_imports_them(tmp_path:
     }
     for plant in ("previous-checkpoint", "data", "scheduler", "tracker-at-submit"):
         assert _records(tmp_path / plant) == []  # nothing acted, nothing refused
+
+
+def test_a_run_that_plants_nothing_refuses_a_plant_in_its_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The workers inherit the harness's environment: a qualification run (CLI or plugin, both
+    plan through plan_launch) started where PYTEST_NVRX_PLANT is set would carry the plant."""
+    from pytest_nvrx.cli import main
+
+    monkeypatch.setenv(nvrx_plants.PLANT_ENV, "rng")
+    argv = ["run", "--workload", "reference", "--work-dir", str(tmp_path), "--dry-run"]
+    assert main(argv, environ={}) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    assert "PYTEST_NVRX_PLANT='rng' is set in this environment" in err[0]
+    assert "a planted run is never a qualification" in err[0]
+    assert not (tmp_path / "runs").exists()  # nothing written, nothing launched
+    monkeypatch.delenv(nvrx_plants.PLANT_ENV)
+    assert main(argv, environ={}) == 0
