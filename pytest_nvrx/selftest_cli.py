@@ -15,7 +15,7 @@ import os
 import sys
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TextIO
 
@@ -24,23 +24,25 @@ from pytest_nvrx.outputs import OutputRefused, check_outputs, write_output
 from pytest_nvrx.plants import PLANTS
 from pytest_nvrx.selftest import SelftestResult, choose_plants, run_selftest
 from pytest_nvrx.settings import (
+    PARSERS,
     ConfigError,
     NvrxSettings,
     PartialRunConfig,
     WorkloadKind,
     argparse_type,
     parse_rtol,
+    plugin_setting,
 )
 from pytest_nvrx.stop_signals import interrupt_on_stop_signals, interrupt_signal
 
 EXIT_USAGE = 2
 
 
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise ValueError(text)
-    return value
+def _typed(name: str, option: str) -> Callable[[str], object]:
+    """The settings table's parser of ``name`` (a RunConfig field or a plugin setting), as
+    argparse's type: the same values and messages as everywhere else."""
+    parse = PARSERS[name] if name in PARSERS else plugin_setting(name).parse
+    return argparse_type(parse, option)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -79,13 +81,19 @@ def build_parser() -> argparse.ArgumentParser:
         help="the tolerance of training_continuity the plants are judged at (default 0: exact)",
     )
     parser.add_argument(
-        "--gpus-per-node", type=_positive, help="ranks per run (default: the scenarios')"
+        "--gpus-per-node",
+        type=_typed("gpus_per_node", "--gpus-per-node"),
+        help="ranks per run (default: the scenarios')",
     )
     parser.add_argument(
-        "--train-iters", type=_positive, help="iterations per run (default: the scenarios')"
+        "--train-iters",
+        type=_typed("train_iters", "--train-iters"),
+        help="iterations per run (default: the scenarios')",
     )
     parser.add_argument(
-        "--save-interval", type=_positive, help="save every N iterations (default: the scenarios')"
+        "--save-interval",
+        type=_typed("save_interval", "--save-interval"),
+        help="save every N iterations (default: the scenarios')",
     )
     parser.add_argument(
         "--no-distributed-optimizer",
@@ -93,12 +101,21 @@ def build_parser() -> argparse.ArgumentParser:
         help="Megatron without --use-distributed-optimizer (a stack without TE/Apex needs it to"
         " resume)",
     )
-    parser.add_argument("--parallel", type=_positive, help="runs side by side (default: auto)")
     parser.add_argument(
-        "--gpu-share", type=_positive, default=1, help="runs that may share one GPU (default 1)"
+        "--parallel",
+        type=_typed("parallel", "--parallel"),
+        help="runs side by side (default: auto)",
     )
     parser.add_argument(
-        "--run-timeout", type=float, help="seconds one run may take (default: the scenarios')"
+        "--gpu-share",
+        type=_typed("gpu_share", "--gpu-share"),
+        default=1,
+        help="runs that may share one GPU (default 1)",
+    )
+    parser.add_argument(
+        "--run-timeout",
+        type=_typed("run_timeout", "--run-timeout"),
+        help="seconds one run may take (default: the scenarios')",
     )
     parser.add_argument(
         "--json",
