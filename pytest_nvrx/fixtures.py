@@ -335,12 +335,15 @@ def _work_dir(request: pytest.FixtureRequest, settings: NvrxSettings, scenario: 
     return made[scenario.id]
 
 
-def _session_scenarios(session: pytest.Session, workload: str) -> list[Scenario]:
-    """The scenarios of ``workload`` this session's (selected) tests use, in test order."""
+def _session_scenarios(
+    session: pytest.Session, workload: str, fixture: str = SCENARIO_FIXTURE
+) -> list[Scenario]:
+    """The scenarios of ``workload`` this session's (selected) tests give ``fixture`` (the
+    scenario runs', or the self-test's), in test order."""
     seen: dict[str, Scenario] = {}
     for item in session.items:
         callspec = getattr(item, "callspec", None)
-        scenario = callspec.params.get(SCENARIO_FIXTURE) if callspec is not None else None
+        scenario = callspec.params.get(fixture) if callspec is not None else None
         if isinstance(scenario, Scenario) and scenario.workload == workload:
             seen.setdefault(scenario.id, scenario)
     return list(seen.values())
@@ -381,17 +384,6 @@ def _pool_for(
     return pool
 
 
-def _session_selftest(session: pytest.Session, workload: str) -> list[Scenario]:
-    """The self-test scenarios of ``workload`` this session's (selected) tests use."""
-    seen: dict[str, Scenario] = {}
-    for item in session.items:
-        callspec = getattr(item, "callspec", None)
-        scenario = callspec.params.get(SELFTEST_FIXTURE) if callspec is not None else None
-        if isinstance(scenario, Scenario) and scenario.workload == workload:
-            seen.setdefault(scenario.id, scenario)
-    return list(seen.values())
-
-
 def _run_selftest(
     request: pytest.FixtureRequest, settings: NvrxSettings, workload: WorkloadKind
 ) -> SelftestResult | str:
@@ -399,7 +391,7 @@ def _run_selftest(
     control always: the plants are judged against a stack it shows qualifies, and the seeded
     ones start from its checkpoint), through the CLI's core; or why it did not run."""
     config = request.config
-    selected = {s.id for s in _session_selftest(request.session, workload)}
+    selected = {s.id for s in _session_scenarios(request.session, workload, SELFTEST_FIXTURE)}
     plants = tuple(p for p in PLANTS if f"{workload}-selftest-{p.name}" in selected)
     work_dir = _selftest_work_dir(request, settings, workload)
     write = terminal_writer(config)

@@ -40,7 +40,7 @@ from pytest_nvrx.fixtures import (
 from pytest_nvrx.layout import FAULT_WINDOWS, INJECTED_FAULTS, windows_of
 from pytest_nvrx.outputs import OutputRefused, check_in_place_output, check_outputs
 from pytest_nvrx.scenario_run import EXISTING_RUN, Limits, ScenarioRun
-from pytest_nvrx.scenarios import WORKLOAD_ORDER, matrix_scenarios
+from pytest_nvrx.scenarios import WORKLOAD_ORDER, Scenario, matrix_scenarios
 from pytest_nvrx.selftest import selftest_scenarios
 from pytest_nvrx.selftest_outcome import PlantOutcome
 from pytest_nvrx.settings import PLUGIN_SETTINGS, option_hint
@@ -307,17 +307,19 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         # once per session whatever -n is, and the faulted scenarios find their workload's
         # baseline run (training continuity) on the same worker.
         params = [
-            pytest.param(
-                sc,
-                id=sc.id,
-                marks=[
-                    *(getattr(pytest.mark, m) for m in sc.markers),
-                    pytest.mark.xdist_group(f"nvrx-{sc.workload}"),
-                ],
-            )
+            _scenario_param(sc)
             for sc in matrix_scenarios(settings.matrix, settings.windows, settings.workloads)
         ]
     metafunc.parametrize(SCENARIO_FIXTURE, params, indirect=True, scope="session")
+
+
+def _scenario_param(sc: Scenario) -> Any:
+    """A scenario as a parameter: its id, its markers, its workload's xdist group."""
+    marks = [
+        *(getattr(pytest.mark, m) for m in sc.markers),
+        pytest.mark.xdist_group(f"nvrx-{sc.workload}"),
+    ]
+    return pytest.param(sc, id=sc.id, marks=marks)
 
 
 def _parametrize_selftest(metafunc: pytest.Metafunc) -> None:
@@ -328,14 +330,7 @@ def _parametrize_selftest(metafunc: pytest.Metafunc) -> None:
     except pytest.UsageError as exc:
         raise pytest.Collector.CollectError(str(exc)) from None
     params = [
-        pytest.param(
-            sc,
-            id=sc.id,
-            marks=[
-                *(getattr(pytest.mark, m) for m in sc.markers),
-                pytest.mark.xdist_group(f"nvrx-{sc.workload}"),
-            ],
-        )
+        _scenario_param(sc)
         for workload in WORKLOAD_ORDER
         if workload in settings.workloads
         for sc in selftest_scenarios(workload)

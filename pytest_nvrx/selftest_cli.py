@@ -38,6 +38,18 @@ from pytest_nvrx.stop_signals import interrupt_on_stop_signals, interrupt_signal
 EXIT_USAGE = 2
 
 
+#: Options parsed by the settings table's row of the same name (a RunConfig field or a plugin
+#: setting); not given: the scenarios' value (gpu_share: 1).
+TABLE_OPTIONS: tuple[tuple[str, str], ...] = (
+    ("gpus_per_node", "ranks per run (default: the scenarios')"),
+    ("train_iters", "iterations per run (default: the scenarios')"),
+    ("save_interval", "save every N iterations (default: the scenarios')"),
+    ("parallel", "runs side by side (default: auto)"),
+    ("gpu_share", "runs that may share one GPU (default 1)"),
+    ("run_timeout", "seconds one run may take (default: the scenarios')"),
+)
+
+
 def _typed(name: str, option: str) -> Callable[[str], object]:
     """The settings table's parser of ``name`` (a RunConfig field or a plugin setting), as
     argparse's type: the same values and messages as everywhere else."""
@@ -80,42 +92,14 @@ def build_parser() -> argparse.ArgumentParser:
         default=0.0,
         help="the tolerance of training_continuity the plants are judged at (default 0: exact)",
     )
-    parser.add_argument(
-        "--gpus-per-node",
-        type=_typed("gpus_per_node", "--gpus-per-node"),
-        help="ranks per run (default: the scenarios')",
-    )
-    parser.add_argument(
-        "--train-iters",
-        type=_typed("train_iters", "--train-iters"),
-        help="iterations per run (default: the scenarios')",
-    )
-    parser.add_argument(
-        "--save-interval",
-        type=_typed("save_interval", "--save-interval"),
-        help="save every N iterations (default: the scenarios')",
-    )
+    for name, text in TABLE_OPTIONS:
+        option = "--" + name.replace("_", "-")
+        parser.add_argument(option, type=_typed(name, option), help=text)
     parser.add_argument(
         "--no-distributed-optimizer",
         action="store_true",
         help="Megatron without --use-distributed-optimizer (a stack without TE/Apex needs it to"
         " resume)",
-    )
-    parser.add_argument(
-        "--parallel",
-        type=_typed("parallel", "--parallel"),
-        help="runs side by side (default: auto)",
-    )
-    parser.add_argument(
-        "--gpu-share",
-        type=_typed("gpu_share", "--gpu-share"),
-        default=1,
-        help="runs that may share one GPU (default 1)",
-    )
-    parser.add_argument(
-        "--run-timeout",
-        type=_typed("run_timeout", "--run-timeout"),
-        help="seconds one run may take (default: the scenarios')",
     )
     parser.add_argument(
         "--json",
@@ -157,7 +141,7 @@ def settings_from_args(args: argparse.Namespace, environ: Mapping[str, str]) -> 
         run_timeout=args.run_timeout,
         continuity_rtol=args.continuity_rtol,
         parallel=args.parallel,
-        gpu_share=args.gpu_share,
+        gpu_share=args.gpu_share or 1,
     )
 
 
