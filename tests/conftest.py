@@ -127,9 +127,14 @@ def unit_cost(unit: str) -> int:
     return next((cost for prefix, cost in UNIT_COSTS if unit.startswith(prefix)), 1)
 
 
+#: Modules that share a session fixture's real runs: one work unit with the first.
+SHARED_UNITS = {"tests/test_planted_labels.py": "tests/test_selftest.py"}
+
+
 def work_unit(nodeid: str) -> str:
     """The xdist work unit of a test of this repository."""
     path = nodeid.split("::", 1)[0]
+    path = SHARED_UNITS.get(path, path)
     if path in SPLIT_BY_TEST:
         return nodeid
     return path
@@ -159,3 +164,12 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
                 queue.update(ordered)
 
     return TestsScheduling(config, log)
+
+
+@pytest.fixture(scope="session")
+def reference_selftest(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """``python -m pytest_nvrx selftest --workload reference --json -``, once per session (the
+    modules using it are one xdist work unit: SHARED_UNITS)."""
+    from tests.selftest_runs import run_reference_selftest
+
+    return run_reference_selftest(tmp_path_factory.mktemp("selftest"))

@@ -1,7 +1,7 @@
 """A planted run can never pass for a qualification run (issue #25).
 
-One real self-test of the reference workload (the control, then the ``rng`` plant, through the
-real launcher and injector) is made once for the module. Its planted run is labelled everywhere
+The session's one real self-test of the reference workload (tests/selftest_runs.py, through the
+real launcher and injector) gives the control and the ``rng`` plant judged here. Its planted run is labelled everywhere
 it is shown: the marker and run.json name the plant; verify's first line, its summary and its
 JSON, the report's row, summary and self-test section, and the JUnit properties say "planted"
 first. The report's self-test section shows what a tolerance lets through: at rtol 0.05 the rng
@@ -13,9 +13,6 @@ from __future__ import annotations
 
 import io
 import json
-import subprocess
-import sys
-from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -31,6 +28,7 @@ from pytest_nvrx.report import report_main
 from pytest_nvrx.scenario_run import ScenarioRun
 from pytest_nvrx.verify import verify_main
 from tests.doctor import KILL_RUN, copy_run
+from tests.selftest_runs import Selftest as SessionSelftest
 
 pytestmark = pytest.mark.timeout(420)
 
@@ -52,18 +50,11 @@ class Selftest:
 
 
 @pytest.fixture(scope="module")
-def selftest(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Selftest]:
-    work = tmp_path_factory.mktemp("planted")
-    out = work / "selftest.json"
-    done = subprocess.run(
-        [sys.executable, "-m", "pytest_nvrx", "selftest", "--workload", "reference",
-         "--plant", "rng", "--work-dir", str(work / "st"), "--json", str(out)],
-        capture_output=True, text=True, timeout=400, cwd=work, check=False,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
-    doc = json.loads(out.read_text())
-    dirs = {o["plant"]: Path(o["run_dir"]) for o in doc["outcomes"]}
-    yield Selftest(dirs["control"], dirs["rng"], doc)
+def selftest(reference_selftest: SessionSelftest) -> Selftest:
+    """The control and the rng plant of the session's one reference self-test
+    (tests/selftest_runs.py; its whole catalogue ran, these two are judged here)."""
+    doc = reference_selftest.document
+    return Selftest(reference_selftest.run_dir("control"), reference_selftest.run_dir("rng"), doc)
 
 
 def verify(*args: str) -> tuple[int, str, str]:

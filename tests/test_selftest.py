@@ -26,13 +26,8 @@ import json
 import os
 import re
 import shutil
-import signal
-import subprocess
-import sys
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -49,81 +44,21 @@ from pytest_nvrx.selftest_cli import selftest_main
 from pytest_nvrx.selftest_outcome import PlantOutcome, Status, exit_status, plant_outcome
 from pytest_nvrx.settings import NvrxSettings, PartialRunConfig
 from tests.reference_runs import LAUNCHER_RECOVERED, Resume, read_resume
+from tests.selftest_runs import SELFTEST_TIMEOUT_S, Selftest
 
 #: The reference scenarios' run size, which the self-test's runs have (the run.json test holds
 #: each run to it): the fault comes in the step after the tracker names 5 (seeded plants start
 #: from the control's checkpoint 5, so theirs comes after 10).
 TRAIN_ITERS = 20
 SAVE_INTERVAL = 5
-SELFTEST_TIMEOUT_S = 900.0
 
 pytestmark = pytest.mark.timeout(SELFTEST_TIMEOUT_S + 120)
 
 
-@dataclass(frozen=True)
-class Selftest:
-    """The finished ``selftest`` command: its exit status, its JSON document and its text."""
-
-    returncode: int
-    document: dict[str, Any]
-    text: str  # stderr: the progress and the text outcome
-    pid: int  # the harness's (the CLI process's): no plant record may come from it
-
-    def outcome(self, name: str) -> dict[str, Any]:
-        found: list[dict[str, Any]] = [
-            o for o in self.document.get("outcomes", ()) if o["plant"] == name
-        ]
-        assert len(found) == 1, f"{len(found)} outcomes for {name!r}:\n{self.tail()}"
-        return found[0]
-
-    def run_dir(self, name: str) -> Path:
-        run_dir = self.outcome(name)["run_dir"]
-        assert run_dir is not None, self.outcome(name)
-        return Path(run_dir)
-
-    def tail(self, lines: int = 40) -> str:
-        return "\n".join(self.text.splitlines()[-lines:])
-
-
 @pytest.fixture(scope="module")
-def selftest(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Selftest]:
-    """The command of the issue's Done-when, run once: stdout and stderr to files, a bounded
-    wait, and on a timeout the whole process group stopped (the self-test stops its runs on
-    SIGTERM) before the failure names the command."""
-    work = tmp_path_factory.mktemp("selftest")
-    argv = [
-        sys.executable,
-        "-m",
-        "pytest_nvrx",
-        "selftest",
-        "--workload",
-        "reference",
-        "--work-dir",
-        str(work / "work"),
-        "--json",
-        "-",
-    ]
-    out, err = work / "stdout", work / "stderr"
-    with out.open("wb") as stdout, err.open("wb") as stderr:
-        proc = subprocess.Popen(argv, stdout=stdout, stderr=stderr, start_new_session=True)
-        try:
-            proc.wait(SELFTEST_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(60)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-            tail = "\n".join(err.read_text(errors="replace").splitlines()[-30:])
-            pytest.fail(f"{' '.join(argv)} ran past {SELFTEST_TIMEOUT_S:.0f} s:\n{tail}")
-    text = err.read_text(errors="replace")
-    try:
-        document = json.loads(out.read_text())
-    except ValueError as exc:
-        pytest.fail(f"{' '.join(argv)} (exit {proc.returncode}) wrote no JSON: {exc}\n{text}")
-    print(f"\n{document.get('summary')}")  # -s shows it
-    yield Selftest(proc.returncode, document, text, proc.pid)
+def selftest(reference_selftest: Selftest) -> Selftest:
+    """The session's one run of the command (tests/selftest_runs.py)."""
+    return reference_selftest
 
 
 # ----------------------------------------------------------------------------------------------
