@@ -101,7 +101,7 @@ SPLIT_BY_TEST = frozenset(
 
 #: Work units that take long (real launches), roughly in seconds on 2 cores; the rest ~1 s.
 UNIT_COSTS = (
-    ("tests/test_selftest.py", 150),  # the self-test: 9 runs, the control first, then 3 at once
+    ("tests/test_selftest.py", 220),  # the self-test (9 runs; with test_planted_labels.py)
     ("tests/test_plugin_selftest.py", 60),  # --nvrx-selftest: the control, then the rng plant
     ("nvrx-reference", 150),  # 7 scenarios, 3 at once (--nvrx-parallel auto)
     ("tests/test_slurm_launch.py", 170),
