@@ -1,12 +1,13 @@
 """A planted run can never pass for a qualification run (issue #25).
 
 The session's one real self-test of the reference workload (tests/selftest_runs.py, through the
-real launcher and injector) gives the control and the ``rng`` plant judged here. Its planted run is labelled everywhere
-it is shown: the marker and run.json name the plant; verify's first line, its summary and its
-JSON, the report's row, summary and self-test section, and the JUnit properties say "planted"
-first. The report's self-test section shows what a tolerance lets through: at rtol 0.05 the rng
-plant is missed. Doctored copies (the originals never edited) whose run.json, marker and plant
-records disagree cannot be judged, and each message quotes both sides.
+real launcher and injector) gives the control and the ``rng`` plant judged here. Its planted
+run is labelled everywhere it is shown: the marker and run.json name the plant; verify's first
+line, its summary and its JSON, the report's row, summary and self-test section, and the JUnit
+properties say "planted" first. The report's self-test section shows what a tolerance lets
+through: at rtol 0.05 the rng plant is missed. Doctored copies (the originals never edited)
+whose run.json, marker and plant records disagree cannot be judged, and each message quotes
+both sides.
 """
 
 from __future__ import annotations
