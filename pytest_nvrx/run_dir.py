@@ -29,6 +29,7 @@ from pytest_nvrx.evidence.refs import excerpt
 from pytest_nvrx.evidence.tracker import read_tracker
 from pytest_nvrx.layout import RESULT_NAME, TMP_ROOT, TRACKER_NAME, RunLayout, node_file_name
 from pytest_nvrx.outputs import is_disk_full, reserve_of, reserve_space, write_atomic
+from pytest_nvrx.plant_hook.nvrx_plants import COMPLETE_FILES
 from pytest_nvrx.recipe import utc_now
 from pytest_nvrx.settings import (
     ConfigError,
@@ -525,7 +526,7 @@ def seed_checkpoint(source: Path, checkpoint_dir: Path) -> int:
     Refused (ConfigError) when ``source`` is no complete ``iter_N`` or the directory already
     holds a checkpoint or a tracker: nothing of a user's is ever overwritten."""
     m = re.fullmatch(r"iter_([0-9]{7})", source.name)
-    if m is None or not any((source / f).is_file() for f in (".metadata", "metadata.json")):
+    if m is None or not any((source / f).is_file() for f in COMPLETE_FILES):
         raise ConfigError(f"seed checkpoint {source} is not a complete iter_NNNNNNN directory")
     if any(checkpoint_dir.iterdir()):
         raise ConfigError(f"cannot seed {checkpoint_dir}: it is not empty")

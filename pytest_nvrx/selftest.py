@@ -20,7 +20,8 @@ from typing import Any
 
 from pytest_nvrx.evidence.plant_records import read_plant_records
 from pytest_nvrx.gpu_slots import visible_gpus
-from pytest_nvrx.plant_hook.nvrx_plants import COMPLETE_FILES
+from pytest_nvrx.layout import iteration_dir_name
+from pytest_nvrx.plant_hook.nvrx_plants import complete_iterations
 from pytest_nvrx.plants import PLANTS, Plant, missing_patch_points, plant_named
 from pytest_nvrx.scenario_pool import ScenarioPool, parallel_limit
 from pytest_nvrx.scenario_run import ScenarioRun, scenario_values
@@ -87,12 +88,8 @@ def preflight(settings: NvrxSettings, scenario: Scenario, plant: Plant) -> Plant
 
 def first_checkpoint(checkpoint_dir: Path) -> Path | None:
     """The oldest complete ``iter_N`` of a finished run (the seed of the seeded plants)."""
-    complete = sorted(
-        d
-        for d in checkpoint_dir.glob("iter_[0-9]*")
-        if d.is_dir() and any((d / f).is_file() for f in COMPLETE_FILES)
-    )
-    return complete[0] if complete else None
+    complete = complete_iterations(str(checkpoint_dir))
+    return checkpoint_dir / iteration_dir_name(complete[0]) if complete else None
 
 
 @dataclass(frozen=True)

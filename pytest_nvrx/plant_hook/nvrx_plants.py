@@ -139,21 +139,26 @@ def record(action: str, *, applied: bool = True, **details: Any) -> None:
     os.replace(tmp, path)
 
 
-def previous_complete(checkpoint_dir: str, before: int) -> int | None:
-    """The newest complete ``iter_N`` in ``checkpoint_dir`` with N < ``before``."""
+def complete_iterations(checkpoint_dir: str) -> list[int]:
+    """The iterations N of the complete ``iter_N`` directories in ``checkpoint_dir``, ascending
+    (none when it cannot be listed)."""
     try:
         names = os.listdir(checkpoint_dir)
     except OSError:
-        return None
+        return []
     found = []
     for name in names:
         m = _ITER_DIR.fullmatch(name)
-        if m is None or int(m[1]) >= before:
-            continue
         folder = os.path.join(checkpoint_dir, name)
-        if any(os.path.isfile(os.path.join(folder, f)) for f in COMPLETE_FILES):
+        if m is not None and any(os.path.isfile(os.path.join(folder, f)) for f in COMPLETE_FILES):
             found.append(int(m[1]))
-    return max(found) if found else None
+    return sorted(found)
+
+
+def previous_complete(checkpoint_dir: str, before: int) -> int | None:
+    """The newest complete ``iter_N`` in ``checkpoint_dir`` with N < ``before``."""
+    older = [n for n in complete_iterations(checkpoint_dir) if n < before]
+    return older[-1] if older else None
 
 
 # ----------------------------------------------------------------------------------------------
