@@ -173,3 +173,31 @@ def reference_selftest(tmp_path_factory: pytest.TempPathFactory) -> Any:
     from tests.selftest_runs import run_reference_selftest
 
     return run_reference_selftest(tmp_path_factory.mktemp("selftest"))
+
+
+#: The walkthrough's and our own variables, and Slurm's job ids: a test that runs the plugin or
+#: the CLI decides them itself, never the developer's shell.
+WALKTHROUGH_VARS = (
+    "MEGATRON_PATH",
+    "NVRX_WORK_DIR",
+    "TP",
+    "PP",
+    "NNODES",
+    "GPUS_PER_NODE",
+    "TRAIN_ITERS",
+    "SAVE_INTERVAL",
+    "NVRX_FAULT_RANK",
+    "RDZV_ENDPOINT",
+    "NVRX_LAUNCHER",
+    "NVRX_FAULT_MATRIX",
+    "NVRX_FAULT_WINDOW",
+    "SLURM_JOB_ID",
+    "SLURM_STEP_ID",
+)
+
+
+@pytest.fixture
+def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No walkthrough, pytest-nvrx or Slurm job variable leaks in from the developer's shell."""
+    for var in WALKTHROUGH_VARS:
+        monkeypatch.delenv(var, raising=False)

@@ -111,6 +111,17 @@ class Resume:
     def verdicts(self) -> str:
         return "\n".join(v.render() for v in self.judgement.verdicts)
 
+    def assert_launcher_recovered(self, train_iters: int) -> None:
+        """The launcher's part held: exit 0, judgeable, LAUNCHER_RECOVERED pass, exactly one
+        failure and one replacement, which trained to ``train_iters``."""
+        assert self.exit_code == 0, self.verdicts()
+        assert self.judgement.judgeable, self.judgement.unjudgeable_reasons
+        for criterion in LAUNCHER_RECOVERED:
+            verdict = self.judgement.verdict(criterion)
+            assert verdict.passed, verdict.render()
+        assert len(self.cycles) == 2  # one failure, one replacement: nothing else went wrong
+        assert max(self.cycles[1]) == train_iters
+
     @property
     def replayed(self) -> list[int]:
         """Iterations both the failed cycle and its replacement printed."""

@@ -21,7 +21,6 @@ from collections.abc import Iterator
 import pytest
 
 from tests.reference_runs import (
-    LAUNCHER_RECOVERED,
     RUN_TIMEOUT_S,
     SAVE_INTERVAL,
     TRAIN_ITERS,
@@ -44,13 +43,7 @@ def resume(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Resume]:
 
 
 def test_the_launcher_recovered(resume: Resume) -> None:
-    assert resume.exit_code == 0, resume.verdicts()
-    assert resume.judgement.judgeable, resume.judgement.problems
-    for criterion in LAUNCHER_RECOVERED:
-        verdict = resume.judgement.verdict(criterion)
-        assert verdict.passed, verdict.render()
-    assert len(resume.cycles) == 2  # one failure, one replacement: nothing else went wrong
-    assert max(resume.cycles[1]) == TRAIN_ITERS
+    resume.assert_launcher_recovered(TRAIN_ITERS)
 
 
 def test_the_failed_cycle_ran_past_the_restored_checkpoint(resume: Resume) -> None:

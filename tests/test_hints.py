@@ -116,24 +116,8 @@ SAME_INPUTS = [
 
 
 @pytest.fixture
-def walkthrough_env_unset(monkeypatch: pytest.MonkeyPatch) -> None:
+def walkthrough_env_unset(clean_env: None, monkeypatch: pytest.MonkeyPatch) -> None:
     """No walkthrough or Slurm variable of the developer's shell decides these runs."""
-    for var in (
-        "MEGATRON_PATH",
-        "NVRX_WORK_DIR",
-        "NNODES",
-        "GPUS_PER_NODE",
-        "TRAIN_ITERS",
-        "SAVE_INTERVAL",
-        "NVRX_FAULT_RANK",
-        "RDZV_ENDPOINT",
-        "NVRX_LAUNCHER",
-        "NVRX_FAULT_MATRIX",
-        "NVRX_FAULT_WINDOW",
-        "SLURM_JOB_ID",
-        "SLURM_STEP_ID",
-    ):
-        monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("NVRX_RUN_ID", "job1")  # what a multinode session needs
 
 

@@ -51,26 +51,6 @@ def given_by_env_and_ini(
         pytester.makeini(f"[pytest]\n{ini}\n")
 
 
-@pytest.fixture
-def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    """No walkthrough variables leak in from the developer's shell."""
-    for var in (
-        "MEGATRON_PATH",
-        "NVRX_WORK_DIR",
-        "TP",
-        "PP",
-        "NNODES",
-        "GPUS_PER_NODE",
-        "TRAIN_ITERS",
-        "SAVE_INTERVAL",
-        "NVRX_FAULT_RANK",
-        "RDZV_ENDPOINT",
-        "NVRX_FAULT_MATRIX",
-        "NVRX_FAULT_WINDOW",
-    ):
-        monkeypatch.delenv(var, raising=False)
-
-
 def test_help_lists_the_nvrx_group(pytester: pytest.Pytester, clean_env: None) -> None:
     result = pytester.runpytest("--help")
     assert result.ret == 0

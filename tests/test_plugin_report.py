@@ -28,14 +28,6 @@ SUITE_ARGS = ["--pyargs", "pytest_nvrx.suite", "-p", "no:cacheprovider"]
 GPU_KILL_DOWNTIME = 25.417
 
 
-@pytest.fixture
-def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for var in ("MEGATRON_PATH", "NVRX_WORK_DIR", "TP", "PP", "NNODES", "GPUS_PER_NODE",
-                "TRAIN_ITERS", "SAVE_INTERVAL", "NVRX_FAULT_RANK", "RDZV_ENDPOINT",
-                "NVRX_FAULT_MATRIX", "NVRX_FAULT_WINDOW"):  # fmt: skip
-        monkeypatch.delenv(var, raising=False)
-
-
 def copy_run(source: Path, tmp_path: Path) -> Path:
     run = tmp_path / source.name
     shutil.copytree(source, run)

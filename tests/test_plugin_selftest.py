@@ -16,7 +16,7 @@ import pytest
 from pytest_nvrx.plants import PLANTS, plant_named
 from pytest_nvrx.plugin import selftest_label
 from pytest_nvrx.selftest_outcome import PlantOutcome
-from tests.test_plugin import SUITE_ARGS, clean_env  # noqa: F401 (a fixture)
+from tests.test_plugin import SUITE_ARGS
 
 pytest_plugins = ["pytester"]
 

@@ -43,7 +43,7 @@ from pytest_nvrx.selftest import preflight, selftest_scenario
 from pytest_nvrx.selftest_cli import selftest_main
 from pytest_nvrx.selftest_outcome import PlantOutcome, Status, exit_status, plant_outcome
 from pytest_nvrx.settings import NvrxSettings, PartialRunConfig
-from tests.reference_runs import LAUNCHER_RECOVERED, Resume, read_resume
+from tests.reference_runs import Resume, read_resume
 from tests.selftest_runs import SELFTEST_TIMEOUT_S, Selftest
 
 #: The reference scenarios' run size, which the self-test's runs have (the run.json test holds
@@ -339,13 +339,7 @@ def resume(resumes: dict[str, Resume], replay: Replay) -> Resume:
 
 
 def test_the_launcher_recovered(resume: Resume, replay: Replay) -> None:
-    assert resume.exit_code == 0, resume.verdicts()
-    assert resume.judgement.judgeable, resume.judgement.unjudgeable_reasons
-    for criterion in LAUNCHER_RECOVERED:
-        verdict = resume.judgement.verdict(criterion)
-        assert verdict.passed, verdict.render()
-    assert len(resume.cycles) == 2  # one failure, one replacement: nothing else went wrong
-    assert max(resume.cycles[1]) == TRAIN_ITERS
+    resume.assert_launcher_recovered(TRAIN_ITERS)
     if replay.plant is None:
         assert resume.judgement.passed, resume.verdicts()
 
