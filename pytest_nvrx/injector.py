@@ -13,6 +13,18 @@ never inject again), makes it durable, and only then signals its own process: SI
 ``kill``, SIGSTOP for ``hang``, SIGTERM for ``term``, SIGSEGV for ``segv`` (with core dumps
 switched off first: the crash is ours, its core file would only fill the disk).
 
+``--schedule F@W[,F@W...]`` (instead of ``--fault``/``--window``) injects several faults, one
+per training cycle, in order. At start the selected rank arms the first position k whose marker
+does not exist yet: position 1's marker is ``--fault-marker`` itself, position k's the same name
+with ``_k`` before its suffix (``fault_injected_2.json``). Every later position is then still
+unclaimed (a later marker without an earlier one is an inconsistent history: exit 2); with every
+marker present the rank runs the workload without injecting. From there on the armed fault
+behaves exactly like a single ``--fault``, with its own marker, which also records the whole
+schedule and the fault's position in it. A schedule's 2nd or later entry may use the window
+``restore``: it fires on the training thread at the entry of the replacement's checkpoint load
+(Megatron's ``dist_checkpointing.load``, torch DCP's ``load``) of an ``iter_N`` directory, before
+the load runs, whatever the tracker says.
+
 This file must stay stdlib-only and runnable as a plain script (ft_launcher runs it with
 ``python -u``), so it imports nothing from pytest_nvrx and repeats the one file name it needs
 (the tracker; the marker path comes from the command line) and the self-test's plant variable
@@ -20,8 +32,9 @@ This file must stay stdlib-only and runnable as a plain script (ft_launcher runs
 
 Exit codes of the wrapper itself (the workload's own status passes through otherwise):
 
-* 2 -- bad command line or environment, unusable tracker, or a non-regular file (symlink,
-  directory, ...) at the marker path; reported before the workload starts.
+* 2 -- bad command line or environment, unusable tracker, a non-regular file (symlink,
+  directory, ...) at a marker path, or a schedule's markers out of order; reported before the
+  workload starts.
 * 3 -- the workload finished normally on the selected rank but the requested fault never happened.
 """
 
@@ -47,7 +60,7 @@ import threading
 import time
 import traceback
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any, Final, NoReturn
 
@@ -82,6 +95,9 @@ EXIT_FAULT_NOT_INJECTED: Final = 3
 FAULTS: Final = ("none", "kill", "hang", "term", "segv", "exception", "ckpt-worker")
 # Where in the training loop the selected rank fires (pytest_nvrx.layout.FAULT_WINDOWS).
 WINDOWS: Final = ("step", "save", "finalize")
+# Windows only a schedule's 2nd or later fault may use: ``restore`` fires in a replacement while it
+# loads the checkpoint an earlier fault made it resume from.
+SCHEDULE_WINDOWS: Final = ("restore",)
 # Faults that only make sense in some windows: the persistent checkpoint worker is busy only
 # while a save is in flight.
 FAULT_WINDOWS_ONLY: Final[Mapping[str, tuple[str, ...]]] = {"ckpt-worker": ("finalize",)}
@@ -140,10 +156,41 @@ class Options:
     module: str | None
     poll_interval: float
     workload_args: tuple[str, ...]
+    # --schedule: its (fault, window) entries in order, empty for --fault; ``fault``, ``window``
+    # and ``fault_marker`` are the armed entry's once ``schedule_position`` (1-based) is set.
+    schedule: tuple[tuple[str, str], ...] = ()
+    schedule_position: int = 0
 
     @property
     def tracker(self) -> str:
         return os.path.join(self.checkpoint_dir, TRACKER_NAME)
+
+    @property
+    def schedule_names(self) -> list[str]:
+        """The schedule as given, ``["kill@step", "kill@restore"]``."""
+        return [f"{fault}@{window}" for fault, window in self.schedule]
+
+    def describe_fault(self) -> str:
+        """The fault asked for, as the exit-3 message names it."""
+        if not self.schedule:
+            return f"{self.fault} on rank {self.fault_rank}"
+        return (
+            f"scheduled fault {self.schedule_position} of {len(self.schedule)}, "
+            f"{self.fault}@{self.window} on rank {self.fault_rank}"
+        )
+
+    def armed(self, position: int) -> Options:
+        """This schedule (as parsed) with its entry ``position`` (1-based) armed: its fault, its
+        window and its marker."""
+        assert self.schedule and self.schedule_position == 0, "arm a parsed schedule once"
+        fault, window = self.schedule[position - 1]
+        return replace(
+            self,
+            fault=fault,
+            window=window,
+            fault_marker=scheduled_marker_path(self.fault_marker, position),
+            schedule_position=position,
+        )
 
     @property
     def workload_argv(self) -> list[str]:
@@ -151,6 +198,18 @@ class Options:
         entry = self.script if self.script is not None else self.module
         assert entry is not None
         return [entry, *self.workload_args]
+
+
+def scheduled_marker_path(first: str, position: int) -> str:
+    """The marker of a schedule's fault ``position`` (1-based): ``first`` itself for 1, else the
+    same directory with ``_<position>`` after the stem of ``first`` (``fault_injected_2.json``)."""
+    if position < 1:
+        raise ValueError(f"schedule positions start at 1, got {position}")
+    if position == 1:
+        return first
+    head, tail = os.path.split(first)
+    stem, suffix = os.path.splitext(tail)
+    return os.path.join(head, f"{stem}_{position}{suffix}")
 
 
 def read_tracker(path: str) -> TrackerRead:
@@ -213,6 +272,8 @@ class Firing:
     in_flight_iteration: int | None = None
     section: str | None = None
     write_done: bool | None = None
+    # restore: the iteration of the checkpoint whose load the fault interrupts
+    load_iteration: int | None = None
 
     def describe(self) -> str:
         in_flight = "none" if self.in_flight_iteration is None else self.in_flight_iteration
@@ -235,14 +296,18 @@ def build_marker_record(
     rank_pid: int,
     host: str,
     now: datetime,
+    schedule: Sequence[str] | None = None,
+    schedule_position: int | None = None,
 ) -> dict[str, Any]:
     """The marker's JSON content; every input is explicit so tests need no process state.
 
     ``pid`` is the process the fault is aimed at (the rank, or its checkpoint worker for
-    ``ckpt-worker``); ``rank_pid`` is always the rank's own.
+    ``ckpt-worker``); ``rank_pid`` is always the rank's own. A schedule's fault adds
+    ``schedule`` (every entry, ``F@W``, in order) and ``schedule_position`` (1-based); a
+    ``restore`` firing adds ``load_iteration``. A single ``--fault`` records neither.
     """
     sig = FAULT_SIGNALS.get(fault)
-    return {
+    record: dict[str, Any] = {
         "schema_version": MARKER_SCHEMA_VERSION,
         "fault": fault,
         "signal": sig.name if sig is not None else None,
@@ -266,6 +331,12 @@ def build_marker_record(
         "time": now.isoformat(),
         "argv": list(argv),
     }
+    if schedule is not None:
+        record["schedule"] = list(schedule)
+        record["schedule_position"] = schedule_position
+    if firing.window == "restore":
+        record["load_iteration"] = firing.load_iteration
+    return record
 
 
 def claim_marker(path: str, record: Mapping[str, Any]) -> bool:
@@ -361,19 +432,33 @@ def parse_args(argv: Sequence[str]) -> Options:
     parser = argparse.ArgumentParser(
         prog="injector.py",
         description="Run a training entry point; inject one fault on one rank after the first "
-        "checkpoint beyond the start-up tracker value. Workload arguments follow '--'.",
+        "checkpoint beyond the start-up tracker value (with --schedule: the schedule's next "
+        "fault, one per training cycle). Workload arguments follow '--'.",
     )
     parser.add_argument("--checkpoint-dir", required=True, help="absolute checkpoint directory")
-    parser.add_argument("--fault-marker", required=True, help="absolute path of the marker file")
-    parser.add_argument("--fault", required=True, choices=FAULTS)
+    parser.add_argument(
+        "--fault-marker",
+        required=True,
+        help="absolute path of the marker file (a schedule's first; see --schedule)",
+    )
+    what = parser.add_mutually_exclusive_group(required=True)
+    what.add_argument("--fault", choices=FAULTS)
+    what.add_argument(
+        "--schedule",
+        metavar="F@W[,F@W...]",
+        help="several faults, one per training cycle, in order: each FAULT@WINDOW (fault one of "
+        f"{', '.join(f for f in FAULTS if f != 'none')}; window one of "
+        f"{', '.join((*WINDOWS, *SCHEDULE_WINDOWS))}, restore only after the first entry); "
+        "entry k's marker is --fault-marker with _k before its suffix (k >= 2)",
+    )
     parser.add_argument("--fault-rank", required=True, type=int, help="global rank to fault")
     parser.add_argument(
         "--window",
-        choices=WINDOWS,
-        default="step",
-        help="where the fault lands: a training step after a checkpoint completed (step), the "
-        "preparation of the next save (save), or after that save was submitted and before its "
-        "finalization advanced the tracker (finalize); default step",
+        choices=(*WINDOWS, *SCHEDULE_WINDOWS),
+        default=None,
+        help="with --fault: where the fault lands: a training step after a checkpoint completed "
+        "(step), the preparation of the next save (save), or after that save was submitted and "
+        "before its finalization advanced the tracker (finalize); default step",
     )
     entry = parser.add_mutually_exclusive_group(required=True)
     entry.add_argument("--script", help="training script, run as __main__")
@@ -393,14 +478,74 @@ def parse_args(argv: Sequence[str]) -> Options:
         parser.error(f"--fault-rank must be >= 0, got {ns.fault_rank}")
     if not 0 < ns.poll_interval <= 60:
         parser.error(f"--poll-interval must be in (0, 60] seconds, got {ns.poll_interval}")
-    allowed = FAULT_WINDOWS_ONLY.get(ns.fault)
-    if allowed is not None and ns.window not in allowed:
-        parser.error(f"--fault {ns.fault} needs --window {' or '.join(allowed)}, got {ns.window!r}")
+    schedule: tuple[tuple[str, str], ...] = ()
+    if ns.schedule is not None:
+        if ns.window is not None:
+            parser.error(
+                "--window goes only with --fault; each --schedule entry names its own window "
+                "(FAULT@WINDOW)"
+            )
+        try:
+            schedule = parse_schedule(ns.schedule)
+        except ValueError as exc:
+            parser.error(f"--schedule {ns.schedule!r}: {exc}")
+        fault, window = schedule[0]
+    else:
+        fault, window = ns.fault, ("step" if ns.window is None else ns.window)
+        if window in SCHEDULE_WINDOWS:
+            parser.error(
+                f"--window {window} exists only in a --schedule, as its 2nd or later entry "
+                "(a fault in the replacement while it loads the checkpoint)"
+            )
+        allowed = FAULT_WINDOWS_ONLY.get(fault)
+        if allowed is not None and window not in allowed:
+            parser.error(f"--fault {fault} needs --window {' or '.join(allowed)}, got {window!r}")
     if ns.script is not None and not os.path.isfile(ns.script):
         parser.error(f"--script {ns.script!r} is not a file")
-    # each option's dest is the name of its field
-    own_fields = {f.name: getattr(ns, f.name) for f in fields(Options) if f.name != "workload_args"}
-    return Options(**own_fields, workload_args=tuple(workload))
+    return Options(
+        checkpoint_dir=ns.checkpoint_dir,
+        fault_marker=ns.fault_marker,
+        fault=fault,
+        fault_rank=ns.fault_rank,
+        window=window,
+        script=ns.script,
+        module=ns.module,
+        poll_interval=ns.poll_interval,
+        workload_args=tuple(workload),
+        schedule=schedule,
+    )
+
+
+def parse_schedule(text: str) -> tuple[tuple[str, str], ...]:
+    """``F@W[,F@W...]`` as (fault, window) pairs; ValueError saying what is wrong."""
+    entries: list[tuple[str, str]] = []
+    windows = (*WINDOWS, *SCHEDULE_WINDOWS)
+    for position, entry in enumerate(text.split(","), start=1):
+        where = f"entry {position}"
+        if not entry:
+            raise ValueError(f"{where} is empty (give FAULT@WINDOW[,FAULT@WINDOW...])")
+        fault, at, window = entry.partition("@")
+        if not at:
+            raise ValueError(f"{where} {entry!r} is not FAULT@WINDOW")
+        if fault not in FAULTS or fault == "none":
+            choices = ", ".join(f for f in FAULTS if f != "none")
+            raise ValueError(f"{where} {entry!r}: unknown fault {fault!r} (one of {choices})")
+        if window not in windows:
+            raise ValueError(
+                f"{where} {entry!r}: unknown window {window!r} (one of {', '.join(windows)})"
+            )
+        if window in SCHEDULE_WINDOWS and position == 1:
+            raise ValueError(
+                f"{where} {entry!r}: window {window} needs an earlier fault (it fires in the "
+                "replacement while it loads the checkpoint), so it cannot come first"
+            )
+        allowed = FAULT_WINDOWS_ONLY.get(fault)
+        if allowed is not None and window not in allowed:
+            raise ValueError(
+                f"{where} {entry!r}: fault {fault} needs window {' or '.join(allowed)}"
+            )
+        entries.append((fault, window))
+    return tuple(entries)
 
 
 class InjectedFault(RuntimeError):
@@ -468,6 +613,8 @@ class Injection:
             rank_pid=rank_pid,
             host=self.host,
             now=datetime.now(UTC),
+            schedule=opts.schedule_names if opts.schedule else None,
+            schedule_position=opts.schedule_position if opts.schedule else None,
         )
         try:
             claimed = claim_marker(opts.fault_marker, record)
@@ -614,8 +761,10 @@ class WindowProbes:
     ``section_started``/``section_ended`` follow NVRx's RankMonitorClient (after the real call
     returned, so the rank monitor agrees on which section is open); ``submit_entry``/
     ``submit_return`` bracket the call that submits checkpoint N (Megatron's
-    ``dist_checkpointing.save``, torch DCP's ``async_save``). A probe never changes the call it
-    observes; an error in this logic disables injection (exit 3 at the end), never the workload.
+    ``dist_checkpointing.save``, torch DCP's ``async_save``); ``load_entry`` is the entry of a
+    checkpoint load (Megatron's ``dist_checkpointing.load``, torch DCP's ``load``), probed only
+    for the ``restore`` window. A probe never changes the call it observes (``restore`` fires
+    before it); an error in this logic disables injection (exit 3 at the end), never the workload.
     """
 
     def __init__(self, injection: Injection) -> None:
@@ -633,6 +782,8 @@ class WindowProbes:
         self.named_before_finalize: list[int] = []
         self.checkpointing_since_submit = 0
         self.highest_tracker: int | None = None
+        # restore: each checkpoint load seen, and why it did not fire
+        self.loads: list[str] = []
         self.broken = False
 
     # -- probe entry points (each wraps its logic; InjectedFault passes through) --
@@ -648,6 +799,9 @@ class WindowProbes:
 
     def submit_return(self, path: Any, result: Any) -> None:
         self._guarded(self._submit_return, path, result)
+
+    def load_entry(self, path: Any) -> None:
+        self._guarded(self._load_entry, path)
 
     def _guarded(self, fn: Any, *args: Any) -> None:
         if self.broken or self.injection.attempted:
@@ -759,7 +913,50 @@ class WindowProbes:
         self.in_flight_result = result
         self.submitted_in_section = "checkpointing" in self.open_sections
 
+    def _load_entry(self, path: Any) -> None:
+        if self.window != "restore":
+            return
+        iteration = checkpoint_iteration(path)
+        if iteration is None:
+            self.loads.append(f"{_shorten(path)} (no iter_N directory)")
+            return
+        read = self._settled_tracker()
+        if read.iteration is None:
+            self.loads.append(f"iteration {iteration} (tracker {read.describe()})")
+            return
+        self.injection.fire(
+            Firing(
+                window="restore",
+                trigger="checkpoint load",
+                tracker_iteration=read.iteration,
+                in_flight_iteration=None,
+                section=self._innermost_section(),
+                write_done=None,
+                load_iteration=iteration,
+            )
+        )
+
     # -- helpers --
+
+    def _settled_tracker(self) -> TrackerRead:
+        """The tracker now, an integer only when a second read 10 ms later agrees (at most
+        CONFIRM_READS reads); no baseline applies: a replacement loads the baseline's own."""
+        path = self.injection.opts.tracker
+        read = read_tracker(path)
+        for _ in range(CONFIRM_READS):
+            if read.state is TrackerState.EMPTY:  # caught between a truncate and its write
+                time.sleep(CONFIRM_DELAY_S)
+                read = read_tracker(path)
+            if read.iteration is None:
+                return read
+            if self.highest_tracker is None or read.iteration > self.highest_tracker:
+                self.highest_tracker = read.iteration
+            time.sleep(CONFIRM_DELAY_S)
+            again = read_tracker(path)
+            if again.iteration == read.iteration:
+                return read
+            read = again
+        return TrackerRead(TrackerState.INVALID, detail=f"did not settle in {CONFIRM_READS} reads")
 
     def _pending(self, tracker: int) -> int | None:
         """The submitted save not yet named by the tracker, if any."""
@@ -816,6 +1013,11 @@ class WindowProbes:
 
     def never_fired(self) -> str:
         """Why the window never opened, for the exit-3 message."""
+        if self.window == "restore":
+            if not self.loads:
+                return "window restore never opened: no checkpoint load started while training ran"
+            loads = "; ".join(self.loads[:8])
+            return f"window restore never opened: no checkpoint load could fire it (loads: {loads})"
         seen = "NVRx sections seen" if self.sections_seen else "no NVRx section ever started"
         submits = ", ".join(map(str, self.submits[:8])) or "none"
         early = ""
@@ -982,11 +1184,23 @@ class Probes:
         if self.window is not None:
             self.window.submit_return(path, result)
 
+    def load_entry(self, path: Any) -> None:
+        if self.window is not None:
+            self.window.load_entry(path)
+
+    @property
+    def watches_loads(self) -> bool:
+        """Whether the checkpoint loads need probes: only for the ``restore`` window."""
+        return self.window is not None and self.window.window == "restore"
+
 
 # module -> the function that patches it right after it executed
 RANK_MONITOR_MODULE: Final = "nvidia_resiliency_ext.fault_tolerance.rank_monitor_client"
 MEGATRON_SAVE_MODULE: Final = "megatron.core.dist_checkpointing"
 DCP_SAVER_MODULE: Final = "torch.distributed.checkpoint.state_dict_saver"
+DCP_LOADER_MODULE: Final = "torch.distributed.checkpoint.state_dict_loader"
+# The package re-exports the loader's ``load`` (``from .state_dict_loader import load``).
+DCP_PACKAGE: Final = "torch.distributed.checkpoint"
 
 
 def _patch_rank_monitor(module: Any, probes: Probes) -> None:
@@ -1023,6 +1237,35 @@ def _patch_submit(module: Any, name: str, path_of: Any, probes: Probes) -> None:
     setattr(module, name, submit)
 
 
+def _patch_load(module: Any, name: str, path_of: Any, probes: Probes) -> None:
+    """Wrap a checkpoint load: the probe runs at its entry, before the original (``restore``
+    fires there, so the load never starts)."""
+    original = getattr(module, name)
+
+    @functools.wraps(original)
+    def load(*args: Any, **kwargs: Any) -> Any:
+        probes.load_entry(path_of(args, kwargs))
+        return original(*args, **kwargs)
+
+    setattr(module, name, load)
+
+
+def _patch_megatron(module: Any, probes: Probes) -> None:
+    _patch_submit(module, "save", _megatron_save_path, probes)
+    if probes.watches_loads:
+        _patch_load(module, "load", _megatron_load_path, probes)
+
+
+def _patch_dcp_loader(module: Any, probes: Probes) -> None:
+    """Wrap state_dict_loader.load, and the package's re-export of it where that was bound
+    already (the package imported before the probes were installed) to the same original."""
+    original = module.load
+    _patch_load(module, "load", _dcp_load_path, probes)
+    package: Any = sys.modules.get(DCP_PACKAGE)
+    if package is not None and getattr(package, "load", None) is original:
+        package.load = module.load
+
+
 def _megatron_save_path(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     # dist_checkpointing.save(sharded_state_dict, checkpoint_dir, ...)
     return args[1] if len(args) > 1 else kwargs.get("checkpoint_dir")
@@ -1033,6 +1276,23 @@ def _dcp_save_path(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     path = kwargs.get("checkpoint_id")
     if path is None:
         path = getattr(kwargs.get("storage_writer"), "path", None)
+    return path
+
+
+def _megatron_load_path(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    # dist_checkpointing.load(sharded_state_dict, checkpoint_dir, ...)
+    return args[1] if len(args) > 1 else kwargs.get("checkpoint_dir")
+
+
+def _dcp_load_path(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    # load(state_dict, *, checkpoint_id=None, storage_reader=None, ...); torch's _api_bc_check
+    # still takes the old load(state_dict, storage_reader) too
+    path = kwargs.get("checkpoint_id")
+    if path is None:
+        reader = kwargs.get("storage_reader")
+        if reader is None and len(args) == 2:
+            reader = args[1]
+        path = getattr(reader, "path", None)
     return path
 
 
@@ -1095,13 +1355,16 @@ class ProbeFinder:
 
 
 def install_probes(probes: Probes) -> ProbeFinder:
-    finder = ProbeFinder(
-        {
-            RANK_MONITOR_MODULE: lambda m: _patch_rank_monitor(m, probes),
-            MEGATRON_SAVE_MODULE: lambda m: _patch_submit(m, "save", _megatron_save_path, probes),
-            DCP_SAVER_MODULE: lambda m: _patch_submit(m, "async_save", _dcp_save_path, probes),
-        }
-    )
+    """Patch the library entry points the probes watch (the checkpoint loads only for the
+    ``restore`` window), as they are imported, or now where they already were."""
+    patches: dict[str, Any] = {
+        RANK_MONITOR_MODULE: lambda m: _patch_rank_monitor(m, probes),
+        MEGATRON_SAVE_MODULE: lambda m: _patch_megatron(m, probes),
+        DCP_SAVER_MODULE: lambda m: _patch_submit(m, "async_save", _dcp_save_path, probes),
+    }
+    if probes.watches_loads:
+        patches[DCP_LOADER_MODULE] = lambda m: _patch_dcp_loader(m, probes)
+    finder = ProbeFinder(patches)
     finder.install()
     return finder
 
@@ -1138,6 +1401,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         except _StartupError as exc:
             return _fail(rank, str(exc), EXIT_USAGE)
         if injection is not None:
+            opts = injection.opts  # a schedule's armed entry; the options as given otherwise
             probes = WindowProbes(injection)
             if opts.window == "step" and opts.fault in ("kill", "hang", "term", "segv"):
                 watcher = Watcher(injection, probes)
@@ -1180,7 +1444,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     return _fail(
         rank,
-        f"the requested fault ({opts.fault} on rank {opts.fault_rank}) never happened: {why}",
+        f"the requested fault ({opts.describe_fault()}) never happened: {why}",
         EXIT_FAULT_NOT_INJECTED,
     )
 
@@ -1195,17 +1459,25 @@ def _prepare_injection(opts: Options, rank: int) -> Injection | None:
     Only the selected rank validates the tracker: it alone needs the baseline, and a bad tracker
     stops Megatron's own checkpoint load on every rank anyway. A replacement worker (marker
     present) skips the check, installs no probe and runs exactly like the unwrapped workload.
+    A schedule arms its first entry whose marker is absent (:func:`_arm_schedule`): the returned
+    Injection's options are that entry's.
     """
-    try:
-        if marker_exists(opts.fault_marker):
-            _log(
-                rank,
-                f"marker {opts.fault_marker} exists: fault already injected; "
-                "running the workload without injection",
-            )
+    if opts.schedule:
+        armed = _arm_schedule(opts, rank)
+        if armed is None:
             return None
-    except MarkerPathError as exc:
-        raise _StartupError(f"{exc}; refusing to run (use a fresh run directory)") from exc
+        opts = armed
+    else:
+        try:
+            if marker_exists(opts.fault_marker):
+                _log(
+                    rank,
+                    f"marker {opts.fault_marker} exists: fault already injected; "
+                    "running the workload without injection",
+                )
+                return None
+        except MarkerPathError as exc:
+            raise _StartupError(f"{exc}; refusing to run (use a fresh run directory)") from exc
     sig = FAULT_SIGNALS.get(opts.fault)
     if sig is not None and opts.fault != "ckpt-worker" and signal.getsignal(sig) == signal.SIG_IGN:
         # Inherited as ignored (the workload has not run yet): sending it would change nothing.
@@ -1234,6 +1506,39 @@ def _prepare_injection(opts: Options, rank: int) -> Injection | None:
         f"in window {opts.window}",
     )
     return Injection(opts, rank, baseline)
+
+
+def _arm_schedule(opts: Options, rank: int) -> Options | None:
+    """The schedule's first entry whose marker does not exist, armed; None when every marker
+    exists. A marker present after an absent one is an inconsistent history (_StartupError)."""
+    paths = [scheduled_marker_path(opts.fault_marker, k) for k in range(1, len(opts.schedule) + 1)]
+    try:
+        present = [marker_exists(path) for path in paths]
+    except MarkerPathError as exc:
+        raise _StartupError(f"{exc}; refusing to run (use a fresh run directory)") from exc
+    if all(present):
+        _log(
+            rank,
+            f"marker {paths[-1]} exists: fault already injected (all {len(paths)} scheduled "
+            "faults); running the workload without injection",
+        )
+        return None
+    position = present.index(False) + 1
+    later = [
+        path for path, there in zip(paths[position:], present[position:], strict=True) if there
+    ]
+    if later:
+        raise _StartupError(
+            f"schedule markers out of order: {later[0]} exists but {paths[position - 1]} does "
+            "not (the schedule's history is inconsistent; use a fresh run directory)"
+        )
+    armed = opts.armed(position)
+    _log(
+        rank,
+        f"schedule {','.join(opts.schedule_names)}: arming fault {position} of {len(paths)} "
+        f"({armed.fault}@{armed.window}), marker {armed.fault_marker}",
+    )
+    return armed
 
 
 def _run_workload(opts: Options) -> None:
@@ -1305,6 +1610,11 @@ def _log(rank: int | None, message: str) -> None:
 
 def _or_none(value: int | None) -> str:
     return "none" if value is None else str(value)
+
+
+def _shorten(value: Any, limit: int = 200) -> str:
+    text = repr(value) if not isinstance(value, str) else value
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _fail(rank: int | None, message: str, code: int) -> int:

@@ -148,8 +148,10 @@ class Launcher:
         module: bool = False,
         extra_env: dict[str, str] | None = None,
         checkpoint_dir: Path | None = None,
+        schedule: str | None = None,
     ) -> Run:
         entry = ["--module", TRAINER.stem] if module else ["--script", str(TRAINER)]
+        what = ["--fault", fault] if schedule is None else ["--schedule", schedule]
         cmd = [
             sys.executable,
             str(INJECTOR),
@@ -157,8 +159,7 @@ class Launcher:
             str(checkpoint_dir or sc.ckpt),
             "--fault-marker",
             str(sc.marker),
-            "--fault",
-            fault,
+            *what,
             "--fault-rank",
             str(fault_rank),
             *entry,
@@ -266,6 +267,20 @@ def test_kill_injects_once_after_the_tracker_advances(launcher: Launcher, sc: Sc
     assert record["tracker"] == str(sc.tracker)
     assert not sc.finished.exists()
     assert "sending SIGKILL" in run.stderr
+
+
+def test_a_single_fault_marker_has_exactly_the_schema_2_keys(
+    launcher: Launcher, sc: Scenario
+) -> None:
+    """A plain --fault run records no schedule keys: its marker is the same as before schedules
+    existed, and the only marker it writes is --fault-marker itself."""
+    run = launcher.start(sc, trainer=["--values", "1", "--delay", "0.2", "--hold", "20"])
+    assert run.wait() == -signal.SIGKILL, run.describe()
+    record = sc.marker_record()
+    assert set(record) == MARKER_KEYS
+    assert record["schema_version"] == 2
+    assert sorted(p.name for p in sc.run_dir.iterdir()) == [MARKER_NAME]
+    assert "schedule" not in run.stderr
 
 
 def test_hang_stops_the_process(launcher: Launcher, sc: Scenario) -> None:
