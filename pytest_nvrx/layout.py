@@ -27,6 +27,10 @@ INJECTED_FAULTS: tuple[str, ...] = tuple(f for f in get_args(FaultKind) if f != 
 #: step = a training step after a checkpoint completed; save = the preparation of checkpoint N;
 #: finalize = save N submitted, its background write in flight, not yet finalized.
 FAULT_WINDOWS = ("step", "save", "finalize")
+#: Windows only a fault schedule's second or later fault can have (pytest_nvrx.injector's
+#: SCHEDULE_WINDOWS): restore = in a replacement while it loads its checkpoint, before its first
+#: iteration after the load.
+SCHEDULE_WINDOWS = ("restore",)
 #: Faults that exist only in some windows (as pytest_nvrx.injector.FAULT_WINDOWS_ONLY): the
 #: persistent checkpoint worker is busy only while a save is in flight.
 FAULT_WINDOWS_ONLY: dict[str, tuple[str, ...]] = {"ckpt-worker": ("finalize",)}
@@ -76,6 +80,22 @@ def windows_of(fault: str) -> tuple[str, ...]:
 def window_allowed(fault: str, window: str) -> bool:
     """Whether the injector accepts ``--fault fault --window window``."""
     return window in windows_of(fault)
+
+
+def marker_name(position: int) -> str:
+    """The marker of a schedule's fault at ``position`` (1-based): the first keeps the
+    walkthrough's ``fault_injected.json``, the k-th is ``fault_injected_<k>.json``
+    (pytest_nvrx.injector.scheduled_marker_path; tests/test_schedule.py holds them equal)."""
+    if position < 1:
+        raise ValueError(f"schedule positions start at 1, got {position}")
+    if position == 1:
+        return MARKER_NAME
+    stem, dot, suffix = MARKER_NAME.rpartition(".")
+    return f"{stem}_{position}{dot}{suffix}"
+
+
+#: what a later fault's marker is named like (ASCII digits; :func:`marker_name` spells it)
+LATER_MARKER_PATTERN = re.compile(r"fault_injected_(?P<k>[0-9]+)\.json")
 
 
 def node_console_log_name(node: int | str) -> str:
@@ -129,6 +149,10 @@ class RunLayout:
     @property
     def marker(self) -> Path:
         return self.run_dir / MARKER_NAME
+
+    def marker_at(self, position: int) -> Path:
+        """The marker of a fault schedule's fault at ``position`` (1: :attr:`marker`)."""
+        return self.run_dir / marker_name(position)
 
     @property
     def manifest(self) -> Path:

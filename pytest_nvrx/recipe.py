@@ -28,8 +28,10 @@ from pytest_nvrx.settings import (
     REFERENCE_ASYNC_WRITER_FLAG,
     RunConfig,
     check_port,
+    faults_of,
     format_seconds,
 )
+from pytest_nvrx.settings.schedule import render_schedule
 
 if TYPE_CHECKING:
     from pytest_nvrx.megatron_source import MegatronFlags
@@ -250,15 +252,20 @@ def injector_argv(config: RunConfig, layout: RunLayout) -> list[str]:
     else:
         entry = ["--module", REFERENCE_MODULE]
     window = config.fault_window
+    # a schedule names every fault and window; one fault is always explicit about its window on
+    # a fault run (the manifest's argv says where it fired), and a baseline has no window
+    faults = (
+        [f"--schedule={render_schedule(config.schedule)}"]
+        if config.schedule
+        else [f"--fault={config.fault}", *([f"--window={window}"] if window is not None else [])]
+    )
     return [
         str(INJECTOR_PATH),
         f"--checkpoint-dir={layout.checkpoint_dir}",
         f"--fault-marker={layout.marker}",
-        f"--fault={config.fault}",
+        *faults[:1],
         f"--fault-rank={config.fault_rank}",
-        # always explicit on a fault run (the manifest's argv says where it fired); a baseline
-        # has no window
-        *([f"--window={window}"] if window is not None else []),
+        *faults[1:],
         *entry,
         "--",
     ]
@@ -314,7 +321,7 @@ def reference_args(config: RunConfig, layout: RunLayout) -> list[str]:
         f"--load={ckpt}",
         "--log-interval=1",
     ]
-    if config.fault == "ckpt-worker":
+    if "ckpt-worker" in faults_of(config):
         # The reference writes from a thread by default: there is no worker process to kill.
         # Megatron always has one (--use-persistent-ckpt-worker above).
         args.append(f"{REFERENCE_ASYNC_WRITER_FLAG}=process")

@@ -111,6 +111,7 @@ def test_walkthrough_variables_and_parsers() -> None:
         "rdzv_endpoint": "RDZV_ENDPOINT",
         "node_index": "NVRX_NODE_INDEX",
         "launcher": "NVRX_LAUNCHER",
+        "schedule": "NVRX_SCHEDULE",
     }
     assert set(PARSERS) == {f.name for f in fields(RunConfig)} - {"extra_args", *SELFTEST_FIELDS}
     with pytest.raises(ConfigError, match=r"^TP must be a positive integer, got 'x'$"):

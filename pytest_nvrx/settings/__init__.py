@@ -7,6 +7,7 @@ Pure data plus checks, one subject per module:
 - :mod:`~pytest_nvrx.settings.setting`: what one row of the settings table is;
 - :mod:`~pytest_nvrx.settings.table`: every setting declared once, and what is generated from it;
 - :mod:`~pytest_nvrx.settings.resolution`: options > walkthrough env > defaults;
+- :mod:`~pytest_nvrx.settings.schedule`: fault schedules (several faults, one per cycle);
 - :mod:`~pytest_nvrx.settings.rules`: the walkthrough's rules between the settings.
 
 Nothing here reads or writes the file system for a run: the run directory's checks, its claim
@@ -53,8 +54,19 @@ from pytest_nvrx.settings.rules import (
     check_extra_args,
     check_node_index,
     check_rdzv_endpoint,
+    check_schedule,
     check_window,
+    faults_of,
     validate,
+)
+from pytest_nvrx.settings.schedule import (
+    ALL_WINDOWS,
+    RESTORE_FAULTS,
+    ScheduledFault,
+    draw_schedule,
+    parse_schedule,
+    render_schedule,
+    windows_at,
 )
 from pytest_nvrx.settings.setting import (
     DEFAULTS_SHOWN,
@@ -107,6 +119,7 @@ from pytest_nvrx.settings.values import (
 )
 
 __all__ = [
+    "ALL_WINDOWS",
     "CLI_SETTINGS",
     "DEFAULTS_SHOWN",
     "DEFAULT_RDZV_ENDPOINT",
@@ -130,6 +143,7 @@ __all__ = [
     "RECIPE_OWNED_ARGS",
     "REFERENCE_ASYNC_WRITER_FLAG",
     "REFERENCE_NO_FT_FLAG",
+    "RESTORE_FAULTS",
     "RUN_ID_MAX",
     "RUN_ID_PATTERN",
     "SECTION_NAMES",
@@ -147,6 +161,7 @@ __all__ = [
     "NvrxSettings",
     "PartialRunConfig",
     "RunConfig",
+    "ScheduledFault",
     "SectionTimeouts",
     "Setting",
     "SettingWhere",
@@ -156,12 +171,15 @@ __all__ = [
     "check_node_index",
     "check_port",
     "check_rdzv_endpoint",
+    "check_schedule",
     "check_window",
     "default_launcher",
     "default_run_id",
     "default_text",
+    "draw_schedule",
     "dry_run_requested",
     "env_flag",
+    "faults_of",
     "format_seconds",
     "in_slurm_allocation",
     "option_hint",
@@ -172,16 +190,19 @@ __all__ = [
     "parse_phase_limits",
     "parse_port",
     "parse_rtol",
+    "parse_schedule",
     "parse_seconds",
     "parse_value",
     "parse_windows",
     "plugin_setting",
     "quote",
+    "render_schedule",
     "resolve",
     "resolve_plugin_settings",
     "scenario_defaults",
     "shared_run_id",
     "show_path",
     "validate",
+    "windows_at",
     "workload_defaults",
 ]

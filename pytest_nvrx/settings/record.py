@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, Literal, cast, get_args
 
 from pytest_nvrx.layout import FaultKind, RunLayout, windows_of
+from pytest_nvrx.settings.schedule import ScheduledFault, render_schedule
 from pytest_nvrx.settings.values import ConfigError, format_seconds, named_seconds, quote
 
 #: Where the fault lands (layout.FAULT_WINDOWS): a step, a save's preparation, its finalization.
@@ -118,6 +119,10 @@ class RunConfig:
     #: tracker naming N, before the launch: the self-test's runs that need two completed
     #: checkpoints before the fault start from the control's first one.
     seed_checkpoint: Path | None = None
+    #: Several faults, one per cycle, in order (pytest_nvrx.settings.schedule): empty = the one
+    #: fault of ``fault``/``window``. With a schedule, ``fault`` and ``window`` are its first
+    #: fault's (:meth:`PartialRunConfig.config` sets them).
+    schedule: tuple[ScheduledFault, ...] = ()
 
     @property
     def world_size(self) -> int:
@@ -152,7 +157,7 @@ class RunConfig:
             elif isinstance(value, SectionTimeouts):
                 value = value.render()
             elif isinstance(value, tuple):
-                value = list(value)
+                value = [str(v) for v in value] if f.name == "schedule" else list(value)
             out[f.name] = value
         out["world_size"] = self.world_size
         out["checkpoint_dir"] = str(self.layout.checkpoint_dir)
@@ -196,6 +201,7 @@ class PartialRunConfig:
     selftest: bool | None = None
     plant: str | None = None
     seed_checkpoint: Path | None = None
+    schedule: tuple[ScheduledFault, ...] | None = None
 
     @classmethod
     def of(cls, values: Mapping[str, object]) -> PartialRunConfig:
@@ -220,4 +226,22 @@ class PartialRunConfig:
         """The RunConfig of these values, RunConfig's defaults for the rest."""
         # field for field RunConfig's types (tests/test_settings.py holds them equal)
         given: dict[str, Any] = self.given()
+        if self.schedule:
+            given.update(_schedule_first(self.schedule, self.fault, self.window))
         return RunConfig(**{**given, "work_dir": work_dir, "run_id": run_id})
+
+
+def _schedule_first(
+    schedule: tuple[ScheduledFault, ...], fault: str | None, window: str | None
+) -> dict[str, Any]:
+    """A schedule's run has its first fault's fault and window; one given besides that says
+    something else is refused (which of the two was meant is not ours to guess)."""
+    first = schedule[0]
+    for what, given, wanted in (("fault", fault, first.fault), ("window", window, first.window)):
+        if given is not None and given != wanted:
+            raise ConfigError(
+                f"{what} {given} was given with the fault schedule "
+                f"{quote(render_schedule(schedule))}, whose first fault is {first}: give "
+                "either the schedule or one fault, not both"
+            )
+    return {"fault": first.fault, "window": first.window}

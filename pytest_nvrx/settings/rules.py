@@ -19,6 +19,7 @@ from pytest_nvrx.settings.record import (
     WORKLOAD_KINDS,
     RunConfig,
 )
+from pytest_nvrx.settings.schedule import render_schedule, windows_at
 from pytest_nvrx.settings.table import option_hint
 from pytest_nvrx.settings.values import INT64_MAX, MAX_SECONDS, ConfigError, quote
 
@@ -79,6 +80,7 @@ def validate(config: RunConfig) -> None:
             f"got {quote(repr(config.workload))}"
         )
     check_window(config.fault, config.window)
+    check_schedule(config)
     check_plant(config)
     if config.launcher not in LAUNCHER_KINDS:
         raise ConfigError(
@@ -183,7 +185,7 @@ def validate(config: RunConfig) -> None:
         # with slurm and no endpoint given, the launch chooses one in the allocation
         check_rdzv_endpoint(config.rdzv_endpoint, config.nnodes)
     check_extra_args(config.extra_args)
-    if config.workload == "reference" and config.fault == "ckpt-worker":
+    if config.workload == "reference" and "ckpt-worker" in faults_of(config):
         for arg in config.extra_args:
             if arg.partition("=")[0] == REFERENCE_ASYNC_WRITER_FLAG:
                 raise ConfigError(
@@ -261,6 +263,33 @@ def check_rdzv_endpoint(endpoint: str, nnodes: int) -> None:
         raise ConfigError(
             f"rendezvous endpoint {quote(endpoint)}: the port must be from {lowest} to 65535{why}"
         )
+
+
+def faults_of(config: RunConfig) -> tuple[str, ...]:
+    """Every fault the run injects: its schedule's, else its one fault (none for a baseline)."""
+    if config.schedule:
+        return tuple(f.fault for f in config.schedule)
+    return (config.fault,) if config.fault != "none" else ()
+
+
+def check_schedule(config: RunConfig) -> None:
+    """A schedule's run is its first fault's (as PartialRunConfig.config sets it), every entry
+    one the injector takes (parse_schedule's rules, held again for a RunConfig built in code)."""
+    if not config.schedule:
+        return
+    first = config.schedule[0]
+    if (config.fault, config.fault_window) != (first.fault, first.window):
+        raise ConfigError(
+            f"fault {config.fault} in window {config.fault_window} is not the fault schedule's "
+            f"first, {first}: give either the schedule or one fault"
+        )
+    for position, entry in enumerate(config.schedule, start=1):
+        if entry.window not in windows_at(entry.fault, position):
+            raise ConfigError(
+                f"fault schedule {render_schedule(config.schedule)}: entry {position} {entry} "
+                f"cannot be injected (windows of {entry.fault} as fault {position}: "
+                f"{', '.join(windows_at(entry.fault, position)) or 'none'})"
+            )
 
 
 def check_window(fault: str, window: str | None) -> None:

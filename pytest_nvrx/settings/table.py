@@ -23,6 +23,7 @@ from pytest_nvrx.settings.record import (
     SectionTimeouts,
     WorkloadKind,
 )
+from pytest_nvrx.settings.schedule import parse_schedule
 from pytest_nvrx.settings.setting import Setting
 from pytest_nvrx.settings.values import (
     DRY_RUN_ENV,
@@ -263,6 +264,17 @@ SETTINGS: tuple[Setting, ...] = (
         choices=FAULT_WINDOW_KINDS,
         cli_note="step; ckpt-worker: finalize only; none for --fault none",
         cli_form="choice",
+    ),
+    Setting(
+        "schedule",
+        "several faults, one per cycle, in order: FAULT@WINDOW[,FAULT@WINDOW...] (window "
+        "restore: a replacement while it loads, from the second fault on) or random:N,seed=S",
+        "schedule",
+        parse_schedule,
+        env="NVRX_SCHEDULE",
+        where="cli",
+        cli_note="none: the one fault of --fault and --window",
+        cli_form="typed",
     ),
     _count(
         "fault-rank",
