@@ -52,6 +52,9 @@ class JudgeContext:
     continuity_rtol: float = 0.0
     # the fault window asked for (run.json, the caller), or none
     window: ExpectedWindow | None = None
+    # a fault schedule's recovery (criteria/schedule.py) that a later fault cut short: it need
+    # not reach the run's final iteration (False: the run's one recovery, or its last)
+    cut_short: bool = False
 
     @classmethod
     def build(
@@ -62,6 +65,7 @@ class JudgeContext:
         baseline: RunEvidence | None = None,
         continuity_rtol: float = 0.0,
         window: ExpectedWindow | None = None,
+        cut_short: bool = False,
     ) -> JudgeContext:
         exp = expected if expected is not None else expected_fault(run)
         win = window if window is not None else expected_window(run)
@@ -69,7 +73,9 @@ class JudgeContext:
         observed = marker.fault if marker is not None and marker.ok and marker.fault else exp.kind
         if not (continuity_rtol >= 0.0 and continuity_rtol < 1.0):  # also rejects nan
             raise ValueError(f"continuity rtol {continuity_rtol!r}: need 0 <= rtol < 1")
-        return cls(run, exp, build_timeline(run), observed, baseline, continuity_rtol, win)
+        return cls(
+            run, exp, build_timeline(run), observed, baseline, continuity_rtol, win, cut_short
+        )
 
     @cached_property
     def completed_before_failure(self) -> tuple[SaveCompleted, ...]:

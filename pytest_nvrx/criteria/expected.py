@@ -14,6 +14,7 @@ from pytest_nvrx.layout import (
     INJECTED_FAULTS,
     MANIFEST_NAME,
     MARKER_NAME,
+    SCHEDULE_WINDOWS,
     FaultKind,
 )
 
@@ -21,6 +22,8 @@ from pytest_nvrx.layout import (
 FaultExpectation = FaultKind | Literal["any"]
 FAULT_CHOICES = (*INJECTED_FAULTS, "none")
 WINDOW_CHOICES = FAULT_WINDOWS
+#: what run.json (or a schedule's fault, criteria/schedule.py) may record as the window
+RECORDED_WINDOWS = (*FAULT_WINDOWS, *SCHEDULE_WINDOWS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,7 +78,9 @@ def expected_window(
     if override is not None:
         ref = _callers_choice("window", override, WINDOW_CHOICES, source)
         return ExpectedWindow(override, source, ref)
-    recorded = _recorded(run.manifest.window if run.manifest is not None else None, WINDOW_CHOICES)
+    recorded = _recorded(
+        run.manifest.window if run.manifest is not None else None, RECORDED_WINDOWS
+    )
     if recorded is not None:
         return ExpectedWindow(recorded[0], MANIFEST_NAME, recorded[1])
     return ExpectedWindow(

@@ -19,9 +19,11 @@ from pytest_nvrx.criteria.expected import (
 from pytest_nvrx.criteria.first_cause import FirstCause
 from pytest_nvrx.criteria.marker_agreement import marker_problems
 from pytest_nvrx.criteria.registry import CRITERIA
+from pytest_nvrx.criteria.schedule import schedule_verdicts
 from pytest_nvrx.criteria.verdict import CRITERIA_IDS, Verdict, failing
 from pytest_nvrx.evidence.refs import EvidenceRef, Problem
 from pytest_nvrx.evidence.rundir import RunEvidence, load_run
+from pytest_nvrx.evidence.segments import fault_segments
 from pytest_nvrx.evidence.timeline import RecoveryClock, recovery_clock
 from pytest_nvrx.plants import plant_named
 
@@ -212,7 +214,16 @@ def judge(
         + timing_problems(timed)
         + notes
     )
-    verdicts = tuple(CRITERIA[cid](ctx) for cid in CRITERIA_IDS)
+    schedule = run.manifest.schedule if run.manifest is not None else None
+    scheduled = run.manifest.scheduled_faults if run.manifest is not None else ()
+    if schedule is not None and scheduled:
+        segments = fault_segments(run, scheduled)
+        problems += tuple(p for s in segments[1:] for p in marker_problems(s.view, s.timeline))
+        verdicts = schedule_verdicts(
+            run, scheduled, schedule.ref, baseline=baseline, continuity_rtol=continuity_rtol
+        )
+    else:
+        verdicts = tuple(CRITERIA[cid](ctx) for cid in CRITERIA_IDS)
     fatal = [p for p in problems if p.severity == "fatal"]
     if fatal:
         verdicts = tuple(_unjudgeable(v, fatal[0]) for v in verdicts)

@@ -21,7 +21,7 @@ from pytest_nvrx.evidence.refs import EvidenceRef, seconds_between, split_rank_p
 from pytest_nvrx.evidence.rundir import RunEvidence
 from pytest_nvrx.evidence.timeline import FINALIZED_BEFORE_FAULT_SLACK
 from pytest_nvrx.evidence.workload import SaveCompleted
-from pytest_nvrx.layout import INJECTED_FAULTS
+from pytest_nvrx.layout import INJECTED_FAULTS, SCHEDULE_WINDOWS
 
 ID: CriterionId = "prior_checkpoint"
 
@@ -73,7 +73,19 @@ def check(ctx: JudgeContext) -> Verdict:
     if tracked is None:
         return failing(ID, "marker records no tracker_iteration", marker.ref())
     base = marker.baseline_iteration or 0
-    if tracked <= base:
+    if marker.window in SCHEDULE_WINDOWS:
+        # a schedule's fault in a replacement's load (issue #26): the checkpoint it struck the
+        # load of is the prior one; it was completed in an earlier cycle, not above this one's
+        # start-up tracker
+        if marker.load_iteration != tracked or tracked == 0:
+            return failing(
+                ID,
+                f"the marker says the replacement was loading checkpoint {marker.load_iteration}"
+                f" while the tracker named {tracked}: not the newest completed checkpoint",
+                marker.ref("load_iteration"),
+                marker.ref("tracker_iteration"),
+            )
+    elif tracked <= base:
         return failing(
             ID,
             f"marker records tracker iteration {tracked} (baseline {base}): the fault came before"

@@ -98,6 +98,17 @@ def check(ctx: JudgeContext) -> Verdict:
             [e.ref for e in scheduled[:2]],
             top.ref,
         )
+    if ctx.cut_short:
+        # a schedule's recovery that the next fault ended: its progress, not the run's end
+        return passing(
+            ID,
+            f"after {restored_text}, committed iterations {first.iteration if first else '?'}"
+            f"..{top.iteration} and completed checkpoint {later[0].iteration} at"
+            f" {clock(later[0].time)} before the next fault ended the cycle",
+            first.ref if first else None,
+            later[0].ref,
+            top.ref,
+        )
     final_ref: EvidenceRef | None = None
     final: int | None = None
     manifest = run.manifest

@@ -97,6 +97,12 @@ def check(ctx: JudgeContext) -> Verdict:
             ctx.launcher_outcome,
         )
     failed_log = run.cycle_log(failed)
+    if failed_log is None or not failed_log.iterations:
+        # a fault schedule's cycle struck while it loaded trained nothing: what the replacement
+        # computes again was last computed by the newest earlier cycle that trained (issue #26)
+        earlier = [g for g in run.cycle_logs if g.cycle < failed and g.iterations]
+        if earlier:
+            failed_log, failed = earlier[-1], earlier[-1].cycle
     replacement_log = run.cycle_log(replacement)
     if replacement_log is None or not replacement_log.iterations:
         name = replacement_log.file if replacement_log is not None else f"cycle {replacement}"

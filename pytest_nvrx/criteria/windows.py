@@ -48,6 +48,8 @@ WINDOW_TRIGGERS: dict[str, tuple[str, ...]] = {
     "step": ("start_section(step)", "tracker poll"),
     "save": ("save submit",),
     "finalize": ("start_section(checkpointing)", "end_section(checkpointing)"),
+    # a fault schedule's replacement, entering its checkpoint load (issue #26)
+    "restore": ("checkpoint load",),
 }
 #: Faults whose trigger in a window is fixed.
 FAULT_TRIGGERS: dict[tuple[str, str], str] = {
@@ -64,6 +66,8 @@ TRIGGER_SECTIONS: dict[str, tuple[str | None, ...]] = {
     "start_section(checkpointing)": ("checkpointing",),
     "save submit": ("checkpointing", None),
     "tracker poll": (None,),
+    # the load runs in NVRx's setup section (none on a workload without sections)
+    "checkpoint load": ("setup", None),
 }
 #: Windows whose fault must have a save in flight (the marker's in_flight_iteration).
 IN_FLIGHT_WINDOWS = ("save", "finalize")

@@ -13,7 +13,8 @@ The injector (:mod:`pytest_nvrx.injector`) writes to the rank's stderr, so its l
 * skip: ``marker <M> exists: fault already injected; running the workload without injection``;
 * tracker (rank 0, every run): ``checkpoint tracker reads <N> at <ISO time> (<probe>)``, once
   per value it reads at its section/submit probes (``start`` for the value found at start-up);
-* never (exit 3): ``ERROR: the requested fault (<fault> on rank <R>) never happened: <why>``,
+* never (exit 3): ``ERROR: the requested fault (<fault> on rank <R>) never happened: <why>``
+  (a schedule's: ``(scheduled fault <k> of <n>, <fault>@<window> on rank <R>)``),
   ``<why>`` e.g. ``window <W> never opened while training ran (baseline B, highest tracker read
   T, saves submitted: ...[; the tracker already named the save in flight when its finalization
   began: ...]; NVRx sections seen)``.
@@ -66,8 +67,8 @@ _TO_WORKER = re.compile(
 _RAISING = "raising InjectedFault"
 _SKIPPED = re.compile(r"marker (?P<marker>.+) exists: fault already injected")
 _NEVER = re.compile(
-    r"ERROR: the requested fault \((?P<fault>[\w-]+) on rank (?P<rank>\d+)\) never happened:"
-    r" (?P<why>.*)$"
+    r"ERROR: the requested fault \((?:scheduled fault \d+ of \d+, (?P<entry>[\w-]+)@\w+|"
+    r"(?P<fault>[\w-]+)) on rank (?P<rank>\d+)\) never happened: (?P<why>.*)$"
 )
 _TRACKER_READ = re.compile(
     r"checkpoint tracker reads (?P<t>\d+) at (?P<ts>\S+)"
@@ -189,7 +190,7 @@ def parse_injector_line(body: str, at: LineCursor) -> InjectorLine | None:
         base = _NEVER_BASELINE.search(why)
         return line(
             "never",
-            fault=m["fault"],
+            fault=m["fault"] or m["entry"],
             window=window["window"] if window is not None else None,
             baseline_iteration=int(base["base"]) if base is not None else None,
             reason=why,

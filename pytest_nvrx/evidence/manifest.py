@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -49,6 +49,7 @@ from pytest_nvrx.evidence.fields import (
     seconds_field,
     shown,
     str_field,
+    strings_field,
     time_field,
 )
 from pytest_nvrx.evidence.refs import (
@@ -65,6 +66,8 @@ from pytest_nvrx.evidence.refs import (
 )
 from pytest_nvrx.layout import FAULT_WINDOWS, INJECTED_FAULTS, MANIFEST_SCHEMA, RESULT_NAME
 from pytest_nvrx.plants import PLANTS
+from pytest_nvrx.settings.schedule import ScheduledFault, parse_schedule
+from pytest_nvrx.settings.values import ConfigError
 
 
 class ManifestError(ValueError):
@@ -101,6 +104,10 @@ class Manifest:
     # where it records nothing (a run before plants); a planted run is never a qualification run
     selftest: Setting | None = None
     plant: Setting | None = None
+    # a fault schedule's run (issue #26): its faults in order (an empty list: one fault), and
+    # the launcher's restart budget they are judged against
+    schedule: Setting | None = None
+    max_restarts: Setting | None = None
     start_time: datetime | None = None
     start_ref: EvidenceRef | None = None
     stack: dict[str, Any] = field(default_factory=dict)
@@ -131,8 +138,26 @@ class Manifest:
         return self.plant.value if self.plant is not None else None
 
     @property
+    def scheduled_faults(self) -> tuple[ScheduledFault, ...]:
+        """The schedule run.json records (empty: a run of one fault, or of none)."""
+        if self.schedule is None or not self.schedule.value:
+            return ()
+        return parse_schedule(",".join(self.schedule.value), "run.json's schedule")
+
+    @property
     def is_selftest(self) -> bool:
         return self.selftest is not None and self.selftest.value is True
+
+
+def _schedule_field(data: Mapping[str, object], key: str) -> tuple[str, ...] | None:
+    """A list of ``FAULT@WINDOW`` strings, each a fault the injector takes at its position."""
+    entries = strings_field(data, key)
+    if entries:
+        try:
+            parse_schedule(",".join(entries), repr(key))
+        except ConfigError as exc:
+            raise FieldError(str(exc)) from None
+    return entries
 
 
 # run.json keys read here (config.<key> or top level) and the type each must have.
@@ -153,6 +178,8 @@ _TYPED: dict[str, tuple[Callable[..., object], dict[str, Any]]] = {
     "node_index": (int_field, {"minimum": 0}),
     "selftest": (bool_field, {}),
     "plant": (str_field, {"choices": tuple(p.name for p in PLANTS)}),
+    "schedule": (_schedule_field, {}),
+    "max_restarts": (int_field, {"minimum": 0}),
 }
 
 

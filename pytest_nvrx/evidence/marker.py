@@ -21,6 +21,13 @@ rank saw it (its ``--script``/``--module``, then the options after the injector'
 null without one; a marker written before the key existed has none and means no plant. run.json's
 ``config.plant`` must name the same (criteria/marker_agreement.py).
 
+A fault schedule's markers (issue #26: ``fault_injected.json`` for the first fault,
+``fault_injected_<k>.json`` for the k-th) add ``schedule`` (every fault, ``FAULT@WINDOW``, in
+order) and ``schedule_position`` (k, from 1); a fault in window ``restore`` (a replacement
+loading its checkpoint; only from the second fault on) records ``load_iteration``, the
+checkpoint being loaded, and fires from the trigger ``checkpoint load``. A one-fault run's marker
+has none of these.
+
 A marker that exists but cannot be read is evidence of a problem, reported as
 :attr:`Marker.error`, never raised. So is a field of the wrong type (``evidence/fields.py``): a
 ``time`` without its timezone, a ``rank`` that is not a non-negative integer, an unknown
@@ -51,7 +58,8 @@ from pytest_nvrx.evidence.refs import (
     json_key_ref,
     read_json_file,
 )
-from pytest_nvrx.layout import FAULT_WINDOWS, INJECTED_FAULTS, window_allowed
+from pytest_nvrx.layout import INJECTED_FAULTS, SCHEDULE_WINDOWS, window_allowed
+from pytest_nvrx.settings.schedule import ALL_WINDOWS, windows_at
 
 #: The marker schemas this reader knows (1: the tracker trigger; 2: fault windows).
 SCHEMA_VERSIONS = (1, 2)
@@ -64,6 +72,7 @@ TRIGGERS = (
     "start_section(checkpointing)",
     "end_section(checkpointing)",
     "tracker poll",
+    "checkpoint load",
 )
 
 
@@ -100,6 +109,11 @@ class Marker:
     argv: tuple[str, ...] | None = None
     # the self-test's planted bug in the workers' environment (None: none, or an older marker)
     plant: str | None = None
+    # a fault schedule's marker: the whole schedule and this fault's position in it (from 1);
+    # the checkpoint a restore-window fault struck the loading of
+    schedule: tuple[str, ...] | None = None
+    schedule_position: int | None = None
+    load_iteration: int | None = None
     # the key of the first field that makes the marker unusable, when one does: its line is
     # the evidence (quoted exactly in JSON, escaped on a terminal)
     error_key: str | None = None
@@ -160,7 +174,7 @@ def read_marker(path: Path, run_dir: Path) -> Marker | None:
     run_id = fields.get(str_field, "run_id")
     tracker = fields.get(str_field, "tracker")
     schema = fields.get(int_field, "schema_version", minimum=1)
-    window = fields.get(str_field, "window", choices=FAULT_WINDOWS)
+    window = fields.get(str_field, "window", choices=ALL_WINDOWS)
     in_flight = fields.get(int_field, "in_flight_iteration", minimum=0)
     section = fields.get(str_field, "section")
     write_done = fields.get(bool_field, "write_done")
@@ -168,6 +182,9 @@ def read_marker(path: Path, run_dir: Path) -> Marker | None:
     rank_pid = fields.get(int_field, "rank_pid", minimum=1)
     argv = fields.get(strings_field, "argv")
     plant = fields.get(str_field, "plant")
+    schedule = fields.get(strings_field, "schedule")
+    position = fields.get(int_field, "schedule_position", minimum=1)
+    load_iteration = fields.get(int_field, "load_iteration", minimum=0)
     problems = fields.problems
     bad_keys = [key for key in fields.bad_keys if key in data]
     version = schema if schema is not None else 1
@@ -186,9 +203,17 @@ def read_marker(path: Path, run_dir: Path) -> Marker | None:
         )
         bad_keys.append(newer[0])
         first_bad = newer[0]
-    if fault is not None and window is not None and not window_allowed(fault, window):
-        problems.append(f"fault {fault!r} cannot be injected in window {window!r}")
+    if fault is not None and window is not None and not _allowed(fault, window, position):
+        at = f" as fault {position} of a schedule" if position is not None else ""
+        problems.append(f"fault {fault!r} cannot be injected in window {window!r}{at}")
         bad_keys.append("window")
+    if (schedule is None) != (position is None):
+        given = "schedule" if schedule is not None else "schedule_position"
+        problems.append(f"{given!r} without its pair: which fault of which schedule is unknown")
+        bad_keys.append(given)
+    elif schedule is not None and position is not None and position > len(schedule):
+        problems.append(f"'schedule_position' {position} is beyond its {len(schedule)} faults")
+        bad_keys.append("schedule_position")
     return Marker(
         file=file,
         error=f"{file}: " + ", ".join(problems) if problems else None,
@@ -216,4 +241,14 @@ def read_marker(path: Path, run_dir: Path) -> Marker | None:
         restart_count=restart_count,
         argv=argv,
         plant=plant,
+        schedule=schedule,
+        schedule_position=position,
+        load_iteration=load_iteration,
     )
+
+
+def _allowed(fault: str, window: str, position: int | None) -> bool:
+    """A window the fault exists in; restore only as a schedule's second or later fault."""
+    if window in SCHEDULE_WINDOWS:
+        return position is not None and window in windows_at(fault, position)
+    return window_allowed(fault, window)

@@ -34,7 +34,9 @@ from pytest_nvrx.layout import (
     CYCLE_LOG_LOOK_ALIKE,
     CYCLE_LOG_NAMES,
     CYCLE_LOG_PATTERN,
+    LATER_MARKER_PATTERN,
     RunLayout,
+    marker_name,
 )
 
 
@@ -58,6 +60,15 @@ class RunEvidence:
     # of the iterations the logs say were loaded, and of the marker's in-flight iteration
     checkpoints: tuple[CheckpointMetadata, ...]
     problems: tuple[Problem, ...]
+    # a fault schedule's later markers (issue #26), by position (2, 3, ...): each file named
+    # fault_injected_<k>.json in the run dir; ``marker`` is position 1's
+    later_markers: tuple[tuple[int, Marker], ...] = ()
+
+    def marker_at(self, position: int) -> Marker | None:
+        """The marker of a schedule's ``position``-th fault (1: :attr:`marker`)."""
+        if position == 1:
+            return self.marker
+        return next((m for k, m in self.later_markers if k == position), None)
 
     @property
     def fatal_problems(self) -> tuple[Problem, ...]:
@@ -168,6 +179,8 @@ def load_run(
             Problem("fatal", f"injection marker unusable: {marker.error}", marker.ref())
         )
 
+    later_markers = _later_markers(layout, problems)
+
     launcher_file = display_path(layout.launcher_log, run_dir)
     refused = _refuse(layout.launcher_log, run_dir, launcher_file, problems)
     launcher = (
@@ -239,7 +252,31 @@ def load_run(
         tracker=tracker,
         checkpoints=tuple(checkpoints),
         problems=tuple(problems),
+        later_markers=later_markers,
     )
+
+
+def _later_markers(layout: RunLayout, problems: list[Problem]) -> tuple[tuple[int, Marker], ...]:
+    """Every ``fault_injected_<k>.json`` (k >= 2) in the run dir, by position; an unusable one is
+    a fatal problem, as the first marker's is."""
+    found: list[tuple[int, Marker]] = []
+    try:
+        names = sorted(os.listdir(layout.run_dir))
+    except OSError:
+        return ()
+    for name in names:
+        m = LATER_MARKER_PATTERN.fullmatch(name)
+        if m is None or int(m["k"]) < 2 or name != marker_name(int(m["k"])):
+            continue
+        marker = read_marker(layout.run_dir / name, layout.run_dir)
+        if marker is None:
+            continue
+        if not marker.ok:
+            problems.append(
+                Problem("fatal", f"injection marker unusable: {marker.error}", marker.ref())
+            )
+        found.append((int(m["k"]), marker))
+    return tuple(sorted(found, key=lambda pair: pair[0]))
 
 
 def _in_flight(marker: Marker | None) -> set[int]:

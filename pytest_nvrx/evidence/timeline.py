@@ -65,7 +65,8 @@ class Timeline:
         return self.fault_time
 
 
-def _is_failure(event: LauncherEvent) -> bool:
+def is_failure(event: LauncherEvent) -> bool:
+    """A launcher record of a worker failure (or of its detection)."""
     return event.kind in FAILURE_KINDS or event.is_failure_detected
 
 
@@ -73,7 +74,7 @@ def build_timeline(run: RunEvidence) -> Timeline:
     marker = run.marker
     fault_time = marker.time if marker is not None and marker.ok else None
     events = run.launcher.events
-    failures = [i for i, e in enumerate(events) if _is_failure(e)]
+    failures = [i for i, e in enumerate(events) if is_failure(e)]
 
     anchor: int | None = None
     for i in failures:

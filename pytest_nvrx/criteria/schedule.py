@@ -1,0 +1,336 @@
+"""The criteria over a fault schedule's run (issue #26): every fault's recovery, then the whole run.
+
+Each fault that happened is judged by the recovery criteria as a run of that one fault
+(pytest_nvrx.evidence.segments: its marker, its failure, the cycles up to its replacement), with
+run.json's schedule entry as the expected fault and window. A criterion passes only when it
+passes for every fault; a failing one names the fault it is about (``fault 2 of 3,
+hang@finalize in cycle 1: ...``). Two kinds of recovery are judged for less than the run's end:
+
+* one that a later fault ended: it must have restored, trained past the restore and completed a
+  checkpoint (the next fault needs one), not reached the final iteration;
+* one whose replacement the next fault struck while it loaded (window ``restore``): it never
+  trained; its load must have been of the checkpoint it had to restore (the next marker's
+  ``load_iteration``), and the next fault's recovery restores in its place.
+
+``no_repeat_injection`` is the whole run's: every fault the schedule and the restart budget
+allow happened exactly once and no other fault did, no failure is left that no scheduled fault
+explains, and the launcher ended as it must: successfully after the last recovery, or, for a
+schedule longer than ``--max-restarts``, by giving up after exactly max-restarts + 1 cycles (its
+own line quoted) — a qualification of the launcher's budget, not a failure.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from pytest_nvrx.criteria.context import JudgeContext
+from pytest_nvrx.criteria.expected import ExpectedFault, ExpectedWindow
+from pytest_nvrx.criteria.helpers import launcher_outcome
+from pytest_nvrx.criteria.registry import CRITERIA
+from pytest_nvrx.criteria.verdict import (
+    CRITERIA_IDS,
+    CriterionId,
+    Verdict,
+    failing,
+    not_applicable,
+    passing,
+)
+from pytest_nvrx.evidence.launcher_log import LauncherEventKind
+from pytest_nvrx.evidence.refs import EvidenceRef
+from pytest_nvrx.evidence.rundir import RunEvidence
+from pytest_nvrx.evidence.segments import FaultSegment, fault_segments, unexplained_failures
+from pytest_nvrx.layout import marker_name
+from pytest_nvrx.settings.schedule import ScheduledFault, render_schedule
+
+#: What the whole run is judged by; every other criterion is judged per fault.
+WHOLE_RUN: CriterionId = "no_repeat_injection"
+
+
+def restart_budget(run: RunEvidence) -> tuple[int, EvidenceRef] | None:
+    """``--max-restarts``: run.json's, else the launcher's launch configuration."""
+    manifest = run.manifest
+    if manifest is not None and manifest.max_restarts is not None:
+        return manifest.max_restarts.value, manifest.max_restarts.ref
+    value = run.launcher.config.get("max_restarts", "")
+    if value.isdigit():
+        return int(value), run.launcher.config_refs["max_restarts"]
+    return None
+
+
+def schedule_verdicts(
+    run: RunEvidence,
+    schedule: tuple[ScheduledFault, ...],
+    schedule_ref: EvidenceRef,
+    *,
+    baseline: RunEvidence | None = None,
+    continuity_rtol: float = 0.0,
+) -> tuple[Verdict, ...]:
+    """Every criterion over ``run``, a run of ``schedule`` (run.json's, at ``schedule_ref``)."""
+    segments = fault_segments(run, schedule)
+    budget = restart_budget(run)
+    due = len(schedule) if budget is None else min(len(schedule), budget[0] + 1)
+    spent = budget is not None and len(schedule) > budget[0]
+    per_fault: dict[CriterionId, list[tuple[str, Verdict]]] = {c: [] for c in CRITERIA_IDS}
+    for segment in segments:
+        exhausting = spent and segment.position == due
+        for cid, verdict in _segment_verdicts(
+            segment, schedule_ref, baseline, continuity_rtol, exhausting, budget
+        ).items():
+            per_fault[cid].append((segment.label, verdict))
+    missing = _missing_fault(run, schedule, segments, due, schedule_ref)
+    out = []
+    for cid in CRITERIA_IDS:
+        if cid == WHOLE_RUN:
+            out.append(_whole_run(run, schedule, segments, due, budget, schedule_ref))
+        elif missing is not None:
+            out.append(failing(cid, missing[0], missing[1], schedule_ref))
+        else:
+            out.append(_combined(cid, per_fault[cid], schedule, schedule_ref))
+    return tuple(out)
+
+
+def _segment_verdicts(
+    segment: FaultSegment,
+    schedule_ref: EvidenceRef,
+    baseline: RunEvidence | None,
+    rtol: float,
+    exhausting: bool,
+    budget: tuple[int, EvidenceRef] | None,
+) -> dict[CriterionId, Verdict]:
+    """The per-fault criteria of one fault's recovery."""
+    entry = segment.scheduled
+    view = segment.view
+    source = f"run.json schedule, fault {segment.position}"
+    ctx = JudgeContext.build(
+        view,
+        ExpectedFault(entry.fault, source, schedule_ref),  # type: ignore[arg-type]
+        baseline=baseline,
+        continuity_rtol=rtol,
+        window=ExpectedWindow(entry.window, source, schedule_ref),
+        cut_short=not segment.last or segment.interrupted_restore,
+    )
+    out: dict[CriterionId, Verdict] = {}
+    for cid in CRITERIA_IDS:
+        if cid == WHOLE_RUN:
+            continue
+        if cid != "prior_checkpoint" and exhausting and budget is not None:
+            out[cid] = not_applicable(
+                cid,
+                f"this fault spent the launcher's restart budget (max_restarts {budget[0]}):"
+                " no replacement is expected (no_repeat_injection judges the launcher's stop)",
+                budget[1],
+                segment.marker.ref("time"),
+            )
+        elif segment.interrupted_restore and cid in (
+            "optimizer_state_load",
+            "progress_past_restore",
+            "training_continuity",
+        ):
+            out[cid] = _interrupted(cid, ctx, segment)
+        else:
+            out[cid] = CRITERIA[cid](ctx)
+    return out
+
+
+def _interrupted(cid: CriterionId, ctx: JudgeContext, segment: FaultSegment) -> Verdict:
+    """A recovery whose replacement the next fault struck while it loaded: what it loaded must
+    be the checkpoint it had to restore; it trained nothing to judge."""
+    nxt = segment.next_marker
+    assert nxt is not None  # an interrupted restore has a next fault
+    position = segment.position + 1
+    struck = f"fault {position} struck its replacement while it loaded"
+    if cid != "optimizer_state_load":
+        return not_applicable(
+            cid,
+            f"{struck}: it never trained; fault {position}'s recovery is judged in its place",
+            nxt.ref("time"),
+        )
+    target = ctx.restore_target
+    loading = nxt.load_iteration
+    if target.iteration is None or loading != target.iteration:
+        return failing(
+            cid,
+            f"{struck}, loading checkpoint {loading}, but the newest checkpoint completed before"
+            f" this fault is {target.iteration}",
+            nxt.ref("load_iteration"),
+            target.save.ref if target.save is not None else segment.marker.ref("tracker_iteration"),
+        )
+    return passing(
+        cid,
+        f"{struck}: it was loading checkpoint {loading}, the newest completed before this fault"
+        f" (fault {position}'s recovery loads it again and is judged in full)",
+        nxt.ref("load_iteration"),
+        target.save.ref if target.save is not None else segment.marker.ref("tracker_iteration"),
+    )
+
+
+def _combined(
+    cid: CriterionId,
+    results: list[tuple[str, Verdict]],
+    schedule: tuple[ScheduledFault, ...],
+    schedule_ref: EvidenceRef,
+) -> Verdict:
+    """One verdict of every fault's: the first failing fault's, named, else all of them."""
+    if not results:
+        return failing(
+            cid, f"no fault of the schedule {render_schedule(schedule)} happened", schedule_ref
+        )
+    bad = [(label, v) for label, v in results if not v.passed]
+    if bad:
+        label, first = bad[0]
+        more = f" (and {len(bad) - 1} more of the faults)" if len(bad) > 1 else ""
+        verdict = failing(cid, f"{label}: {first.reason}{more}", first.evidence)
+        return replace(verdict, cannot_judge=first.cannot_judge)
+    reason = "; ".join(f"{label}: {v.reason}" for label, v in results)
+    evidence = [ref for _, v in results for ref in v.evidence]
+    if all(v.not_applicable for _, v in results):
+        return replace(passing(cid, reason, evidence), not_applicable=True)
+    return passing(cid, reason, evidence)
+
+
+def _missing_fault(
+    run: RunEvidence,
+    schedule: tuple[ScheduledFault, ...],
+    segments: list[FaultSegment],
+    due: int,
+    schedule_ref: EvidenceRef,
+) -> tuple[str, EvidenceRef | None] | None:
+    """The first fault that was due but never happened, and why (never a pass)."""
+    if len(segments) >= due:
+        return None
+    position = len(segments) + 1
+    entry = schedule[position - 1]
+    marker = run.marker_at(position)
+    name = marker_name(position)
+    if marker is not None and not marker.ok:
+        return f"fault {position} of {len(schedule)}, {entry}: {marker.error}", marker.ref()
+    never = [line for log in run.cycle_logs for line in log.injector if line.kind == "never"]
+    why = (
+        f"the injector said: {never[-1].reason}"
+        if never and never[-1].reason
+        else "no line of the injector says why"
+    )
+    return (
+        f"fault {position} of {len(schedule)}, {entry}, never happened ({name} is absent): {why}",
+        never[-1].ref if never else None,
+    )
+
+
+def _whole_run(
+    run: RunEvidence,
+    schedule: tuple[ScheduledFault, ...],
+    segments: list[FaultSegment],
+    due: int,
+    budget: tuple[int, EvidenceRef] | None,
+    schedule_ref: EvidenceRef,
+) -> Verdict:
+    """Every due fault exactly once, nothing else failed, and the launcher ended as it must."""
+    cid = WHOLE_RUN
+    n = len(schedule)
+    extra = [(k, m) for k, m in run.later_markers if k > due]
+    if extra:
+        k, m = extra[0]
+        why = (
+            f"beyond the schedule's {n} faults"
+            if k > n
+            else f"after the restart budget allowed only {due} (max_restarts {budget[0]})"
+            if budget is not None
+            else "beyond the faults due"
+        )
+        return failing(cid, f"fault {k} was injected {why}", m.ref("time"), schedule_ref)
+    fired = [line for log in run.cycle_logs for line in log.injector if line.kind == "fired"]
+    if len(fired) > len(segments):
+        return failing(
+            cid,
+            f"the injector fired {len(fired)} times for {len(segments)} markers:"
+            f" {fired[-1].ref.location}",
+            [line.ref for line in fired[:4]],
+            schedule_ref,
+        )
+    if len(segments) < due:
+        return failing(
+            cid,
+            f"{len(segments)} of the {due} faults due happened (schedule"
+            f" {render_schedule(schedule)})",
+            schedule_ref,
+            launcher_outcome(run),
+        )
+    stray = unexplained_failures(run, segments)
+    if stray:
+        return failing(
+            cid,
+            f"a failure no scheduled fault explains: {stray[0].ref.text.split('] ')[-1].strip()}",
+            [e.ref for e in stray[:3]],
+            schedule_ref,
+        )
+    cycles = sorted({r.cycle for r in run.cycles} | {g.cycle for g in run.cycle_logs if g.exists})
+    manifest = run.manifest
+    exit_code = manifest.exit_code if manifest is not None else None
+    stops = run.launcher.of_kind(
+        LauncherEventKind.EARLY_TERMINATION,
+        LauncherEventKind.NO_RESTART,
+        LauncherEventKind.RUN_FAILED,
+    )
+    if budget is not None and n > budget[0]:
+        wanted = budget[0] + 1
+        if len(cycles) != wanted:
+            return failing(
+                cid,
+                f"the schedule's {n} faults exceed max_restarts {budget[0]}: the launcher had to"
+                f" give up after exactly {wanted} cycles, but ran {len(cycles)}",
+                budget[1],
+                [r.ref for r in run.cycles][-2:],
+            )
+        gave_up = [e for e in stops if e.kind is not LauncherEventKind.EARLY_TERMINATION]
+        if not gave_up or exit_code is None or exit_code.value == 0:
+            return failing(
+                cid,
+                f"the schedule's {n} faults exceed max_restarts {budget[0]}, but the launcher"
+                " did not give up"
+                + (f" (exit code {exit_code.value})" if exit_code is not None else ""),
+                budget[1],
+                launcher_outcome(run),
+            )
+        said = gave_up[0].ref.text.split("] ")[-1].strip()
+        return passing(
+            cid,
+            f"each of the {due} faults the budget allows happened once; the launcher gave up"
+            f" after exactly {wanted} cycles (max_restarts {budget[0]}), as it must: {said!r}"
+            f" (exit code {exit_code.value})",
+            gave_up[0].ref,
+            exit_code.ref,
+            budget[1],
+            [s.marker.ref("time") for s in segments],
+        )
+    if stops:
+        what = (
+            "a no-progress stop"
+            if stops[0].kind is LauncherEventKind.EARLY_TERMINATION
+            else "a failed run"
+        )
+        return failing(
+            cid,
+            f"the launcher stopped ({what}): {stops[0].ref.text.split('] ')[-1].strip()}",
+            [e.ref for e in stops][:3],
+            exit_code.ref if exit_code is not None else None,
+        )
+    if exit_code is not None and exit_code.value != 0:
+        return failing(cid, f"launcher exited with code {exit_code.value}", exit_code.ref)
+    if len(cycles) != due + 1:
+        return failing(
+            cid,
+            f"{due} faults need {due + 1} cycles (each fault ends one), but the run had"
+            f" {len(cycles)}: {', '.join(map(str, cycles))}",
+            [r.ref for r in run.cycles][:4] or schedule_ref,
+        )
+    finished = run.launcher.of_kind(LauncherEventKind.RUN_OK, LauncherEventKind.GROUP_SUCCEEDED)
+    if not finished and exit_code is None:
+        return failing(cid, "the launcher recorded no successful finish", launcher_outcome(run))
+    return passing(
+        cid,
+        f"each of the {due} scheduled faults happened exactly once, one per cycle"
+        f" ({len(cycles)} cycles); no other failure; the launcher finished successfully",
+        [s.marker.ref("time") for s in segments],
+        finished[-1].ref if finished else None,
+        exit_code.ref if exit_code is not None else None,
+    )
