@@ -119,16 +119,22 @@ class InjectedFault:
     #: the cycle the fault hit, and the last iteration it had committed when the marker appeared
     cycle: int
     iteration: int | None
+    #: a fault schedule's fault: its position (from 1) and the checkpoint a restore fault struck
+    #: the load of (None: a run of one fault; not a restore)
+    position: int | None = None
+    loading: int | None = None
 
     def describe(self) -> str:
         kind = f" ({self.fault})" if self.fault else ""
         rank = f" into rank {self.rank}" if self.rank is not None else ""
-        at = (
-            f" at iteration {self.iteration}"
-            if self.iteration is not None
-            else " before the first iteration"
-        )
-        return f"fault injected{rank}{at}{kind}"
+        if self.loading is not None:
+            at = f" while it loaded checkpoint {self.loading}"
+        elif self.iteration is not None:
+            at = f" at iteration {self.iteration}"
+        else:
+            at = " before the first iteration"
+        which = f"fault {self.position}" if self.position is not None else "fault"
+        return f"{which} injected{rank}{at}{kind}"
 
 
 @dataclass(frozen=True)
@@ -215,6 +221,7 @@ class ProgressReader:
         self._restoring: int | None = None
         self._restored: int | None = None
         self._fault: InjectedFault | None = None
+        self._faults_read = 0
 
     def read(self, elapsed_s: float) -> Progress:
         news: set[str] = set()
@@ -227,10 +234,12 @@ class ProgressReader:
             self._follow(logs[newest])
             if self._restored is not None and restored_before is None:
                 news.add("restored")
-        if self._fault is None:
-            self._fault = self._read_fault(logs)
-            if self._fault is not None:
-                news.add("fault")
+        # a schedule's faults come one per cycle: the next marker, once the last was read
+        fault = self._read_fault(logs, self._faults_read + 1)
+        if fault is not None:
+            self._fault = fault
+            self._faults_read += 1
+            news.add("fault")
         return Progress(
             elapsed_s=elapsed_s,
             cycle=self._cycle,
@@ -307,10 +316,11 @@ class ProgressReader:
                     self._adapter = get_adapter(workload)
         return self._adapter
 
-    def _read_fault(self, logs: Mapping[int, Path]) -> InjectedFault | None:
-        """The injection, once the marker is complete (it is written after its claim: an
-        unreadable one is read again at the next poll)."""
-        marker_path = self.layout.marker
+    def _read_fault(self, logs: Mapping[int, Path], position: int) -> InjectedFault | None:
+        """The injection of the marker at ``position`` (1: the run's one fault, or a schedule's
+        first), once it is complete (it is written after its claim: an unreadable one is read
+        again at the next poll)."""
+        marker_path = self.layout.marker_at(position)
         if not marker_path.exists():
             return None
         from pytest_nvrx.evidence.marker import read_marker
@@ -330,7 +340,14 @@ class ProgressReader:
         else:
             found = _ITERATION.findall(_tail(logs[cycle]))
             iteration = max(int(it) for it, _ in found) if found else None
-        return InjectedFault(rank=marker.rank, fault=marker.fault, cycle=cycle, iteration=iteration)
+        return InjectedFault(
+            rank=marker.rank,
+            fault=marker.fault,
+            cycle=cycle,
+            iteration=iteration,
+            position=marker.schedule_position,
+            loading=marker.load_iteration,
+        )
 
 
 def read_progress(layout: RunLayout, elapsed_s: float, workload: str | None = None) -> Progress:

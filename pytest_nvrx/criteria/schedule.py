@@ -21,7 +21,9 @@ own line quoted) — a qualification of the launcher's budget, not a failure.
 
 from __future__ import annotations
 
-from dataclasses import replace
+import re
+from dataclasses import dataclass, replace
+from typing import Literal
 
 from pytest_nvrx.criteria.context import JudgeContext
 from pytest_nvrx.criteria.expected import ExpectedFault, ExpectedWindow
@@ -35,11 +37,11 @@ from pytest_nvrx.criteria.verdict import (
     not_applicable,
     passing,
 )
-from pytest_nvrx.evidence.launcher_log import LauncherEventKind
+from pytest_nvrx.evidence.launcher_log import LauncherEvent, LauncherEventKind
 from pytest_nvrx.evidence.refs import EvidenceRef
 from pytest_nvrx.evidence.rundir import RunEvidence
 from pytest_nvrx.evidence.segments import FaultSegment, fault_segments, unexplained_failures
-from pytest_nvrx.layout import marker_name
+from pytest_nvrx.layout import SCHEDULE_WINDOWS, marker_name
 from pytest_nvrx.settings.schedule import ScheduledFault, render_schedule
 
 #: What the whole run is judged by; every other criterion is judged per fault.
@@ -57,6 +59,65 @@ def restart_budget(run: RunEvidence) -> tuple[int, EvidenceRef] | None:
     return None
 
 
+#: NVRx's progress tracker stops a job after this many consecutive cycles without progress
+#: (``--ft-max-no-progress-cycles``, 3 in NVRx 0.7); its own lines state the limit in force
+#: ("Consecutive cycles without progress: 1/3"), which wins where the log has one.
+NVRX_NO_PROGRESS_LIMIT = 3
+_NO_PROGRESS_COUNT = re.compile(r"Consecutive cycles without progress: (\d+)/(\d+)")
+
+
+@dataclass(frozen=True, slots=True)
+class Ending:
+    """How a schedule's run must end: after how many faults, and why.
+
+    ``finished``: every fault recovered and training ran to the end. ``budget``: the fault at
+    ``due`` found no restart left (``--max-restarts``). ``no-progress``: the cycle that fault
+    ended was the ``limit``-th in a row without progress (a fault in a replacement's restore
+    ends a cycle whose tracker never moved), so NVRx stopped the job instead of restarting it.
+    """
+
+    due: int
+    how: Literal["finished", "budget", "no-progress"]
+    budget: tuple[int, EvidenceRef] | None
+    limit: tuple[int, EvidenceRef | None]
+
+    @property
+    def stopped(self) -> bool:
+        return self.how != "finished"
+
+    def why(self) -> str:
+        if self.how == "budget" and self.budget is not None:
+            return f"the launcher's restart budget (max_restarts {self.budget[0]})"
+        return f"NVRx's no-progress limit ({self.limit[0]} consecutive cycles without progress)"
+
+
+def no_progress_limit(run: RunEvidence) -> tuple[int, EvidenceRef | None]:
+    """The no-progress limit in force: NVRx's own line that states it, else its default."""
+    for event in run.launcher.of_kind(LauncherEventKind.NO_PROGRESS):
+        m = _NO_PROGRESS_COUNT.search(event.ref.text)
+        if m is not None:
+            return int(m[2]), event.ref
+    return NVRX_NO_PROGRESS_LIMIT, None
+
+
+def expected_ending(
+    schedule: tuple[ScheduledFault, ...],
+    budget: tuple[int, EvidenceRef] | None,
+    limit: tuple[int, EvidenceRef | None],
+) -> Ending:
+    """How the run of ``schedule`` must end, as NVRx decides after each failure: first whether
+    the cycles made no progress too long, then whether a restart is left."""
+    without = 0
+    for position, entry in enumerate(schedule, start=1):
+        # the cycle this fault ends made progress unless the fault struck its restore
+        without = without + 1 if entry.window in SCHEDULE_WINDOWS else 0
+        if without >= limit[0]:
+            return Ending(position, "no-progress", budget, limit)
+        if budget is not None and position > budget[0]:
+            return Ending(position, "budget", budget, limit)
+    return Ending(len(schedule), "finished", budget, limit)
+
+
 def schedule_verdicts(
     run: RunEvidence,
     schedule: tuple[ScheduledFault, ...],
@@ -67,21 +128,20 @@ def schedule_verdicts(
 ) -> tuple[Verdict, ...]:
     """Every criterion over ``run``, a run of ``schedule`` (run.json's, at ``schedule_ref``)."""
     segments = fault_segments(run, schedule)
-    budget = restart_budget(run)
-    due = len(schedule) if budget is None else min(len(schedule), budget[0] + 1)
-    spent = budget is not None and len(schedule) > budget[0]
+    ending = expected_ending(schedule, restart_budget(run), no_progress_limit(run))
+    due = ending.due
     per_fault: dict[CriterionId, list[tuple[str, Verdict]]] = {c: [] for c in CRITERIA_IDS}
     for segment in segments:
-        exhausting = spent and segment.position == due
+        last = ending if ending.stopped and segment.position == due else None
         for cid, verdict in _segment_verdicts(
-            segment, schedule_ref, baseline, continuity_rtol, exhausting, budget
+            segment, schedule_ref, baseline, continuity_rtol, last
         ).items():
             per_fault[cid].append((segment.label, verdict))
     missing = _missing_fault(run, schedule, segments, due, schedule_ref)
     out = []
     for cid in CRITERIA_IDS:
         if cid == WHOLE_RUN:
-            out.append(_whole_run(run, schedule, segments, due, budget, schedule_ref))
+            out.append(_whole_run(run, schedule, segments, ending, schedule_ref))
         elif missing is not None:
             out.append(failing(cid, missing[0], missing[1], schedule_ref))
         else:
@@ -94,8 +154,7 @@ def _segment_verdicts(
     schedule_ref: EvidenceRef,
     baseline: RunEvidence | None,
     rtol: float,
-    exhausting: bool,
-    budget: tuple[int, EvidenceRef] | None,
+    stop: Ending | None,
 ) -> dict[CriterionId, Verdict]:
     """The per-fault criteria of one fault's recovery."""
     entry = segment.scheduled
@@ -113,12 +172,12 @@ def _segment_verdicts(
     for cid in CRITERIA_IDS:
         if cid == WHOLE_RUN:
             continue
-        if cid != "prior_checkpoint" and exhausting and budget is not None:
+        if cid != "prior_checkpoint" and stop is not None:
             out[cid] = not_applicable(
                 cid,
-                f"this fault spent the launcher's restart budget (max_restarts {budget[0]}):"
-                " no replacement is expected (no_repeat_injection judges the launcher's stop)",
-                budget[1],
+                f"after this fault {stop.why()} stops the job: no replacement is expected"
+                " (no_repeat_injection judges the launcher's stop)",
+                stop.budget[1] if stop.how == "budget" and stop.budget else stop.limit[1],
                 segment.marker.ref("time"),
             )
         elif segment.interrupted_restore and cid in (
@@ -220,24 +279,19 @@ def _whole_run(
     run: RunEvidence,
     schedule: tuple[ScheduledFault, ...],
     segments: list[FaultSegment],
-    due: int,
-    budget: tuple[int, EvidenceRef] | None,
+    ending: Ending,
     schedule_ref: EvidenceRef,
 ) -> Verdict:
     """Every due fault exactly once, nothing else failed, and the launcher ended as it must."""
     cid = WHOLE_RUN
-    n = len(schedule)
+    n, due = len(schedule), ending.due
     extra = [(k, m) for k, m in run.later_markers if k > due]
     if extra:
         k, m = extra[0]
-        why = (
-            f"beyond the schedule's {n} faults"
-            if k > n
-            else f"after the restart budget allowed only {due} (max_restarts {budget[0]})"
-            if budget is not None
-            else "beyond the faults due"
+        why = f"beyond the schedule's {n} faults" if k > n else f"after {ending.why()} stopped"
+        return failing(
+            cid, f"fault {k} was injected {why} (faults due: {due})", m.ref("time"), schedule_ref
         )
-        return failing(cid, f"fault {k} was injected {why}", m.ref("time"), schedule_ref)
     fired = [line for log in run.cycle_logs for line in log.injector if line.kind == "fired"]
     if len(fired) > len(segments):
         return failing(
@@ -271,46 +325,18 @@ def _whole_run(
         LauncherEventKind.NO_RESTART,
         LauncherEventKind.RUN_FAILED,
     )
-    if budget is not None and n > budget[0]:
-        wanted = budget[0] + 1
-        if len(cycles) != wanted:
-            return failing(
-                cid,
-                f"the schedule's {n} faults exceed max_restarts {budget[0]}: the launcher had to"
-                f" give up after exactly {wanted} cycles, but ran {len(cycles)}",
-                budget[1],
-                [r.ref for r in run.cycles][-2:],
-            )
-        gave_up = [e for e in stops if e.kind is not LauncherEventKind.EARLY_TERMINATION]
-        if not gave_up or exit_code is None or exit_code.value == 0:
-            return failing(
-                cid,
-                f"the schedule's {n} faults exceed max_restarts {budget[0]}, but the launcher"
-                " did not give up"
-                + (f" (exit code {exit_code.value})" if exit_code is not None else ""),
-                budget[1],
-                launcher_outcome(run),
-            )
-        said = gave_up[0].ref.text.split("] ")[-1].strip()
-        return passing(
-            cid,
-            f"each of the {due} faults the budget allows happened once; the launcher gave up"
-            f" after exactly {wanted} cycles (max_restarts {budget[0]}), as it must: {said!r}"
-            f" (exit code {exit_code.value})",
-            gave_up[0].ref,
-            exit_code.ref,
-            budget[1],
-            [s.marker.ref("time") for s in segments],
-        )
+    if ending.stopped:
+        return _stopped(run, segments, ending, cycles, stops, schedule_ref)
     if stops:
         what = (
             "a no-progress stop"
             if stops[0].kind is LauncherEventKind.EARLY_TERMINATION
+            or "no progress" in stops[0].ref.text
             else "a failed run"
         )
         return failing(
             cid,
-            f"the launcher stopped ({what}): {stops[0].ref.text.split('] ')[-1].strip()}",
+            f"the launcher stopped ({what}): {_said(stops[0].ref)}",
             [e.ref for e in stops][:3],
             exit_code.ref if exit_code is not None else None,
         )
@@ -333,4 +359,117 @@ def _whole_run(
         [s.marker.ref("time") for s in segments],
         finished[-1].ref if finished else None,
         exit_code.ref if exit_code is not None else None,
+    )
+
+
+def _stopped(
+    run: RunEvidence,
+    segments: list[FaultSegment],
+    ending: Ending,
+    cycles: list[int],
+    stops: tuple[LauncherEvent, ...],
+    schedule_ref: EvidenceRef,
+) -> Verdict:
+    """A schedule the launcher must stop: after exactly ``due`` cycles, for the right reason,
+    with a non-zero exit; its own line quoted where it wrote one."""
+    cid = WHOLE_RUN
+    manifest = run.manifest
+    exit_code = manifest.exit_code if manifest is not None else None
+    why = ending.why()
+    where = ending.budget[1] if ending.how == "budget" and ending.budget else ending.limit[1]
+    if len(cycles) != ending.due:
+        return failing(
+            cid,
+            f"after fault {ending.due} {why} had to stop the job after exactly {ending.due}"
+            f" cycles, but the run had {len(cycles)}",
+            where or schedule_ref,
+            [r.ref for r in run.cycles][-2:],
+        )
+    if exit_code is None or exit_code.value == 0:
+        shown = f" (exit code {exit_code.value})" if exit_code is not None else ""
+        return failing(
+            cid,
+            f"after fault {ending.due} {why} had to stop the job, but the launcher did not"
+            f" fail{shown}",
+            where or schedule_ref,
+            launcher_outcome(run),
+        )
+    no_progress = [
+        e
+        for e in stops
+        if e.kind is LauncherEventKind.EARLY_TERMINATION or "no progress" in e.ref.text
+    ]
+    restarts = run.launcher.of_kind(LauncherEventKind.GROUP_FAILED)
+    last = segments[-1].timeline
+    after = [e for e in restarts if last.detected is not None and _after(e.ref, last.detected.ref)]
+    if after:
+        return failing(
+            cid,
+            f"the launcher decided to restart after fault {ending.due}, where {why} had to"
+            f" stop it: {_said(after[0].ref)}",
+            after[0].ref,
+            where or schedule_ref,
+        )
+    if ending.how == "no-progress":
+        if not no_progress:
+            return failing(
+                cid,
+                f"after fault {ending.due} {why} had to stop the job, but no line of NVRx says"
+                " it stopped for no progress",
+                where or schedule_ref,
+                launcher_outcome(run),
+            )
+        counted = run.launcher.of_kind(LauncherEventKind.NO_PROGRESS)
+        return passing(
+            cid,
+            f"each of the {ending.due} faults due happened once; NVRx stopped the job after"
+            f" {ending.due} cycles, {ending.limit[0]} of them in a row without progress (its"
+            f" limit), as it must: {_said(no_progress[0].ref)!r} (exit code {exit_code.value})",
+            no_progress[0].ref,
+            counted[-1].ref if counted else None,
+            exit_code.ref,
+            [s.marker.ref("time") for s in segments],
+        )
+    if no_progress:
+        return failing(
+            cid,
+            f"the launcher stopped for no progress, not for {why}: {_said(no_progress[0].ref)}",
+            no_progress[0].ref,
+            where or schedule_ref,
+        )
+    said = [*stops, *run.launcher.of_kind(LauncherEventKind.AGENT_EXIT)]
+    quote = (
+        f"its own words: {_said(said[0].ref)!r}"
+        if said
+        else "it wrote no line of its own saying so (NVRx logs its exit after its log server"
+        " closed), so its last restart decision, the last failure and the exit code are quoted"
+    )
+    last_restart = _said(restarts[-1].ref) if restarts else None
+    return passing(
+        cid,
+        f"each of the {ending.due} faults the budget allows happened once; the launcher gave up"
+        f" after exactly {ending.due} cycles ({why}), as it must"
+        + (f", its last restart being {last_restart!r}" if last_restart else "")
+        + f"; {quote} (exit code {exit_code.value})",
+        [e.ref for e in said][:2],
+        restarts[-1].ref if restarts else None,
+        last.detected.ref if last.detected is not None else None,
+        exit_code.ref,
+        where,
+        [s.marker.ref("time") for s in segments],
+    )
+
+
+def _said(ref: EvidenceRef) -> str:
+    """What a launcher line says, without its logging prefix."""
+    return ref.text.split("] ")[-1].strip()
+
+
+def _after(ref: EvidenceRef, anchor: EvidenceRef) -> bool:
+    """Whether ``ref`` is a later line of the same file than ``anchor``."""
+    return (
+        ref.file == anchor.file
+        and ref.line is not None
+        and anchor.line is not None
+        and ref.line > anchor.line
     )

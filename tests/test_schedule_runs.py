@@ -1,0 +1,197 @@
+"""Real fault-schedule runs of the reference workload (tests/data/cpu-schedules, issue #26),
+re-judged, and doctored copies of them that must fail or be refused.
+
+* ``ref-kill-step+kill-restore``: a kill in a step of cycle 0, then a kill into cycle 1 while it
+  loaded checkpoint 5; cycle 2 restored 5 and trained to the end.
+* ``ref-hang-finalize+ckpt-worker-finalize``: a hang while save 10 was finalized (cycle 0), then
+  the checkpoint worker killed while save 15 was in flight (cycle 1); cycle 2 restored 10.
+* ``ref-budget-kill-step+kill-restore+kill-restore``: three faults over ``--max-restarts 1``: the
+  launcher gave up after the second (exit 1).
+* ``ref-no-progress-kill-step+3x-kill-restore``: ``kill@step`` and three ``kill@restore`` (then a
+  ``kill@step`` never due) over ``--max-restarts 5``: three cycles in a row without progress, and
+  NVRx's progress tracker stopped the job (exit 93).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from pytest_nvrx.criteria import CRITERIA_IDS, judge_run_dir
+from pytest_nvrx.layout import marker_name
+from tests.doctor import Doctor, copy_run
+
+DATA = Path(__file__).parent / "data" / "cpu-schedules"
+TWO = DATA / "ref-kill-step+kill-restore"
+FINALIZE = DATA / "ref-hang-finalize+ckpt-worker-finalize"
+BUDGET = DATA / "ref-budget-kill-step+kill-restore+kill-restore"
+NO_PROGRESS = DATA / "ref-no-progress-kill-step+3x-kill-restore"
+
+
+def _statuses(run: Path) -> dict[str, str]:
+    return {v.id: v.status for v in judge_run_dir(run).verdicts}
+
+
+@pytest.mark.parametrize("run", [TWO, FINALIZE])
+def test_a_schedule_that_recovers_every_time_passes_every_criterion_per_fault(run: Path) -> None:
+    j = judge_run_dir(run)
+    assert j.passed and j.judgeable, j.summary()
+    assert [v.id for v in j.verdicts] == list(CRITERIA_IDS)
+    for v in j.verdicts:
+        if v.id != "no_repeat_injection":
+            assert "fault 1 of 2" in v.reason and "fault 2 of 2" in v.reason, v.reason
+    assert (
+        "each of the 2 scheduled faults happened exactly once"
+        in j.verdict("no_repeat_injection").reason
+    )
+
+
+def test_a_restore_fault_is_judged_against_the_checkpoint_it_struck() -> None:
+    j = judge_run_dir(TWO)
+    c1 = j.verdict("prior_checkpoint").reason
+    assert "fault 2 of 2, kill@restore in cycle 1: checkpoint iteration 5 was finalized" in c1
+    assert "the marker records window restore, trigger checkpoint load" in c1
+    c3 = j.verdict("optimizer_state_load").reason
+    assert "fault 2 struck its replacement while it loaded: it was loading checkpoint 5" in c3
+    assert "cycle 2 loaded checkpoint iteration 5" in c3
+    # what cycle 2 computed again was last computed by cycle 0 (cycle 1 trained nothing)
+    c6 = j.verdict("training_continuity")
+    assert c6.passed and not c6.not_applicable
+    assert "cycle 2 vs cycle 0: iterations 6..10 replayed, 5/5 equal" in c6.reason
+
+
+def test_a_recovery_cut_short_by_the_next_fault_needs_no_final_iteration() -> None:
+    c4 = judge_run_dir(FINALIZE).verdict("progress_past_restore").reason
+    assert "fault 1 of 2, hang@finalize in cycle 0: after iteration 5, committed" in c4
+    assert "before the next fault ended the cycle" in c4
+    assert "fault 2 of 2, ckpt-worker@finalize in cycle 1: after iteration 10" in c4
+    assert "final iteration 20 (from run.json) reached" in c4
+
+
+def test_a_spent_restart_budget_is_the_launcher_s_qualification() -> None:
+    j = judge_run_dir(BUDGET)
+    assert j.passed, j.summary()
+    c5 = j.verdict("no_repeat_injection")
+    assert "the launcher gave up after exactly 2 cycles" in c5.reason
+    assert "max_restarts 1" in c5.reason and "(exit code 1)" in c5.reason
+    assert "Worker group UNHEALTHY. 1/1 attempts left" in c5.reason
+    # the fault that spent the budget has no replacement to judge
+    assert (
+        "fault 2 of 3, kill@restore in cycle 1: not applicable"
+        in j.verdict("replaced_cycle").reason
+    )
+
+
+def test_a_schedule_faster_than_its_checkpoints_meets_nvrx_s_no_progress_stop() -> None:
+    j = judge_run_dir(NO_PROGRESS)
+    assert j.passed, j.summary()
+    c5 = j.verdict("no_repeat_injection").reason
+    assert "NVRx stopped the job after 4 cycles, 3 of them in a row without progress" in c5
+    assert "EARLY TERMINATION: 3 consecutive training cycles without progress" in c5
+    assert "(exit code 93)" in c5
+
+
+# -- doctored copies: each must fail, naming the fault, or be refused ---------------------------
+
+
+def _copy(run: Path, tmp_path: Path) -> Doctor:
+    return copy_run(run, tmp_path / run.name)
+
+
+def test_a_scheduled_fault_that_never_happened_fails(tmp_path: Path) -> None:
+    doc = _copy(TWO, tmp_path)
+    doc.path(marker_name(2)).unlink()
+    j = judge_run_dir(doc.root)
+    assert not j.passed
+    c1 = j.verdict("prior_checkpoint")
+    assert not c1.passed
+    assert "fault 2 of 2, kill@restore, never happened (fault_injected_2.json is absent)" in (
+        c1.reason
+    )
+    assert not j.verdict("no_repeat_injection").passed
+
+
+def test_a_restore_fault_that_struck_another_checkpoint_fails(tmp_path: Path) -> None:
+    doc = _copy(TWO, tmp_path)
+    doc.replace(marker_name(2), '"load_iteration": 5', '"load_iteration": 10')
+    j = judge_run_dir(doc.root)
+    c1 = j.verdict("prior_checkpoint")
+    assert not c1.passed
+    assert c1.reason.startswith("fault 2 of 2, kill@restore in cycle 1: the marker says the")
+    assert "loading checkpoint 10 while the tracker named 5" in c1.reason
+    assert not j.verdict("optimizer_state_load").passed
+
+
+def test_a_second_recovery_that_restored_an_older_checkpoint_fails(tmp_path: Path) -> None:
+    doc = _copy(FINALIZE, tmp_path)
+    for rank in (0, 1):
+        doc.replace(
+            "logs/train_cycle2.log",
+            f"rank {rank} load checkpoint iteration 10 (model, optimizer, scheduler, rng, data)"
+            " consumed_samples 40",
+            f"rank {rank} load checkpoint iteration 5 (model, optimizer, scheduler, rng, data)"
+            " consumed_samples 20",
+        )
+    c3 = judge_run_dir(doc.root).verdict("optimizer_state_load")
+    assert not c3.passed
+    assert c3.reason.startswith("fault 2 of 2, ckpt-worker@finalize in cycle 1:"), c3.reason
+
+
+def test_a_replay_that_differs_after_the_second_fault_fails(tmp_path: Path) -> None:
+    doc = _copy(TWO, tmp_path)
+    doc.replace(
+        "logs/train_cycle2.log",
+        "iteration 6/20 consumed_samples 24 loss 4.945107460021973",
+        "iteration 6/20 consumed_samples 24 loss 4.945107460021999",
+    )
+    c6 = judge_run_dir(doc.root).verdict("training_continuity")
+    assert not c6.passed
+    assert c6.reason.startswith("fault 2 of 2, kill@restore in cycle 1: replayed"), c6.reason
+
+
+def test_a_fault_beyond_the_schedule_fails(tmp_path: Path) -> None:
+    doc = _copy(TWO, tmp_path)
+    extra = json.loads(doc.path(marker_name(2)).read_text())
+    extra["schedule_position"] = 2  # a marker that says it is the second, at the third's name
+    doc.path(marker_name(3)).write_text(json.dumps(extra, indent=2))
+    c5 = judge_run_dir(doc.root).verdict("no_repeat_injection")
+    assert not c5.passed
+    assert "fault 3 was injected beyond the schedule's 2 faults" in c5.reason
+
+
+def test_a_budget_run_judged_with_a_budget_that_was_not_spent_fails(tmp_path: Path) -> None:
+    doc = _copy(BUDGET, tmp_path)
+    doc.replace("run.json", '"max_restarts": 1', '"max_restarts": 3')
+    j = judge_run_dir(doc.root)
+    assert not j.passed
+    # with 3 restarts the third fault was due: it never happened, and the launcher gave up
+    assert "fault 3 of 3, kill@restore, never happened" in j.verdict("prior_checkpoint").reason
+    assert not j.verdict("no_repeat_injection").passed
+
+
+def test_a_no_progress_stop_without_nvrx_s_line_fails(tmp_path: Path) -> None:
+    doc = _copy(NO_PROGRESS, tmp_path)
+    doc.delete("logs/launcher.log", "EARLY TERMINATION")
+    doc.delete("logs/launcher.log", "no progress across restarts")
+    c5 = judge_run_dir(doc.root).verdict("no_repeat_injection")
+    assert not c5.passed
+    assert "no line of NVRx says it stopped for no progress" in c5.reason
+
+
+def test_an_unscheduled_failure_fails(tmp_path: Path) -> None:
+    """A worker failure record in cycle 1 before its scheduled fault, which neither explains."""
+    doc = _copy(FINALIZE, tmp_path)
+    log = "logs/launcher.log"
+    line = doc.lines(log)[doc.line_no(log, "failed (exitcode: 1)") - 1]
+    early = line.replace("E1202 14:17:14.035000", "E1202 14:17:05.000000").replace(
+        "failed (exitcode: 1) local_rank: 1", "failed (exitcode: -6) local_rank: 0"
+    )
+    doc.insert_after(log, "Cycle: 1 Event: worker_start_completed", early)
+    j = judge_run_dir(doc.root)
+    assert not j.passed, j.summary()
+    c5 = j.verdict("no_repeat_injection")
+    assert not c5.passed
+    assert "a failure no scheduled fault explains" in c5.reason
+    assert "failed (exitcode: -6) local_rank: 0" in c5.reason
