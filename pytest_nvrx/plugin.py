@@ -129,6 +129,10 @@ MARKERS: dict[str, str] = {
         for fault in INJECTED_FAULTS
     },
     **{window: f"scenario window: {WINDOW_HELP[window]}" for window in FAULT_WINDOWS},
+    "schedule": "a fault-schedule scenario: several faults, one per cycle, each recovery judged "
+    "(--nvrx-schedules; docs/windows.md)",
+    "restore": "a fault-schedule scenario with a fault in a replacement while it loads its "
+    "checkpoint (window restore)",
     SELFTEST_MARKER: "a self-test run (--nvrx-selftest): the unplanted control, or one planted "
     "recovery bug that its documented criterion must catch (docs/selftest.md)",
     DOWNTIME_GATE: "the scenario's downtime held to --nvrx-max-downtime and --nvrx-max-phase "
@@ -308,7 +312,9 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         # baseline run (training continuity) on the same worker.
         params = [
             _scenario_param(sc)
-            for sc in matrix_scenarios(settings.matrix, settings.windows, settings.workloads)
+            for sc in matrix_scenarios(
+                settings.matrix, settings.windows, settings.workloads, settings.schedules
+            )
         ]
     metafunc.parametrize(SCENARIO_FIXTURE, params, indirect=True, scope="session")
 

@@ -410,6 +410,10 @@ def scenario_config(
         selftest=scenario.selftest or None,
         plant=scenario.plant,
         seed_checkpoint=seed,
+        schedule=scenario.schedule or None,
+        max_restarts=(
+            scenario.max_restarts if scenario.max_restarts is not None else values.max_restarts
+        ),
     )
     ranks = (values.gpus_per_node or RunConfig.gpus_per_node) * nnodes
     if ranks == 1 and settings.overrides.fault_rank is None:

@@ -23,13 +23,21 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, cast
 
-from pytest_nvrx.layout import INJECTED_FAULTS, FaultKind, window_allowed, windows_of
+from pytest_nvrx.layout import (
+    INJECTED_FAULTS,
+    SCHEDULE_WINDOWS,
+    FaultKind,
+    window_allowed,
+    windows_of,
+)
 from pytest_nvrx.settings import (
     MATRICES,
     WORKLOAD_KINDS,
     ConfigError,
     FaultWindow,
+    ScheduledFault,
     WorkloadKind,
+    parse_schedule,
     plugin_setting,
     quote,
     scenario_defaults,
@@ -49,10 +57,35 @@ class Scenario:
     #: a self-test run (``selftest``): the control (``plant`` None) or one planted bug
     selftest: bool = False
     plant: str | None = None
+    #: a fault schedule (issue #26): several faults, one per cycle; ``fault`` and ``window``
+    #: are its first's. ``max_restarts``: the launcher's budget when the scenario sets one
+    schedule: tuple[ScheduledFault, ...] = ()
+    max_restarts: int | None = None
+
+    @classmethod
+    def scheduled(
+        cls,
+        workload: WorkloadKind,
+        schedule: tuple[ScheduledFault, ...],
+        max_restarts: int | None = None,
+    ) -> Scenario:
+        first = schedule[0]
+        return cls(
+            workload,
+            cast(FaultKind, first.fault),
+            cast(FaultWindow, first.window),
+            schedule=schedule,
+            max_restarts=max_restarts,
+        )
 
     def __post_init__(self) -> None:
         if self.plant is not None and not self.selftest:
             raise ValueError(f"plant {self.plant!r} outside a self-test scenario")
+        first = self.schedule[0] if self.schedule else None
+        if first is not None and (
+            self.selftest or (self.fault, self.window) != (first.fault, first.window)
+        ):
+            raise ValueError(f"a schedule's scenario is its first fault's, got {self!r}")
         if self.fault == "none":
             if self.window is not None:
                 raise ValueError(f"a baseline scenario has no window, got {self.window!r}")
@@ -73,6 +106,10 @@ class Scenario:
         ``<workload>-selftest-<plant>`` (``-control`` for the unplanted one)."""
         if self.selftest:
             return f"{self.workload}-selftest-{self.plant or 'control'}"
+        if self.schedule:
+            faults = "_".join(f"{e.fault}-{e.window}" for e in self.schedule)
+            budget = f"-restarts{self.max_restarts}" if self.max_restarts is not None else ""
+            return f"{self.workload}-schedule-{faults}{budget}"
         if self.window is None:
             return f"{self.workload}-{self.kind}"
         return f"{self.workload}-{self.kind}-{self.window}"
@@ -85,6 +122,9 @@ class Scenario:
     def markers(self) -> tuple[str, ...]:
         if self.selftest:
             names: tuple[str, ...] = ("selftest",)
+        elif self.schedule:
+            restore = any(e.window in SCHEDULE_WINDOWS for e in self.schedule)
+            names = ("schedule", "restore") if restore else ("schedule",)
         else:
             names = (self.kind,) if self.window is None else (self.kind, self.window)
         return ("gpu", *names) if self.needs_gpu else names
@@ -111,6 +151,35 @@ FULL_PAIRS: tuple[Pair, ...] = tuple(
 )
 
 
+#: The default schedule matrix (issue #26), small enough for CI: a fault in a replacement's
+#: restore after a step fault; two finalize-window faults in a row (the second the checkpoint
+#: worker's, which must have survived the first restart); and more faults than restarts (the
+#: launcher must give up after max-restarts + 1 cycles).
+DEFAULT_SCHEDULES: tuple[tuple[str, int | None], ...] = (
+    ("kill@step,kill@restore", None),
+    ("hang@finalize,ckpt-worker@finalize", None),
+    ("kill@step,kill@restore,kill@restore", 1),
+)
+#: The plugin's schedule choices besides a schedule of one's own.
+SCHEDULE_CHOICES = ("default", "none")
+
+
+def schedule_scenarios(
+    workload: WorkloadKind, schedules: str | tuple[ScheduledFault, ...] = "default"
+) -> tuple[Scenario, ...]:
+    """The workload's schedule scenarios: the default matrix, none, or one given schedule."""
+    if schedules == "none":
+        return ()
+    if schedules == "default":
+        return tuple(
+            Scenario.scheduled(workload, parse_schedule(text, "DEFAULT_SCHEDULES"), restarts)
+            for text, restarts in DEFAULT_SCHEDULES
+        )
+    if isinstance(schedules, str):
+        raise ConfigError(f"schedules must be default, none or a schedule, got {quote(schedules)}")
+    return (Scenario.scheduled(workload, schedules),)
+
+
 def fault_pairs(matrix: str = "default", windows: Iterable[str] | None = None) -> tuple[Pair, ...]:
     """The (fault, window) pairs of ``matrix``; with ``windows``, every fault in those windows."""
     if matrix not in MATRICES:
@@ -125,9 +194,10 @@ def matrix_scenarios(
     matrix: str = "default",
     windows: Iterable[str] | None = None,
     workloads: Iterable[str] = WORKLOAD_KINDS,
+    schedules: str | tuple[ScheduledFault, ...] = "none",
 ) -> tuple[Scenario, ...]:
     """Per workload its baseline first (the continuity reference of the fault scenarios judged
-    after it), then the fault scenarios of the matrix."""
+    after it), then the fault scenarios of the matrix, then its schedule scenarios."""
     pairs = fault_pairs(matrix, windows)
     wanted = set(workloads)
     out: list[Scenario] = []
@@ -135,13 +205,14 @@ def matrix_scenarios(
         if workload in wanted:
             out.append(Scenario(workload, "none"))
             out += [Scenario(workload, fault, window) for fault, window in pairs]
+            out += schedule_scenarios(workload, schedules)
     return tuple(out)
 
 
 #: The default matrix of both workloads.
 SCENARIOS: tuple[Scenario, ...] = matrix_scenarios("default")
-#: Every scenario the plugin can run (the full matrix of both workloads).
-ALL_SCENARIOS: tuple[Scenario, ...] = matrix_scenarios("full")
+#: Every scenario the plugin can run (the full matrix of both workloads, the default schedules).
+ALL_SCENARIOS: tuple[Scenario, ...] = matrix_scenarios("full", schedules="default")
 
 
 #: Settings a scenario uses unless the user gives them (option > env > ini > these): the

@@ -13,6 +13,7 @@ from pytest_nvrx.scenario_run import scenario_config
 from pytest_nvrx.scenarios import (
     ALL_SCENARIOS,
     DEFAULT_PAIRS,
+    DEFAULT_SCHEDULES,
     FULL_PAIRS,
     SCENARIOS,
     Scenario,
@@ -59,7 +60,8 @@ def test_full_matrix_is_every_valid_pair() -> None:
     want = {(f, w) for f in INJECTED_FAULTS for w in FAULT_WINDOWS if window_allowed(f, w)}
     assert set(FULL_PAIRS) == want and len(FULL_PAIRS) == len(want) == 16
     assert ("ckpt-worker", "step") not in want and ("ckpt-worker", "save") not in want
-    assert len(ALL_SCENARIOS) == 2 * (1 + 16)
+    # per workload: the baseline, the 16 pairs and the default schedules
+    assert len(ALL_SCENARIOS) == 2 * (1 + 16 + len(DEFAULT_SCHEDULES))
     assert set(SCENARIOS) <= set(ALL_SCENARIOS)
     assert len({s.id for s in ALL_SCENARIOS}) == len(ALL_SCENARIOS)
 

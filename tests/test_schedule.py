@@ -19,8 +19,11 @@ from pytest_nvrx.layout import (
     marker_name,
 )
 from pytest_nvrx.recipe import injector_argv, reference_args
+from pytest_nvrx.scenario_run import scenario_config
+from pytest_nvrx.scenarios import Scenario, matrix_scenarios, schedule_scenarios
 from pytest_nvrx.settings import (
     ConfigError,
+    NvrxSettings,
     PartialRunConfig,
     RunConfig,
     ScheduledFault,
@@ -30,6 +33,7 @@ from pytest_nvrx.settings import (
     validate,
     windows_at,
 )
+from pytest_nvrx.settings.table import parse_schedules
 
 
 def _config(tmp_path: Path, **values: object) -> RunConfig:
@@ -208,3 +212,42 @@ def test_a_restore_marker_out_of_its_schedule_is_unusable(
     marker = read_marker(_marker(tmp_path, marker_name(2), **extra), tmp_path)
     assert marker is not None and not marker.ok
     assert problem in (marker.error or "")
+
+
+def test_the_default_schedule_matrix_scenarios(tmp_path: Path) -> None:
+    scenarios = schedule_scenarios("reference")
+    assert [s.id for s in scenarios] == [
+        "reference-schedule-kill-step_kill-restore",
+        "reference-schedule-hang-finalize_ckpt-worker-finalize",
+        "reference-schedule-kill-step_kill-restore_kill-restore-restarts1",
+    ]
+    assert [s.markers for s in scenarios] == [
+        ("schedule", "restore"),
+        ("schedule",),
+        ("schedule", "restore"),
+    ]
+    assert schedule_scenarios("megatron")[1].markers == ("gpu", "schedule")
+    budget = scenario_config(NvrxSettings(), scenarios[2], tmp_path)
+    assert budget.max_restarts == 1
+    assert [str(e) for e in budget.schedule] == ["kill@step", "kill@restore", "kill@restore"]
+    assert (budget.fault, budget.fault_window) == ("kill", "step")
+    validate(budget)
+    # the run ID is the scenario's id: a run ID's characters only
+    assert budget.run_id.startswith(scenarios[2].id)
+    plain = scenario_config(NvrxSettings(), scenarios[0], tmp_path)
+    assert plain.max_restarts == RunConfig.max_restarts
+
+
+def test_the_plugin_s_schedules_setting() -> None:
+    assert parse_schedules("default", "--nvrx-schedules") == "default"
+    assert parse_schedules(" none ", "--nvrx-schedules") == "none"
+    given = parse_schedules("kill@step,term@restore", "--nvrx-schedules")
+    assert matrix_scenarios("default", workloads=["reference"], schedules=given)[-1].id == (
+        "reference-schedule-kill-step_term-restore"
+    )
+    assert len(matrix_scenarios("default", workloads=["reference"], schedules="none")) == 7
+    assert len(matrix_scenarios("default", workloads=["reference"], schedules="default")) == 10
+    with pytest.raises(ConfigError, match=r"^--nvrx-schedules: entry 1 'kill@restore'"):
+        parse_schedules("kill@restore", "--nvrx-schedules")
+    with pytest.raises(ValueError, match="a schedule's scenario is its first fault's"):
+        Scenario("reference", "hang", "step", schedule=parse_schedule("kill@step", "x"))

@@ -16,6 +16,7 @@ from pytest_nvrx.settings.record import (
     PartialRunConfig,
     RunConfig,
 )
+from pytest_nvrx.settings.schedule import ScheduledFault
 from pytest_nvrx.settings.setting import Setting
 from pytest_nvrx.settings.table import ENV_VARS, PLUGIN_SETTINGS, option_hint, parse_value
 from pytest_nvrx.settings.values import ConfigError, parse_bool
@@ -53,6 +54,8 @@ class NvrxSettings:
     gate_shared_gpu: bool = False
     #: also run the self-test of each selected workload (test_plant_caught)
     selftest: bool = False
+    #: the fault-schedule scenarios: "default", "none", or one schedule
+    schedules: str | tuple[ScheduledFault, ...] = "default"
 
 
 #: Where a plugin setting was found: (raw value, source for messages), or None where not given.

@@ -23,7 +23,7 @@ from pytest_nvrx.settings.record import (
     SectionTimeouts,
     WorkloadKind,
 )
-from pytest_nvrx.settings.schedule import parse_schedule
+from pytest_nvrx.settings.schedule import ScheduledFault, parse_schedule
 from pytest_nvrx.settings.setting import Setting
 from pytest_nvrx.settings.values import (
     DRY_RUN_ENV,
@@ -45,6 +45,9 @@ from pytest_nvrx.settings.values import (
 MATRIX_ENV = "NVRX_FAULT_MATRIX"
 WINDOW_ENV = "NVRX_FAULT_WINDOW"
 MATRICES = ("default", "full")
+#: The plugin's fault-schedule scenarios besides one schedule given (pytest_nvrx.scenarios).
+SCHEDULES_ENV = "NVRX_SCHEDULES"
+SCHEDULE_MATRICES = ("default", "none")
 
 
 def parse_matrix(raw: str, what: str) -> str:
@@ -56,6 +59,14 @@ def parse_matrix(raw: str, what: str) -> str:
             f"at least once; full: every fault in every window), got {quote(raw)}"
         )
     return text
+
+
+def parse_schedules(raw: str, what: str) -> str | tuple[ScheduledFault, ...]:
+    """``default``, ``none``, or one schedule (pytest_nvrx.settings.schedule)."""
+    text = raw.strip()
+    if text in SCHEDULE_MATRICES:
+        return text
+    return parse_schedule(text, what)
 
 
 def parse_windows(raw: str, what: str) -> tuple[FaultWindow, ...]:
@@ -208,6 +219,22 @@ SETTINGS: tuple[Setting, ...] = (
         doc_value="W[,W...]",
         doc="`step`, `save`, `finalize`, comma-separated: every fault in these windows instead "
         "of the matrix (the baselines stay)",
+    ),
+    Setting(
+        "schedules",
+        "default | none | FAULT@WINDOW[,...] | random:N,seed=S: the fault schedule scenarios "
+        "per workload, several faults one per cycle (default: kill@step,kill@restore; "
+        "hang@finalize,ckpt-worker@finalize; a schedule longer than its restart budget)",
+        parse=parse_schedules,
+        env=SCHEDULES_ENV,
+        where="plugin",
+        attr="schedules",
+        doc_value="default\\|none\\|S",
+        doc="the fault-schedule scenarios per workload (marker `schedule`; `restore` where one "
+        "fault strikes a replacement's checkpoint load): `default` runs three, `none` none, a "
+        "schedule (`kill@step,kill@restore`) or a seeded random one (`random:4,seed=7`, for soak "
+        "runs) runs that one; see [windows.md](windows.md#fault-schedules)",
+        doc_default="`default`",
     ),
     Setting(
         "run-id",
