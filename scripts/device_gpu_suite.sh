@@ -204,13 +204,14 @@ PYEOF
 # logs, cycle infos, marker, manifest, tracker and small checkpoint metadata; no shards.
 pack_runs() {
     "$PY" - "$OUT/runs.tar.gz" "$NVRX_WORK_DIR" "$BASETEMP" <<'PYEOF'
-import io, os, sys, tarfile
+import io, os, re, sys, tarfile
 from pathlib import Path
 
 dest, roots = Path(sys.argv[1]), [Path(r) for r in sys.argv[2:]]
 MAX_FILE = 4 << 20          # larger logs keep their last 4 MiB (as NAME.tail)
 MAX_TOTAL = 14 << 20        # the device tool returns files up to 16 MiB
 KEEP_TOP = {"fault_injected.json", "run.json", "result.json"}
+LATER_MARKER = re.compile(r"fault_injected_[0-9]+\.json")  # pytest_nvrx.layout.marker_name
 KEEP_DIRS = {"logs", "cycle_infos", "plant-records"}
 CKPT_FILES = {"latest_checkpointed_iteration.txt", "metadata.json", ".metadata", "ft_state.json"}
 
@@ -226,8 +227,10 @@ for root in roots:
 def wanted(run, path):
     rel = path.relative_to(run)
     if len(rel.parts) == 1:
-        return rel.name in KEEP_TOP or (
-            rel.name.startswith(("run.node", "result.node")) and rel.name.endswith(".json")
+        return (
+            rel.name in KEEP_TOP
+            or LATER_MARKER.fullmatch(rel.name) is not None  # a fault schedule's later markers
+            or (rel.name.startswith(("run.node", "result.node")) and rel.name.endswith(".json"))
         )
     if rel.parts[0] in KEEP_DIRS:
         return True
