@@ -195,3 +195,54 @@ def test_an_unscheduled_failure_fails(tmp_path: Path) -> None:
     assert not c5.passed
     assert "a failure no scheduled fault explains" in c5.reason
     assert "failed (exitcode: -6) local_rank: 0" in c5.reason
+
+
+GPU = Path(__file__).parent / "data" / "gpu-schedules"
+GPU_RUNS = sorted(p for p in GPU.glob("core_*/megatron-schedule-*") if p.is_dir())
+
+
+def test_the_megatron_schedule_matrix_ran_on_both_revisions() -> None:
+    assert {p.parent.name for p in GPU_RUNS} == {"core_v0.19.0", "core_v0.18.2"}
+    assert len(GPU_RUNS) == 6
+
+
+@pytest.mark.parametrize("run", GPU_RUNS, ids=lambda p: f"{p.parent.name}-{p.name}")
+def test_the_megatron_schedule_runs_pass_fault_by_fault(run: Path) -> None:
+    j = judge_run_dir(run)
+    assert j.passed and j.judgeable, j.summary()
+    c5 = j.verdict("no_repeat_injection").reason
+    if run.name.endswith("restarts1"):
+        assert "the launcher gave up after exactly 2 cycles" in c5
+        assert "Worker group FAILED. 1/1 attempts left" in c5
+    else:
+        assert "each of the 2 scheduled faults happened exactly once" in c5
+    for v in j.verdicts:
+        if v.id != "no_repeat_injection":
+            assert "fault 1 of" in v.reason and "fault 2 of" in v.reason, v.reason
+
+
+@pytest.mark.parametrize("revision", ["core_v0.19.0", "core_v0.18.2"])
+def test_megatron_restored_the_checkpoint_its_outliving_rank_finalized(revision: str) -> None:
+    """After the checkpoint worker was killed with save 20 in flight, the rank finalized 15
+    (submitted before the kill) and the next cycle restored 15, not 10 and never 20."""
+    j = judge_run_dir(GPU / revision / "megatron-schedule-hang-finalize_ckpt-worker-finalize")
+    c3 = j.verdict("optimizer_state_load").reason
+    assert (
+        "fault 2 of 2, ckpt-worker@finalize in cycle 1: cycle 2 loaded checkpoint iteration 15"
+        in c3
+    )
+    assert "not the save 20 in flight at the fault" in c3
+
+
+def test_megatron_s_restore_fault_struck_inside_its_checkpoint_load(tmp_path: Path) -> None:
+    run = GPU / "core_v0.19.0" / "megatron-schedule-kill-step_kill-restore"
+    marker = json.loads((run / marker_name(2)).read_text())
+    assert (marker["window"], marker["trigger"], marker["load_iteration"]) == (
+        "restore",
+        "checkpoint load",
+        5,
+    )
+    # the same edit as on the reference run fails here too
+    doc = _copy(run, tmp_path)
+    doc.replace(marker_name(2), '"load_iteration": 5', '"load_iteration": 10')
+    assert not judge_run_dir(doc.root).verdict("prior_checkpoint").passed
