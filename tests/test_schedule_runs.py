@@ -246,3 +246,129 @@ def test_megatron_s_restore_fault_struck_inside_its_checkpoint_load(tmp_path: Pa
     doc = _copy(run, tmp_path)
     doc.replace(marker_name(2), '"load_iteration": 5', '"load_iteration": 10')
     assert not judge_run_dir(doc.root).verdict("prior_checkpoint").passed
+
+
+def _set(doc: Doctor, rel: str, key: str, value: object, *, config: bool = False) -> None:
+    data = doc.json(rel)
+    (data["config"] if config else data)[key] = value
+    doc.path(rel).write_text(json.dumps(data, indent=2))
+
+
+def _load_line(rank: int, iteration: int, when: str) -> str:
+    return (
+        f"{rank}: [ref] 2026-12-02T14:{when}+00:00 rank {rank} load checkpoint iteration"
+        f" {iteration} (model, optimizer, scheduler, rng, data) consumed_samples"
+        f" {iteration * 4} path /tmp/s1/checkpoints/iter_{iteration:07d}"
+    )
+
+
+# Each one edit found by an adversarial pass over the committed runs (the run is wrong, or its
+# evidence contradicts itself), with what must be said: a FAIL (1) or "cannot judge" (2).
+ATTACKS = {
+    "marker 2 names another schedule": (
+        TWO,
+        lambda d: _set(d, marker_name(2), "schedule", ["kill@step", "kill@restore", "kill@step"]),
+        2,
+        "records the schedule kill@step,kill@restore,kill@step, but run.json runs",
+    ),
+    "marker 2 says it is fault 1": (
+        FINALIZE,
+        lambda d: _set(d, marker_name(2), "schedule_position", 1),
+        2,
+        "says it is fault 1, but its name fault_injected_2.json is fault 2's",
+    ),
+    "marker 2's restart count is not its cycle's": (
+        TWO,
+        lambda d: _set(d, marker_name(2), "restart_count", 0),
+        2,
+        "but fault 2 fired in cycle 1",
+    ),
+    "marker 2's time is after its failure was detected": (
+        TWO,
+        lambda d: _set(d, marker_name(2), "time", "2026-12-02T14:13:55.500000+00:00"),
+        2,
+        "impossible timing",
+    ),
+    "the struck replacement logged loading another checkpoint": (
+        TWO,
+        lambda d: d.insert_before(
+            "logs/train_cycle1.log", "rank 0 load failed", _load_line(0, 10, "13:54.700")
+        ),
+        1,
+        "but cycle 1 logged loading checkpoint 10, not 5",
+    ),
+    "the struck replacement trained": (
+        NO_PROGRESS,
+        lambda d: d.insert_before(
+            "logs/train_cycle2.log",
+            "window restore (checkpoint load)",
+            "0: [ref] 2026-12-02T14:22:12.600+00:00 rank 0 iteration 6/20 consumed_samples 24"
+            " loss 4.945107460021973 lr 0.009397114317029975 grad_norm 0.5321506261825562",
+        ),
+        1,
+        "yet cycle 2 committed iteration 6: the fault did not land in its restore",
+    ),
+    "the launcher counts another restart budget": (
+        BUDGET,
+        lambda d: d.replace("logs/launcher.log", "1/1 attempts left", "3/3 attempts left"),
+        2,
+        "counts 3/3 restart attempts, but run.json:",
+    ),
+    "run.json's schedule is shorter than the markers'": (
+        BUDGET,
+        lambda d: _set(d, "run.json", "schedule", ["kill@step", "kill@restore"], config=True),
+        2,
+        "but run.json runs kill@step,kill@restore",
+    ),
+    "NVRx says a cycle struck in its restore made progress": (
+        NO_PROGRESS,
+        lambda d: d.replace(
+            "logs/launcher.log",
+            "Training cycle #2 made NO progress: 5 → 5 (0 iterations, need 1). Consecutive"
+            " cycles without progress: 2/3",
+            "Training cycle #2 made progress: 5 → 10 (5 iterations)",
+        ),
+        2,
+        "NVRx says cycle 2 made progress, but a fault struck its restore",
+    ),
+    "a no-progress stop that exits as a failure": (
+        NO_PROGRESS,
+        lambda d: _set(d, "result.json", "exit_code", 1),
+        1,
+        "exit code is 93, NVRx's exit code for a job it must not restart, but it is 1",
+    ),
+    "a spent budget that exits as a no-restart stop": (
+        BUDGET,
+        lambda d: _set(d, "result.json", "exit_code", 93),
+        1,
+        "but it is 93",
+    ),
+    "run.json's max_restarts is not the launcher's": (
+        TWO,
+        lambda d: d.replace("run.json", '"max_restarts": 3', '"max_restarts": 2'),
+        2,
+        "says max_restarts 2, but the launcher ran with 3",
+    ),
+    "an arming line names another fault": (
+        TWO,
+        lambda d: d.replace(
+            "logs/train_cycle1.log",
+            "arming fault 2 of 2 (kill@restore)",
+            "arming fault 1 of 2 (kill@step)",
+        ),
+        2,
+        "armed fault 1 (kill@step) of kill@step,kill@restore, but fault 1 fired in cycle 0",
+    ),
+}
+
+
+@pytest.mark.parametrize("attack", sorted(ATTACKS))
+def test_an_adversarial_edit_is_never_a_pass(attack: str, tmp_path: Path) -> None:
+    run, edit, code, said = ATTACKS[attack]
+    doc = _copy(run, tmp_path)
+    edit(doc)
+    j = judge_run_dir(doc.root)
+    assert not j.passed, j.summary()
+    assert (1 if j.judgeable else 2) == code, j.summary()
+    texts = [v.reason for v in j.verdicts] + [p.message for p in j.problems]
+    assert any(said in t for t in texts), "\n".join(texts)

@@ -129,7 +129,7 @@ def clock_problems(run: RunEvidence, timeline: Timeline) -> tuple[Problem, ...]:
                         late[0][1],
                     )
                 )
-    problems += _marker_outside_its_cycle(run, timeline)
+    problems += marker_outside_its_cycle(run, timeline)
     return tuple(problems)
 
 
@@ -353,7 +353,7 @@ def _backwards(log: CycleLog, timed: list[Timed]) -> list[Problem]:
     return []
 
 
-def _marker_outside_its_cycle(run: RunEvidence, timeline: Timeline) -> list[Problem]:
+def marker_outside_its_cycle(run: RunEvidence, timeline: Timeline) -> list[Problem]:
     marker = run.marker
     if marker is None or not marker.ok or marker.time is None or not run.cycles:
         return []

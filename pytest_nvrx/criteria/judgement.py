@@ -19,7 +19,7 @@ from pytest_nvrx.criteria.expected import (
 from pytest_nvrx.criteria.first_cause import FirstCause
 from pytest_nvrx.criteria.marker_agreement import marker_problems
 from pytest_nvrx.criteria.registry import CRITERIA
-from pytest_nvrx.criteria.schedule import schedule_verdicts
+from pytest_nvrx.criteria.schedule import schedule_problems, schedule_verdicts
 from pytest_nvrx.criteria.verdict import CRITERIA_IDS, Verdict, failing
 from pytest_nvrx.evidence.refs import EvidenceRef, Problem
 from pytest_nvrx.evidence.rundir import RunEvidence, load_run
@@ -218,7 +218,9 @@ def judge(
     scheduled = run.manifest.scheduled_faults if run.manifest is not None else ()
     if schedule is not None and scheduled:
         segments = fault_segments(run, scheduled)
-        problems += tuple(p for s in segments[1:] for p in marker_problems(s.view, s.timeline))
+        later = [p for s in segments[1:] for p in marker_problems(s.view, s.timeline)]
+        later += schedule_problems(run, scheduled, segments)
+        problems += tuple(p for p in dict.fromkeys(later) if p not in problems)
         verdicts = schedule_verdicts(
             run, scheduled, schedule.ref, baseline=baseline, continuity_rtol=continuity_rtol
         )

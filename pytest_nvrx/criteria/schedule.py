@@ -25,6 +25,7 @@ import re
 from dataclasses import dataclass, replace
 from typing import Literal
 
+from pytest_nvrx.criteria import clocks
 from pytest_nvrx.criteria.context import JudgeContext
 from pytest_nvrx.criteria.expected import ExpectedFault, ExpectedWindow
 from pytest_nvrx.criteria.helpers import launcher_outcome
@@ -38,9 +39,11 @@ from pytest_nvrx.criteria.verdict import (
     passing,
 )
 from pytest_nvrx.evidence.launcher_log import LauncherEvent, LauncherEventKind
-from pytest_nvrx.evidence.refs import EvidenceRef
+from pytest_nvrx.evidence.refs import EvidenceRef, Problem
 from pytest_nvrx.evidence.rundir import RunEvidence
 from pytest_nvrx.evidence.segments import FaultSegment, fault_segments, unexplained_failures
+from pytest_nvrx.evidence.timeline import recovery_clock
+from pytest_nvrx.evidence.workload import LoadCompleted, LoadStarted
 from pytest_nvrx.layout import SCHEDULE_WINDOWS, marker_name
 from pytest_nvrx.settings.schedule import ScheduledFault, render_schedule
 
@@ -63,6 +66,10 @@ def restart_budget(run: RunEvidence) -> tuple[int, EvidenceRef] | None:
 #: (``--ft-max-no-progress-cycles``, 3 in NVRx 0.7); its own lines state the limit in force
 #: ("Consecutive cycles without progress: 1/3"), which wins where the log has one.
 NVRX_NO_PROGRESS_LIMIT = 3
+#: NVRx's exit code when it decides a job must not be restarted (its no-progress stop;
+#: ``--ft-no-restart-exit-code``, which our recipe never sets); a spent restart budget exits as a
+#: failed run (1).
+NO_RESTART_EXIT_CODE = 93
 _NO_PROGRESS_COUNT = re.compile(r"Consecutive cycles without progress: (\d+)/(\d+)")
 
 
@@ -198,6 +205,18 @@ def _interrupted(cid: CriterionId, ctx: JudgeContext, segment: FaultSegment) -> 
     assert nxt is not None  # an interrupted restore has a next fault
     position = segment.position + 1
     struck = f"fault {position} struck its replacement while it loaded"
+    cycle = segment.timeline.replacement_cycle
+    log = segment.view.cycle_log(cycle) if cycle is not None else None
+    trained = log.first_iteration if log is not None else None
+    if trained is not None:
+        # the log says the struck replacement trained: the marker's "during the load" is false
+        return failing(
+            cid,
+            f"{struck} (window restore), yet cycle {cycle} committed iteration"
+            f" {trained.iteration}: the fault did not land in its restore",
+            trained.ref,
+            nxt.ref("window"),
+        )
     if cid != "optimizer_state_load":
         return not_applicable(
             cid,
@@ -206,6 +225,20 @@ def _interrupted(cid: CriterionId, ctx: JudgeContext, segment: FaultSegment) -> 
         )
     target = ctx.restore_target
     loading = nxt.load_iteration
+    other = [
+        e
+        for e in (log.events if log is not None else ())
+        if isinstance(e, LoadCompleted | LoadStarted) and e.iteration != target.iteration
+    ]
+    if other:
+        # a rank of the struck replacement logged loading another checkpoint
+        return failing(
+            cid,
+            f"{struck}, but cycle {cycle} logged loading checkpoint {other[0].iteration}, not"
+            f" {target.iteration}, the newest completed before this fault",
+            other[0].ref,
+            target.save.ref if target.save is not None else segment.marker.ref("tracker_iteration"),
+        )
     if target.iteration is None or loading != target.iteration:
         return failing(
             cid,
@@ -394,6 +427,19 @@ def _stopped(
             where or schedule_ref,
             launcher_outcome(run),
         )
+    if (ending.how == "no-progress") != (exit_code.value == NO_RESTART_EXIT_CODE):
+        wanted = (
+            f"{NO_RESTART_EXIT_CODE}, NVRx's exit code for a job it must not restart"
+            if ending.how == "no-progress"
+            else f"a failure's, not {NO_RESTART_EXIT_CODE} (NVRx's for a job it must not restart)"
+        )
+        return failing(
+            cid,
+            f"after fault {ending.due} {why} had to stop the job, so the launcher's exit code is"
+            f" {wanted}, but it is {exit_code.value}",
+            exit_code.ref,
+            where or schedule_ref,
+        )
     no_progress = [
         e
         for e in stops
@@ -473,3 +519,172 @@ def _after(ref: EvidenceRef, anchor: EvidenceRef) -> bool:
         and anchor.line is not None
         and ref.line > anchor.line
     )
+
+
+_CYCLE_PROGRESS = re.compile(r"Training cycle #(\d+) made (NO )?progress")
+
+
+def schedule_problems(
+    run: RunEvidence, schedule: tuple[ScheduledFault, ...], segments: list[FaultSegment]
+) -> tuple[Problem, ...]:
+    """Where a schedule's evidence contradicts itself (fatal: the run cannot be judged): a
+    marker that names another schedule or position than run.json and its file name, or another
+    cycle than the one it fired in; a later marker outside its cycle or with an impossible
+    recovery clock; run.json's restart budget against the launcher's own; NVRx's per-cycle
+    progress lines against what the faults allow (a cycle struck in its restore cannot have
+    advanced the tracker; one ended by a step, save or finalize fault had one complete)."""
+    found: list[Problem] = []
+    listed = [str(e) for e in schedule]
+    positions = [(1, run.marker)] + [(k, m) for k, m in run.later_markers]
+    for k, marker in positions:
+        if marker is None or not marker.ok:
+            continue
+        if marker.schedule is None:
+            found.append(
+                Problem(
+                    "fatal",
+                    f"{marker.file} records no schedule, but run.json runs the schedule"
+                    f" {render_schedule(schedule)}: the marker of a one-fault run",
+                    marker.ref("fault"),
+                )
+            )
+            continue
+        if list(marker.schedule) != listed:
+            found.append(
+                Problem(
+                    "fatal",
+                    f"{marker.ref('schedule').location} records the schedule"
+                    f" {','.join(marker.schedule)}, but run.json runs {render_schedule(schedule)}",
+                    marker.ref("schedule"),
+                )
+            )
+        if marker.schedule_position != k:
+            found.append(
+                Problem(
+                    "fatal",
+                    f"{marker.ref('schedule_position').location} says it is fault"
+                    f" {marker.schedule_position}, but its name {marker.file} is fault {k}'s",
+                    marker.ref("schedule_position"),
+                )
+            )
+    for segment in segments:
+        marker, cycle = segment.marker, segment.timeline.failed_cycle
+        if marker.restart_count is not None and cycle is not None and marker.restart_count != cycle:
+            found.append(
+                Problem(
+                    "fatal",
+                    f"{marker.ref('restart_count').location} records restart count"
+                    f" {marker.restart_count}, but fault {segment.position} fired in cycle"
+                    f" {cycle}: a schedule's fault fires in the cycle of its restart count",
+                    marker.ref("restart_count"),
+                )
+            )
+        if segment.position == 1:
+            continue  # the whole run's clock checks hold the first marker
+        found += clocks.marker_outside_its_cycle(segment.view, segment.timeline)
+        found += clocks.timing_problems(recovery_clock(segment.view, segment.timeline).timings())
+    found += _arming_disagrees(run, schedule, segments)
+    found += _budget_disagrees(run)
+    found += _progress_disagrees(run, schedule, segments)
+    return tuple(found)
+
+
+def _arming_disagrees(
+    run: RunEvidence, schedule: tuple[ScheduledFault, ...], segments: list[FaultSegment]
+) -> list[Problem]:
+    """The injector's arming lines (``arming fault k of n``) against run.json's schedule and
+    the cycle each fault fired in."""
+    out = []
+    for log in run.cycle_logs:
+        for line in log.injector:
+            if line.kind != "armed" or line.position is None:
+                continue
+            entry = schedule[line.position - 1] if line.position <= len(schedule) else None
+            fired = next((s for s in segments if s.position == line.position), None)
+            cycle = fired.timeline.failed_cycle if fired is not None else None
+            if line.schedule != render_schedule(schedule) or entry is None:
+                why = f"run.json runs {render_schedule(schedule)}"
+            elif (line.fault, line.window) != (entry.fault, entry.window):
+                why = f"run.json's fault {line.position} is {entry}"
+            elif cycle is not None and cycle != log.cycle:
+                why = f"fault {line.position} fired in cycle {cycle}"
+            else:
+                continue
+            out.append(
+                Problem(
+                    "fatal",
+                    f"{line.ref.location}: the injector of cycle {log.cycle} armed fault"
+                    f" {line.position} ({line.fault}@{line.window}) of {line.schedule}, but {why}",
+                    line.ref,
+                )
+            )
+    return out
+
+
+def _budget_disagrees(run: RunEvidence) -> list[Problem]:
+    """run.json's max_restarts against the launcher's configuration and its restart lines
+    (``Worker group FAILED. k/M attempts left``)."""
+    manifest = run.manifest
+    said = manifest.max_restarts if manifest is not None else None
+    if said is None:
+        return []
+    out = []
+    launched = run.launcher.config.get("max_restarts", "")
+    if launched.isdigit() and int(launched) != said.value:
+        out.append(
+            Problem(
+                "fatal",
+                f"{said.ref.location} says max_restarts {said.value}, but the launcher ran with"
+                f" {launched} ({run.launcher.config_refs['max_restarts'].location})",
+                said.ref,
+            )
+        )
+    for event in run.launcher.of_kind(LauncherEventKind.GROUP_FAILED):
+        m = _ATTEMPTS.search(event.ref.text)
+        if m is not None and int(m[2]) != said.value:
+            out.append(
+                Problem(
+                    "fatal",
+                    f"{event.ref.location} counts {m[1]}/{m[2]} restart attempts, but"
+                    f" {said.ref.location} says max_restarts {said.value}",
+                    event.ref,
+                )
+            )
+            break
+    return out
+
+
+_ATTEMPTS = re.compile(r"(\d+)/(\d+) attempts left")
+
+
+def _progress_disagrees(
+    run: RunEvidence, schedule: tuple[ScheduledFault, ...], segments: list[FaultSegment]
+) -> list[Problem]:
+    """NVRx's verdict on each faulted cycle's progress against the fault that ended it."""
+    out = []
+    for event in run.launcher.of_kind(LauncherEventKind.PROGRESS, LauncherEventKind.NO_PROGRESS):
+        m = _CYCLE_PROGRESS.search(event.ref.text)
+        if m is None:
+            continue
+        cycle, none = int(m[1]), m[2] is not None
+        ended = next((s for s in segments if s.timeline.failed_cycle == cycle), None)
+        if ended is None:
+            continue
+        struck_restore = ended.scheduled.window in SCHEDULE_WINDOWS
+        if none != struck_restore:
+            said = "no progress" if none else "progress"
+            why = (
+                "a fault struck its restore, before any iteration"
+                if struck_restore
+                else f"fault {ended.position} ({ended.scheduled}) fired only after a checkpoint"
+                " of the cycle completed"
+            )
+            out.append(
+                Problem(
+                    "fatal",
+                    f"{event.ref.location}: NVRx says cycle {cycle} made {said}, but {why}"
+                    f" ({ended.marker.ref('time').location})",
+                    event.ref,
+                )
+            )
+    return out

@@ -13,6 +13,8 @@ The injector (:mod:`pytest_nvrx.injector`) writes to the rank's stderr, so its l
 * skip: ``marker <M> exists: fault already injected; running the workload without injection``;
 * tracker (rank 0, every run): ``checkpoint tracker reads <N> at <ISO time> (<probe>)``, once
   per value it reads at its section/submit probes (``start`` for the value found at start-up);
+* armed (a fault schedule's): ``schedule <S>: arming fault <k> of <n> (<fault>@<window>), marker
+  <path>``;
 * never (exit 3): ``ERROR: the requested fault (<fault> on rank <R>) never happened: <why>``
   (a schedule's: ``(scheduled fault <k> of <n>, <fault>@<window> on rank <R>)``),
   ``<why>`` e.g. ``window <W> never opened while training ran (baseline B, highest tracker read
@@ -43,7 +45,7 @@ TAG = "[pytest-nvrx injector] "
 #: checkpoint the cycle finalized (a longer cycle keeps the first ones).
 MAX_INJECTOR_LINES = 4096
 
-InjectorLineKind = Literal["watching", "fired", "skipped", "never", "tracker"]
+InjectorLineKind = Literal["watching", "fired", "skipped", "never", "tracker", "armed"]
 
 _HEAD = re.compile(re.escape(TAG) + r"rank (?P<rank>\d+) pid (?P<pid>\d+): (?P<msg>.*)$")
 _WATCHING = re.compile(
@@ -65,6 +67,10 @@ _TO_WORKER = re.compile(
     r"(?:; .*)?$"
 )
 _RAISING = "raising InjectedFault"
+_ARMED = re.compile(
+    r"schedule (?P<schedule>\S+): arming fault (?P<k>\d+) of (?P<n>\d+) \((?P<entry>[\w-]+@\w+)\),"
+    r" marker "
+)
 _SKIPPED = re.compile(r"marker (?P<marker>.+) exists: fault already injected")
 _NEVER = re.compile(
     r"ERROR: the requested fault \((?:scheduled fault \d+ of \d+, (?P<entry>[\w-]+)@\w+|"
@@ -109,6 +115,9 @@ class InjectorLine:
     reason: str | None = None
     # tracker: when the value was read (an aware datetime), the probe in ``trigger``
     time: datetime | None = None
+    # armed (a fault schedule's): the schedule as the injector read it, the position it armed
+    schedule: str | None = None
+    position: int | None = None
 
 
 def parse_injector_line(body: str, at: LineCursor) -> InjectorLine | None:
@@ -178,6 +187,16 @@ def parse_injector_line(body: str, at: LineCursor) -> InjectorLine | None:
             baseline_iteration=int(m["base"]),
             signal=m["sig"],
             legacy=m["window"] is None,
+        )
+    armed = _ARMED.match(msg)
+    if armed is not None:
+        fault, _, window = armed["entry"].partition("@")
+        return line(
+            "armed",
+            schedule=armed["schedule"],
+            position=int(armed["k"]),
+            fault=fault,
+            window=window,
         )
     if _SKIPPED.match(msg) is not None:
         return line("skipped")
