@@ -15,6 +15,7 @@ re-judged, and doctored copies of them that must fail or be refused.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -264,7 +265,8 @@ def _load_line(rank: int, iteration: int, when: str) -> str:
 
 # Each one edit found by an adversarial pass over the committed runs (the run is wrong, or its
 # evidence contradicts itself), with what must be said: a FAIL (1) or "cannot judge" (2).
-ATTACKS = {
+Edit = Callable[[Doctor], object]
+ATTACKS: dict[str, tuple[Path, Edit, int, str]] = {
     "marker 2 names another schedule": (
         TWO,
         lambda d: _set(d, marker_name(2), "schedule", ["kill@step", "kill@restore", "kill@step"]),
