@@ -22,6 +22,7 @@ import pytest
 
 from pytest_nvrx.criteria import CRITERIA_IDS, judge_run_dir
 from pytest_nvrx.layout import marker_name
+from pytest_nvrx.report.model import ScenarioReport
 from tests.doctor import Doctor, copy_run
 
 DATA = Path(__file__).parent / "data" / "cpu-schedules"
@@ -374,3 +375,21 @@ def test_an_adversarial_edit_is_never_a_pass(attack: str, tmp_path: Path) -> Non
     assert (1 if j.judgeable else 2) == code, j.summary()
     texts = [v.reason for v in j.verdicts] + [p.message for p in j.problems]
     assert any(said in t for t in texts), "\n".join(texts)
+
+
+def test_the_report_timeline_shows_every_fault_and_cycle() -> None:
+    report = ScenarioReport.from_run_dir(NO_PROGRESS)
+    timeline = report.timeline
+    assert timeline is not None
+    faults = [(e.label, e.cycle) for e in timeline.events if e.kind == "fault"]
+    assert faults == [
+        ("kill (SIGKILL) into rank 1", 0),
+        ("fault 2: kill (SIGKILL) into rank 1 (kill@restore)", 1),
+        ("fault 3: kill (SIGKILL) into rank 1 (kill@restore)", 2),
+        ("fault 4: kill (SIGKILL) into rank 1 (kill@restore)", 3),
+    ]
+    assert [c.cycle for c in timeline.cycles] == [0, 1, 2, 3]
+    two = ScenarioReport.from_run_dir(TWO).timeline
+    assert two is not None
+    later = [(e.kind, e.cycle) for e in two.events if "(fault 2)" in e.label]
+    assert later == [("checkpoint_loaded", 2), ("first_step", 2)]

@@ -32,12 +32,14 @@ from pytest_nvrx.evidence.launcher_log import FAILURE_KINDS, LauncherEvent, Laun
 from pytest_nvrx.evidence.plant_records import read_plant_records
 from pytest_nvrx.evidence.replay import PrintModel, windows
 from pytest_nvrx.evidence.rundir import RunEvidence, load_run
+from pytest_nvrx.evidence.segments import fault_segments
 from pytest_nvrx.evidence.timeline import (
     MILESTONE_LABELS,
     Phase,
     RecoveryClock,
     Timeline,
     marker_ref,
+    recovery_clock,
 )
 from pytest_nvrx.evidence.timeline import PHASES as PHASES  # re-exported: the report's phases
 from pytest_nvrx.evidence.workload import (
@@ -599,6 +601,40 @@ _PROFILING_KINDS = {
 }
 
 
+def _later_faults(run: RunEvidence, t0: datetime | None) -> list[TimelineEvent]:
+    """A fault schedule's later faults (issue #26), each with its cycle, and each later
+    recovery's checkpoint load and first committed step: the timeline shows every fault."""
+    scheduled = run.manifest.scheduled_faults if run.manifest is not None else ()
+    if not scheduled:
+        return []
+    out: list[TimelineEvent] = []
+    for segment in fault_segments(run, scheduled)[1:]:
+        marker, tl = segment.marker, segment.timeline
+        t_s = _rel(t0, marker.time)
+        if t_s is None:
+            continue
+        what = f"{marker.fault} ({marker.signal})" if marker.signal else (marker.fault or "fault")
+        out.append(
+            TimelineEvent(
+                "fault",
+                t_s,
+                f"fault {segment.position}: {what} into rank {marker.rank} ({segment.scheduled})",
+                tl.failed_cycle,
+                marker.rank,
+                marker.ref("time").location,
+            )
+        )
+        clock = recovery_clock(segment.view, tl)
+        for mid in ("checkpoint_loaded", "first_step"):
+            instant = clock.milestones[mid]
+            at = _rel(t0, instant.time)
+            if at is not None:
+                ref = instant.ref.location if instant.ref is not None else None
+                label = f"{MILESTONE_LABELS[mid]} (fault {segment.position})"
+                out.append(TimelineEvent(mid, at, label, tl.replacement_cycle, None, ref))
+    return out
+
+
 def _launcher_event(event: LauncherEvent, t_s: float) -> TimelineEvent | None:
     ref = event.ref.location
     if event.kind is LauncherEventKind.PROFILING:
@@ -656,6 +692,7 @@ def _timeline_data(
                 ref.location if ref else None,
             )
         )
+    events += _later_faults(run, t0)
     cycles: list[CycleSpan] = []
     numbers = sorted({r.cycle for r in run.cycles} | {log.cycle for log in run.cycle_logs})
     for cycle in numbers:
