@@ -103,7 +103,7 @@ SPLIT_BY_TEST = frozenset(
 UNIT_COSTS = (
     ("tests/test_selftest.py", 220),  # the self-test (9 runs; with test_planted_labels.py)
     ("tests/test_plugin_selftest.py", 60),  # --nvrx-selftest: the control, then the rng plant
-    ("nvrx-reference", 150),  # 7 scenarios, 3 at once (--nvrx-parallel auto)
+    ("nvrx-reference", 230),  # 10 scenarios (3 of them fault schedules), 3 at once
     ("tests/test_slurm_launch.py", 170),
     ("tests/test_local_nodes.py", 75),
     ("tests/test_reference_workload.py", 70),

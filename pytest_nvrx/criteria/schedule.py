@@ -225,6 +225,7 @@ def _interrupted(cid: CriterionId, ctx: JudgeContext, segment: FaultSegment) -> 
         )
     target = ctx.restore_target
     loading = nxt.load_iteration
+    proof = target.save.ref if target.save is not None else segment.marker.ref("tracker_iteration")
     other = [
         e
         for e in (log.events if log is not None else ())
@@ -232,27 +233,26 @@ def _interrupted(cid: CriterionId, ctx: JudgeContext, segment: FaultSegment) -> 
     ]
     if other:
         # a rank of the struck replacement logged loading another checkpoint
+        why = (
+            f"cycle {cycle} logged loading checkpoint {other[0].iteration}, not {target.iteration}"
+        )
         return failing(
-            cid,
-            f"{struck}, but cycle {cycle} logged loading checkpoint {other[0].iteration}, not"
-            f" {target.iteration}, the newest completed before this fault",
-            other[0].ref,
-            target.save.ref if target.save is not None else segment.marker.ref("tracker_iteration"),
+            cid, f"{struck}, but {why}, the newest completed before this fault", other[0].ref, proof
         )
     if target.iteration is None or loading != target.iteration:
+        why = f"the newest checkpoint completed before this fault is {target.iteration}"
         return failing(
             cid,
-            f"{struck}, loading checkpoint {loading}, but the newest checkpoint completed before"
-            f" this fault is {target.iteration}",
+            f"{struck}, loading checkpoint {loading}, but {why}",
             nxt.ref("load_iteration"),
-            target.save.ref if target.save is not None else segment.marker.ref("tracker_iteration"),
+            proof,
         )
     return passing(
         cid,
         f"{struck}: it was loading checkpoint {loading}, the newest completed before this fault"
         f" (fault {position}'s recovery loads it again and is judged in full)",
         nxt.ref("load_iteration"),
-        target.save.ref if target.save is not None else segment.marker.ref("tracker_iteration"),
+        proof,
     )
 
 
