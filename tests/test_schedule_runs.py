@@ -393,3 +393,46 @@ def test_the_report_timeline_shows_every_fault_and_cycle() -> None:
     assert two is not None
     later = [(e.kind, e.cycle) for e in two.events if "(fault 2)" in e.label]
     assert later == [("checkpoint_loaded", 2), ("first_step", 2)]
+
+
+EXCEPTION_RESTORE = DATA / "ref-kill-step+exception-restore"
+
+
+def test_an_exception_in_the_restore_the_workload_reports_as_its_load_failure() -> None:
+    """The reference workload catches what its load raises and reports it (``load failed: ...
+    InjectedFault(...)``); its peer's load fails with it and both exit 1 together, so the
+    launcher records the peer's exit first."""
+    c2 = judge_run_dir(EXCEPTION_RESTORE).verdict("replaced_cycle")
+    assert c2.passed, c2.reason
+    assert (
+        "fault 2 of 2, exception@restore in cycle 1: launcher recorded rank 1 raised" in c2.reason
+    )
+    assert "the launcher recorded local_rank 0's exit 1 (the first exit it saw)" in c2.reason
+
+
+@pytest.mark.parametrize(
+    ("edit", "said"),
+    [
+        (
+            ("logs/train_cycle1.log", "rank 1 exit code 1", "rank 1 exit code 3"),
+            "the launcher recorded neither its exit nor a timeout",
+        ),
+        (
+            (
+                "logs/train_cycle1.log",
+                "injected exception on rank 1 in",
+                "injected exception on rank 0 in",
+            ),
+            "holds no InjectedFault traceback of rank 1",
+        ),
+    ],
+)
+def test_an_exception_in_the_restore_needs_the_rank_s_own_word(
+    edit: tuple[str, str, str], said: str, tmp_path: Path
+) -> None:
+    doc = _copy(EXCEPTION_RESTORE, tmp_path)
+    doc.replace(*edit)
+    c2 = judge_run_dir(doc.root).verdict("replaced_cycle")
+    assert not c2.passed
+    assert c2.reason.startswith("fault 2 of 2, exception@restore in cycle 1:"), c2.reason
+    assert said in c2.reason

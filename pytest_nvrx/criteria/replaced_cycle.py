@@ -13,6 +13,7 @@ the injector's fire line signalled and the pid that wrote it name the marker's p
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -24,7 +25,7 @@ from pytest_nvrx.criteria.verdict import CriterionId, Verdict, failing, not_appl
 from pytest_nvrx.evidence.launcher_log import LauncherEvent, LauncherEventKind
 from pytest_nvrx.evidence.refs import EvidenceRef, absent
 from pytest_nvrx.evidence.rundir import RunEvidence
-from pytest_nvrx.evidence.workload import WorkloadError
+from pytest_nvrx.evidence.workload import LoadFailed, WorkloadError
 
 ID: CriterionId = "replaced_cycle"
 
@@ -305,7 +306,14 @@ def _exception_failure(
         for e in errors
         if e.exception is not None and e.exception.split(":", 1)[0].endswith(INJECTED_EXCEPTION)
     ]
-    mine = [e for e in raised if f"on rank {marker.rank} " in (e.exception or "")]
+    mine: list[WorkloadError | LoadFailed] = [
+        e for e in raised if f"on rank {marker.rank} " in (e.exception or "")
+    ]
+    if not mine and log is not None:
+        # a workload that catches what its checkpoint load raises reports the injected
+        # exception as its own load failure (the reference workload, in window restore)
+        quoted = f"{INJECTED_EXCEPTION}('pytest-nvrx injected exception on rank {marker.rank} "
+        mine = [e for e in log.of_type(LoadFailed) if quoted in e.ref.text]
     exited = [e for e in faulted.failed if faulted.matches(e)]
     if not mine:
         name = log.file if log is not None else f"cycle {cycle} log"
@@ -362,6 +370,18 @@ def _exception_failure(
             marker.ref("fault"),
         )
     others = [e for e in faulted.failed if e.exit_code not in (None, 0)]
+    own = re.compile(rf"\brank {marker.rank} exit code {EXCEPTION_EXIT_CODE}\s*$")
+    said = [e for e in errors if own.search(e.ref.text)]
+    peers = [e for e in others if e.exit_code == EXCEPTION_EXIT_CODE]
+    if said and peers:
+        # every rank ended at once (its peers' collectives failed with it): torchelastic
+        # records the first exit it sees, a peer's, and the rank's own line gives its exit
+        return (
+            f"raised the injected exception and exited {EXCEPTION_EXIT_CODE} by its own line"
+            f" while its peers failed with it; the launcher recorded local_rank {peers[0].rank}'s"
+            f" exit {EXCEPTION_EXIT_CODE} (the first exit it saw)",
+            [traceback.ref, said[0].ref, peers[0].ref],
+        )
     return failing(
         ID,
         f"{faulted.text} raised the injected exception, but the launcher recorded neither its exit"
