@@ -30,6 +30,7 @@ TWO = DATA / "ref-kill-step+kill-restore"
 FINALIZE = DATA / "ref-hang-finalize+ckpt-worker-finalize"
 BUDGET = DATA / "ref-budget-kill-step+kill-restore+kill-restore"
 NO_PROGRESS = DATA / "ref-no-progress-kill-step+3x-kill-restore"
+SIGNALS_AT_RESTORE = DATA / "ref-kill-step+term-restore+segv-restore"
 
 
 def _statuses(run: Path) -> dict[str, str]:
