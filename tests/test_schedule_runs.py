@@ -37,16 +37,18 @@ def _statuses(run: Path) -> dict[str, str]:
     return {v.id: v.status for v in judge_run_dir(run).verdicts}
 
 
-@pytest.mark.parametrize("run", [TWO, FINALIZE])
-def test_a_schedule_that_recovers_every_time_passes_every_criterion_per_fault(run: Path) -> None:
+@pytest.mark.parametrize(("run", "n"), [(TWO, 2), (FINALIZE, 2), (SIGNALS_AT_RESTORE, 3)])
+def test_a_schedule_that_recovers_every_time_passes_every_criterion_per_fault(
+    run: Path, n: int
+) -> None:
     j = judge_run_dir(run)
     assert j.passed and j.judgeable, j.summary()
     assert [v.id for v in j.verdicts] == list(CRITERIA_IDS)
     for v in j.verdicts:
         if v.id != "no_repeat_injection":
-            assert "fault 1 of 2" in v.reason and "fault 2 of 2" in v.reason, v.reason
+            assert all(f"fault {k} of {n}" in v.reason for k in range(1, n + 1)), v.reason
     assert (
-        "each of the 2 scheduled faults happened exactly once"
+        f"each of the {n} scheduled faults happened exactly once"
         in j.verdict("no_repeat_injection").reason
     )
 
