@@ -43,7 +43,7 @@ from pytest_nvrx.scenario_run import EXISTING_RUN, Limits, ScenarioRun
 from pytest_nvrx.scenarios import WORKLOAD_ORDER, Scenario, matrix_scenarios
 from pytest_nvrx.selftest import selftest_scenarios
 from pytest_nvrx.selftest_outcome import PlantOutcome
-from pytest_nvrx.settings import PLUGIN_SETTINGS, option_hint
+from pytest_nvrx.settings import PLUGIN_SETTINGS, NvrxSettings, ScheduledFault, option_hint
 
 # the fixtures (and the session state the hooks share with them); that module imports nothing
 # from this one
@@ -313,10 +313,18 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         params = [
             _scenario_param(sc)
             for sc in matrix_scenarios(
-                settings.matrix, settings.windows, settings.workloads, settings.schedules
+                settings.matrix, settings.windows, settings.workloads, _schedules(settings)
             )
         ]
     metafunc.parametrize(SCENARIO_FIXTURE, params, indirect=True, scope="session")
+
+
+def _schedules(settings: NvrxSettings) -> str | tuple[ScheduledFault, ...]:
+    """The schedule scenarios to run: chosen windows (--nvrx-window) leave the default schedule
+    matrix out, whose faults lie in other windows too; a schedule given runs all the same."""
+    if settings.windows is not None and settings.schedules == "default":
+        return "none"
+    return settings.schedules
 
 
 def _scenario_param(sc: Scenario) -> Any:

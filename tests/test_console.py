@@ -102,6 +102,6 @@ def test_the_header_says_what_deselected_and_skipped_will_mean(tmp_path: Path) -
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     out = done.stdout
-    assert "nvrx: 7 scenarios: reference-baseline, reference-kill-save," in out
+    assert "nvrx: 10 scenarios: reference-baseline, reference-kill-save," in out
     assert "tests deselected by -m/-k: those the expression leaves out" in out
     assert "a baseline's criteria that need a fault" in out and "show as skipped" in out

@@ -184,8 +184,9 @@ def test_installed_wheel_runs_the_shipped_suite(wheel: Path, tmp_path: Path) -> 
         cwd=tmp_path, env=env, capture_output=True, text=True,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    # run finished + six criteria for megatron-kill-save, out of 7 x 14 default scenarios
-    assert "7/98 tests collected" in proc.stdout
+    # run finished + six criteria for megatron-kill-save, out of 7 x 20 default scenarios (14 of
+    # faults, 6 of fault schedules)
+    assert "7/140 tests collected" in proc.stdout
     # collected from the installed copy (relative to cwd), not from the checkout
     assert "site/pytest_nvrx/suite/test_recovery.py::" in proc.stdout
 

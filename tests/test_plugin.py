@@ -17,6 +17,7 @@ import pytest
 from pytest_nvrx.criteria import CRITERIA_IDS
 from pytest_nvrx.layout import FAULT_WINDOWS, INJECTED_FAULTS
 from pytest_nvrx.scenario_run import gpu_available
+from pytest_nvrx.scenarios import schedule_scenarios
 from tests.doctor import CYCLE1, copy_run
 from tests.test_scenarios import DEFAULT_IDS
 
@@ -28,6 +29,8 @@ GPU_BASELINE = DATA / "gpu" / "gpu-baseline-20"
 SUITE_ARGS = ["--pyargs", "pytest_nvrx.suite", "-p", "no:cacheprovider"]
 #: The default matrix of one workload (issue #10): every fault once, every window at least once.
 DEFAULT_MATRIX = tuple(DEFAULT_IDS)
+#: The default schedule matrix of one workload (issue #26), after the fault scenarios.
+SCHEDULES = tuple(sc.id.split("-", 1)[1] for sc in schedule_scenarios("reference"))
 TESTS_PER_SCENARIO = 1 + len(CRITERIA_IDS)
 
 
@@ -118,14 +121,16 @@ def test_collect_only_needs_no_gpu(pytester: pytest.Pytester, clean_env: None) -
     result = pytester.runpytest(*SUITE_ARGS, "--collect-only", "-q")
     assert result.ret == 0
     out = result.stdout.str()
-    scenarios = [f"{w}-{s}" for w in ("reference", "megatron") for s in DEFAULT_MATRIX]
+    scenarios = [
+        f"{w}-{s}" for w in ("reference", "megatron") for s in (*DEFAULT_MATRIX, *SCHEDULES)
+    ]
     assert collected_scenarios(result) == scenarios
     for scenario in scenarios:
         # one test per criterion and scenario: six criteria each, with their ids
         for criterion in CRITERIA_IDS:
             assert f"test_recovery_criterion[{scenario}-{criterion}]" in out
     assert len(CRITERIA_IDS) == 6 and "training_continuity" in CRITERIA_IDS
-    assert f"{14 * TESTS_PER_SCENARIO} tests collected" in out
+    assert f"{20 * TESTS_PER_SCENARIO} tests collected" in out
 
 
 @pytest.mark.parametrize(
@@ -133,7 +138,14 @@ def test_collect_only_needs_no_gpu(pytester: pytest.Pytester, clean_env: None) -
     [
         ("gpu and kill", {"megatron-kill-save"}),
         ("hang", {"reference-hang-finalize", "megatron-hang-finalize"}),
-        ("not gpu", {f"reference-{s}" for s in DEFAULT_MATRIX}),
+        ("not gpu", {f"reference-{s}" for s in (*DEFAULT_MATRIX, *SCHEDULES)}),
+        (
+            "schedule and not restore",
+            {
+                "reference-schedule-hang-finalize_ckpt-worker-finalize",
+                "megatron-schedule-hang-finalize_ckpt-worker-finalize",
+            },
+        ),
         ("gpu and baseline", {"megatron-baseline"}),
         (
             "gpu and finalize",
@@ -163,10 +175,16 @@ def test_marker_expressions_select_matrices(
 @pytest.mark.parametrize(
     ("args", "env", "ini", "scenarios"),
     [
-        pytest.param(["--nvrx-matrix", "full"], {}, "", 17, id="option-full"),
-        pytest.param([], {"NVRX_FAULT_MATRIX": "full"}, "", 17, id="env-full"),
-        pytest.param([], {}, "nvrx_matrix = full", 17, id="ini-full"),
-        pytest.param(["--nvrx-matrix", "default"], {}, "nvrx_matrix = full", 7, id="option-wins"),
+        # the baseline, the matrix's fault scenarios, the three default schedules
+        pytest.param(["--nvrx-matrix", "full"], {}, "", 17 + 3, id="option-full"),
+        pytest.param([], {"NVRX_FAULT_MATRIX": "full"}, "", 17 + 3, id="env-full"),
+        pytest.param([], {}, "nvrx_matrix = full", 17 + 3, id="ini-full"),
+        pytest.param(
+            ["--nvrx-matrix", "default"], {}, "nvrx_matrix = full", 7 + 3, id="option-wins"
+        ),
+        pytest.param(["--nvrx-schedules", "none"], {}, "", 7, id="no-schedules"),
+        pytest.param([], {"NVRX_SCHEDULES": "kill@save,hang@restore"}, "", 7 + 1, id="schedule"),
+        # chosen windows leave the default schedules out
         pytest.param(["--nvrx-window", "save"], {}, "", 1 + 5, id="window-save"),
         pytest.param([], {"NVRX_FAULT_WINDOW": "step,finalize"}, "", 1 + 11, id="env-windows"),
         pytest.param(["--nvrx-window", "finalize"], {}, "nvrx_window = save", 1 + 6, id="win-opt"),
@@ -240,7 +258,7 @@ def test_gpu_selected_with_megatron_on_a_gpu_less_host_is_an_error(
 def test_workload_option_limits_scenarios(pytester: pytest.Pytester, clean_env: None) -> None:
     result = pytester.runpytest(*SUITE_ARGS, "--collect-only", "-q", "--nvrx-workload", "megatron")
     assert "reference-" not in result.stdout.str()
-    assert f"{7 * TESTS_PER_SCENARIO} tests collected" in result.stdout.str()
+    assert f"{10 * TESTS_PER_SCENARIO} tests collected" in result.stdout.str()
 
 
 @pytest.mark.parametrize(
