@@ -174,7 +174,16 @@ def _report_lines(judgement: Judgement, out: TextIO) -> None:
         if window is not None and window.window is not None
         else ""
     )
-    out.write(f"verify {judgement.run_dir}: expected fault {exp.kind} (from {exp.source}){where}\n")
+    if judgement.schedule:
+        # a fault schedule: every fault is judged; the first is the run's fault and window
+        out.write(
+            f"verify {judgement.run_dir}: expected the fault schedule"
+            f" {','.join(judgement.schedule)} (from {exp.source}), one fault per cycle\n"
+        )
+    else:
+        out.write(
+            f"verify {judgement.run_dir}: expected fault {exp.kind} (from {exp.source}){where}\n"
+        )
     cause = judgement.first_cause
     if cause is not None:
         # the workers died before the fault: the verdicts below follow from this

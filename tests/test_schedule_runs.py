@@ -15,6 +15,8 @@ re-judged, and doctored copies of them that must fail or be refused.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -439,3 +441,21 @@ def test_an_exception_in_the_restore_needs_the_rank_s_own_word(
     assert not c2.passed
     assert c2.reason.startswith("fault 2 of 2, exception@restore in cycle 1:"), c2.reason
     assert said in c2.reason
+
+
+def test_verify_names_the_schedule_in_its_text_and_its_json(tmp_path: Path) -> None:
+    out = tmp_path / "v.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest_nvrx", "verify", str(TWO), "--json", str(out)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    head = done.stdout.splitlines()[0]
+    assert head.endswith(
+        "expected the fault schedule kill@step,kill@restore (from run.json), one fault per cycle"
+    )
+    data = json.loads(out.read_text())
+    assert data["schedule"] == ["kill@step", "kill@restore"]
+    assert judge_run_dir(DATA.parent / "windows" / "cpu" / "ref-kill-save").schedule == ()

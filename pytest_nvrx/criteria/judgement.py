@@ -56,6 +56,9 @@ class Judgement:
     # the self-test's planted bug the run names (run.json's config.plant, else the marker's):
     # a planted run is never a qualification run, and every output says so first
     planted: str | None = None
+    # a fault schedule's faults (FAULT@WINDOW, run.json's), judged fault by fault; () for a run
+    # of one fault
+    schedule: tuple[str, ...] = ()
 
     @property
     def gpu_shared(self) -> bool:
@@ -147,6 +150,7 @@ class Judgement:
             "run_dir": str(self.run_dir),
             "checkpoint_dir": str(self.checkpoint_dir),
             "expected_fault": {"kind": self.expected.kind, "source": self.expected.source},
+            "schedule": list(self.schedule),
             "expected_window": (
                 {"window": self.window.window, "source": self.window.source}
                 if self.window is not None and self.window.window is not None
@@ -254,6 +258,7 @@ def judge(
         gpu_shared_with=shared.value if shared is not None else None,
         gpu_shared_ref=shared.ref if shared is not None else None,
         planted=planted,
+        schedule=tuple(str(e) for e in scheduled),
     )
 
 
