@@ -358,6 +358,12 @@ ATTACKS: dict[str, tuple[Path, Edit, int, str]] = {
         2,
         "says max_restarts 2, but the launcher ran with 3",
     ),
+    "marker 2's baseline is not its injector's": (
+        TWO,
+        lambda d: _set(d, marker_name(2), "baseline_iteration", 0),
+        2,
+        "records baseline iteration 0, but the injector of rank 1 said it watched from baseline 5",
+    ),
     "an arming line names another fault": (
         TWO,
         lambda d: d.replace(

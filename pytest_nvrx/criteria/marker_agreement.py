@@ -128,7 +128,37 @@ def marker_problems(run: RunEvidence, timeline: Timeline) -> tuple[Problem, ...]
     problems = [problem for _, problem in found]
     problems += _self_contradictions(marker)
     problems += _no_fire_line(run, timeline, marker)
+    problems += _baseline_disagrees(run, timeline, marker)
     return tuple(problems)
+
+
+def _baseline_disagrees(run: RunEvidence, timeline: Timeline, marker: Marker) -> list[Problem]:
+    """The marker's ``baseline_iteration`` against the injector's own start line of that rank in
+    the faulted cycle (``watching ... (baseline B) to inject ...``): one process wrote both."""
+    cycle = timeline.failed_cycle
+    log = run.cycle_log(cycle) if cycle is not None else None
+    if log is None or marker.baseline_iteration is None:
+        return []
+    said = [
+        line
+        for line in log.injector
+        if line.kind == "watching"
+        and line.rank == marker.rank
+        and line.baseline_iteration is not None
+        and (marker.rank_process is None or line.pid == marker.rank_process)
+    ]
+    if not said or said[-1].baseline_iteration == marker.baseline_iteration:
+        return []
+    line = said[-1]
+    return [
+        Problem(
+            "fatal",
+            f"{marker.ref('baseline_iteration').location} records baseline iteration"
+            f" {marker.baseline_iteration}, but the injector of rank {marker.rank} said it watched"
+            f" from baseline {line.baseline_iteration} ({line.ref.location})",
+            marker.ref("baseline_iteration"),
+        )
+    ]
 
 
 def _plant_disagreement(marker: Marker, manifest: Manifest) -> Problem | None:
