@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +41,27 @@ def megatron_stub(tmp_path: Path) -> Path:
     root.mkdir()
     (root / "pretrain_gpt.py").write_text("raise SystemExit('not a real Megatron')\n")
     return root
+
+
+@pytest.fixture
+def launcher(tmp_path: Path) -> Iterator[Any]:
+    """The injector's test launcher (tests/test_injector.py, test_injector_schedule.py): its
+    runs' process groups are killed at the end."""
+    from tests.test_injector import Launcher
+
+    lau = Launcher(tmp_path)
+    try:
+        yield lau
+    finally:
+        lau.kill_all()
+
+
+@pytest.fixture
+def sc(tmp_path: Path) -> Any:
+    """A fresh injector scenario (tracker, marker, workload files) under ``tmp_path``."""
+    from tests.test_injector import Scenario
+
+    return Scenario(tmp_path)
 
 
 def snapshot(root: Path) -> dict[str, tuple[bool, int, int]]:

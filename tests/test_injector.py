@@ -206,20 +206,6 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
         proc.wait(10)
 
 
-@pytest.fixture
-def launcher(tmp_path: Path) -> Iterator[Launcher]:
-    lau = Launcher(tmp_path)
-    try:
-        yield lau
-    finally:
-        lau.kill_all()
-
-
-@pytest.fixture
-def sc(tmp_path: Path) -> Scenario:
-    return Scenario(tmp_path)
-
-
 def _proc_state(pid: int) -> str:
     stat_line = Path(f"/proc/{pid}/stat").read_text()
     return stat_line[stat_line.rindex(")") + 2]

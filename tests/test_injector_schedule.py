@@ -48,20 +48,6 @@ def _no_late_stack_dump() -> Iterator[None]:
     faulthandler.cancel_dump_traceback_later()
 
 
-@pytest.fixture
-def launcher(tmp_path: Path) -> Iterator[Launcher]:
-    lau = Launcher(tmp_path)
-    try:
-        yield lau
-    finally:
-        lau.kill_all()
-
-
-@pytest.fixture
-def sc(tmp_path: Path) -> Scenario:
-    return Scenario(tmp_path)
-
-
 def marker_at(sc: Scenario, position: int) -> Path:
     return Path(scheduled_marker_path(str(sc.marker), position))
 
