@@ -29,6 +29,7 @@ from pytest_nvrx.settings import (
     ScheduledFault,
     draw_schedule,
     parse_schedule,
+    reference_iterations_needed,
     render_schedule,
     validate,
     windows_at,
@@ -251,3 +252,30 @@ def test_the_plugin_s_schedules_setting() -> None:
         parse_schedules("kill@restore", "--nvrx-schedules")
     with pytest.raises(ValueError, match="a schedule's scenario is its first fault's"):
         Scenario("reference", "hang", "step", schedule=parse_schedule("kill@step", "x"))
+
+
+def test_the_reference_schedule_must_fit_its_iterations(tmp_path: Path) -> None:
+    """Each fault's replacement resumes one save interval later, so a schedule of windows
+    needs iterations: refused before launch, naming the fault and the iterations it needs."""
+    three = parse_schedule("kill@step,kill@step,kill@step", "x")
+    with pytest.raises(ConfigError) as info:
+        validate(_config(tmp_path, schedule=three))
+    assert str(info.value).startswith(
+        "fault schedule kill@step,kill@step,kill@step on the reference workload: fault 3"
+        " (kill@step) opens its window only at iteration 21"
+    )
+    assert "--train-iters 21" in str(info.value)
+    assert "--nvrx-train-iters 21" in info.value.message_for("plugin")
+    validate(_config(tmp_path, schedule=three, train_iters=21))
+    # the faults a spent budget leaves undue need no iterations
+    validate(_config(tmp_path, schedule=three, max_restarts=1))
+    # the recorded runs' schedules fit the defaults (20 iterations, save every 5)
+    for text in (
+        "kill@step,kill@restore",
+        "hang@finalize,ckpt-worker@finalize",
+        "kill@step,term@restore,segv@restore",
+        "kill@step,kill@restore,kill@restore,kill@restore,kill@step",
+    ):
+        validate(_config(tmp_path, schedule=parse_schedule(text, "x"), max_restarts=5))
+    needed = reference_iterations_needed(parse_schedule("hang@finalize,kill@save", "x"), 5)
+    assert needed == [15, 15]  # finalize: 3 intervals from 0; save: 2 from the restored 5

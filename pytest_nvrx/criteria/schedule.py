@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, replace
-from typing import Literal
 
 from pytest_nvrx.criteria import clocks
 from pytest_nvrx.criteria.context import JudgeContext
@@ -45,7 +44,13 @@ from pytest_nvrx.evidence.segments import FaultSegment, fault_segments, unexplai
 from pytest_nvrx.evidence.timeline import recovery_clock
 from pytest_nvrx.evidence.workload import LoadCompleted, LoadStarted
 from pytest_nvrx.layout import SCHEDULE_WINDOWS, marker_name
-from pytest_nvrx.settings.schedule import ScheduledFault, render_schedule
+from pytest_nvrx.settings.schedule import (
+    NVRX_NO_PROGRESS_LIMIT,
+    EndingKind,
+    ScheduledFault,
+    render_schedule,
+    schedule_ending,
+)
 
 #: What the whole run is judged by; every other criterion is judged per fault.
 WHOLE_RUN: CriterionId = "no_repeat_injection"
@@ -62,10 +67,8 @@ def restart_budget(run: RunEvidence) -> tuple[int, EvidenceRef] | None:
     return None
 
 
-#: NVRx's progress tracker stops a job after this many consecutive cycles without progress
-#: (``--ft-max-no-progress-cycles``, 3 in NVRx 0.7); its own lines state the limit in force
-#: ("Consecutive cycles without progress: 1/3"), which wins where the log has one.
-NVRX_NO_PROGRESS_LIMIT = 3
+# NVRx's own lines state the no-progress limit in force ("Consecutive cycles without progress:
+# 1/3"), which wins over its default (NVRX_NO_PROGRESS_LIMIT) where the log has one.
 #: NVRx's exit code when it decides a job must not be restarted (its no-progress stop;
 #: ``--ft-no-restart-exit-code``, which our recipe never sets); a spent restart budget exits as a
 #: failed run (1).
@@ -84,7 +87,7 @@ class Ending:
     """
 
     due: int
-    how: Literal["finished", "budget", "no-progress"]
+    how: EndingKind
     budget: tuple[int, EvidenceRef] | None
     limit: tuple[int, EvidenceRef | None]
 
@@ -112,17 +115,10 @@ def expected_ending(
     budget: tuple[int, EvidenceRef] | None,
     limit: tuple[int, EvidenceRef | None],
 ) -> Ending:
-    """How the run of ``schedule`` must end, as NVRx decides after each failure: first whether
-    the cycles made no progress too long, then whether a restart is left."""
-    without = 0
-    for position, entry in enumerate(schedule, start=1):
-        # the cycle this fault ends made progress unless the fault struck its restore
-        without = without + 1 if entry.window in SCHEDULE_WINDOWS else 0
-        if without >= limit[0]:
-            return Ending(position, "no-progress", budget, limit)
-        if budget is not None and position > budget[0]:
-            return Ending(position, "budget", budget, limit)
-    return Ending(len(schedule), "finished", budget, limit)
+    """How the run of ``schedule`` must end (pytest_nvrx.settings.schedule.schedule_ending),
+    with the lines that state the budget and the limit."""
+    due, how = schedule_ending(schedule, budget[0] if budget is not None else None, limit[0])
+    return Ending(due, how, budget, limit)
 
 
 def schedule_verdicts(

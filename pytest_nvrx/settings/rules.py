@@ -19,7 +19,13 @@ from pytest_nvrx.settings.record import (
     WORKLOAD_KINDS,
     RunConfig,
 )
-from pytest_nvrx.settings.schedule import render_schedule, windows_at
+from pytest_nvrx.settings.schedule import (
+    NVRX_NO_PROGRESS_LIMIT,
+    reference_iterations_needed,
+    render_schedule,
+    schedule_ending,
+    windows_at,
+)
 from pytest_nvrx.settings.table import option_hint
 from pytest_nvrx.settings.values import INT64_MAX, MAX_SECONDS, ConfigError, quote
 
@@ -166,6 +172,13 @@ def validate(config: RunConfig) -> None:
             )
         )
 
+    if (
+        config.workload == "reference"
+        and config.schedule
+        and REFERENCE_NO_FT_FLAG not in config.extra_args
+    ):
+        check_reference_schedule(config)
+
     if not config.work_dir.is_absolute():
         raise ConfigError(f"work dir must be an absolute path, got {quote(str(config.work_dir))}")
     if config.checkpoint_dir is not None and not config.checkpoint_dir.is_absolute():
@@ -290,6 +303,27 @@ def check_schedule(config: RunConfig) -> None:
                 f"cannot be injected (windows of {entry.fault} as fault {position}: "
                 f"{', '.join(windows_at(entry.fault, position)) or 'none'})"
             )
+
+
+def check_reference_schedule(config: RunConfig) -> None:
+    """Every fault the reference workload's run of the schedule must see (those its restart
+    budget and NVRx's no-progress stop allow) has its window open before training ends."""
+    due, _ = schedule_ending(config.schedule, config.max_restarts, NVRX_NO_PROGRESS_LIMIT)
+    needed = reference_iterations_needed(config.schedule[:due], config.save_interval)
+    worst = max(needed, default=0)
+    if worst <= config.train_iters:
+        return
+    position = needed.index(worst) + 1
+    entry, iters = config.schedule[position - 1], config.train_iters
+    raise ConfigError.naming(
+        lambda entry_point: (
+            f"fault schedule {render_schedule(config.schedule)} on the reference workload: fault"
+            f" {position} ({entry}) opens its window only at iteration {worst} (each fault's"
+            f" replacement resumes one save interval later), but training ends at {iters}; use"
+            f" {option_hint('train-iters', entry_point, str(worst))} or more, or a smaller"
+            f" {option_hint('save-interval', entry_point)}"
+        )
+    )
 
 
 def check_window(fault: str, window: str | None) -> None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import random
 import re
 from dataclasses import dataclass
+from typing import Literal
 
 from pytest_nvrx.layout import FAULT_WINDOWS, INJECTED_FAULTS, SCHEDULE_WINDOWS, windows_of
 from pytest_nvrx.settings.values import ConfigError, quote
@@ -28,6 +29,12 @@ ALL_WINDOWS: tuple[str, ...] = (*FAULT_WINDOWS, *SCHEDULE_WINDOWS)
 RESTORE_FAULTS: tuple[str, ...] = tuple(f for f in INJECTED_FAULTS if f != "ckpt-worker")
 #: A random schedule's length is bounded (each fault costs a cycle and a restart).
 MAX_SCHEDULE = 32
+
+#: NVRx's progress tracker stops a job after this many consecutive cycles without progress
+#: (``--ft-max-no-progress-cycles``, 3 in NVRx 0.7; the recipe leaves it at its default).
+NVRX_NO_PROGRESS_LIMIT = 3
+#: How a schedule's run ends: every fault recovered, the restart budget spent, NVRx's stop.
+EndingKind = Literal["finished", "budget", "no-progress"]
 
 _RANDOM_RE = re.compile(r"random:(?P<count>[0-9]+),seed=(?P<seed>[0-9]+)")
 
@@ -114,3 +121,45 @@ def draw_schedule(count: int, seed: int) -> tuple[ScheduledFault, ...]:
 def render_schedule(schedule: tuple[ScheduledFault, ...]) -> str:
     """The schedule as the injector's ``--schedule`` and run.json spell it."""
     return ",".join(map(str, schedule))
+
+
+def schedule_ending(
+    schedule: tuple[ScheduledFault, ...], max_restarts: int | None, limit: int
+) -> tuple[int, EndingKind]:
+    """After how many faults the run of ``schedule`` ends, and why, as NVRx decides after each
+    failure: first whether ``limit`` cycles in a row made no progress (a fault in a
+    replacement's restore ends a cycle whose tracker never moved), then whether a restart is
+    left (``max_restarts``; None: unknown, never the reason)."""
+    without = 0
+    for position, entry in enumerate(schedule, start=1):
+        without = without + 1 if entry.window in SCHEDULE_WINDOWS else 0
+        if without >= limit:
+            return position, "no-progress"
+        if max_restarts is not None and position > max_restarts:
+            return position, "budget"
+    return len(schedule), "finished"
+
+
+def reference_iterations_needed(
+    schedule: tuple[ScheduledFault, ...], save_interval: int
+) -> list[int]:
+    """The iteration by which the reference workload opens each fault's window (its checkpoint
+    behaviour: save N is finalized, and the tracker names it, when save N + interval is
+    submitted). A cycle resumed from R reaches a tracker above R at the submit of R + 2
+    intervals: ``save`` fires there, ``step`` at the step after it, ``finalize`` at the next
+    save's checkpointing section (R + 3 intervals); each restores R + 1 interval. ``restore``
+    needs no iteration and restores R again."""
+    out = []
+    restored = 0
+    for entry in schedule:
+        if entry.window in SCHEDULE_WINDOWS:
+            out.append(0)
+            continue
+        after = {"step": 2 * save_interval + 1, "save": 2 * save_interval}.get(
+            entry.window, 3 * save_interval
+        )
+        if entry.fault == "ckpt-worker":
+            after = 2 * save_interval  # fires as its save is submitted
+        out.append(restored + after)
+        restored += save_interval
+    return out
