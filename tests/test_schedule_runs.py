@@ -412,21 +412,22 @@ EXCEPTION_RESTORE = DATA / "ref-kill-step+exception-restore"
 
 def test_an_exception_in_the_restore_the_workload_reports_as_its_load_failure() -> None:
     """The reference workload catches what its load raises and reports it (``load failed: ...
-    InjectedFault(...)``); its peer's load fails with it and both exit 1 together, so the
-    launcher records the peer's exit first."""
+    InjectedFault(...)``); its peer's load fails with it, and the launcher records the peer's
+    exit first (torchelastic records the first exit it sees)."""
     c2 = judge_run_dir(EXCEPTION_RESTORE).verdict("replaced_cycle")
     assert c2.passed, c2.reason
     assert (
         "fault 2 of 2, exception@restore in cycle 1: launcher recorded rank 1 raised" in c2.reason
     )
-    assert "the launcher recorded local_rank 0's exit 1 (the first exit it saw)" in c2.reason
+    assert "the launcher recorded local_rank 0's exit 1 first 3.9 s after it raised" in c2.reason
 
 
 @pytest.mark.parametrize(
     ("edit", "said"),
     [
         (
-            ("logs/train_cycle1.log", "rank 1 exit code 1", "rank 1 exit code 3"),
+            # the peer's recorded exit before the fault: no failure the fault explains
+            ("logs/launcher.log", "E1202 14:49:40.585000", "E1202 14:49:30.585000"),
             "the launcher recorded neither its exit nor a timeout",
         ),
         (
@@ -480,3 +481,18 @@ def test_megatron_s_checkpoint_worker_survived_two_restarts() -> None:
     assert "fault 3 of 3, ckpt-worker@finalize in cycle 2: launcher recorded rank 0 timed out" in c2
     c3 = j.verdict("optimizer_state_load").reason
     assert "cycle 3 loaded checkpoint iteration 20" in c3
+
+
+def test_an_exception_whose_peer_exited_first_is_the_fault_s(tmp_path: Path) -> None:
+    """One fault, window step (issue #26 made the reference's steps short): the raising rank
+    unwinds while its peer's collective fails at once, and torchelastic records the peer's exit
+    1, the first it sees, after the fault. The raising rank's traceback says what it died of;
+    a peer's record from before the fault would not (that edit fails)."""
+    run = DATA.parent / "windows" / "cpu" / "ref-exception-step"
+    doc = _copy(run, tmp_path)
+    doc.replace("logs/launcher.log", "local_rank: 1 (pid: 2283)", "local_rank: 0 (pid: 2282)")
+    c2 = judge_run_dir(doc.root).verdict("replaced_cycle")
+    assert c2.passed, c2.reason
+    assert "the launcher recorded local_rank 0's exit 1 first" in c2.reason
+    doc.replace("logs/launcher.log", "E1130 16:25:00.385000", "E1130 16:24:00.385000")
+    assert not judge_run_dir(doc.root).verdict("replaced_cycle").passed

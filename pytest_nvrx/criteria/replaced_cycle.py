@@ -13,7 +13,6 @@ the injector's fire line signalled and the pid that wrote it name the marker's p
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -25,6 +24,7 @@ from pytest_nvrx.criteria.verdict import CriterionId, Verdict, failing, not_appl
 from pytest_nvrx.evidence.launcher_log import LauncherEvent, LauncherEventKind
 from pytest_nvrx.evidence.refs import EvidenceRef, absent
 from pytest_nvrx.evidence.rundir import RunEvidence
+from pytest_nvrx.evidence.timeline import CLOCK_SLACK
 from pytest_nvrx.evidence.workload import LoadFailed, WorkloadError
 
 ID: CriterionId = "replaced_cycle"
@@ -370,17 +370,17 @@ def _exception_failure(
             marker.ref("fault"),
         )
     others = [e for e in faulted.failed if e.exit_code not in (None, 0)]
-    own = re.compile(rf"\brank {marker.rank} exit code {EXCEPTION_EXIT_CODE}\s*$")
-    said = [e for e in errors if own.search(e.ref.text)]
-    peers = [e for e in others if e.exit_code == EXCEPTION_EXIT_CODE]
-    if said and peers:
-        # every rank ended at once (its peers' collectives failed with it): torchelastic
-        # records the first exit it sees, a peer's, and the rank's own line gives its exit
+    peer = next((e for e in others if e is ctx.timeline.failure_events[0]), None)
+    if peer is not None and _after_the_fault(peer.time, marker.time):
+        # The raising rank unwinds (its atexit handlers, its process group's teardown) while a
+        # peer's collective fails at once: torchelastic records the first exit it sees, the
+        # peer's, after the fault; the rank's own traceback above says what it died of.
+        late = _after_it_raised(peer.time, marker.time)
         return (
-            f"raised the injected exception and exited {EXCEPTION_EXIT_CODE} by its own line"
-            f" while its peers failed with it; the launcher recorded local_rank {peers[0].rank}'s"
-            f" exit {EXCEPTION_EXIT_CODE} (the first exit it saw)",
-            [traceback.ref, said[0].ref, peers[0].ref],
+            f"raised the injected exception; the launcher recorded local_rank {peer.rank}'s exit"
+            f" {peer.exit_code} first{late} (its peer failed with it, and torchelastic records the"
+            " first exit it sees)",
+            [traceback.ref, peer.ref],
         )
     return failing(
         ID,
@@ -391,6 +391,11 @@ def _exception_failure(
         [e.ref for e in others[:1]],
         marker.ref("rank"),
     )
+
+
+def _after_the_fault(when: datetime | None, fault: datetime | None) -> bool:
+    """Whether a launcher record lies at or after the fault (the clocks' slack allowed)."""
+    return when is not None and fault is not None and when >= fault - CLOCK_SLACK
 
 
 def _after_it_raised(when: datetime | None, raised: datetime | None, then: str = "") -> str:
