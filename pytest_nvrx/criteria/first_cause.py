@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from pytest_nvrx.criteria.expected import ExpectedFault
-from pytest_nvrx.criteria.helpers import clock
+from pytest_nvrx.criteria.helpers import clock, launcher_words
 from pytest_nvrx.criteria.verdict import Verdict, failing
 from pytest_nvrx.criteria.workload_errors import describe, same_error_in
 from pytest_nvrx.evidence.cycle_log import CycleLog
@@ -229,7 +229,7 @@ def first_cause(
         return _never(run, expected, window, None, None, early[0])
     if early:
         record_ref = early[0].ref
-        said = record_ref.text.split("] ")[-1].strip()
+        said = launcher_words(record_ref)
         return FirstCause(
             what=f"the launcher recorded {said}",
             ref=record_ref,

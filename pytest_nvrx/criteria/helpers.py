@@ -28,6 +28,11 @@ def marker_ref(run: RunEvidence, key: str | None = None) -> EvidenceRef:
     return run.marker.ref(key)
 
 
+def launcher_words(ref: EvidenceRef) -> str:
+    """What a launcher line says, without its logging prefix (``... launcher.py:636] ``)."""
+    return ref.text.split("] ")[-1].strip()
+
+
 def launcher_outcome(run: RunEvidence) -> EvidenceRef:
     """The launcher's last word: its success/failure line, else its last timestamped line."""
     finals = run.launcher.of_kind(

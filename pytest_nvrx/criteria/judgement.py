@@ -226,7 +226,12 @@ def judge(
         later += schedule_problems(run, scheduled, segments)
         problems += tuple(p for p in dict.fromkeys(later) if p not in problems)
         verdicts = schedule_verdicts(
-            run, scheduled, schedule.ref, baseline=baseline, continuity_rtol=continuity_rtol
+            run,
+            scheduled,
+            schedule.ref,
+            segments,
+            baseline=baseline,
+            continuity_rtol=continuity_rtol,
         )
     else:
         verdicts = tuple(CRITERIA[cid](ctx) for cid in CRITERIA_IDS)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pytest_nvrx.criteria.context import JudgeContext
 from pytest_nvrx.criteria.expected import ExpectedFault
-from pytest_nvrx.criteria.helpers import marker_ref
+from pytest_nvrx.criteria.helpers import launcher_words, marker_ref
 from pytest_nvrx.criteria.verdict import CriterionId, Verdict, failing, passing
 from pytest_nvrx.evidence.launcher_log import LauncherEventKind
 from pytest_nvrx.evidence.refs import EvidenceRef
@@ -55,7 +55,7 @@ def check(ctx: JudgeContext) -> Verdict:
         )
         return failing(
             ID,
-            f"launcher stopped ({what}): {first.ref.text.split('] ')[-1].strip()}",
+            f"launcher stopped ({what}): {launcher_words(first.ref)}",
             [e.ref for e in (*stops, *bad_exits)][:4],
             exit_code.ref if exit_code else None,
         )
@@ -138,7 +138,7 @@ def check(ctx: JudgeContext) -> Verdict:
         )
         return failing(
             ID,
-            f"a second failure {when}: {e.ref.text.split('] ')[-1].strip()}",
+            f"a second failure {when}: {launcher_words(e.ref)}",
             [x.ref for x in timeline.other_failures[:3]],
             started.ref if started else None,
         )

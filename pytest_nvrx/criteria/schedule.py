@@ -27,7 +27,7 @@ from dataclasses import dataclass, replace
 from pytest_nvrx.criteria import clocks
 from pytest_nvrx.criteria.context import JudgeContext
 from pytest_nvrx.criteria.expected import ExpectedFault, ExpectedWindow
-from pytest_nvrx.criteria.helpers import launcher_outcome
+from pytest_nvrx.criteria.helpers import launcher_outcome, launcher_words
 from pytest_nvrx.criteria.registry import CRITERIA
 from pytest_nvrx.criteria.verdict import (
     CRITERIA_IDS,
@@ -40,7 +40,7 @@ from pytest_nvrx.criteria.verdict import (
 from pytest_nvrx.evidence.launcher_log import LauncherEvent, LauncherEventKind
 from pytest_nvrx.evidence.refs import EvidenceRef, Problem
 from pytest_nvrx.evidence.rundir import RunEvidence
-from pytest_nvrx.evidence.segments import FaultSegment, fault_segments, unexplained_failures
+from pytest_nvrx.evidence.segments import FaultSegment, unexplained_failures
 from pytest_nvrx.evidence.timeline import recovery_clock
 from pytest_nvrx.evidence.workload import LoadCompleted, LoadStarted
 from pytest_nvrx.layout import SCHEDULE_WINDOWS, marker_name
@@ -67,12 +67,12 @@ def restart_budget(run: RunEvidence) -> tuple[int, EvidenceRef] | None:
     return None
 
 
-# NVRx's own lines state the no-progress limit in force ("Consecutive cycles without progress:
-# 1/3"), which wins over its default (NVRX_NO_PROGRESS_LIMIT) where the log has one.
 #: NVRx's exit code when it decides a job must not be restarted (its no-progress stop;
 #: ``--ft-no-restart-exit-code``, which our recipe never sets); a spent restart budget exits as a
 #: failed run (1).
 NO_RESTART_EXIT_CODE = 93
+#: NVRx's own line stating the no-progress limit in force ("Consecutive cycles without progress:
+#: 1/3"), which wins over its default (NVRX_NO_PROGRESS_LIMIT) where the log has one.
 _NO_PROGRESS_COUNT = re.compile(r"Consecutive cycles without progress: (\d+)/(\d+)")
 
 
@@ -125,12 +125,13 @@ def schedule_verdicts(
     run: RunEvidence,
     schedule: tuple[ScheduledFault, ...],
     schedule_ref: EvidenceRef,
+    segments: list[FaultSegment],
     *,
     baseline: RunEvidence | None = None,
     continuity_rtol: float = 0.0,
 ) -> tuple[Verdict, ...]:
-    """Every criterion over ``run``, a run of ``schedule`` (run.json's, at ``schedule_ref``)."""
-    segments = fault_segments(run, schedule)
+    """Every criterion over ``run``, a run of ``schedule`` (run.json's, at ``schedule_ref``) cut
+    into ``segments`` (:func:`~pytest_nvrx.evidence.segments.fault_segments`)."""
     ending = expected_ending(schedule, restart_budget(run), no_progress_limit(run))
     due = ending.due
     per_fault: dict[CriterionId, list[tuple[str, Verdict]]] = {c: [] for c in CRITERIA_IDS}
@@ -342,7 +343,7 @@ def _whole_run(
     if stray:
         return failing(
             cid,
-            f"a failure no scheduled fault explains: {stray[0].ref.text.split('] ')[-1].strip()}",
+            f"a failure no scheduled fault explains: {launcher_words(stray[0].ref)}",
             [e.ref for e in stray[:3]],
             schedule_ref,
         )
@@ -365,7 +366,7 @@ def _whole_run(
         )
         return failing(
             cid,
-            f"the launcher stopped ({what}): {_said(stops[0].ref)}",
+            f"the launcher stopped ({what}): {launcher_words(stops[0].ref)}",
             [e.ref for e in stops][:3],
             exit_code.ref if exit_code is not None else None,
         )
@@ -448,7 +449,7 @@ def _stopped(
         return failing(
             cid,
             f"the launcher decided to restart after fault {ending.due}, where {why} had to"
-            f" stop it: {_said(after[0].ref)}",
+            f" stop it: {launcher_words(after[0].ref)}",
             after[0].ref,
             where or schedule_ref,
         )
@@ -466,7 +467,8 @@ def _stopped(
             cid,
             f"each of the {ending.due} faults due happened once; NVRx stopped the job after"
             f" {ending.due} cycles, {ending.limit[0]} of them in a row without progress (its"
-            f" limit), as it must: {_said(no_progress[0].ref)!r} (exit code {exit_code.value})",
+            f" limit), as it must: {launcher_words(no_progress[0].ref)!r}"
+            f" (exit code {exit_code.value})",
             no_progress[0].ref,
             counted[-1].ref if counted else None,
             exit_code.ref,
@@ -475,18 +477,19 @@ def _stopped(
     if no_progress:
         return failing(
             cid,
-            f"the launcher stopped for no progress, not for {why}: {_said(no_progress[0].ref)}",
+            f"the launcher stopped for no progress, not for {why}:"
+            f" {launcher_words(no_progress[0].ref)}",
             no_progress[0].ref,
             where or schedule_ref,
         )
     said = [*stops, *run.launcher.of_kind(LauncherEventKind.AGENT_EXIT)]
     quote = (
-        f"its own words: {_said(said[0].ref)!r}"
+        f"its own words: {launcher_words(said[0].ref)!r}"
         if said
         else "it wrote no line of its own saying so (NVRx logs its exit after its log server"
         " closed), so its last restart decision, the last failure and the exit code are quoted"
     )
-    last_restart = _said(restarts[-1].ref) if restarts else None
+    last_restart = launcher_words(restarts[-1].ref) if restarts else None
     return passing(
         cid,
         f"each of the {ending.due} faults the budget allows happened once; the launcher gave up"
@@ -500,11 +503,6 @@ def _stopped(
         where,
         [s.marker.ref("time") for s in segments],
     )
-
-
-def _said(ref: EvidenceRef) -> str:
-    """What a launcher line says, without its logging prefix."""
-    return ref.text.split("] ")[-1].strip()
 
 
 def _after(ref: EvidenceRef, anchor: EvidenceRef) -> bool:
