@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from pytest_nvrx.evidence.timeline import MILESTONES, PHASES, Phase
 from pytest_nvrx.report.main import build_reports, report_main, write_report
-from pytest_nvrx.report.model import SCHEMA_VERSION, LostWork, Recovery, ScenarioReport
+from pytest_nvrx.report.model import SCHEMA_VERSION, ScenarioReport
+from pytest_nvrx.report.recovery import LostWork, Recovery
 from pytest_nvrx.report.render import pair_baselines, render_html, report_json
 
 __all__ = [

@@ -8,230 +8,31 @@ already parsed. A report is JSON-able both ways (:meth:`ScenarioReport.as_dict`,
 data. Times are seconds from the scenario's ``t0`` (the launcher's first line, else run.json's
 start), so that a report carries no time zone questions.
 
-The recovery breakdown splits the downtime (the fault's instant to the first step the
-replacement committed) at the milestones NVRx's profiling lines and the workload's log show. A
-milestone the evidence lacks makes the phases on either side of it *missing* (``None``, never 0):
-the time between the known milestones around it is ``unattributed_s``, so that the known phases
-plus ``unattributed_s`` are always the downtime. The milestones, phases and downtime are the
-recovery clock's (:func:`pytest_nvrx.evidence.timeline.recovery_clock`), the computation verify's
-timings and the downtime gate read too; here they are only put in seconds from ``t0``.
+The recovery's cost is :mod:`~pytest_nvrx.report.recovery`'s, the timeline
+:mod:`~pytest_nvrx.report.timeline`'s and the loss curve :mod:`~pytest_nvrx.report.loss`'s.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, replace
-from datetime import datetime
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from pytest_nvrx.criteria import judge
 from pytest_nvrx.criteria.judgement import Judgement
 from pytest_nvrx.criteria.training_continuity import print_model
-from pytest_nvrx.evidence.cycle_log import CycleLog
-from pytest_nvrx.evidence.launcher_log import FAILURE_KINDS, LauncherEvent, LauncherEventKind
 from pytest_nvrx.evidence.plant_records import read_plant_records
-from pytest_nvrx.evidence.replay import PrintModel, windows
 from pytest_nvrx.evidence.rundir import RunEvidence, load_run
-from pytest_nvrx.evidence.segments import fault_segments
-from pytest_nvrx.evidence.timeline import (
-    MILESTONE_LABELS,
-    Phase,
-    RecoveryClock,
-    Timeline,
-    marker_ref,
-    recovery_clock,
-)
 from pytest_nvrx.evidence.timeline import PHASES as PHASES  # re-exported: the report's phases
-from pytest_nvrx.evidence.workload import (
-    SaveCompleted,
-    SaveScheduled,
-)
 from pytest_nvrx.plants import Plant, plant_named
+from pytest_nvrx.report.loss import LossSeries, loss_series
+from pytest_nvrx.report.plain import flat_dict, start_time
+from pytest_nvrx.report.recovery import Recovery, recovery_of
+from pytest_nvrx.report.timeline import TimelineData, timeline_data
 from pytest_nvrx.selftest_outcome import PlantOutcome, control_outcome, plant_outcome
 
 #: the scenario document's version: raised only when a change breaks existing readers
 SCHEMA_VERSION = 2  # 2: termination ends when the workers stopped; gpu_reclaim follows
-
-#: at most this many loss points per run are kept (replayed iterations always are)
-MAX_LOSS_POINTS = 2000
-#: at most this many save events per kind and run are drawn
-MAX_SAVE_EVENTS = 200
-
-
-def _flat_dict(record: Any) -> dict[str, Any]:
-    """A flat record (a dataclass of plain values) as JSON data: its fields in order, a tuple as
-    a list. The records below without an ``as_dict`` of their own are written this way."""
-    return {key: list(v) if isinstance(v, tuple) else v for key, v in asdict(record).items()}
-
-
-# ----------------------------------------------------------------------------------------------
-# The recovery's phases
-
-
-@dataclass(frozen=True, slots=True)
-class MilestoneTime:
-    id: str
-    t_s: float | None  # None: the evidence does not show it
-    ref: str | None  # file:line that shows it
-
-
-@dataclass(frozen=True, slots=True)
-class LostWork:
-    """Training the fault threw away and the replacement did again."""
-
-    restored_iteration: int | None
-    last_iteration_before_failure: int | None
-    iterations: int | None  # recomputed: last before failure - restored
-    # the failed cycle's time from committing the restored iteration to the fault
-    discarded_s: float | None
-    # the replacement's time from its first committed step to re-committing the last lost one
-    recomputed_s: float | None
-
-
-@dataclass(frozen=True, slots=True)
-class Recovery:
-    milestones: tuple[MilestoneTime, ...]
-    phases: tuple[Phase, ...]
-    downtime_s: float | None  # failure -> first committed step after restore
-    unattributed_s: float | None  # downtime not covered by a known phase (milestones missing)
-    lost_work: LostWork
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "downtime_s": self.downtime_s,
-            "unattributed_s": self.unattributed_s,
-            "milestones": [_flat_dict(m) for m in self.milestones],
-            "phases": [_flat_dict(p) for p in self.phases],
-            "lost_work": _flat_dict(self.lost_work),
-        }
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Recovery:
-        return cls(
-            **{
-                **data,
-                "milestones": tuple(MilestoneTime(**m) for m in data["milestones"]),
-                "phases": tuple(Phase(**p) for p in data["phases"]),
-                "lost_work": LostWork(**data["lost_work"]),
-            }
-        )
-
-
-# ----------------------------------------------------------------------------------------------
-# Timeline and loss
-
-
-@dataclass(frozen=True, slots=True)
-class CycleSpan:
-    cycle: int
-    start_s: float | None
-    end_s: float | None  # None: still running when the evidence ends
-    ranks: tuple[int, ...]
-    first_iteration: int | None
-    last_iteration: int | None
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> CycleSpan:
-        return cls(**{**data, "ranks": tuple(data["ranks"])})
-
-
-#: the kinds of timeline events, and how the legend names them
-EVENT_KINDS: dict[str, str] = {
-    "fault": "fault injected",
-    "failure": "failure recorded",
-    "detected": "failure detected",
-    "workers_terminated": "workers terminated",
-    "rendezvous": "rendezvous completed",
-    "workers_started": "workers started",
-    "checkpoint_loaded": "checkpoint loaded",
-    "first_step": "first committed step",
-    "save_submitted": "save submitted",
-    "save_finalized": "save finalized",
-    "decision": "launcher decision",
-}
-
-
-@dataclass(frozen=True, slots=True)
-class TimelineEvent:
-    kind: str  # a key of EVENT_KINDS
-    t_s: float
-    label: str
-    cycle: int | None
-    rank: int | None
-    ref: str | None
-
-
-@dataclass(frozen=True, slots=True)
-class TimelineData:
-    t0: str | None  # ISO UTC time that t_s counts from
-    end_s: float | None
-    cycles: tuple[CycleSpan, ...]
-    events: tuple[TimelineEvent, ...]
-    fault_rank: int | None
-    # the shaded window: the fault's instant to the first committed step after the restore
-    fault_window: tuple[float, float] | None
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "t0": self.t0,
-            "end_s": self.end_s,
-            "fault_rank": self.fault_rank,
-            "fault_window": list(self.fault_window) if self.fault_window is not None else None,
-            "cycles": [_flat_dict(c) for c in self.cycles],
-            "events": [_flat_dict(e) for e in self.events],
-        }
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> TimelineData:
-        window = data["fault_window"]
-        window = (float(window[0]), float(window[1])) if window is not None else None
-        return cls(
-            **{
-                **data,
-                "cycles": tuple(CycleSpan.from_dict(c) for c in data["cycles"]),
-                "events": tuple(TimelineEvent(**e) for e in data["events"]),
-                "fault_window": window,
-            }
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class LossPoint:
-    cycle: int
-    iteration: int
-    loss: float
-    replayed: bool  # an earlier cycle had committed this iteration already
-    # the line printed the mean over iterations mean_from..iteration, not this iteration's loss
-    # (Megatron-LM #6237: a process's second line); None: its own window, as printed normally
-    mean_from: int | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class LossSeries:
-    points: tuple[LossPoint, ...]
-    dropped: int  # points left out to keep the report small (never replayed or #6237 ones)
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "columns": ["cycle", "iteration", "loss", "replayed"],
-            "points": [[p.cycle, p.iteration, p.loss, p.replayed] for p in self.points],
-            "dropped": self.dropped,
-            # a key of its own, not a fifth column: readers of the four columns read on
-            "window_means": [
-                [p.cycle, p.iteration, p.mean_from] for p in self.points if p.mean_from is not None
-            ],
-        }
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> LossSeries:
-        means = {(int(c), int(i)): int(f) for c, i, f in data.get("window_means", [])}
-        return cls(
-            points=tuple(
-                LossPoint(int(c), int(i), float(v), bool(r), means.get((int(c), int(i))))
-                for c, i, v, r in data["points"]
-            ),
-            dropped=int(data["dropped"]),
-        )
 
 
 # ----------------------------------------------------------------------------------------------
@@ -374,7 +175,7 @@ class ScenarioReport:
         """The report of a run already judged (the plugin has both at hand): its recovery is
         the judgement's recovery clock (:func:`~pytest_nvrx.evidence.timeline.recovery_clock`)."""
         clock = judgement.clock
-        t0 = _t0(run)
+        t0 = start_time(run)
         manifest = run.manifest
         train_iters = None
         if manifest is not None and manifest.train_iters is not None:
@@ -389,7 +190,7 @@ class ScenarioReport:
                 None,
             )
         window = judgement.window.window if judgement.window is not None else None
-        recovery = None if judgement.expected.baseline else _recovery(run, clock, t0)
+        recovery = None if judgement.expected.baseline else recovery_of(run, clock, t0)
         return cls(
             name=name or run.run_dir.name,
             run_dir=str(run.run_dir),
@@ -409,8 +210,8 @@ class ScenarioReport:
             stack=dict(judgement.stack),
             timings=dict(judgement.timings),
             recovery=recovery,
-            timeline=_timeline_data(run, clock.timeline, t0, recovery),
-            loss=_loss_series(run.cycle_logs, print_model(run)),
+            timeline=timeline_data(run, clock.timeline, t0, recovery),
+            loss=loss_series(run.cycle_logs, print_model(run)),
             gpu_shared_with=judgement.gpu_shared_with,
             planted=judgement.planted,
             selftest=_selftest_row(run, judgement),
@@ -434,7 +235,7 @@ class ScenarioReport:
             "summary": self.summary,
             "outcome": self.outcome,
             "first_cause": self.first_cause,
-            "criteria": [_flat_dict(c) for c in self.criteria],
+            "criteria": [flat_dict(c) for c in self.criteria],
             "problems": list(self.problems),
             "stack": self.stack,
             "timings": self.timings,
@@ -509,312 +310,3 @@ def _selftest_row(run: RunEvidence, judgement: Judgement) -> dict[str, Any] | No
             records = read_plant_records(run.run_dir)
             outcome = plant_outcome(plant, judgement, records, rtol=rtol)
     return {**outcome.as_dict(), "continuity_rtol": rtol}
-
-
-def _t0(run: RunEvidence) -> datetime | None:
-    """The earliest of the launcher's first line and run.json's start."""
-    candidates = [run.launcher.first_time]
-    if run.manifest is not None:
-        candidates += [run.manifest.result_start_time, run.manifest.start_time]
-    known = [t for t in candidates if t is not None]
-    return min(known) if known else None
-
-
-def _rel(t0: datetime | None, t: datetime | None) -> float | None:
-    if t0 is None or t is None:
-        return None
-    return round((t - t0).total_seconds(), 3)
-
-
-def _recovery(run: RunEvidence, clock: RecoveryClock, t0: datetime | None) -> Recovery | None:
-    """The recovery clock's milestones (from ``t0``), phases and downtime, and the lost work."""
-    if not clock.has_recovery:
-        return None
-    milestones = tuple(
-        MilestoneTime(
-            mid, _rel(t0, at.time), None if at.ref is None or at.time is None else at.ref.location
-        )
-        for mid, at in clock.milestones.items()
-    )
-    tl = clock.timeline
-    restored = clock.restored_iteration
-    marker = run.marker
-    if restored is None and marker is not None and marker.ok:
-        restored = marker.tracker_iteration
-    replacement = run.cycle_log(tl.replacement_cycle) if tl.replacement_cycle is not None else None
-    return Recovery(
-        milestones=milestones,
-        phases=clock.phases,
-        downtime_s=clock.downtime_s,
-        unattributed_s=clock.unattributed_s,
-        lost_work=_lost_work(run, tl, restored, replacement),
-    )
-
-
-def _lost_work(
-    run: RunEvidence, tl: Timeline, restored: int | None, replacement: CycleLog | None
-) -> LostWork:
-    failed = [
-        log
-        for log in run.cycle_logs
-        if tl.replacement_cycle is None or log.cycle < tl.replacement_cycle
-    ]
-    before = [it for log in failed for it in log.iterations]
-    last = max((it.iteration for it in before), default=None)
-    iterations = max(0, last - restored) if last is not None and restored is not None else None
-    discarded = None
-    if restored is not None and tl.fault_time is not None:
-        done = [it.time for it in before if it.iteration == restored and it.time is not None]
-        if done:
-            discarded = round((tl.fault_time - done[-1]).total_seconds(), 3)
-        elif restored == 0:
-            starts = [it.time for it in before if it.time is not None]
-            discarded = round((tl.fault_time - starts[0]).total_seconds(), 3) if starts else None
-    recomputed = None
-    if replacement is not None and replacement.first_iteration is not None and last is not None:
-        first_t = replacement.first_iteration.time
-        redone = [it.time for it in replacement.iterations if it.iteration == last and it.time]
-        if first_t is not None and redone:
-            recomputed = round((redone[0] - first_t).total_seconds(), 3)
-        elif iterations == 0:
-            recomputed = 0.0
-    return LostWork(restored, last, iterations, discarded, recomputed)
-
-
-_DECISIONS = {
-    LauncherEventKind.GROUP_FAILED: "worker group failed, restart",
-    LauncherEventKind.JOIN_RESTART: "joining cluster restart",
-    LauncherEventKind.PROGRESS: "cycle made progress",
-    LauncherEventKind.NO_PROGRESS: "cycle made NO progress",
-    LauncherEventKind.EARLY_TERMINATION: "early termination",
-    LauncherEventKind.NO_RESTART: "no more restarts",
-    LauncherEventKind.GROUP_SUCCEEDED: "worker group finished",
-    LauncherEventKind.RUN_OK: "run OK",
-    LauncherEventKind.RUN_FAILED: "run failed",
-    LauncherEventKind.AGENT_EXIT: "agent exit",
-}
-_PROFILING_KINDS = {
-    "failure_detected": "detected",
-    "worker_terminated": "workers_terminated",
-    "rendezvous_completed": "rendezvous",
-    "worker_start_completed": "workers_started",
-}
-
-
-def _later_faults(run: RunEvidence, t0: datetime | None) -> list[TimelineEvent]:
-    """A fault schedule's later faults (issue #26), each with its cycle, and each later
-    recovery's checkpoint load and first committed step: the timeline shows every fault."""
-    scheduled = run.manifest.scheduled_faults if run.manifest is not None else ()
-    if not scheduled:
-        return []
-    out: list[TimelineEvent] = []
-    for segment in fault_segments(run, scheduled)[1:]:
-        marker, tl = segment.marker, segment.timeline
-        t_s = _rel(t0, marker.time)
-        if t_s is None:
-            continue
-        what = f"{marker.fault} ({marker.signal})" if marker.signal else (marker.fault or "fault")
-        out.append(
-            TimelineEvent(
-                "fault",
-                t_s,
-                f"fault {segment.position}: {what} into rank {marker.rank} ({segment.scheduled})",
-                tl.failed_cycle,
-                marker.rank,
-                marker.ref("time").location,
-            )
-        )
-        clock = recovery_clock(segment.view, tl)
-        for mid in ("checkpoint_loaded", "first_step"):
-            instant = clock.milestones[mid]
-            at = _rel(t0, instant.time)
-            if at is not None:
-                ref = instant.ref.location if instant.ref is not None else None
-                label = f"{MILESTONE_LABELS[mid]} (fault {segment.position})"
-                out.append(TimelineEvent(mid, at, label, tl.replacement_cycle, None, ref))
-    return out
-
-
-def _launcher_event(event: LauncherEvent, t_s: float) -> TimelineEvent | None:
-    ref = event.ref.location
-    if event.kind is LauncherEventKind.PROFILING:
-        kind = _PROFILING_KINDS.get(event.name or "")
-        if kind is None:
-            return None
-        return TimelineEvent(
-            kind, t_s, f"{event.name} (cycle {event.cycle})", event.cycle, event.rank, ref
-        )
-    if event.kind in FAILURE_KINDS:
-        what = event.kind.value.replace("_", " ")
-        if event.exit_code is not None:
-            what += f" (exit {event.exit_code})"
-        if event.name and event.kind is not LauncherEventKind.GROUP_FAILED:
-            what += f" {event.name}"
-        kind = "decision" if event.kind is LauncherEventKind.GROUP_FAILED else "failure"
-        label = _DECISIONS[event.kind] if kind == "decision" else what
-        return TimelineEvent(kind, t_s, label, event.cycle, event.rank, ref)
-    if event.kind in _DECISIONS:
-        label = _DECISIONS[event.kind]
-        if event.exit_code is not None:
-            label += f" (exit {event.exit_code})"
-        return TimelineEvent("decision", t_s, label, event.cycle, None, ref)
-    return None
-
-
-def _timeline_data(
-    run: RunEvidence, tl: Timeline, t0: datetime | None, recovery: Recovery | None
-) -> TimelineData:
-    events: list[TimelineEvent] = []
-    for event in run.launcher.events:
-        t_s = _rel(t0, event.time)
-        if t_s is None:
-            continue
-        found = _launcher_event(event, t_s)
-        if found is not None:
-            events.append(found)
-    fault_t = _rel(t0, tl.fault_time)
-    marker = run.marker
-    fault_rank = marker.rank if marker is not None and marker.ok else None
-    if fault_t is not None and marker is not None:
-        what = (
-            f"{marker.fault or 'fault'} ({marker.signal})"
-            if marker.signal
-            else (marker.fault or "fault")
-        )
-        ref = marker_ref(run)
-        events.append(
-            TimelineEvent(
-                "fault",
-                fault_t,
-                f"{what} into rank {fault_rank}",
-                tl.failed_cycle,
-                fault_rank,
-                ref.location if ref else None,
-            )
-        )
-    events += _later_faults(run, t0)
-    cycles: list[CycleSpan] = []
-    numbers = sorted({r.cycle for r in run.cycles} | {log.cycle for log in run.cycle_logs})
-    for cycle in numbers:
-        record = run.cycle_infos.by_cycle(cycle)
-        log = run.cycle_log(cycle)
-        start = record.start if record is not None else None
-        end = record.end if record is not None else None
-        if log is not None and start is None and log.first_iteration is not None:
-            start = log.first_iteration.time
-        if log is not None and end is None and log.last_iteration is not None:
-            end = log.last_iteration.time
-        cycles.append(
-            CycleSpan(
-                cycle,
-                _rel(t0, start),
-                _rel(t0, end),
-                log.ranks if log is not None else (),
-                log.first_iteration.iteration if log is not None and log.first_iteration else None,
-                log.last_iteration.iteration if log is not None and log.last_iteration else None,
-            )
-        )
-        if log is None:
-            continue
-        saves: list[tuple[str, SaveScheduled | SaveCompleted]] = [
-            *(("submitted", e) for e in log.of_type(SaveScheduled)[:MAX_SAVE_EVENTS]),
-            *(("finalized", e) for e in log.of_type(SaveCompleted)[:MAX_SAVE_EVENTS]),
-        ]
-        for verb, save in saves:
-            t_s = _rel(t0, save.time)
-            if t_s is not None:
-                label = f"save {save.iteration} {verb}"
-                where = save.ref.location
-                events.append(TimelineEvent(f"save_{verb}", t_s, label, cycle, None, where))
-    if recovery is not None:
-        for m in recovery.milestones:
-            if m.id in ("checkpoint_loaded", "first_step") and m.t_s is not None:
-                events.append(
-                    TimelineEvent(
-                        m.id, m.t_s, MILESTONE_LABELS[m.id], tl.replacement_cycle, None, m.ref
-                    )
-                )
-    events.sort(key=lambda e: e.t_s)
-    ends = [run.launcher.last_time]
-    if run.manifest is not None:
-        ends.append(run.manifest.end_time)
-    end_s = max((v for v in (_rel(t0, t) for t in ends) if v is not None), default=None)
-    known = [e.t_s for e in events] + [c.end_s for c in cycles if c.end_s is not None]
-    if known:
-        end_s = max([*known, end_s or 0.0])
-    window = None
-    if recovery is not None and fault_t is not None:
-        # to the first committed step after the restore; without one, to the end of the evidence
-        by_id = {m.id: m.t_s for m in recovery.milestones}
-        end_t = by_id["first_step"] if by_id["first_step"] is not None else end_s
-        if end_t is not None and end_t > fault_t:
-            window = (fault_t, end_t)
-    return TimelineData(
-        t0=t0.isoformat() if t0 is not None else None,
-        end_s=end_s,
-        cycles=tuple(cycles),
-        events=tuple(events),
-        fault_rank=fault_rank,
-        fault_window=window,
-    )
-
-
-def _window_means(log: CycleLog, model: PrintModel) -> dict[int, int]:
-    """The iterations of one cycle whose printed loss is a mean over more iterations than the
-    workload's own print rule gives, each with its window's first iteration: Megatron core
-    <= 0.19 does not reset its loss accumulators at a process's first print (Megatron-LM
-    #6237), so with ``--log-interval 1`` its second line prints the mean of its first two. The
-    same windows ``training_continuity`` compares by (:func:`print_model`), read here so that
-    the chart does not draw such a mean as the iteration's loss."""
-    if "loss" not in model.averaged or model.first_print_resets:
-        return {}
-    fixed = {
-        p.iteration: p.first
-        for p in windows(log.iterations, replace(model, first_print_resets=True), log.cycle)
-    }
-    return {
-        p.iteration: p.first
-        for p in windows(log.iterations, model, log.cycle)
-        if p.first != fixed.get(p.iteration, p.first)
-    }
-
-
-def _loss_series(logs: tuple[CycleLog, ...], model: PrintModel | None = None) -> LossSeries:
-    points: list[LossPoint] = []
-    done = 0  # the highest iteration an earlier cycle committed
-    for log in logs:
-        means = _window_means(log, model) if model is not None else {}
-        seen: set[int] = set()
-        for it in log.iterations:
-            if it.loss is None or it.iteration in seen:
-                continue
-            seen.add(it.iteration)
-            points.append(
-                LossPoint(
-                    log.cycle,
-                    it.iteration,
-                    it.loss,
-                    it.iteration <= done,
-                    means.get(it.iteration),
-                )
-            )
-        done = max([done, *seen])
-    return _thin(points)
-
-
-def _thin(points: list[LossPoint]) -> LossSeries:
-    """At most :data:`MAX_LOSS_POINTS`: every k-th point, all replayed ones, each cycle's ends."""
-    if len(points) <= MAX_LOSS_POINTS:
-        return LossSeries(tuple(points), 0)
-    step = -(-len(points) // MAX_LOSS_POINTS)
-    kept = [
-        p
-        for i, p in enumerate(points)
-        if p.replayed
-        or p.mean_from is not None
-        or i % step == 0
-        or i == len(points) - 1
-        or points[i - 1].cycle != p.cycle
-        or points[min(i + 1, len(points) - 1)].cycle != p.cycle
-    ]
-    return LossSeries(tuple(kept), len(points) - len(kept))

@@ -10,7 +10,8 @@ from typing import Any
 from pytest_nvrx import __version__
 from pytest_nvrx.criteria.verdict import CRITERIA_IDS
 from pytest_nvrx.plants import PLANTS
-from pytest_nvrx.report.model import PHASES, SCHEMA_VERSION, Recovery, ScenarioReport
+from pytest_nvrx.report.model import PHASES, SCHEMA_VERSION, ScenarioReport
+from pytest_nvrx.report.recovery import Recovery
 from pytest_nvrx.report.svg import (
     breakdown_svg,
     loss_svg,

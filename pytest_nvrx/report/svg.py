@@ -13,13 +13,9 @@ import math
 from collections.abc import Callable, Iterable, Sequence
 from html import escape
 
-from pytest_nvrx.report.model import (
-    EVENT_KINDS,
-    PHASES,
-    LossPoint,
-    ScenarioReport,
-    TimelineEvent,
-)
+from pytest_nvrx.report.loss import LossPoint
+from pytest_nvrx.report.model import PHASES, ScenarioReport
+from pytest_nvrx.report.timeline import EVENT_KINDS, TimelineEvent
 
 WIDTH = 1000
 FONT = "font-family:system-ui,-apple-system,'Segoe UI',Roboto,sans-serif"

@@ -1,0 +1,128 @@
+"""A recovery's cost as plain data: the recovery clock's milestones in seconds from the
+scenario's ``t0``, its phases and downtime, and the training the fault threw away.
+
+The recovery breakdown splits the downtime (the fault's instant to the first step the
+replacement committed) at the milestones NVRx's profiling lines and the workload's log show. A
+milestone the evidence lacks makes the phases on either side of it *missing* (``None``, never 0):
+the time between the known milestones around it is ``unattributed_s``, so that the known phases
+plus ``unattributed_s`` are always the downtime. The milestones, phases and downtime are the
+recovery clock's (:func:`pytest_nvrx.evidence.timeline.recovery_clock`), the computation verify's
+timings and the downtime gate read too; here they are only put in seconds from ``t0``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from pytest_nvrx.evidence.cycle_log import CycleLog
+from pytest_nvrx.evidence.rundir import RunEvidence
+from pytest_nvrx.evidence.timeline import Phase, RecoveryClock, Timeline
+from pytest_nvrx.report.plain import flat_dict, seconds_from
+
+
+@dataclass(frozen=True, slots=True)
+class MilestoneTime:
+    id: str
+    t_s: float | None  # None: the evidence does not show it
+    ref: str | None  # file:line that shows it
+
+
+@dataclass(frozen=True, slots=True)
+class LostWork:
+    """Training the fault threw away and the replacement did again."""
+
+    restored_iteration: int | None
+    last_iteration_before_failure: int | None
+    iterations: int | None  # recomputed: last before failure - restored
+    # the failed cycle's time from committing the restored iteration to the fault
+    discarded_s: float | None
+    # the replacement's time from its first committed step to re-committing the last lost one
+    recomputed_s: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class Recovery:
+    milestones: tuple[MilestoneTime, ...]
+    phases: tuple[Phase, ...]
+    downtime_s: float | None  # failure -> first committed step after restore
+    unattributed_s: float | None  # downtime not covered by a known phase (milestones missing)
+    lost_work: LostWork
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "downtime_s": self.downtime_s,
+            "unattributed_s": self.unattributed_s,
+            "milestones": [flat_dict(m) for m in self.milestones],
+            "phases": [flat_dict(p) for p in self.phases],
+            "lost_work": flat_dict(self.lost_work),
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Recovery:
+        return cls(
+            **{
+                **data,
+                "milestones": tuple(MilestoneTime(**m) for m in data["milestones"]),
+                "phases": tuple(Phase(**p) for p in data["phases"]),
+                "lost_work": LostWork(**data["lost_work"]),
+            }
+        )
+
+
+def recovery_of(run: RunEvidence, clock: RecoveryClock, t0: datetime | None) -> Recovery | None:
+    """The recovery clock's milestones (from ``t0``), phases and downtime, and the lost work."""
+    if not clock.has_recovery:
+        return None
+    milestones = tuple(
+        MilestoneTime(
+            mid,
+            seconds_from(t0, at.time),
+            None if at.ref is None or at.time is None else at.ref.location,
+        )
+        for mid, at in clock.milestones.items()
+    )
+    tl = clock.timeline
+    restored = clock.restored_iteration
+    marker = run.marker
+    if restored is None and marker is not None and marker.ok:
+        restored = marker.tracker_iteration
+    replacement = run.cycle_log(tl.replacement_cycle) if tl.replacement_cycle is not None else None
+    return Recovery(
+        milestones=milestones,
+        phases=clock.phases,
+        downtime_s=clock.downtime_s,
+        unattributed_s=clock.unattributed_s,
+        lost_work=_lost_work(run, tl, restored, replacement),
+    )
+
+
+def _lost_work(
+    run: RunEvidence, tl: Timeline, restored: int | None, replacement: CycleLog | None
+) -> LostWork:
+    failed = [
+        log
+        for log in run.cycle_logs
+        if tl.replacement_cycle is None or log.cycle < tl.replacement_cycle
+    ]
+    before = [it for log in failed for it in log.iterations]
+    last = max((it.iteration for it in before), default=None)
+    iterations = max(0, last - restored) if last is not None and restored is not None else None
+    discarded = None
+    if restored is not None and tl.fault_time is not None:
+        done = [it.time for it in before if it.iteration == restored and it.time is not None]
+        if done:
+            discarded = round((tl.fault_time - done[-1]).total_seconds(), 3)
+        elif restored == 0:
+            starts = [it.time for it in before if it.time is not None]
+            discarded = round((tl.fault_time - starts[0]).total_seconds(), 3) if starts else None
+    recomputed = None
+    if replacement is not None and replacement.first_iteration is not None and last is not None:
+        first_t = replacement.first_iteration.time
+        redone = [it.time for it in replacement.iterations if it.iteration == last and it.time]
+        if first_t is not None and redone:
+            recomputed = round((redone[0] - first_t).total_seconds(), 3)
+        elif iterations == 0:
+            recomputed = 0.0
+    return LostWork(restored, last, iterations, discarded, recomputed)
