@@ -416,7 +416,7 @@ class Launch:
         self._stack = stack
         self._popen: subprocess.Popen[bytes] | None = None
         self._console_fh: IO[bytes] | None = None
-        self._t0 = 0.0
+        self._started_at = 0.0
         self._start_time = ""
         #: the Slurm side of a ``launcher == "slurm"`` launch, once start() began it
         self.slurm: SlurmLaunch | None = None
@@ -475,7 +475,7 @@ class Launch:
             env[TAG_VAR] = self.tag
             self._console_fh = self.console.open("ab")
             self._start_time = utc_now()
-            self._t0 = time.monotonic()
+            self._started_at = time.monotonic()
             # before the launcher: no moment when the run goes unwatched
             self._start_watchdog()
             try:
@@ -606,7 +606,7 @@ class Launch:
         assert self._popen is not None
         self.result = RunResult(
             exit_code=self._popen.poll(),
-            wall_s=time.monotonic() - self._t0,
+            wall_s=time.monotonic() - self._started_at,
             timed_out=timed_out,
             interrupted=interrupted.name if interrupted is not None else None,
             start_time=self._start_time,
@@ -626,7 +626,7 @@ class Launch:
         return self.layout.run_dir / node_file_name(name, self.node_index)
 
     def progress(self) -> Progress:
-        return self._progress.read(time.monotonic() - self._t0)
+        return self._progress.read(time.monotonic() - self._started_at)
 
     def _wait_for_exit(self, timeout_s: float) -> None:
         """Like ``time.sleep(timeout_s)``, but returns as soon as the launcher exits."""

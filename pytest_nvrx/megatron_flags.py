@@ -478,17 +478,17 @@ def _scan_tokens(text: str, rel: str) -> list[ArgSpec]:
         line, depth, j = tok.start[0], 0, i + 1
         items: list[list[tokenize.TokenInfo]] = [[]]
         while j < len(tokens):
-            s = tokens[j].string
-            if s in "([{" and tokens[j].type == tokenize.OP:
+            text = tokens[j].string
+            if text in "([{" and tokens[j].type == tokenize.OP:
                 depth += 1
                 if depth == 1:
                     j += 1
                     continue
-            elif s in ")]}" and tokens[j].type == tokenize.OP:
+            elif text in ")]}" and tokens[j].type == tokenize.OP:
                 depth -= 1
                 if depth == 0:
                     break
-            if depth == 1 and s == "," and tokens[j].type == tokenize.OP:
+            if depth == 1 and text == "," and tokens[j].type == tokenize.OP:
                 items.append([])
             else:
                 items[-1].append(tokens[j])

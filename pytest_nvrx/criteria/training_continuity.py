@@ -80,14 +80,14 @@ def _tolerance(result: Sequence[Comparison], rtol: float) -> str:
 
 
 def check(ctx: JudgeContext) -> Verdict:
-    run, tl = ctx.run, ctx.timeline
+    run, timeline = ctx.run, ctx.timeline
     if ctx.expected.baseline:
         return not_applicable(
             CID,
             f"baseline run (fault=none, from {ctx.expected.source}) has no restore to replay",
             ctx.expected.ref,
         )
-    failed, replacement = tl.failed_cycle, tl.replacement_cycle
+    failed, replacement = timeline.failed_cycle, timeline.replacement_cycle
     if failed is None or replacement is None:
         return failing(
             CID,

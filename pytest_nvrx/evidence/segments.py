@@ -65,13 +65,13 @@ def fault_segments(run: RunEvidence, schedule: tuple[ScheduledFault, ...]) -> li
         markers.append(marker)
     timelines = [build_timeline(replace(run, marker=m, later_markers=())) for m in markers]
     out: list[FaultSegment] = []
-    for i, (marker, tl) in enumerate(zip(markers, timelines, strict=True)):
+    for i, (marker, timeline) in enumerate(zip(markers, timelines, strict=True)):
         last = i == len(markers) - 1
         others = {
             id(e) for j, other in enumerate(timelines) if j != i for e in other.failure_events
         }
         events = tuple(e for e in run.launcher.events if id(e) not in others)
-        replacement = tl.replacement_cycle
+        replacement = timeline.replacement_cycle
         # every cycle up to the replacement; the last recovery keeps the run's end
         keep = None if last or replacement is None else replacement
         view = replace(

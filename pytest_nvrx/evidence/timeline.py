@@ -160,14 +160,14 @@ def _replacement_cycle(run: RunEvidence, failed: int | None) -> int | None:
 
 
 def saves_before_failure[S: (SaveCompleted, SaveScheduled)](
-    run: RunEvidence, tl: Timeline, kind: type[S]
+    run: RunEvidence, timeline: Timeline, kind: type[S]
 ) -> list[S]:
     """Saves of ``kind`` logged before the failure: in a cycle before the replacement and, where
     both times are known, no later than :attr:`Timeline.save_bound`."""
-    bound = tl.save_bound
+    bound = timeline.save_bound
     out: list[S] = []
     for log in run.cycle_logs:
-        if tl.replacement_cycle is not None and log.cycle >= tl.replacement_cycle:
+        if timeline.replacement_cycle is not None and log.cycle >= timeline.replacement_cycle:
             continue
         for event in log.of_type(kind):
             if bound is not None and event.time is not None and event.time > bound:
@@ -377,10 +377,11 @@ class RecoveryClock:
         return out
 
 
-def recovery_clock(run: RunEvidence, tl: Timeline | None = None) -> RecoveryClock:
-    """The recovery's instants in ``run`` (``tl``: its :func:`build_timeline`, built if None)."""
-    if tl is None:
-        tl = build_timeline(run)
+def recovery_clock(run: RunEvidence, timeline: Timeline | None = None) -> RecoveryClock:
+    """The recovery's instants in ``run`` (``timeline``: its :func:`build_timeline`, built if
+    None)."""
+    if timeline is None:
+        timeline = build_timeline(run)
     manifest = run.manifest
     start = end = None
     if manifest is not None:
@@ -392,14 +393,20 @@ def recovery_clock(run: RunEvidence, tl: Timeline | None = None) -> RecoveryCloc
         None,
     )
 
-    detected = tl.detected
+    detected = timeline.detected
     detected_t = detected.time if detected is not None else None
-    started_first = tl.replacement_started.time if tl.replacement_started is not None else None
+    started_first = (
+        timeline.replacement_started.time if timeline.replacement_started is not None else None
+    )
     replacement_t = started_first
-    if replacement_t is None and tl.replacement_cycle is not None:
-        record = run.cycle_infos.by_cycle(tl.replacement_cycle)
+    if replacement_t is None and timeline.replacement_cycle is not None:
+        record = run.cycle_infos.by_cycle(timeline.replacement_cycle)
         replacement_t = record.start if record is not None else None
-    replacement = run.cycle_log(tl.replacement_cycle) if tl.replacement_cycle is not None else None
+    replacement = (
+        run.cycle_log(timeline.replacement_cycle)
+        if timeline.replacement_cycle is not None
+        else None
+    )
     loaded_t, loaded_ref, restored = loaded_at(replacement)
     first = replacement.first_iteration if replacement is not None else None
 
@@ -410,7 +417,7 @@ def recovery_clock(run: RunEvidence, tl: Timeline | None = None) -> RecoveryCloc
     rendezvous = _profiling_in_cycle(run, profiling_cycle, "rendezvous_completed")
     started = (
         _profiling_in_cycle(run, profiling_cycle, "worker_start_completed")
-        or tl.replacement_started
+        or timeline.replacement_started
     )
     reclaim = gpu_reclaim(run, detected_t, replacement_t)
     # the workers-stopped milestone looks for the wait up to the first node's start only (no
@@ -419,7 +426,7 @@ def recovery_clock(run: RunEvidence, tl: Timeline | None = None) -> RecoveryCloc
         reclaim if replacement_t == started_first else gpu_reclaim(run, detected_t, started_first)
     )
     milestones = {
-        "failure": Instant(tl.fault_time, marker_ref(run)),
+        "failure": Instant(timeline.fault_time, marker_ref(run)),
         "detected": _instant(detected),
         "workers_stopped": _stopped(detected_t, stop_reclaim, terminated),
         "workers_terminated": _instant(terminated),
@@ -429,7 +436,7 @@ def recovery_clock(run: RunEvidence, tl: Timeline | None = None) -> RecoveryCloc
         "first_step": Instant(first.time, first.ref) if first is not None else Instant(None),
     }
     return RecoveryClock(
-        timeline=tl,
+        timeline=timeline,
         milestones={mid: milestones[mid] for mid, _ in MILESTONES},
         replacement_start=replacement_t,
         gpu_reclaim=reclaim,

@@ -83,40 +83,46 @@ def recovery_of(run: RunEvidence, clock: RecoveryClock, t0: datetime | None) -> 
         )
         for mid, at in clock.milestones.items()
     )
-    tl = clock.timeline
+    timeline = clock.timeline
     restored = clock.restored_iteration
     marker = run.marker
     if restored is None and marker is not None and marker.ok:
         restored = marker.tracker_iteration
-    replacement = run.cycle_log(tl.replacement_cycle) if tl.replacement_cycle is not None else None
+    replacement = (
+        run.cycle_log(timeline.replacement_cycle)
+        if timeline.replacement_cycle is not None
+        else None
+    )
     return Recovery(
         milestones=milestones,
         phases=clock.phases,
         downtime_s=clock.downtime_s,
         unattributed_s=clock.unattributed_s,
-        lost_work=_lost_work(run, tl, restored, replacement),
+        lost_work=_lost_work(run, timeline, restored, replacement),
     )
 
 
 def _lost_work(
-    run: RunEvidence, tl: Timeline, restored: int | None, replacement: CycleLog | None
+    run: RunEvidence, timeline: Timeline, restored: int | None, replacement: CycleLog | None
 ) -> LostWork:
     failed = [
         log
         for log in run.cycle_logs
-        if tl.replacement_cycle is None or log.cycle < tl.replacement_cycle
+        if timeline.replacement_cycle is None or log.cycle < timeline.replacement_cycle
     ]
     before = [it for log in failed for it in log.iterations]
     last = max((it.iteration for it in before), default=None)
     iterations = max(0, last - restored) if last is not None and restored is not None else None
     discarded = None
-    if restored is not None and tl.fault_time is not None:
+    if restored is not None and timeline.fault_time is not None:
         done = [it.time for it in before if it.iteration == restored and it.time is not None]
         if done:
-            discarded = round((tl.fault_time - done[-1]).total_seconds(), 3)
+            discarded = round((timeline.fault_time - done[-1]).total_seconds(), 3)
         elif restored == 0:
             starts = [it.time for it in before if it.time is not None]
-            discarded = round((tl.fault_time - starts[0]).total_seconds(), 3) if starts else None
+            discarded = (
+                round((timeline.fault_time - starts[0]).total_seconds(), 3) if starts else None
+            )
     recomputed = None
     if replacement is not None and replacement.first_iteration is not None and last is not None:
         first_t = replacement.first_iteration.time

@@ -241,8 +241,8 @@ MAX_RANK_ROWS = 8
 
 def timeline_svg(report: ScenarioReport) -> str:
     """Cycles per rank as bars, the fault window shaded, every milestone as a marker."""
-    tl = report.timeline
-    end = tl.end_s or max((e.t_s for e in tl.events), default=1.0)
+    timeline = report.timeline
+    end = timeline.end_s or max((e.t_s for e in timeline.events), default=1.0)
     end = max(end, 1.0)
     left, right = 130.0, 20.0
     plot_w = WIDTH - left - right
@@ -250,23 +250,27 @@ def timeline_svg(report: ScenarioReport) -> str:
     def x(t: float) -> float:
         return left + max(0.0, min(t, end)) / end * plot_w
 
-    ranks = sorted({r for c in tl.cycles for r in c.ranks}) or [0]
+    ranks = sorted({r for c in timeline.cycles for r in c.ranks}) or [0]
     hidden = 0
     if len(ranks) > MAX_RANK_ROWS:
         shown = ranks[: MAX_RANK_ROWS - 1]
-        if tl.fault_rank is not None and tl.fault_rank not in shown:
-            shown[-1] = tl.fault_rank
+        if timeline.fault_rank is not None and timeline.fault_rank not in shown:
+            shown[-1] = timeline.fault_rank
         hidden = len(ranks) - len(shown)
         ranks = sorted(shown)
     # labels for the recovery's milestones, above the plot, staggered so that none overlap
-    labelled = [e for e in tl.events if e.kind in _LABELLED]
+    labelled = [e for e in timeline.events if e.kind in _LABELLED]
     seen: set[str] = set()
     unique = []
     for e in labelled:  # the first of each kind after the fault (or the first at all)
         key = e.kind
         if key in seen:
             continue
-        if tl.fault_window is not None and e.t_s < tl.fault_window[0] - 1e-6 and e.kind != "fault":
+        if (
+            timeline.fault_window is not None
+            and e.t_s < timeline.fault_window[0] - 1e-6
+            and e.kind != "fault"
+        ):
             continue
         seen.add(key)
         unique.append(e)
@@ -298,7 +302,7 @@ def timeline_svg(report: ScenarioReport) -> str:
         y0 = top + i * row_h
         if i % 2 == 0:
             out.append(_el("rect", x=left, y=y0, width=plot_w, height=row_h, fill="#f6f6f6"))
-        name = lane + (" ✕" if lane == f"rank {tl.fault_rank}" else "")
+        name = lane + (" ✕" if lane == f"rank {timeline.fault_rank}" else "")
         out.append(
             _text(
                 left - 8,
@@ -309,8 +313,8 @@ def timeline_svg(report: ScenarioReport) -> str:
                 fill=FAULT_COLOR if "✕" in name else "#222",
             )
         )
-    if tl.fault_window is not None:
-        a, b = tl.fault_window
+    if timeline.fault_window is not None:
+        a, b = timeline.fault_window
         out.append(
             _el(
                 "rect",
@@ -325,7 +329,7 @@ def timeline_svg(report: ScenarioReport) -> str:
             )
         )
     # cycles per rank
-    for c in tl.cycles:
+    for c in timeline.cycles:
         if c.start_s is None:
             continue
         color = CYCLE_COLORS[c.cycle % len(CYCLE_COLORS)]
@@ -358,7 +362,7 @@ def timeline_svg(report: ScenarioReport) -> str:
             if x1 - x0 > len(caption) * 6.6 + 10:
                 out.append(_text(x0 + 6, y + 4, caption, size=11, fill="#fff", weight="bold"))
     # events
-    for e in tl.events:
+    for e in timeline.events:
         shape, color = _MARKS.get(e.kind, ("circle", "#000"))
         tip = f"{e.t_s:.3f} s: {e.label}" + (f" [{e.ref}]" if e.ref else "")
         if e.kind == "fault":

@@ -122,7 +122,7 @@ def _later_faults(run: RunEvidence, t0: datetime | None) -> list[TimelineEvent]:
         return []
     out: list[TimelineEvent] = []
     for segment in fault_segments(run, scheduled)[1:]:
-        marker, tl = segment.marker, segment.timeline
+        marker, timeline = segment.marker, segment.timeline
         t_s = seconds_from(t0, marker.time)
         if t_s is None:
             continue
@@ -132,19 +132,19 @@ def _later_faults(run: RunEvidence, t0: datetime | None) -> list[TimelineEvent]:
                 "fault",
                 t_s,
                 f"fault {segment.position}: {what} into rank {marker.rank} ({segment.scheduled})",
-                tl.failed_cycle,
+                timeline.failed_cycle,
                 marker.rank,
                 marker.ref("time").location,
             )
         )
-        clock = recovery_clock(segment.view, tl)
+        clock = recovery_clock(segment.view, timeline)
         for mid in ("checkpoint_loaded", "first_step"):
             instant = clock.milestones[mid]
             at = seconds_from(t0, instant.time)
             if at is not None:
                 ref = instant.ref.location if instant.ref is not None else None
                 label = f"{MILESTONE_LABELS[mid]} (fault {segment.position})"
-                out.append(TimelineEvent(mid, at, label, tl.replacement_cycle, None, ref))
+                out.append(TimelineEvent(mid, at, label, timeline.replacement_cycle, None, ref))
     return out
 
 
@@ -175,7 +175,7 @@ def _launcher_event(event: LauncherEvent, t_s: float) -> TimelineEvent | None:
 
 
 def timeline_data(
-    run: RunEvidence, tl: Timeline, t0: datetime | None, recovery: Recovery | None
+    run: RunEvidence, timeline: Timeline, t0: datetime | None, recovery: Recovery | None
 ) -> TimelineData:
     events: list[TimelineEvent] = []
     for event in run.launcher.events:
@@ -185,7 +185,7 @@ def timeline_data(
         found = _launcher_event(event, t_s)
         if found is not None:
             events.append(found)
-    fault_t = seconds_from(t0, tl.fault_time)
+    fault_t = seconds_from(t0, timeline.fault_time)
     marker = run.marker
     fault_rank = marker.rank if marker is not None and marker.ok else None
     if fault_t is not None and marker is not None:
@@ -200,7 +200,7 @@ def timeline_data(
                 "fault",
                 fault_t,
                 f"{what} into rank {fault_rank}",
-                tl.failed_cycle,
+                timeline.failed_cycle,
                 fault_rank,
                 ref.location if ref else None,
             )
@@ -244,7 +244,7 @@ def timeline_data(
             if m.id in ("checkpoint_loaded", "first_step") and m.t_s is not None:
                 events.append(
                     TimelineEvent(
-                        m.id, m.t_s, MILESTONE_LABELS[m.id], tl.replacement_cycle, None, m.ref
+                        m.id, m.t_s, MILESTONE_LABELS[m.id], timeline.replacement_cycle, None, m.ref
                     )
                 )
     events.sort(key=lambda e: e.t_s)
