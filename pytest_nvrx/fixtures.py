@@ -218,6 +218,21 @@ def _require_gpu_host(settings: NvrxSettings, scenario: Scenario) -> None:
         )
 
 
+def _under_stop_signals[T](what: str, launch: Callable[[], T]) -> T | str:
+    """``launch()`` with SIGTERM (CI cancel, Slurm) and SIGHUP stopping the session like Ctrl-C
+    (pytest exits 2) after the runs' whole trees are stopped and result.json written; Ctrl-C
+    works even where pytest was started with SIGINT ignored (a background job). A ConfigError
+    comes back as the one line to show, ``pytest-nvrx: <what>: ...``, its fix-it hint in the
+    plugin's spelling (--nvrx-*, ini nvrx_*), never also the CLI's; the caller fails with it
+    outside the handler, so that the report shows the message once."""
+    with interrupt_on_stop_signals():
+        try:
+            return launch()
+        except ConfigError as exc:
+            message = exc.message_for("plugin")
+    return f"pytest-nvrx: {what}: {message}"
+
+
 def _run_scenario(
     request: pytest.FixtureRequest, settings: NvrxSettings, scenario: Scenario
 ) -> Iterator[ScenarioRun]:
@@ -226,31 +241,19 @@ def _run_scenario(
     work_dir = _work_dir(request, settings, scenario)
     write = terminal_writer(config)
     baselines = config.stash.setdefault(BASELINES_KEY, {})
-    # SIGTERM (CI cancel, Slurm) and SIGHUP stop the session like Ctrl-C (pytest exits 2) after
-    # the run's whole tree is stopped and result.json written; Ctrl-C works even where pytest was
-    # started with SIGINT ignored (a background job).
-    refused: ConfigError | None = None
-    with interrupt_on_stop_signals():
-        try:
-            pool = _pool_for(request, settings, scenario)
-            if pool is not None and scenario in pool:
-                run = pool.run(scenario, baselines=baselines)
-            else:
-                run = run_scenario(
-                    settings,
-                    scenario,
-                    work_dir,
-                    baselines=baselines,
-                    write=write,
-                    progress=progress_writer(config),
-                )
-        except ConfigError as exc:
-            refused = exc
-    if refused is not None:
-        # outside the handler: the report shows the message once, its fix-it hint in the
-        # plugin's spelling (--nvrx-*, ini nvrx_*), not also the error's CLI spelling
-        message = refused.message_for("plugin")
-        pytest.fail(f"pytest-nvrx: scenario {scenario.id}: {message}", pytrace=False)
+
+    def launch() -> ScenarioRun:
+        pool = _pool_for(request, settings, scenario)
+        if pool is not None and scenario in pool:
+            return pool.run(scenario, baselines=baselines)
+        progress = progress_writer(config)
+        return run_scenario(
+            settings, scenario, work_dir, baselines=baselines, write=write, progress=progress
+        )
+
+    run = _under_stop_signals(f"scenario {scenario.id}", launch)
+    if isinstance(run, str):
+        pytest.fail(run, pytrace=False)
     record_judged(config, run)
     yield run
     # Passed or failed, the run dir stays: the summary and JUnit name it and every verdict
@@ -397,21 +400,15 @@ def _run_selftest(
     write = terminal_writer(config)
     names = ", ".join(["control", *(p.name for p in plants)])
     write(f"nvrx {workload} self-test: {names} (runs in {work_dir})")
-    refused: ConfigError | None = None
-    with interrupt_on_stop_signals():  # as a scenario's run: SIGTERM stops the runs, then pytest
-        try:
-            result = run_selftest(
-                settings,
-                workload,
-                work_dir,
-                plants=plants,
-                write=write,
-                progress=progress_writer(config),
-            )
-        except ConfigError as exc:
-            refused = exc
-    if refused is not None:
-        return f"pytest-nvrx: self-test of {workload}: {refused.message_for('plugin')}"
+    progress = progress_writer(config)
+    result = _under_stop_signals(
+        f"self-test of {workload}",
+        lambda: run_selftest(
+            settings, workload, work_dir, plants=plants, write=write, progress=progress
+        ),
+    )
+    if isinstance(result, str):
+        return result
     outcomes = config.stash.setdefault(SELFTEST_OUTCOMES_KEY, {})
     for scenario, outcome in zip(
         selftest_scenarios(workload, plants), result.outcomes, strict=True

@@ -255,6 +255,32 @@ def test_gpu_selected_with_megatron_on_a_gpu_less_host_is_an_error(
     assert result.ret == pytest.ExitCode.TESTS_FAILED
 
 
+def test_a_scenario_refused_at_launch_fails_with_one_line_in_the_plugins_spelling(
+    pytester: pytest.Pytester, clean_env: None
+) -> None:
+    """A scenario whose settings break a rule only its launch checks (a schedule that does not
+    fit the iterations) errors with one line naming the scenario, its fix-it hint spelled for
+    pytest (--nvrx-*, ini nvrx_*), no traceback and no run directory: nothing launched."""
+    work = pytester.path / "work"
+    work.mkdir()
+    result = pytester.runpytest(
+        *SUITE_ARGS,
+        "-k",
+        "test_run_finished and reference-schedule-kill-step_kill-restore and not restarts",
+        "--nvrx-train-iters",
+        "8",
+        "--nvrx-work-dir",
+        str(work),
+    )
+    result.assert_outcomes(errors=1)
+    out = result.stdout.str()
+    line = "pytest-nvrx: scenario reference-schedule-kill-step_kill-restore: window step on"
+    assert out.count(line) == 1, out
+    assert "--nvrx-train-iters (TRAIN_ITERS, ini nvrx_train_iters)" in out
+    assert "Traceback" not in out and "ConfigError" not in out
+    assert not any(work.rglob("run.json")), sorted(work.rglob("*"))
+
+
 def test_workload_option_limits_scenarios(pytester: pytest.Pytester, clean_env: None) -> None:
     result = pytester.runpytest(*SUITE_ARGS, "--collect-only", "-q", "--nvrx-workload", "megatron")
     assert "reference-" not in result.stdout.str()
