@@ -18,7 +18,14 @@ from pytest_nvrx.criteria.context import NO_TARGET, JudgeContext, RestoreTarget
 from pytest_nvrx.criteria.expected import ExpectedFault
 from pytest_nvrx.criteria.helpers import marker_ref
 from pytest_nvrx.criteria.resume_settings import resume_settings_problem
-from pytest_nvrx.criteria.verdict import CriterionId, Verdict, failing, not_applicable, passing
+from pytest_nvrx.criteria.verdict import (
+    CriterionId,
+    Quote,
+    Verdict,
+    failing,
+    not_applicable,
+    passing,
+)
 from pytest_nvrx.criteria.windows import in_flight_dir_text
 from pytest_nvrx.criteria.workload_errors import (
     describe,
@@ -121,6 +128,14 @@ class _Restore:
     def reported(self) -> list[LoadCompleted]:
         """The loads that list the parts they restored (LoadCompleted.parts)."""
         return [e for e in self.loads if e.parts is not None]
+
+    def setup_failure(self, said: str, *more: Quote) -> Verdict | None:
+        """A failing verdict quoting the cycle's first error before it trained, ``said`` before
+        its description (``more`` quoted after it); None when the cycle set up without one."""
+        if not self.setup_errors:
+            return None
+        error = self.setup_errors[0]
+        return failing(ID, f"{said}: {describe(error)}", error_refs(error), *more)
 
 
 def _judge_load(
@@ -421,13 +436,9 @@ def _no_load(run: RunEvidence, restore: _Restore, target: RestoreTarget) -> Verd
             starts[0].ref,
             log.last_line,
         )
-    if restore.setup_errors:
-        error = restore.setup_errors[0]
-        return failing(
-            ID,
-            f"cycle {cycle} failed before loading any checkpoint: {describe(error)}",
-            error_refs(error),
-        )
+    failed = restore.setup_failure(f"cycle {cycle} failed before loading any checkpoint")
+    if failed is not None:
+        return failed
     return failing(
         ID,
         f"cycle {cycle} shows no checkpoint load at all",
@@ -487,14 +498,9 @@ def _check_iteration(
 def _check_resumed(restore: _Restore, load: LoadCompleted) -> Verdict | None:
     """No error while restoring, and training went on after the loaded iteration."""
     cycle, loaded, first_trained = restore.cycle, load.iteration, restore.first_iteration
-    if restore.setup_errors:
-        error = restore.setup_errors[0]
-        return failing(
-            ID,
-            f"error while cycle {cycle} restored: {describe(error)}",
-            error_refs(error),
-            load.ref,
-        )
+    failed = restore.setup_failure(f"error while cycle {cycle} restored", load.ref)
+    if failed is not None:
+        return failed
     if first_trained is not None and first_trained.iteration <= loaded:
         return failing(
             ID,
