@@ -248,20 +248,20 @@ def _landed(
     if n is not None:
         done_n = [e for e in completed if e.iteration == n]
         early = [e for e in done_n if _before(e.time, fault_t) is not False]
-        if early:
-            return Fact(
-                f"checkpoint {n}, which the marker says was in flight, had completed at"
-                f" {clock(early[0].time)}, before the fault at {clock(fault_t)}: the fault"
-                f" was not in window {window}",
-                (early[0].ref, marker.ref("in_flight_iteration"), marker.ref("time")),
-            ), Fact("")
         if done_n:
-            return Fact(
-                f"the faulted cycle completed checkpoint {n} at {clock(done_n[0].time)}, after"
+            # completed before the fault: not in the window; after it: ahead of durability
+            done = (early or done_n)[0]
+            text = (
+                f"checkpoint {n}, which the marker says was in flight, had completed at"
+                f" {clock(done.time)}, before the fault at {clock(fault_t)}: the fault was not"
+                f" in window {window}"
+                if early
+                else f"the faulted cycle completed checkpoint {n} at {clock(done.time)}, after"
                 f" the fault at {clock(fault_t)} had stopped a rank before {n} was durable: the"
-                " tracker was advanced ahead of durability",
-                (done_n[0].ref, marker.ref("in_flight_iteration"), marker.ref("time")),
-            ), Fact("")
+                " tracker was advanced ahead of durability"
+            )
+            quotes = (done.ref, marker.ref("in_flight_iteration"), marker.ref("time"))
+            return Fact(text, quotes), Fact("")
         said_parts.append(f"save {n} in flight, tracker {t}")
         proof += [marker.ref("in_flight_iteration"), marker.ref("tracker_iteration")]
         scheduled = [e for log in logs for e in log.of_type(SaveScheduled) if e.iteration == n]
