@@ -27,6 +27,10 @@ from pytest_nvrx.evidence.refs import (
 )
 
 _MAX_BYTES = 4096
+#: What str.strip() removes among ASCII: only these surround an iteration. Unicode space (a
+#: no-break space before the digits) is text that is no iteration, as the injector reads it
+#: (injector.read_tracker; tests/test_tracker_readers_agree.py holds the two equal).
+_ASCII_SPACE = " \t\n\r\x0b\x0c\x1c\x1d\x1e\x1f"
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,7 +73,7 @@ def read_tracker(path: Path, run_dir: Path, *, confined: bool = True) -> Tracker
     except OSError as exc:
         return Tracker(file, exists=True, error=str(exc), ref=EvidenceRef(file, None, str(exc)))
     try:
-        text = raw.decode("utf-8").strip()
+        text = raw.decode("utf-8").strip(_ASCII_SPACE)
     except UnicodeDecodeError as exc:
         shown = raw.decode("utf-8", "replace").strip()
         what = f"not UTF-8 text ({exc.reason} at byte {exc.start})"
