@@ -23,10 +23,12 @@ MARKER_NAME = "fault_injected.json"
 FaultKind = Literal["none", "kill", "hang", "term", "segv", "exception", "ckpt-worker"]
 #: The faults the injector can deliver (and a marker can record).
 INJECTED_FAULTS: tuple[str, ...] = tuple(f for f in get_args(FaultKind) if f != "none")
-#: Where in the training loop the selected rank is faulted (pytest_nvrx.injector.WINDOWS):
-#: step = a training step after a checkpoint completed; save = the preparation of checkpoint N;
-#: finalize = save N submitted, its background write in flight, not yet finalized.
-FAULT_WINDOWS = ("step", "save", "finalize")
+#: Where in the training loop the selected rank is faulted (pytest_nvrx.injector.WINDOWS,
+#: tests/test_tracker_readers_agree.py holds them equal): step = a training step after a
+#: checkpoint completed; save = the preparation of checkpoint N; finalize = save N submitted,
+#: its background write in flight, not yet finalized.
+FaultWindow = Literal["step", "save", "finalize"]
+FAULT_WINDOWS: tuple[str, ...] = get_args(FaultWindow)
 #: Windows only a fault schedule's second or later fault can have (pytest_nvrx.injector's
 #: SCHEDULE_WINDOWS): restore = in a replacement while it loads its checkpoint, before its first
 #: iteration after the load.

@@ -27,6 +27,7 @@ from pytest_nvrx.layout import (
     INJECTED_FAULTS,
     SCHEDULE_WINDOWS,
     FaultKind,
+    FaultWindow,
     window_allowed,
     windows_of,
 )
@@ -34,7 +35,6 @@ from pytest_nvrx.settings import (
     MATRICES,
     WORKLOAD_KINDS,
     ConfigError,
-    FaultWindow,
     ScheduledFault,
     WorkloadKind,
     parse_schedule,

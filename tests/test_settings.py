@@ -153,10 +153,10 @@ def test_window_defaults_and_records(tmp_path: Path, megatron_stub: Path) -> Non
 
 def test_fault_and_window_lists_agree() -> None:
     from pytest_nvrx.layout import FAULT_WINDOWS, INJECTED_FAULTS, windows_of
-    from pytest_nvrx.settings import FAULT_KINDS, FAULT_WINDOW_KINDS
+    from pytest_nvrx.settings import FAULT_KINDS
 
     assert ("none", *INJECTED_FAULTS) == FAULT_KINDS
-    assert FAULT_WINDOW_KINDS == FAULT_WINDOWS
+    assert FAULT_WINDOWS == ("step", "save", "finalize")
     assert windows_of("none") == () and windows_of("explode") == ()
     assert windows_of("ckpt-worker") == ("finalize",)
     assert all(windows_of(f) == FAULT_WINDOWS for f in INJECTED_FAULTS if f != "ckpt-worker")

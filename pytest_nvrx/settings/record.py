@@ -8,12 +8,10 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal, cast, get_args
 
-from pytest_nvrx.layout import FaultKind, RunLayout, windows_of
+from pytest_nvrx.layout import FaultKind, FaultWindow, RunLayout, windows_of
 from pytest_nvrx.settings.schedule import ScheduledFault, render_schedule
 from pytest_nvrx.settings.values import ConfigError, format_seconds, named_seconds, quote
 
-#: Where the fault lands (layout.FAULT_WINDOWS): a step, a save's preparation, its finalization.
-FaultWindow = Literal["step", "save", "finalize"]
 WorkloadKind = Literal["megatron", "reference"]
 #: How the run's ft_launchers start: one here (local; on several nodes the user starts one per
 #: node), or one per node through ``srun`` inside a Slurm allocation (slurm).
@@ -23,7 +21,6 @@ LAUNCHER_KINDS: tuple[str, ...] = get_args(LauncherKind)
 #: "choose one at launch" (the allocation's first node and a free port there).
 DEFAULT_RDZV_ENDPOINT = "localhost:0"
 FAULT_KINDS: tuple[str, ...] = get_args(FaultKind)
-FAULT_WINDOW_KINDS: tuple[str, ...] = get_args(FaultWindow)
 #: The window when none is given (the injector's --window default), for faults that have it.
 DEFAULT_WINDOW: FaultWindow = "step"
 #: The reference workload's async-writer option; fault ckpt-worker needs its persistent worker

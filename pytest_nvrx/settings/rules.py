@@ -6,12 +6,11 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from pytest_nvrx.layout import window_allowed, windows_of
+from pytest_nvrx.layout import FAULT_WINDOWS, window_allowed, windows_of
 from pytest_nvrx.plant_hook.nvrx_plants import PLANT_NAMES
 from pytest_nvrx.settings.record import (
     DEFAULT_RDZV_ENDPOINT,
     FAULT_KINDS,
-    FAULT_WINDOW_KINDS,
     LAUNCHER_KINDS,
     REFERENCE_ASYNC_WRITER_FLAG,
     REFERENCE_NO_FT_FLAG,
@@ -330,9 +329,9 @@ def check_window(fault: str, window: str | None) -> None:
     """A window only on a fault run, a known one, and one the fault exists in."""
     if window is None:
         return
-    if window not in FAULT_WINDOW_KINDS:
+    if window not in FAULT_WINDOWS:
         raise ConfigError(
-            f"window must be one of {', '.join(FAULT_WINDOW_KINDS)}, got {quote(repr(window))}"
+            f"window must be one of {', '.join(FAULT_WINDOWS)}, got {quote(repr(window))}"
         )
     if fault == "none":
         raise ConfigError.naming(

@@ -12,13 +12,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
 
-from pytest_nvrx.layout import PHASE_IDS
+from pytest_nvrx.layout import FAULT_WINDOWS, PHASE_IDS, FaultWindow
 from pytest_nvrx.settings.record import (
     FAULT_KINDS,
-    FAULT_WINDOW_KINDS,
     LAUNCHER_KINDS,
     WORKLOAD_KINDS,
-    FaultWindow,
     PartialRunConfig,
     SectionTimeouts,
     WorkloadKind,
@@ -72,11 +70,11 @@ def parse_schedules(raw: str, what: str) -> str | tuple[ScheduledFault, ...]:
 def parse_windows(raw: str, what: str) -> tuple[FaultWindow, ...]:
     """A comma-separated list of windows, e.g. ``save,finalize`` (repeats dropped)."""
     names = [part.strip() for part in raw.split(",")]
-    bad = [name for name in names if name not in FAULT_WINDOW_KINDS]
+    bad = [name for name in names if name not in FAULT_WINDOWS]
     if not raw.strip() or bad:
         shown = f"{quote(bad[0])} in {quote(raw)}" if bad and bad[0] != raw else quote(raw)
         raise ConfigError(
-            f"{what} must be one or more of {', '.join(FAULT_WINDOW_KINDS)}, separated by "
+            f"{what} must be one or more of {', '.join(FAULT_WINDOWS)}, separated by "
             f"commas (e.g. save,finalize), got {shown}"
         )
     return tuple(cast(FaultWindow, name) for name in dict.fromkeys(names))
@@ -286,9 +284,9 @@ SETTINGS: tuple[Setting, ...] = (
         "where the fault lands: a training step, a save's preparation, or while its "
         "background write is finalized",
         "window",
-        _choice(FAULT_WINDOW_KINDS),
+        _choice(FAULT_WINDOWS),
         where="cli",
-        choices=FAULT_WINDOW_KINDS,
+        choices=FAULT_WINDOWS,
         cli_note="step; ckpt-worker: finalize only; none for --fault none",
         cli_form="choice",
     ),
