@@ -27,13 +27,19 @@ import os
 import socket
 import stat
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from pytest_nvrx import __version__
 from pytest_nvrx.evidence.refs import parse_json
-from pytest_nvrx.layout import node_file_name
-from pytest_nvrx.settings import ConfigError
+from pytest_nvrx.layout import (
+    CYCLE_INFOS_DIR,
+    MANIFEST_NAME,
+    is_run_claim_name,
+    node_file_name,
+)
+from pytest_nvrx.settings import ConfigError, EntryPoint, option_hint
 
 #: The claim of a single-node run; a multinode run's nodes each claim their own (see claim_path).
 CLAIM_NAME = "checkpoint.claim"
@@ -162,14 +168,27 @@ def settled_holder(path: Path) -> Holder:
     return holder
 
 
-def _refusal(checkpoint_dir: Path, holder: Holder, host: str) -> str:
+def another_checkpoint_dir(entry: EntryPoint) -> str:
+    """How a fix-it hint names the setting that picks another checkpoint dir, to a user of
+    ``entry``: the CLI's ``--checkpoint-dir``; the plugin's scenarios have no checkpoint dir
+    option (theirs is under their run dir), so theirs is another ``--nvrx-work-dir``."""
+    return option_hint("work-dir" if entry == "plugin" else "checkpoint-dir", entry)
+
+
+def _naming(message: Callable[[str], str]) -> ConfigError:
+    """A refusal whose fix names the checkpoint dir's setting (``message`` is given its name),
+    in the words of the entry point that shows it."""
+    return ConfigError.naming(lambda entry: message(another_checkpoint_dir(entry)))
+
+
+def _refusal(checkpoint_dir: Path, holder: Holder, host: str, option: str) -> str:
     if not holder.record:
         # a claim is written in one call right after its O_EXCL create: an unreadable one is a
         # run's that died in between, someone else's file, or (for an instant) one being written
         return (
             f"checkpoint dir {checkpoint_dir} holds a claim {holder.path} that {holder.unread}:"
             f" if no run uses {checkpoint_dir}, remove {holder.path}; if one does, wait for it"
-            " to end or pass another --checkpoint-dir"
+            f" to end or pass another {option}"
         )
     alive = holder.alive(host)
     who = holder.describe()
@@ -181,12 +200,12 @@ def _refusal(checkpoint_dir: Path, holder: Holder, host: str) -> str:
     if alive is None:
         return (
             f"checkpoint dir {checkpoint_dir} is claimed by {who}, whose process cannot be "
-            f"checked from this host: wait for it to end, pass another --checkpoint-dir, or "
+            f"checked from this host: wait for it to end, pass another {option}, or "
             f"remove {holder.path} if that run is gone"
         )
     return (
         f"checkpoint dir {checkpoint_dir} is in use by {who}: one checkpoint dir serves one "
-        "run at a time; wait for it to end or pass another --checkpoint-dir"
+        f"run at a time; wait for it to end or pass another {option}"
     )
 
 
@@ -201,9 +220,11 @@ def _foreign_claims(
     except FileNotFoundError:
         return []
     except OSError as exc:
-        raise ConfigError(
-            f"cannot read checkpoint dir {checkpoint_dir}: {exc.strerror or exc}; "
-            "pass another --checkpoint-dir"
+        why = exc.strerror or exc
+        raise _naming(
+            lambda option: (
+                f"cannot read checkpoint dir {checkpoint_dir}: {why}; pass another {option}"
+            )
         ) from None
     out = []
     for name in names:
@@ -227,11 +248,19 @@ def _run_dir_around(checkpoint_dir: Path, own_run_dir: Path) -> Path | None:
     for folder in (here, *here.parents):
         if folder == own:
             return None  # our own run dir (the default checkpoints/): nothing above counts
-        run_claim = os.path.lexists(folder / "run.claim")
-        manifest = os.path.lexists(folder / "run.json") and (folder / "cycle_infos").is_dir()
-        if run_claim or manifest:
+        manifest = os.path.lexists(folder / MANIFEST_NAME) and (folder / CYCLE_INFOS_DIR).is_dir()
+        if manifest or _holds_run_claim(folder):
             return folder
     return None
+
+
+def _holds_run_claim(folder: Path) -> bool:
+    """Whether ``folder`` holds a run dir's claim, any node's (one it cannot list: no)."""
+    try:
+        with os.scandir(folder) as entries:
+            return any(is_run_claim_name(e.name) for e in entries)
+    except OSError:
+        return False
 
 
 def check_checkpoint_dir(
@@ -246,19 +275,23 @@ def check_checkpoint_dir(
     host = socket.gethostname() if host is None else host
     around = _run_dir_around(checkpoint_dir, run_dir)
     if around is not None:
-        raise ConfigError(
-            f"checkpoint dir {checkpoint_dir} is inside the run dir {around} of another run: "
-            "its checkpoints are that run's evidence; pass a --checkpoint-dir outside it"
+        raise _naming(
+            lambda option: (
+                f"checkpoint dir {checkpoint_dir} is inside the run dir {around} of"
+                f" another run: its checkpoints are that run's evidence; pass another {option}"
+            )
         )
     foreign = _foreign_claims(checkpoint_dir, run_id, run_dir, None)
     if foreign:
-        raise ConfigError(_refusal(checkpoint_dir, foreign[0], host))
+        raise _naming(lambda option: _refusal(checkpoint_dir, foreign[0], host, option))
     nested = _nested_claim(checkpoint_dir, run_id, run_dir)
     if nested is not None:
         where, holder = nested
-        raise ConfigError(
-            f"checkpoint dir {checkpoint_dir} {where}: "
-            + _refusal(holder.path.parent, holder, host)
+        raise _naming(
+            lambda option: (
+                f"checkpoint dir {checkpoint_dir} {where}: "
+                + _refusal(holder.path.parent, holder, host, option)
+            )
         )
 
 
@@ -292,6 +325,16 @@ def _nested_claim(checkpoint_dir: Path, run_id: str, run_dir: Path) -> tuple[str
     return None
 
 
+def _unwritable(checkpoint_dir: Path, exc: OSError) -> ConfigError:
+    why = exc.strerror or exc
+    return _naming(
+        lambda option: (
+            f"cannot claim checkpoint dir {checkpoint_dir}: {why}; pass another"
+            f" {option} you can write to"
+        )
+    )
+
+
 def claim_checkpoint_dir(
     checkpoint_dir: Path,
     *,
@@ -311,12 +354,10 @@ def claim_checkpoint_dir(
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
     except FileExistsError:
-        raise ConfigError(_refusal(checkpoint_dir, settled_holder(path), host)) from None
+        holder = settled_holder(path)
+        raise _naming(lambda option: _refusal(checkpoint_dir, holder, host, option)) from None
     except OSError as exc:
-        raise ConfigError(
-            f"cannot claim checkpoint dir {checkpoint_dir}: {exc.strerror or exc}; "
-            "pass a --checkpoint-dir you can write to"
-        ) from None
+        raise _unwritable(checkpoint_dir, exc) from None
     record = {
         "run_id": run_id,
         "run_dir": str(run_dir),
@@ -333,16 +374,13 @@ def claim_checkpoint_dir(
         foreign = _foreign_claims(checkpoint_dir, run_id, run_dir, path)
     except OSError as exc:
         release(path)  # a claim that could not be written blocks nobody
-        raise ConfigError(
-            f"cannot claim checkpoint dir {checkpoint_dir}: {exc.strerror or exc}; "
-            "pass a --checkpoint-dir you can write to"
-        ) from None
+        raise _unwritable(checkpoint_dir, exc) from None
     except BaseException:
         release(path)
         raise
     if foreign:
         release(path)
-        raise ConfigError(_refusal(checkpoint_dir, foreign[0], host))
+        raise _naming(lambda option: _refusal(checkpoint_dir, foreign[0], host, option))
     return path
 
 

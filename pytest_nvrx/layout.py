@@ -51,7 +51,12 @@ FAULT_SIGNAL_NAMES: dict[str, str | None] = {
 #: rank waiting on it. A save the rank finalizes in between is a completed checkpoint, so the
 #: restore point is the newest one finalized before the rank's death, not before the fault.
 RANK_OUTLIVES_FAULT: tuple[str, ...] = ("exception", "ckpt-worker")
+#: A work dir's folder of run dirs: <work dir>/runs/<run ID>.
+RUNS_DIR = "runs"
 MANIFEST_NAME = "run.json"
+#: A run dir's claim (pytest_nvrx.run_dir.claim_file); on several nodes each node's own,
+#: ``run.node<N>.claim`` or ``run.<host>.claim`` (:func:`is_run_claim_name`).
+RUN_CLAIM_NAME = "run.claim"
 #: run.json's ``schema``: raised when a change means other things by its keys; a verifier
 #: refuses a run.json of another schema (pytest_nvrx.evidence.manifest)
 MANIFEST_SCHEMA = 1
@@ -241,6 +246,11 @@ PHASE_IDS: tuple[str, ...] = (
 
 #: a launch's console (the launcher's stdout and stderr), in the run dir's logs/
 CONSOLE_LOG_NAME = "launcher.console.log"
+
+
+def is_run_claim_name(name: str) -> bool:
+    """Whether a file of a directory is a run dir's claim (any node's)."""
+    return name.startswith("run.") and name.endswith(".claim")
 
 
 def iteration_dir_name(iteration: int) -> str:

@@ -37,7 +37,7 @@ from pytest_nvrx.fixtures import (
     selftest_outcome_of,
     terminal_writer,
 )
-from pytest_nvrx.layout import FAULT_WINDOWS, INJECTED_FAULTS, windows_of
+from pytest_nvrx.layout import FAULT_WINDOWS, INJECTED_FAULTS, RUNS_DIR, windows_of
 from pytest_nvrx.outputs import OutputRefused, check_in_place_output, check_outputs
 from pytest_nvrx.scenario_run import EXISTING_RUN, Limits, ScenarioRun
 from pytest_nvrx.scenarios import WORKLOAD_ORDER, Scenario, matrix_scenarios
@@ -536,7 +536,7 @@ def output_refusal(
     if run_dir is not None:
         evidence.append(("--nvrx-run-dir", here / run_dir))
     if work_dir is not None:
-        evidence.append(("the scenarios' run dirs", work_dir / "runs"))
+        evidence.append(("the scenarios' run dirs", work_dir / RUNS_DIR))
     try:
         check_outputs(outputs, evidence)
         if junit is not None:

@@ -25,9 +25,17 @@ from collections.abc import Callable
 from pathlib import Path
 
 from pytest_nvrx import __version__
+from pytest_nvrx.checkpoint_claim import another_checkpoint_dir
 from pytest_nvrx.evidence.refs import excerpt
 from pytest_nvrx.evidence.tracker import read_tracker
-from pytest_nvrx.layout import RESULT_NAME, TMP_ROOT, TRACKER_NAME, RunLayout, node_file_name
+from pytest_nvrx.layout import (
+    RESULT_NAME,
+    RUN_CLAIM_NAME,
+    TMP_ROOT,
+    TRACKER_NAME,
+    RunLayout,
+    node_file_name,
+)
 from pytest_nvrx.outputs import is_disk_full, reserve_of, reserve_space, write_atomic
 from pytest_nvrx.plant_hook.nvrx_plants import COMPLETE_FILES
 from pytest_nvrx.recipe import utc_now
@@ -242,8 +250,7 @@ def _another(name: str) -> Fix:
 
 
 def _checkpoint_dir_fix(entry: EntryPoint) -> str:
-    # the plugin's scenarios have no checkpoint dir option: theirs is under their run dir
-    return _another("work-dir" if entry == "plugin" else "checkpoint-dir")(entry)
+    return f"pass another {another_checkpoint_dir(entry)}"
 
 
 def read_baseline(tracker: Path) -> int:
@@ -367,9 +374,9 @@ def claim_file(layout: RunLayout, *, nnodes: int, host: str, node_index: int | N
     """``run.claim``; on several nodes, which share the run dir, one per node: by its index
     when the nodes are numbered by hand (several may share a host), else by host name."""
     if nnodes == 1:
-        return layout.run_dir / "run.claim"
+        return layout.run_dir / RUN_CLAIM_NAME
     if node_index is not None:
-        return layout.run_dir / node_file_name("run.claim", node_index)
+        return layout.run_dir / node_file_name(RUN_CLAIM_NAME, node_index)
     return layout.run_dir / f"run.{host}.claim"
 
 

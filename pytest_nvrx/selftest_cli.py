@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TextIO
 
 from pytest_nvrx.evidence.refs import printable
+from pytest_nvrx.layout import RUNS_DIR
 from pytest_nvrx.outputs import OutputRefused, check_outputs, write_output
 from pytest_nvrx.plants import PLANTS
 from pytest_nvrx.selftest import SelftestResult, choose_plants, run_selftest
@@ -173,7 +174,7 @@ def selftest_main(
         if args.json_file not in (None, "-"):
             assert settings.work_dir is not None
             check_outputs(
-                [("--json", Path(args.json_file))], [("the runs", settings.work_dir / "runs")]
+                [("--json", Path(args.json_file))], [("the runs", settings.work_dir / RUNS_DIR)]
             )
     except (ConfigError, OutputRefused) as exc:
         sys.stderr.write(f"selftest: error: {printable(str(exc))}\n")

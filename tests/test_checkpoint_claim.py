@@ -250,6 +250,31 @@ def test_checkpoint_dir_inside_another_runs_run_dir_is_refused(tmp_path: Path) -
     claims.claim_checkpoint_dir(own / "checkpoints", run_id="mine", run_dir=own)
 
 
+@pytest.mark.parametrize("name", ["run.node1.claim", "run.gpu-host-7.claim"])
+def test_a_multinode_runs_run_dir_is_another_runs_too(tmp_path: Path, name: str) -> None:
+    """A run on several nodes claims its run dir once per node, by index or by host: any of
+    those claims makes the directory another run's (no run.json written yet)."""
+    other = tmp_path / "work" / "runs" / "other"
+    (other / "checkpoints").mkdir(parents=True)
+    (other / name).write_text("{}")
+    with pytest.raises(ConfigError, match=f"is inside the run dir {other} of another run"):
+        claim(other / "checkpoints", "mine")
+
+
+def test_refusals_name_the_setting_in_the_entry_points_spelling(tmp_path: Path) -> None:
+    """The CLI is told of --checkpoint-dir; a pytest user, who has no such option (a scenario's
+    checkpoints are under its run dir), of --nvrx-work-dir."""
+    other = tmp_path / "work" / "runs" / "other"
+    (other / "checkpoints").mkdir(parents=True)
+    (other / "run.claim").write_text("{}")
+    with pytest.raises(ConfigError) as refused:
+        claim(other / "checkpoints", "mine")
+    assert "pass another --checkpoint-dir (NVRX_CHECKPOINT_DIR)" in refused.value.message_for("cli")
+    plugin = refused.value.message_for("plugin")
+    assert "pass another --nvrx-work-dir (NVRX_WORK_DIR, ini nvrx_work_dir)" in plugin
+    assert "checkpoint-dir" not in plugin
+
+
 # --- the planned launch: refused before anything, released on every exit -------------------
 
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal, cast, get_args
 
-from pytest_nvrx.layout import FaultKind, FaultWindow, RunLayout, windows_of
+from pytest_nvrx.layout import RUNS_DIR, FaultKind, FaultWindow, RunLayout, windows_of
 from pytest_nvrx.settings.schedule import ScheduledFault, render_schedule
 from pytest_nvrx.settings.values import ConfigError, format_seconds, named_seconds, quote
 
@@ -138,7 +138,7 @@ class RunConfig:
 
     @property
     def run_dir(self) -> Path:
-        return self.work_dir / "runs" / self.run_id
+        return self.work_dir / RUNS_DIR / self.run_id
 
     @property
     def layout(self) -> RunLayout:
