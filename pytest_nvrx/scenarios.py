@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import cast
 
 from pytest_nvrx.layout import (
     INJECTED_FAULTS,
@@ -40,7 +40,6 @@ from pytest_nvrx.settings import (
     parse_schedule,
     plugin_setting,
     quote,
-    scenario_defaults,
 )
 
 #: Workloads in the order their scenarios run (the CPU one first: it fails fastest).
@@ -215,9 +214,6 @@ SCENARIOS: tuple[Scenario, ...] = matrix_scenarios("default")
 ALL_SCENARIOS: tuple[Scenario, ...] = matrix_scenarios("full", schedules="default")
 
 
-#: Settings a scenario uses unless the user gives them (option > env > ini > these): the
-#: settings table's per-workload defaults (pytest_nvrx.settings.SETTINGS).
-DEFAULTS: dict[WorkloadKind, dict[str, Any]] = scenario_defaults()
 #: Wall-clock limit of one scenario run, seconds (the tree is killed when it is exceeded).
 RUN_TIMEOUTS: dict[WorkloadKind, float] = {
     workload: float(value)

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from pytest_nvrx.cli import build_parser, config_from_args
-from pytest_nvrx.scenarios import DEFAULTS, RUN_TIMEOUTS
+from pytest_nvrx.scenarios import RUN_TIMEOUTS
 from pytest_nvrx.settings import (
     CLI_SETTINGS,
     ENV_VARS,
@@ -31,6 +31,7 @@ from pytest_nvrx.settings import (
     default_text,
     options_table,
     resolve_plugin_settings,
+    workload_defaults,
 )
 
 OPTIONS_MD = Path(__file__).resolve().parents[1] / "docs" / "options.md"
@@ -135,7 +136,7 @@ def test_scenario_defaults_come_from_the_table() -> None:
             "workload_check_interval": 1.0,
         },
     }
-    assert expected == DEFAULTS
+    assert expected == {w: workload_defaults(w).given() for w in ("reference", "megatron")}
     assert RUN_TIMEOUTS == {"reference": 600.0, "megatron": 1800.0}
 
 

@@ -69,12 +69,6 @@ def _finalized_and_loaded(
     return completed, loaded
 
 
-def durability_breaks(run: RunEvidence) -> list[DurabilityBreak]:
-    """The tracker readings, then the tracker at the end, that name no finalized checkpoint."""
-    end = end_of_run_break(run)
-    return reading_breaks(run) + ([end] if end is not None else [])
-
-
 def end_of_run_break(run: RunEvidence) -> DurabilityBreak | None:
     """The tracker at the end names no checkpoint the logs finalized or loaded, or one not on
     disk while other checkpoints are."""

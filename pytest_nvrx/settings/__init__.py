@@ -96,7 +96,6 @@ from pytest_nvrx.settings.table import (
     parse_value,
     parse_windows,
     plugin_setting,
-    scenario_defaults,
     workload_defaults,
 )
 from pytest_nvrx.settings.values import (
@@ -204,7 +203,6 @@ __all__ = [
     "render_schedule",
     "resolve",
     "resolve_plugin_settings",
-    "scenario_defaults",
     "schedule_ending",
     "shared_run_id",
     "show_path",

@@ -654,14 +654,6 @@ def workload_defaults(workload: WorkloadKind) -> PartialRunConfig:
     )
 
 
-def scenario_defaults() -> dict[WorkloadKind, dict[str, Any]]:
-    """:func:`workload_defaults` of every workload, by field name."""
-    return {
-        workload: workload_defaults(workload).given()
-        for workload in cast(tuple[WorkloadKind, ...], WORKLOAD_KINDS)
-    }
-
-
 OPTIONS_TABLE_HEAD = "| option | env | default | meaning |\n|---|---|---|---|"
 
 
