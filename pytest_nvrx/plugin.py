@@ -608,7 +608,9 @@ class NvrxReporter:
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        """The session's status from what was qualified, then the report."""
         self._fail_unqualified(session)
+        self._fail_nothing_qualified(session)
         self._write_report(session)
 
     def _fail_unqualified(self, session: pytest.Session) -> None:
@@ -624,6 +626,26 @@ class NvrxReporter:
             for key, cause in failed
         ]
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+    def _fail_nothing_qualified(self, session: pytest.Session) -> None:
+        """A session that selected scenarios but ran none of them qualified nothing: not green.
+        (Here, on the controller: an xdist worker sees every selected scenario but runs only its
+        share of them; the controller decides from what all workers judged.)"""
+        config = session.config
+        selected = config.stash.get(SELECTED_KEY, [])
+        remote = config.stash.get(REMOTE_SELECTED_KEY, False)
+        if not (selected or remote) or config.option.collectonly:
+            return
+        if session.exitstatus != pytest.ExitCode.OK:
+            return
+        if JUDGED_KEY in config.stash or config.stash.get(REMOTE_JUDGED_KEY, []):
+            return
+        which = f" ({', '.join(selected)})" if selected else ""
+        terminal_writer(config)(
+            f"pytest-nvrx: every selected scenario was skipped{which}: nothing was qualified;"
+            " exit status 5"
+        )
+        session.exitstatus = pytest.ExitCode.NO_TESTS_COLLECTED
 
     def _write_report(self, session: pytest.Session) -> None:
         if self.html is None or self.json_path is None or self.config.option.collectonly:
@@ -754,26 +776,3 @@ def pytest_collection_finish(session: pytest.Session) -> None:
             _print_header_once(config)
     elif selected:
         _print_header_once(config)
-
-
-@pytest.hookimpl(trylast=True)
-def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    """A session that selected scenarios but ran none of them qualified nothing: not green."""
-    config = session.config
-    if hasattr(config, "workerinput"):
-        # an xdist worker sees every selected scenario but runs only its share of them; the
-        # controller decides from what all workers judged
-        return
-    selected = config.stash.get(SELECTED_KEY, [])
-    remote = config.stash.get(REMOTE_SELECTED_KEY, False)
-    if not (selected or remote) or config.option.collectonly or exitstatus != pytest.ExitCode.OK:
-        return
-    if JUDGED_KEY in config.stash or config.stash.get(REMOTE_JUDGED_KEY, []):
-        return
-    write = terminal_writer(config)
-    which = f" ({', '.join(selected)})" if selected else ""
-    write(
-        f"pytest-nvrx: every selected scenario was skipped{which}: nothing was qualified;"
-        " exit status 5"
-    )
-    session.exitstatus = pytest.ExitCode.NO_TESTS_COLLECTED
