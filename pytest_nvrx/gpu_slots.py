@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 import threading
 import time
@@ -35,6 +34,8 @@ from pathlib import Path
 
 from filelock import FileLock, Timeout
 
+from pytest_nvrx.stack import run_nvidia_smi
+
 LOCK_DIR = Path("/tmp")
 LOCK_PREFIX = "pytest-nvrx-gpu-"
 
@@ -42,17 +43,16 @@ LOCK_PREFIX = "pytest-nvrx-gpu-"
 def smi_gpus() -> tuple[list[str], str | None]:
     """The GPUs ``nvidia-smi -L`` lists (its ``GPU i: ...`` lines), and why none are, if so:
     the one probe of the host's GPUs (the slots, and the plugin's check before a GPU scenario)."""
-    smi = shutil.which("nvidia-smi")
-    if smi is None:
-        return [], "no NVIDIA GPU (nvidia-smi not found)"
     try:
-        out = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=30, check=False)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return [], f"nvidia-smi failed: {exc}"
-    listed = [line for line in out.stdout.splitlines() if line.startswith("GPU ")]
-    if out.returncode != 0 or not listed:
+        out = run_nvidia_smi("-L")
+    except subprocess.CalledProcessError:
         return [], "nvidia-smi lists no GPU"
-    return listed, None
+    except (OSError, subprocess.SubprocessError) as exc:
+        return [], f"nvidia-smi failed: {exc}"
+    if out is None:
+        return [], "no NVIDIA GPU (nvidia-smi not found)"
+    listed = [line for line in out.splitlines() if line.startswith("GPU ")]
+    return (listed, None) if listed else ([], "nvidia-smi lists no GPU")
 
 
 def smi_gpu_count() -> int:

@@ -26,7 +26,6 @@ from pathlib import Path
 
 from pytest_nvrx import __version__
 from pytest_nvrx.checkpoint_claim import another_checkpoint_dir
-from pytest_nvrx.evidence.refs import excerpt
 from pytest_nvrx.evidence.tracker import read_tracker
 from pytest_nvrx.layout import (
     RESULT_NAME,
@@ -273,7 +272,7 @@ def read_baseline(tracker: Path) -> int:
         raise ConfigError(
             f"checkpoint tracker {tracker} is empty; only an absent tracker starts at iteration 0"
         )
-    shown = excerpt(read.text)
+    shown = quote(read.text)
     raise ConfigError(f"checkpoint tracker {tracker} does not hold an integer: {shown}")
 
 

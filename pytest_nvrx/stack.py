@@ -385,20 +385,26 @@ def _distribution_version(names: tuple[str, ...], module: str | None) -> str | N
     return None
 
 
-def _nvidia_smi(errors: list[str]) -> tuple[list[str], list[str]]:
+def run_nvidia_smi(*args: str) -> str | None:
+    """What ``nvidia-smi args`` prints; None where no nvidia-smi is on the PATH. The one place
+    nvidia-smi runs (this probe's query, and gpu_slots' listing): here, since the probe script
+    imports only the stdlib. Raises OSError, or subprocess.SubprocessError where it exits
+    non-zero (CalledProcessError) or is still running after 30 s (TimeoutExpired)."""
     exe = shutil.which("nvidia-smi")
     if exe is None:
-        return [], []
+        return None
+    return subprocess.run(
+        [exe, *args], capture_output=True, text=True, timeout=30, check=True
+    ).stdout
+
+
+def _nvidia_smi(errors: list[str]) -> tuple[list[str], list[str]]:
     try:
-        out = subprocess.run(
-            [exe, "--query-gpu=name,driver_version", "--format=csv,noheader"],
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=True,
-        ).stdout
+        out = run_nvidia_smi("--query-gpu=name,driver_version", "--format=csv,noheader")
     except (OSError, subprocess.SubprocessError) as exc:
         errors.append(f"nvidia-smi: {exc}")
+        return [], []
+    if out is None:
         return [], []
     names, drivers = [], []
     for line in out.splitlines():

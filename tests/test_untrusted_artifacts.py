@@ -13,7 +13,6 @@ space limit, so that a regression hangs or fails here instead of taking the mach
 
 from __future__ import annotations
 
-import ast
 import os
 import pickle
 import pickletools
@@ -183,7 +182,7 @@ def test_malicious_metadata_executes_nothing(tmp_path: Path) -> None:
     # verify still judged: every criterion has a verdict; the doctored metadata is named
     assert done.returncode == 1, done.stdout + done.stderr
     assert "FAIL optimizer_state_load:" in done.stdout
-    assert "refused global posix.system" in done.stdout
+    assert "refused global 'posix.system'" in done.stdout
     assert sum(line.startswith(("PASS ", "FAIL ")) for line in done.stdout.splitlines()) == 6
 
 
@@ -239,7 +238,7 @@ def test_dry_run_refuses_unsafe_tracker(
     if kind == str(PASSWD):
         _, sep, quoted = done.stderr.strip().partition("does not hold an integer: ")
         assert sep and quoted.startswith("'root:"), done.stderr
-        assert len(ast.literal_eval(quoted)) <= EXCERPT_CHARS
+        assert len(quoted) <= EXCERPT_CHARS + len(" (4096 characters)"), quoted
 
 
 def test_dry_run_still_reads_a_good_tracker(dry_run_dirs: tuple[Path, Path]) -> None:
@@ -253,13 +252,13 @@ def test_dry_run_still_reads_a_good_tracker(dry_run_dirs: tuple[Path, Path]) -> 
 # ---- the primitives -------------------------------------------------------------------------
 
 
-def test_excerpt_is_bounded() -> None:
-    from pytest_nvrx.evidence.refs import MAX_EXCERPT_CHARS, excerpt
+def test_quote_is_bounded() -> None:
+    from pytest_nvrx.settings.values import QUOTE_MAX, quote
 
-    assert MAX_EXCERPT_CHARS == EXCERPT_CHARS
-    assert excerpt("abc") == "'abc'"
-    long = excerpt("x" * 10_000)
-    assert len(long) <= MAX_EXCERPT_CHARS + 2 and long.endswith("…'")
+    assert QUOTE_MAX == EXCERPT_CHARS
+    assert quote("abc") == "'abc'"
+    long = quote("x" * 10_000)
+    assert len(long) <= QUOTE_MAX + len(" (10000 characters)") and long.startswith("'xxx")
 
 
 @pytest.mark.parametrize("kind", ["fifo", "dir", "socket", "/dev/zero", "/dev/null"])

@@ -24,13 +24,13 @@ from pathlib import Path
 from typing import ClassVar
 
 from pytest_nvrx.evidence.refs import (
-    MAX_EXCERPT_CHARS,
     EvidenceRef,
     FileTooLarge,
     display_path,
     file_refusal,
     read_capped,
 )
+from pytest_nvrx.settings.values import quote
 
 DCP_METADATA = ".metadata"
 COMMON_PT = "common.pt"
@@ -138,10 +138,9 @@ class _RestrictedUnpickler(pickle.Unpickler):
     def find_class(self, module: str, name: str) -> type[_Inert]:
         qualname = f"{module}.{name}"
         if not _admitted(module, name):
-            shown = qualname if len(qualname) <= MAX_EXCERPT_CHARS else qualname[:79] + "…"
             raise MetadataRefused(
-                f"refused global {shown}: DCP metadata names only torch.distributed.checkpoint"
-                " classes, torch.Size, dtypes and paths"
+                f"refused global {quote(qualname)}: DCP metadata names only"
+                " torch.distributed.checkpoint classes, torch.Size, dtypes and paths"
             )
         cls = self._stand_ins.get(qualname)
         if cls is None:
@@ -171,7 +170,7 @@ def dcp_metadata_keys(data: bytes) -> list[str]:
     root = _RestrictedUnpickler(data).load()
     if not isinstance(root, _Inert) or root.qualname != _METADATA_CLASS:
         what = root.qualname if isinstance(root, _Inert) else type(root).__name__
-        raise ValueError(f"the pickle holds {what[:MAX_EXCERPT_CHARS]}, not {_METADATA_CLASS}")
+        raise ValueError(f"the pickle holds {quote(what)}, not {_METADATA_CLASS}")
     fields = _fields(root)
     entries = fields.get("state_dict_metadata", root.args[0] if root.args else None)
     if not isinstance(entries, dict) or not all(isinstance(k, str) for k in entries):
@@ -180,13 +179,10 @@ def dcp_metadata_keys(data: bytes) -> list[str]:
 
 
 def _why_unreadable(exc: BaseException) -> str:
-    """The error, quoting at most MAX_EXCERPT_CHARS of it (a parse error can echo the file)."""
+    """The error, its text quoted (:func:`quote`: a parse error can echo the file)."""
     if isinstance(exc, MetadataRefused):
-        return str(exc)  # our own text; the global's name in it is already cut short
-    text = str(exc)
-    if len(text) > MAX_EXCERPT_CHARS:
-        text = text[: MAX_EXCERPT_CHARS - 1] + "…"
-    return f"{type(exc).__name__}: {text}"
+        return str(exc)  # our own text; the global's name in it is already quoted
+    return f"{type(exc).__name__}: {quote(str(exc))}"
 
 
 def read_checkpoint_metadata(directory: Path, iteration: int, run_dir: Path) -> CheckpointMetadata:

@@ -41,9 +41,9 @@ from pytest_nvrx.evidence.injector_log import TAG as INJECTOR_TAG
 from pytest_nvrx.evidence.refs import (
     EvidenceRef,
     LineCursor,
+    clip_line,
     iter_raw_line_batches,
     open_regular,
-    quote,
 )
 from pytest_nvrx.evidence.tracebacks import HEAD, TracebackAssembler
 from pytest_nvrx.evidence.workload import (
@@ -382,7 +382,7 @@ class _Merge:
         first_line = self.first_line
         first_it = self.first_it
         if lines >= 1 and first_line is None and first_it is not None and first_it[0] == 1:
-            first_line = EvidenceRef(name, 1, quote(first_it[1]))
+            first_line = EvidenceRef(name, 1, clip_line(first_it[1]))
         cursor = LineCursor(name, self.tz)
         built = self.built
 
@@ -407,7 +407,7 @@ class _Merge:
             exists=True,
             line_count=lines,
             first_line=first_line,
-            last_line=EvidenceRef(name, lines, quote(self.last_text)) if lines else None,
+            last_line=EvidenceRef(name, lines, clip_line(self.last_text)) if lines else None,
             ranks=tuple(sorted(int(r) for r in self.ranks)),
             unprefixed_lines=self.unprefixed,
             first_iteration=iteration_event(self.first_it),

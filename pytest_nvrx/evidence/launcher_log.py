@@ -25,7 +25,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from pytest_nvrx.evidence.refs import EvidenceRef, iter_lines, parse_time, quote, time_in_range
+from pytest_nvrx.evidence.refs import EvidenceRef, clip_line, iter_lines, parse_time, time_in_range
 
 
 class LauncherEventKind(StrEnum):
@@ -318,7 +318,7 @@ def parse_launcher_log(path: Path, *, file: str | None = None) -> LauncherLog:
                 if ts is not None:
                     last_year = ts.year
                 elif bad_stamp is None:
-                    bad_stamp = EvidenceRef(name, lineno, quote(text))
+                    bad_stamp = EvidenceRef(name, lineno, clip_line(text))
             else:
                 g = _GLOG_LINE.match(text)
                 if g is not None:
@@ -329,7 +329,7 @@ def parse_launcher_log(path: Path, *, file: str | None = None) -> LauncherLog:
                     except ValueError:  # month 13; Feb 29 waits for its year (below)
                         ts = None
                         if last_year is not None and bad_stamp is None:
-                            bad_stamp = EvidenceRef(name, lineno, quote(text))
+                            bad_stamp = EvidenceRef(name, lineno, clip_line(text))
                     if last_year is None and ts is not None:
                         pending_year.append(len(events))
                     msg = g["msg"]
@@ -340,13 +340,15 @@ def parse_launcher_log(path: Path, *, file: str | None = None) -> LauncherLog:
                         c = _CONFIG_LINE.match(text)
                         if c is not None:
                             config.setdefault(c["key"], c["value"].strip())
-                            config_refs.setdefault(c["key"], EvidenceRef(name, lineno, quote(text)))
+                            config_refs.setdefault(
+                                c["key"], EvidenceRef(name, lineno, clip_line(text))
+                            )
                             continue
                         in_config = False
                     continue
             in_config = "Starting elastic_operator with launch configs" in msg
             if ts is not None:
-                ref = EvidenceRef(name, lineno, quote(text))
+                ref = EvidenceRef(name, lineno, clip_line(text))
                 if first is None:
                     first = (ts, ref)
                 last = (ts, ref)
@@ -356,8 +358,10 @@ def parse_launcher_log(path: Path, *, file: str | None = None) -> LauncherLog:
                 n = _NPROC.search(msg)
                 if n is not None:
                     config.setdefault("nproc_per_node", n["n"])
-                    config_refs.setdefault("nproc_per_node", EvidenceRef(name, lineno, quote(text)))
-            found = _classify(msg, EvidenceRef(name, lineno, quote(text)))
+                    config_refs.setdefault(
+                        "nproc_per_node", EvidenceRef(name, lineno, clip_line(text))
+                    )
+            found = _classify(msg, EvidenceRef(name, lineno, clip_line(text)))
             if found is None:
                 continue
             event, utc_text = found
@@ -367,7 +371,7 @@ def parse_launcher_log(path: Path, *, file: str | None = None) -> LauncherLog:
                     offsets.append(ts - stamp)
                     utc_stamps[len(events)] = stamp
                 elif bad_stamp is None:
-                    bad_stamp = EvidenceRef(name, lineno, quote(text))
+                    bad_stamp = EvidenceRef(name, lineno, clip_line(text))
             if event.kind in (
                 LauncherEventKind.SECTION_TIMEOUT,
                 LauncherEventKind.HEARTBEAT_TIMEOUT,

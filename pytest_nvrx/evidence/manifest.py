@@ -58,9 +58,9 @@ from pytest_nvrx.evidence.refs import (
     JsonFile,
     Problem,
     RefusedFile,
+    clip_line,
     display_path,
     json_key_ref,
-    quote,
     read_capped,
     read_json_file,
 )
@@ -373,7 +373,7 @@ def _key_lines(text: str) -> dict[tuple[str, ...], tuple[int, str]]:
             outer = [k for k in path[1:] if k is not None]
             if isinstance(key, str) and len(outer) == len(path[1:]):
                 row = rows[line - 1] if line <= len(rows) else ""
-                found.setdefault((*outer, key), (line, quote(row)))
+                found.setdefault((*outer, key), (line, clip_line(row)))
     return found
 
 

@@ -8,8 +8,8 @@ caps overlong lines and decodes each line with ``errors="replace"``.
 A run directory is untrusted input. Every read goes through :func:`open_regular`: a FIFO, device,
 socket or directory where a file is expected is refused before it is read (opened, if at all,
 with ``O_NONBLOCK`` so that nothing blocks), and so is a symlink leaving the directory the file
-belongs to. Whole-file reads are capped (:func:`read_capped`), and a message quotes at most
-:data:`MAX_EXCERPT_CHARS` of what a file holds (:func:`excerpt`).
+belongs to. Whole-file reads are capped (:func:`read_capped`), and a message shows what a file
+holds through the one :func:`~pytest_nvrx.settings.values.quote` (a ``repr``, cut short).
 """
 
 from __future__ import annotations
@@ -24,12 +24,12 @@ from datetime import UTC, datetime, timedelta, tzinfo
 from pathlib import Path
 from typing import BinaryIO, Literal
 
+from pytest_nvrx.settings.values import quote
+
 # A longer line keeps its head; the rest of it is skipped (a file of NUL bytes has no newline).
 MAX_LINE_BYTES = 64 * 1024
 # How much of a line a reference keeps: enough to quote, bounded for memory.
-MAX_QUOTE_CHARS = 400
-# How much of a file's content an error message may echo (a link to /etc/passwd, a 200 MB tracker).
-MAX_EXCERPT_CHARS = 80
+MAX_REF_CHARS = 400
 _CHUNK_BYTES = 1 << 20
 
 
@@ -50,9 +50,7 @@ class EvidenceRef:
         return self.file if self.line is None else f"{self.file}:{self.line}"
 
     def render(self, width: int | None = None) -> str:
-        text = self.text
-        if width is not None and len(text) > width:
-            text = text[: width - 1] + "…"
+        text = self.text if width is None else clip_line(self.text, width)
         return f"{self.location}: {text}"
 
     def __str__(self) -> str:
@@ -75,15 +73,9 @@ class Problem:
     ref: EvidenceRef | None = None
 
 
-def quote(text: str) -> str:
-    return text if len(text) <= MAX_QUOTE_CHARS else text[: MAX_QUOTE_CHARS - 1] + "…"
-
-
-def excerpt(text: str) -> str:
-    """Untrusted content for an error message: ``repr`` of at most MAX_EXCERPT_CHARS of it."""
-    if len(text) > MAX_EXCERPT_CHARS:
-        text = text[: MAX_EXCERPT_CHARS - 1] + "…"
-    return repr(text)
+def clip_line(text: str, limit: int = MAX_REF_CHARS) -> str:
+    """A line as a reference keeps it: at most ``limit`` characters, "…" last where it is cut."""
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 # C0 controls but tab, DEL, C1 controls: what a terminal obeys rather than shows; and what
@@ -154,7 +146,7 @@ def file_refusal(path: Path, root: Path | None = None, *, want_dir: bool = False
         if root is not None:
             target = os.path.realpath(path)
             if not _inside(target, os.path.realpath(root)):
-                return f"is a symlink leaving {root.name or root}/ (to {excerpt(target)})"
+                return f"is a symlink leaving {root.name or root}/ (to {quote(target)})"
     if want_dir:
         return None if stat.S_ISDIR(st.st_mode) else f"is {file_kind(st.st_mode)}, not a directory"
     if stat.S_ISREG(st.st_mode):
@@ -309,7 +301,7 @@ class LineCursor:
         self.bad_stamp: EvidenceRef | None = None
 
     def ref(self) -> EvidenceRef:
-        return EvidenceRef(self.file, self.lineno, quote(self.raw))
+        return EvidenceRef(self.file, self.lineno, clip_line(self.raw))
 
     def _unusable(self) -> None:
         if self.bad_stamp is None or (self.bad_stamp.line or 0) > self.lineno:
@@ -418,7 +410,7 @@ def parse_json(text: str) -> object:
     except json.JSONDecodeError as exc:
         raise ValueError(f"not JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
     except (ValueError, RecursionError) as exc:  # a 5000-digit integer; a deep unclosed string
-        raise ValueError(f"not usable JSON ({excerpt(str(exc))})") from None
+        raise ValueError(f"not usable JSON ({quote(str(exc))})") from None
 
 
 def read_json_file(path: Path, root: Path | None = None, *, shown: str | None = None) -> JsonFile:
@@ -446,7 +438,7 @@ def read_json_file(path: Path, root: Path | None = None, *, shown: str | None = 
         if stripped.startswith('"'):
             end = stripped.find('"', 1)
             if end > 0 and stripped[end + 1 :].lstrip().startswith(":"):
-                key_lines.setdefault(stripped[1:end], (lineno, quote(line)))
+                key_lines.setdefault(stripped[1:end], (lineno, clip_line(line)))
     return JsonFile(data, key_lines)
 
 

@@ -19,12 +19,12 @@ from pathlib import Path
 from pytest_nvrx.evidence.refs import (
     EvidenceRef,
     FileTooLarge,
+    clip_line,
     display_path,
-    excerpt,
     file_refusal,
-    quote,
     read_capped,
 )
+from pytest_nvrx.settings.values import quote
 
 _MAX_BYTES = 4096
 #: What str.strip() removes among ASCII: only these surround an iteration. Unicode space (a
@@ -77,12 +77,12 @@ def read_tracker(path: Path, run_dir: Path, *, confined: bool = True) -> Tracker
     except UnicodeDecodeError as exc:
         shown = raw.decode("utf-8", "replace").strip()
         what = f"not UTF-8 text ({exc.reason} at byte {exc.start})"
-        ref = EvidenceRef(file, 1, quote(shown.splitlines()[0] if shown else ""))
+        ref = EvidenceRef(file, 1, clip_line(shown.splitlines()[0] if shown else ""))
         return Tracker(file, exists=True, error=what, ref=ref, junk=True)
-    ref = EvidenceRef(file, 1, quote(text.splitlines()[0] if text else ""))
+    ref = EvidenceRef(file, 1, clip_line(text.splitlines()[0] if text else ""))
     if text == "release":
         return Tracker(file, exists=True, release=True, ref=ref, text=text)
     if text.isascii() and text.isdigit():  # not str.isdigit alone: it accepts '²', int() not
         return Tracker(file, exists=True, iteration=int(text), ref=ref, text=text)
-    what = "empty" if not text else f"not an iteration: {excerpt(text)}"
+    what = "empty" if not text else f"not an iteration: {quote(text)}"
     return Tracker(file, exists=True, error=what, ref=ref, junk=bool(text), text=text)
