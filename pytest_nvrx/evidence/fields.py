@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from pytest_nvrx.evidence.refs import TIME_RANGE, time_in_range
+from pytest_nvrx.settings.values import quote
 
 # How much of a bad value a message quotes (issue #9: no message echoes more than 80 characters).
 _MAX_SHOWN = 40
@@ -30,8 +31,7 @@ def shown(value: object) -> str:
     if value is None:
         return "null"
     if isinstance(value, str):
-        text = value if len(value) <= _MAX_SHOWN else value[: _MAX_SHOWN - 1] + "…"
-        return f"the string {text!r}"
+        return f"the string {quote(value, _MAX_SHOWN)}"
     if isinstance(value, int | float):
         text = repr(value)
         return f"the number {text if len(text) <= _MAX_SHOWN else text[: _MAX_SHOWN - 1] + '…'}"
