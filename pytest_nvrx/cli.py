@@ -20,10 +20,10 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from pytest_nvrx.evidence.progress import Progress
 from pytest_nvrx.evidence.refs import printable
 from pytest_nvrx.launch import (
     Launch,
-    Progress,
     interrupt_on_stop_signals,
     interrupt_signal,
     slurm_preview,

@@ -8,6 +8,8 @@ all descendants, and every process still carrying the tag (orphans included).
 With ``config.launcher == "slurm"`` the launch is one ``srun`` step of one task per node
 (:mod:`pytest_nvrx.slurm_launch`). Stop signals stop a run like Ctrl-C, and a launch's cleanup
 holds them back (:mod:`pytest_nvrx.stop_signals`). Both modules' names are re-exported here.
+Live progress is read by :mod:`pytest_nvrx.evidence.progress`, in the line formats of the
+workload's log adapter: those its parser reads.
 """
 
 from __future__ import annotations
@@ -15,23 +17,21 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
-import re
 import shutil
 import signal
 import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from pytest_nvrx.evidence.progress import Progress, ProgressReader, read_tail
 from pytest_nvrx.layout import CONSOLE_LOG_NAME as CONSOLE_LOG_NAME  # re-exported
 from pytest_nvrx.layout import (
     MANIFEST_NAME,
-    RunLayout,
-    cycle_log_name,
     node_console_log_name,
     node_file_name,
 )
@@ -66,8 +66,6 @@ from pytest_nvrx.stop_signals import deferred_stop_signals as deferred_stop_sign
 from pytest_nvrx.stop_signals import interrupt_on_stop_signals as interrupt_on_stop_signals
 from pytest_nvrx.stop_signals import interrupt_signal as interrupt_signal
 from pytest_nvrx.watchdog import DONE as WATCHDOG_DONE
-
-_ITERATION = re.compile(rb"iteration\s+(\d+)\s*/\s*(\d+)")
 
 
 class RunTimeout(RuntimeError):
@@ -106,280 +104,8 @@ class RunResult:
         return out
 
 
-# ---------------------------------------------------------------------------------------------
-# progress
-
-
-@dataclass(frozen=True)
-class InjectedFault:
-    """The fault as the progress lines tell it, from the marker: who, what and when."""
-
-    rank: int | None
-    fault: str | None
-    #: the cycle the fault hit, and the last iteration it had committed when the marker appeared
-    cycle: int
-    iteration: int | None
-    #: a fault schedule's fault: its position (from 1) and the checkpoint a restore fault struck
-    #: the load of (None: a run of one fault; not a restore)
-    position: int | None = None
-    loading: int | None = None
-
-    def describe(self) -> str:
-        kind = f" ({self.fault})" if self.fault else ""
-        rank = f" into rank {self.rank}" if self.rank is not None else ""
-        if self.loading is not None:
-            at = f" while it loaded checkpoint {self.loading}"
-        elif self.iteration is not None:
-            at = f" at iteration {self.iteration}"
-        else:
-            at = " before the first iteration"
-        which = f"fault {self.position}" if self.position is not None else "fault"
-        return f"{which} injected{rank}{at}{kind}"
-
-
-@dataclass(frozen=True)
-class Progress:
-    """What can be seen of a live run from its run directory.
-
-    Every field describes the newest cycle only (a new cycle never shows its predecessor's
-    iteration); ``fault`` is the injection, once its marker was read. ``news`` says what this
-    reading saw for the first time, so that a line announces the fault and a restore once.
-    """
-
-    elapsed_s: float
-    #: the newest cycle with a log (``train_cycle<N>.log``); None before the first one
-    cycle: int | None
-    iteration: int | None
-    total: int | None
-    #: the checkpoint iteration the newest cycle began loading (a workload that says so)
-    restoring: int | None = None
-    #: the checkpoint iteration the newest cycle reports loaded
-    restored: int | None = None
-    fault: InjectedFault | None = None
-    news: frozenset[str] = frozenset()
-
-    @property
-    def fault_injected(self) -> bool:
-        return self.fault is not None
-
-    @property
-    def state(self) -> tuple[object, ...]:
-        """What a new progress line is printed for (elapsed time aside)."""
-        return (self.cycle, self.iteration, self.restoring, self.restored, self.fault)
-
-    def describe(self) -> str:
-        if self.cycle is None:
-            # no worker has written a line yet: rendezvous, or the launcher still importing
-            return f"[{self.elapsed_s:6.1f}s] launcher starting"
-        cycle = f"cycle {self.cycle}"
-        if self.iteration is not None:
-            now = f"{cycle}, iteration {self.iteration}/{self.total}"
-            if "restored" in self.news:
-                now = f"{cycle} restored checkpoint {self.restored}, iteration "
-                now += f"{self.iteration}/{self.total}"
-        elif self.restored is not None:
-            now = f"{cycle} restored checkpoint {self.restored}"
-        elif self.restoring is not None:
-            now = f"{cycle} restoring checkpoint {self.restoring}"
-        else:
-            now = f"{cycle} starting"
-        if self.fault is not None and "fault" in self.news:
-            if self.fault.cycle == self.cycle and self.iteration == self.fault.iteration:
-                # the cycle that was hit, not past the fault: the fault is all there is to say
-                now = f"{cycle}: {self.fault.describe()}"
-            else:
-                now = f"cycle {self.fault.cycle}: {self.fault.describe()}; {now}"
-        return f"[{self.elapsed_s:6.1f}s] {now}"
-
-
-#: a line's NVRx rank prefix ("0: ", "12: "), as the cycle-log parser strips it
-_RANK_PREFIX = re.compile(rb"^\s*\d+: ")
-#: at most this much of a cycle log is read per poll; a log that grew more is read from its tail
-_READ_LIMIT = 8 * 1024 * 1024
-_TAIL_SIZE = 65536
-
-
-class ProgressReader:
-    """Follows a live run's newest cycle log and its marker, reading only what was added.
-
-    Cheap on purpose (it runs every poll of a launch): each byte of the newest cycle log is read
-    once (a burst above ``_READ_LIMIT`` is skipped to its tail), the marker once it is complete.
-    Checkpoint loads are recognised by the workload's own log adapter
-    (:mod:`pytest_nvrx.evidence.workload`), so the formats stay defined in one place.
-    """
-
-    def __init__(self, layout: RunLayout, workload: str | None = None) -> None:
-        self.layout = layout
-        self._workload = workload
-        self._adapter: Any = None
-        self._adapter_loaded = False
-        self._cycle: int | None = None
-        self._offset = 0
-        self._partial = b""
-        self._iteration: int | None = None
-        self._total: int | None = None
-        self._restoring: int | None = None
-        self._restored: int | None = None
-        self._fault: InjectedFault | None = None
-        self._faults_read = 0
-
-    def read(self, elapsed_s: float) -> Progress:
-        news: set[str] = set()
-        logs = self.layout.cycle_log_paths()
-        if logs:
-            newest = max(logs)
-            if newest != self._cycle:
-                self._start_cycle(newest)
-            restored_before = self._restored
-            self._follow(logs[newest])
-            if self._restored is not None and restored_before is None:
-                news.add("restored")
-        # a schedule's faults come one per cycle: the next marker, once the last was read
-        fault = self._read_fault(logs, self._faults_read + 1)
-        if fault is not None:
-            self._fault = fault
-            self._faults_read += 1
-            news.add("fault")
-        return Progress(
-            elapsed_s=elapsed_s,
-            cycle=self._cycle,
-            iteration=self._iteration,
-            total=self._total,
-            restoring=self._restoring,
-            restored=self._restored,
-            fault=self._fault,
-            news=frozenset(news),
-        )
-
-    def _start_cycle(self, cycle: int) -> None:
-        self._cycle = cycle
-        self._offset = 0
-        self._partial = b""
-        self._iteration = self._total = self._restoring = self._restored = None
-
-    def _follow(self, log: Path) -> None:
-        try:
-            with log.open("rb") as fh:
-                size = os.fstat(fh.fileno()).st_size
-                if size < self._offset:  # replaced or truncated: start over
-                    self._offset, self._partial = 0, b""
-                if size - self._offset > _READ_LIMIT:
-                    # a burst: its tail, from a line start
-                    self._offset, self._partial = size - _TAIL_SIZE, b""
-                    fh.seek(self._offset)
-                    fh.readline()
-                else:
-                    fh.seek(self._offset)
-                data = fh.read(_READ_LIMIT)
-                self._offset = fh.tell()
-        except OSError:
-            return
-        data = self._partial + data
-        complete = data.rfind(b"\n") + 1
-        self._partial = data[complete:]
-        self._scan(data[:complete])
-
-    def _scan(self, data: bytes) -> None:
-        for match in _ITERATION.finditer(data):
-            iteration = int(match[1])
-            if self._iteration is None or iteration >= self._iteration:
-                self._iteration, self._total = iteration, int(match[2])
-        if b"load" not in data:
-            return
-        adapter = self._load_adapter()
-        if adapter is None:
-            return
-        from pytest_nvrx.evidence.refs import LineCursor
-        from pytest_nvrx.evidence.workload import LoadCompleted, LoadStarted
-
-        cursor = LineCursor(cycle_log_name(self._cycle or 0))
-        for raw in data.splitlines():
-            if b"load" not in raw:
-                continue
-            prefix = _RANK_PREFIX.match(raw)
-            text = raw[prefix.end() if prefix else 0 :].decode("utf-8", "replace")
-            cursor.raw = text
-            event = adapter.parse_line(text, cursor)
-            if isinstance(event, LoadCompleted):
-                self._restored = event.iteration
-            elif isinstance(event, LoadStarted):
-                self._restoring = event.iteration
-
-    def _load_adapter(self) -> Any:
-        if not self._adapter_loaded:
-            self._adapter_loaded = True
-            workload = self._workload or _manifest_workload(self.layout)
-            if workload:
-                from pytest_nvrx.evidence.workload import get_adapter
-
-                with contextlib.suppress(KeyError, ImportError):
-                    self._adapter = get_adapter(workload)
-        return self._adapter
-
-    def _read_fault(self, logs: Mapping[int, Path], position: int) -> InjectedFault | None:
-        """The injection of the marker at ``position`` (1: the run's one fault, or a schedule's
-        first), once it is complete (it is written after its claim: an unreadable one is read
-        again at the next poll)."""
-        marker_path = self.layout.marker_at(position)
-        if not marker_path.exists():
-            return None
-        from pytest_nvrx.evidence.marker import read_marker
-
-        marker = read_marker(marker_path, self.layout.run_dir)
-        if marker is None or not marker.ok:
-            return None
-        # the cycle hit: the injecting worker's restart count names it where that cycle's log
-        # exists (our injector records it), else the newest cycle
-        data = marker.doc.data if marker.doc is not None else None
-        restarts = data.get("restart_count") if isinstance(data, dict) else None
-        cycle = self._cycle if self._cycle is not None else 0
-        if isinstance(restarts, int) and restarts in logs and restarts <= cycle:
-            cycle = restarts
-        if cycle == self._cycle:
-            iteration = self._iteration
-        else:
-            found = _ITERATION.findall(_tail(logs[cycle]))
-            iteration = max(int(it) for it, _ in found) if found else None
-        return InjectedFault(
-            rank=marker.rank,
-            fault=marker.fault,
-            cycle=cycle,
-            iteration=iteration,
-            position=marker.schedule_position,
-            loading=marker.load_iteration,
-        )
-
-
-def read_progress(layout: RunLayout, elapsed_s: float, workload: str | None = None) -> Progress:
-    """One look at a run (a :class:`ProgressReader` read once)."""
-    return ProgressReader(layout, workload).read(elapsed_s)
-
-
-def _manifest_workload(layout: RunLayout) -> str | None:
-    import json
-
-    try:
-        data = json.loads(layout.manifest.read_text())
-    except (OSError, ValueError):
-        return None
-    config = data.get("config") if isinstance(data, dict) else None
-    workload = config.get("workload") if isinstance(config, dict) else None
-    return workload if isinstance(workload, str) else None
-
-
-def _tail(path: Path, size: int = _TAIL_SIZE) -> bytes:
-    try:
-        with path.open("rb") as fh:
-            fh.seek(0, os.SEEK_END)
-            end = fh.tell()
-            fh.seek(max(0, end - size))
-            return fh.read()
-    except OSError:
-        return b""
-
-
 def tail_text(path: Path, lines: int = 40) -> str:
-    data = _tail(path, 256 * 1024).decode("utf-8", errors="replace").splitlines()
+    data = read_tail(path, 256 * 1024).decode("utf-8", errors="replace").splitlines()
     return "\n".join(data[-lines:])
 
 
@@ -688,9 +414,3 @@ class Launch:
                 "logs/train_cycle<N>.log in the run directory."
             )
         return result
-
-
-@contextlib.contextmanager
-def launched(recipe: Recipe, *, stack: Mapping[str, Any] | None = None) -> Iterator[Launch]:
-    with Launch(recipe, stack=stack) as launch:
-        yield launch

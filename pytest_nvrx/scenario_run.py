@@ -25,10 +25,11 @@ from pytest_nvrx.checkpoint_claim import check_checkpoint_dir, claim_checkpoint_
 from pytest_nvrx.console import Row
 from pytest_nvrx.criteria import Judgement, judge, judge_run_dir
 from pytest_nvrx.criteria.baseline import baseline_refusal
+from pytest_nvrx.evidence.progress import Progress
 from pytest_nvrx.evidence.rundir import RunEvidence, load_run
 from pytest_nvrx.gpu_slots import GpuLedger, Slot, gpu_locks, visible_gpus
 from pytest_nvrx.gpu_slots import gpu_available as gpu_available  # re-exported
-from pytest_nvrx.launch import Launch, Progress, RunResult, RunTimeout, tail_text
+from pytest_nvrx.launch import Launch, RunResult, RunTimeout, tail_text
 from pytest_nvrx.layout import CONSOLE_LOG_NAME, RunLayout
 from pytest_nvrx.planning import Plan, plan_run
 from pytest_nvrx.plant_hook.nvrx_plants import PLANT_ENV

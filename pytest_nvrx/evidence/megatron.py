@@ -210,6 +210,8 @@ class MegatronLogAdapter:
     name = "megatron"
     # traceback frames are shown from the package on (the checkout's path is the run host's)
     source_roots = ("megatron",)
+    # live progress reads iteration lines by the pattern parse_line reads them by, in bytes
+    iteration_line = re.compile(_ITERATION.pattern.encode())
 
     def iteration_of(self, text: str) -> int | None:
         if "] iteration " not in text:

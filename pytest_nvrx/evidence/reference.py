@@ -108,6 +108,9 @@ class ReferenceLogAdapter:
     loads_on_every_rank = True
     # traceback frames are shown from the package on (the checkout's path is the run host's)
     source_roots = ("pytest_nvrx",)
+    # live progress reads iteration lines by the patterns parse_line reads them by, in bytes:
+    # the head, then the event after it
+    iteration_line = re.compile((_HEAD.pattern + _ITERATION.pattern).encode())
 
     def stated_rank(self, text: str) -> int | None:
         """The rank every ``[ref]`` line states in its head (None: not such a line)."""

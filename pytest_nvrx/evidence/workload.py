@@ -13,6 +13,7 @@ with :func:`register_adapter` under the name its run manifest gives as ``workloa
 from __future__ import annotations
 
 import importlib
+import re
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -263,8 +264,8 @@ class WorkloadLogAdapter(Protocol):
 # ``source_roots`` (see source_roots below), ``event_kind(text) -> type | None``: the type of
 # event ``parse_line`` would make of ``text`` (None: none) without making it; the cycle-log
 # parser then makes only the save events it keeps (Megatron's logs hold millions of saves);
-# ``loads_on_every_rank`` (see loads_on_every_rank below); and ``stated_rank(text) -> int | None``
-# (see stated_rank below).
+# ``loads_on_every_rank`` (see loads_on_every_rank below); ``stated_rank(text) -> int | None``
+# (see stated_rank below); and ``iteration_line`` (see iteration_line below).
 
 
 def stated_rank(adapter: WorkloadLogAdapter, text: str) -> int | None:
@@ -295,6 +296,20 @@ def source_roots(adapter: WorkloadLogAdapter) -> tuple[str, ...]:
     """
     roots = getattr(adapter, "source_roots", ())
     return tuple(str(r) for r in roots) if isinstance(roots, tuple | list) else ()
+
+
+def iteration_line(adapter: WorkloadLogAdapter) -> re.Pattern[bytes] | None:
+    """The adapter's iteration line as a bytes pattern, or None.
+
+    Optional: ``iteration_line`` is the pattern ``parse_line`` reads an iteration's number and
+    total from (groups ``it`` and ``total``), compiled for bytes, matched at the start of a line
+    whose NVRx rank prefix is removed. Live progress (:mod:`pytest_nvrx.evidence.progress`)
+    reads a growing log's raw bytes with it; a workload without one shows no iteration there.
+    """
+    pattern = getattr(adapter, "iteration_line", None)
+    if isinstance(pattern, re.Pattern) and isinstance(pattern.pattern, bytes):
+        return pattern
+    return None
 
 
 _ADAPTERS: dict[str, WorkloadLogAdapter] = {}
