@@ -22,12 +22,7 @@ from pathlib import Path
 
 from pytest_nvrx.evidence.progress import Progress
 from pytest_nvrx.evidence.refs import printable
-from pytest_nvrx.launch import (
-    Launch,
-    interrupt_on_stop_signals,
-    interrupt_signal,
-    slurm_preview,
-)
+from pytest_nvrx.launch import Launch
 from pytest_nvrx.layout import RESULT_NAME
 from pytest_nvrx.planning import Plan
 from pytest_nvrx.scenario_run import find_launcher, launch_run, plan_launch
@@ -43,6 +38,8 @@ from pytest_nvrx.settings import (
     resolve,
     workload_defaults,
 )
+from pytest_nvrx.slurm_launch import slurm_preview
+from pytest_nvrx.stop_signals import interrupt_on_stop_signals, interrupt_signal
 
 # find_launcher lived here; scripts and tests still import it from this module
 __all__ = ["build_parser", "config_from_args", "find_launcher", "main"]

@@ -36,7 +36,6 @@ import pytest
 from pytest_nvrx.evidence.refs import printable
 from pytest_nvrx.evidence.rundir import RunEvidence
 from pytest_nvrx.gpu_slots import visible_gpus
-from pytest_nvrx.launch import interrupt_on_stop_signals
 from pytest_nvrx.plants import PLANTS
 from pytest_nvrx.retention import prune_checkpoint_payload
 from pytest_nvrx.scenario_pool import ScenarioPool, parallel_limit
@@ -59,6 +58,7 @@ from pytest_nvrx.settings import (
     option_hint,
     resolve_plugin_settings,
 )
+from pytest_nvrx.stop_signals import interrupt_on_stop_signals
 
 # Names the shipped suite and older callers import from here.
 __all__ = [

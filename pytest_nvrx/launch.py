@@ -29,19 +29,15 @@ from pathlib import Path
 from typing import IO, Any
 
 from pytest_nvrx.evidence.progress import Progress, ProgressReader, read_tail
-from pytest_nvrx.layout import CONSOLE_LOG_NAME as CONSOLE_LOG_NAME  # re-exported
 from pytest_nvrx.layout import (
+    CONSOLE_LOG_NAME,
     MANIFEST_NAME,
+    RESULT_NAME,
     node_console_log_name,
     node_file_name,
 )
-from pytest_nvrx.layout import RESULT_NAME as RESULT_NAME  # re-exported: launch.RESULT_NAME
 from pytest_nvrx.outputs import is_disk_full
-from pytest_nvrx.process_tree import TAG_VAR as TAG_VAR  # re-exported: launch.TAG_VAR
-from pytest_nvrx.process_tree import descendants as descendants
-from pytest_nvrx.process_tree import kill_tree as kill_tree
-from pytest_nvrx.process_tree import tagged as tagged
-from pytest_nvrx.recipe import MULTI_LAUNCHERS_VAR as MULTI_LAUNCHERS_VAR  # re-exported
+from pytest_nvrx.process_tree import TAG_VAR, kill_tree
 from pytest_nvrx.recipe import (
     Recipe,
     manifest,
@@ -50,21 +46,8 @@ from pytest_nvrx.recipe import (
 )
 from pytest_nvrx.run_dir import give_back_run_dir, make_run_tmpdir
 from pytest_nvrx.settings import ConfigError
-from pytest_nvrx.slurm_launch import IS_HOST_PLACEHOLDER as IS_HOST_PLACEHOLDER  # re-exported
-from pytest_nvrx.slurm_launch import NODE_SHIM as NODE_SHIM
-from pytest_nvrx.slurm_launch import SlurmError as SlurmError
-from pytest_nvrx.slurm_launch import SlurmLaunch as SlurmLaunch
-from pytest_nvrx.slurm_launch import node_launcher_argv as node_launcher_argv
-from pytest_nvrx.slurm_launch import parse_job_id as parse_job_id
-from pytest_nvrx.slurm_launch import parse_node_addr as parse_node_addr
-from pytest_nvrx.slurm_launch import shared_hosts as shared_hosts
-from pytest_nvrx.slurm_launch import slurm_preview as slurm_preview
-from pytest_nvrx.slurm_launch import srun_argv as srun_argv
-from pytest_nvrx.stop_signals import STOP_SIGNALS as STOP_SIGNALS  # re-exported
-from pytest_nvrx.stop_signals import Interrupted as Interrupted
-from pytest_nvrx.stop_signals import deferred_stop_signals as deferred_stop_signals
-from pytest_nvrx.stop_signals import interrupt_on_stop_signals as interrupt_on_stop_signals
-from pytest_nvrx.stop_signals import interrupt_signal as interrupt_signal
+from pytest_nvrx.slurm_launch import SlurmLaunch
+from pytest_nvrx.stop_signals import deferred_stop_signals, interrupt_signal
 from pytest_nvrx.watchdog import DONE as WATCHDOG_DONE
 
 

@@ -41,13 +41,14 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from pytest_nvrx.cli import find_launcher  # noqa: E402
-from pytest_nvrx.launch import Launch, RunTimeout, tagged  # noqa: E402
+from pytest_nvrx.launch import Launch, RunTimeout  # noqa: E402
 from pytest_nvrx.layout import (  # noqa: E402
     RESULT_NAME,
     FaultKind,
     RunLayout,
 )
 from pytest_nvrx.planning import plan_run  # noqa: E402
+from pytest_nvrx.process_tree import tagged  # noqa: E402
 from pytest_nvrx.run_dir import prepare_run_dir  # noqa: E402
 from pytest_nvrx.settings import ConfigError, RunConfig, SectionTimeouts  # noqa: E402
 

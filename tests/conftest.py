@@ -88,7 +88,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     Every process a run starts carries the run's tag in its environment (pytest_nvrx.launch),
     orphans in other process sessions included; ours also carry this test session's marker.
     """
-    from pytest_nvrx.launch import TAG_VAR, kill_tree
+    from pytest_nvrx.process_tree import TAG_VAR, kill_tree
 
     mine = f"{SESSION_VAR}={os.environ.get(SESSION_VAR, '')}".encode()
     survivors: dict[int, str] = {}

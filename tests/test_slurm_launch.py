@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_nvrx.launch import (
+from pytest_nvrx.layout import node_console_log_name
+from pytest_nvrx.slurm_launch import (
     IS_HOST_PLACEHOLDER,
     NODE_SHIM,
     node_launcher_argv,
@@ -29,7 +30,6 @@ from pytest_nvrx.launch import (
     shared_hosts,
     srun_argv,
 )
-from pytest_nvrx.layout import node_console_log_name
 
 LOCAL_CONF = Path(os.environ.get("NVRX_SLURM_DIR", "/tmp/nvrx-slurm")) / "etc" / "slurm.conf"
 SBATCH_RECIPE = Path(__file__).resolve().parents[1] / "docs" / "ci" / "slurm-qualify.sbatch"
