@@ -29,6 +29,10 @@ def test_every_module_is_on_the_map() -> None:
                 missing.append(str(rel))
         elif f"{top}/" not in names:
             missing.append(f"{top}/")
+        elif top in ("evidence", "criteria", "report", "settings") and not re.search(
+            rf"\b{path.stem}\b", _map()
+        ):
+            missing.append(str(rel))  # the stages' packages name each of their modules
     assert not missing, f"docs/architecture.md does not name: {sorted(set(missing))}"
 
 
