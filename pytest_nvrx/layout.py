@@ -256,3 +256,13 @@ def is_run_claim_name(name: str) -> bool:
 def iteration_dir_name(iteration: int) -> str:
     """Megatron's name for one iteration's checkpoint directory (the reference workload's too)."""
     return f"iter_{iteration:07d}"
+
+
+def iteration_of_dir_name(name: str) -> int | None:
+    """The iteration a checkpoint directory's name is :func:`iteration_dir_name` of, else None
+    (``iter_5``, ``iter_+000005`` or ``iter_0000005.tmp`` are not Megatron's names)."""
+    digits = name.removeprefix("iter_")
+    if digits == name or not (digits.isascii() and digits.isdigit()):
+        return None
+    iteration = int(digits)
+    return iteration if iteration_dir_name(iteration) == name else None

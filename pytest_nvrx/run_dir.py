@@ -33,6 +33,7 @@ from pytest_nvrx.layout import (
     TMP_ROOT,
     TRACKER_NAME,
     RunLayout,
+    iteration_of_dir_name,
     node_file_name,
 )
 from pytest_nvrx.outputs import is_disk_full, reserve_of, reserve_space, write_atomic
@@ -531,14 +532,14 @@ def seed_checkpoint(source: Path, checkpoint_dir: Path) -> int:
     write a tracker naming N (atomically): the run resumes it in its first cycle. Returns N.
     Refused (ConfigError) when ``source`` is no complete ``iter_N`` or the directory already
     holds a checkpoint or a tracker: nothing of a user's is ever overwritten."""
-    m = re.fullmatch(r"iter_([0-9]{7})", source.name)
-    if m is None or not any((source / f).is_file() for f in COMPLETE_FILES):
+    iteration = iteration_of_dir_name(source.name)
+    if iteration is None or not any((source / f).is_file() for f in COMPLETE_FILES):
         raise ConfigError(f"seed checkpoint {source} is not a complete iter_NNNNNNN directory")
     if any(checkpoint_dir.iterdir()):
         raise ConfigError(f"cannot seed {checkpoint_dir}: it is not empty")
     shutil.copytree(source, checkpoint_dir / source.name, symlinks=True)
-    write_atomic(checkpoint_dir / TRACKER_NAME, str(int(m[1])))
-    return int(m[1])
+    write_atomic(checkpoint_dir / TRACKER_NAME, str(iteration))
+    return iteration
 
 
 #: Bytes kept free for result.json (a few hundred bytes, one filesystem block or page).

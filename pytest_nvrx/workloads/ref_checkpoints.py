@@ -9,7 +9,6 @@ moves only when the save is finalized, after all ranks agree.
 from __future__ import annotations
 
 import contextlib
-import re
 import traceback
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
@@ -24,7 +23,7 @@ from torch.distributed.checkpoint.state_dict_saver import AsyncCheckpointerType
 from torch.distributed.checkpoint.state_dict_saver import async_save as dcp_async_save
 
 from pytest_nvrx.evidence.tracker import read_tracker as read_core_tracker
-from pytest_nvrx.layout import TRACKER_NAME, iteration_dir_name
+from pytest_nvrx.layout import TRACKER_NAME, iteration_dir_name, iteration_of_dir_name
 from pytest_nvrx.plant_hook.nvrx_plants import ITERATION_JUMP
 from pytest_nvrx.plant_hook.nvrx_plants import record as record_plant
 from pytest_nvrx.workloads.ref_sections import Monitor, section
@@ -336,9 +335,9 @@ def load_checkpoint(
 def previous_checkpoint(checkpoint_dir: Path, iteration: int) -> int | None:
     """The newest complete checkpoint (``iter_N/.metadata`` on disk) before ``iteration``."""
     found = [
-        int(m[1])
+        n
         for path in checkpoint_dir.glob("iter_*/.metadata")
-        if (m := re.fullmatch(r"iter_([0-9]+)", path.parent.name)) is not None
+        if (n := iteration_of_dir_name(path.parent.name)) is not None
     ]
     older = [n for n in found if n < iteration]
     return max(older) if older else None
