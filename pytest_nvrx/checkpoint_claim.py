@@ -181,11 +181,13 @@ def _naming(message: Callable[[str], str]) -> ConfigError:
     return ConfigError.naming(lambda entry: message(another_checkpoint_dir(entry)))
 
 
-def _refusal(checkpoint_dir: Path, holder: Holder, host: str, option: str) -> str:
+def _refusal(checkpoint_dir: Path, holder: Holder, host: str) -> Callable[[str], str]:
+    """Why ``holder``'s claim refuses ``checkpoint_dir``, given the name of the setting that picks
+    another; the holder is probed once, whichever entry point shows the message."""
     if not holder.record:
         # a claim is written in one call right after its O_EXCL create: an unreadable one is a
         # run's that died in between, someone else's file, or (for an instant) one being written
-        return (
+        return lambda option: (
             f"checkpoint dir {checkpoint_dir} holds a claim {holder.path} that {holder.unread}:"
             f" if no run uses {checkpoint_dir}, remove {holder.path}; if one does, wait for it"
             f" to end or pass another {option}"
@@ -193,17 +195,17 @@ def _refusal(checkpoint_dir: Path, holder: Holder, host: str, option: str) -> st
     alive = holder.alive(host)
     who = holder.describe()
     if alive is False:
-        return (
+        return lambda option: (
             f"checkpoint dir {checkpoint_dir} is claimed by {who}, which is no longer running: "
             f"remove {holder.path} if that run is gone"
         )
     if alive is None:
-        return (
+        return lambda option: (
             f"checkpoint dir {checkpoint_dir} is claimed by {who}, whose process cannot be "
             f"checked from this host: wait for it to end, pass another {option}, or "
             f"remove {holder.path} if that run is gone"
         )
-    return (
+    return lambda option: (
         f"checkpoint dir {checkpoint_dir} is in use by {who}: one checkpoint dir serves one "
         f"run at a time; wait for it to end or pass another {option}"
     )
@@ -283,16 +285,12 @@ def check_checkpoint_dir(
         )
     foreign = _foreign_claims(checkpoint_dir, run_id, run_dir, None)
     if foreign:
-        raise _naming(lambda option: _refusal(checkpoint_dir, foreign[0], host, option))
+        raise _naming(_refusal(checkpoint_dir, foreign[0], host))
     nested = _nested_claim(checkpoint_dir, run_id, run_dir)
     if nested is not None:
         where, holder = nested
-        raise _naming(
-            lambda option: (
-                f"checkpoint dir {checkpoint_dir} {where}: "
-                + _refusal(holder.path.parent, holder, host, option)
-            )
-        )
+        refusal = _refusal(holder.path.parent, holder, host)
+        raise _naming(lambda option: f"checkpoint dir {checkpoint_dir} {where}: {refusal(option)}")
 
 
 #: How deep below a checkpoint dir another run's claim is looked for (its iter_N dirs and
@@ -355,7 +353,7 @@ def claim_checkpoint_dir(
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
     except FileExistsError:
         holder = settled_holder(path)
-        raise _naming(lambda option: _refusal(checkpoint_dir, holder, host, option)) from None
+        raise _naming(_refusal(checkpoint_dir, holder, host)) from None
     except OSError as exc:
         raise _unwritable(checkpoint_dir, exc) from None
     record = {
@@ -380,7 +378,7 @@ def claim_checkpoint_dir(
         raise
     if foreign:
         release(path)
-        raise _naming(lambda option: _refusal(checkpoint_dir, foreign[0], host, option))
+        raise _naming(_refusal(checkpoint_dir, foreign[0], host))
     return path
 
 

@@ -7,7 +7,7 @@ all descendants, and every process still carrying the tag (orphans included).
 
 With ``config.launcher == "slurm"`` the launch is one ``srun`` step of one task per node
 (:mod:`pytest_nvrx.slurm_launch`). Stop signals stop a run like Ctrl-C, and a launch's cleanup
-holds them back (:mod:`pytest_nvrx.stop_signals`). Both modules' names are re-exported here.
+holds them back (:mod:`pytest_nvrx.stop_signals`); their names are imported from there.
 Live progress is read by :mod:`pytest_nvrx.evidence.progress`, in the line formats of the
 workload's log adapter: those its parser reads.
 """

@@ -161,3 +161,16 @@ def test_read_progress_takes_the_workload_from_the_manifest(tmp_path: Path) -> N
     layout.cycle_log(1).write_bytes((REF_KILL / "logs" / "train_cycle1.log").read_bytes())
     progress = read_progress(layout, 0.0)
     assert (progress.cycle, progress.restored, progress.iteration) == (1, 10, 40)
+
+
+def test_a_reader_without_a_workload_waits_for_run_json_to_decide(tmp_path: Path) -> None:
+    """Polled before run.json is written, a reader given no workload does not settle on a
+    workload then: once run.json names the reference workload, its iterations show."""
+    layout = RunLayout.for_run(tmp_path / "run")
+    layout.logs.mkdir(parents=True)
+    reader = ProgressReader(layout)
+    assert reader.read(0.0).iteration is None
+    layout.manifest.write_bytes((REF_KILL / "run.json").read_bytes())
+    layout.cycle_log(1).write_bytes((REF_KILL / "logs" / "train_cycle1.log").read_bytes())
+    progress = reader.read(1.0)
+    assert (progress.cycle, progress.restored, progress.iteration) == (1, 10, 40)

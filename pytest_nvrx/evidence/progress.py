@@ -219,12 +219,18 @@ class ProgressReader:
                 self._restoring = event.iteration
 
     def _load_adapter(self) -> WorkloadLogAdapter | None:
-        if not self._adapter_loaded:
-            self._adapter_loaded = True
-            # a run.json that names no workload is Megatron's, as the run-dir parser reads it
-            workload = self._workload or _manifest_workload(self.layout) or "megatron"
+        if self._adapter_loaded:
+            return self._adapter
+        workload = self._workload or _manifest_workload(self.layout)
+        if workload is None and not self.layout.manifest.is_file():
+            # no run.json yet: Megatron's lines for now, the workload decided once it is written
             with contextlib.suppress(KeyError, ImportError):
-                self._adapter = get_adapter(workload)
+                return get_adapter("megatron")
+            return None
+        self._adapter_loaded = True
+        # a run.json that names no workload is Megatron's, as the run-dir parser reads it
+        with contextlib.suppress(KeyError, ImportError):
+            self._adapter = get_adapter(workload or "megatron")
         return self._adapter
 
     def _last_iteration(self, log: Path) -> int | None:
