@@ -19,10 +19,15 @@ from pytest_nvrx.parallel import GpuSlots, Job, LaunchPool, Slot, slot_lock_path
 
 
 class FileWaiter:
-    """A child process that exits once ``release`` exists (at once when it is None)."""
+    """A child process that exits once ``release`` exists (at once when it is None); with
+    ``announce``, it first creates that file (another job's release: that job then cannot end
+    before this one has started, however loaded the machine)."""
 
-    def __init__(self, release: Path | None, log: list[str], key: str) -> None:
+    def __init__(
+        self, release: Path | None, log: list[str], key: str, announce: Path | None = None
+    ) -> None:
         self.release = release
+        self.announce = announce
         self.log = log
         self.key = key
         self.proc: subprocess.Popen[bytes] | None = None
@@ -30,11 +35,13 @@ class FileWaiter:
     def __enter__(self) -> FileWaiter:
         code = (
             "import os, sys, time\n"
-            "p = sys.argv[1]\n"
+            "p, a = sys.argv[1:3]\n"
+            "if a: open(a, 'w').close()\n"
             "while p and not os.path.exists(p): time.sleep(0.02)\n"
         )
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", code, str(self.release or "")], start_new_session=True
+            [sys.executable, "-c", code, str(self.release or ""), str(self.announce or "")],
+            start_new_session=True,
         )
         self.log.append(f"start {self.key}")
         return self
@@ -54,11 +61,16 @@ class FileWaiter:
 
 
 def _job(
-    key: str, gpus: int, release: Path | None, log: list[str], slots: dict[str, Slot]
+    key: str,
+    gpus: int,
+    release: Path | None,
+    log: list[str],
+    slots: dict[str, Slot],
+    announce: Path | None = None,
 ) -> Job[FileWaiter, int]:
     def make(slot: Slot) -> FileWaiter:
         slots[key] = slot
-        return FileWaiter(release, log, key)
+        return FileWaiter(release, log, key, announce)
 
     return Job(key, gpus, make, lambda launch: launch.wait())
 
@@ -124,8 +136,11 @@ def test_pool_runs_what_fits_and_starts_the_next_when_one_ends(tmp_path: Path) -
     pool: LaunchPool[int] = LaunchPool(
         max_parallel=4, slots=GpuSlots(["0", "1"], lock_dir=tmp_path)
     )
-    pool.submit(_job("a", 1, None, log, got))
-    pool.submit(_job("b", 1, release, log, got))
+    b_started = tmp_path / "b-started"
+    # a ends once b's process runs: started together, whatever the load (a that ended before
+    # the pool recorded b's start made the clock check below fail on a loaded CI machine)
+    pool.submit(_job("a", 1, b_started, log, got))
+    pool.submit(_job("b", 1, release, log, got, announce=b_started))
     pool.submit(_job("c", 1, None, log, got))
     a = pool.wait_for("a")
     assert a.error is None and a.result == 0
