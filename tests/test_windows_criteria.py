@@ -358,7 +358,7 @@ def test_fire_line_that_contradicts_the_marker_fails(ref_finalize: Doctor) -> No
     v = failed(ref_finalize.root, "prior_checkpoint")
     assert v.reason == (
         "window finalize: the injector's fire line says window finalize, in-flight iteration 12,"
-        " tracker 4; the marker says window finalize, in-flight 8, tracker 4"
+        " tracker 4; the marker says window finalize, in-flight iteration 8, tracker 4"
     )
     assert v.evidence[0].location == f"{CYCLE0}:{ref_finalize.line_no(CYCLE0, 'iteration 12,')}"
 

@@ -11,6 +11,11 @@ from pytest_nvrx.evidence.rundir import RunEvidence
 from pytest_nvrx.layout import MARKER_NAME
 
 
+def or_none(value: object) -> str:
+    """A value for a reason's text; "none" where there is none."""
+    return "none" if value is None else str(value)
+
+
 def clock(value: datetime | None) -> str:
     """``11:56:22.787``: the time of day the logs show, to the millisecond ("?" when unknown)."""
     return value.strftime("%H:%M:%S.%f")[:-3] if value is not None else "?"

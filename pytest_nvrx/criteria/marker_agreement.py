@@ -28,8 +28,8 @@ from __future__ import annotations
 import posixpath
 
 from pytest_nvrx.criteria.context import JudgeContext
-from pytest_nvrx.criteria.helpers import on_faulted_node
-from pytest_nvrx.criteria.windows import Fact, faulted_logs, fire_line
+from pytest_nvrx.criteria.helpers import on_faulted_node, or_none
+from pytest_nvrx.criteria.windows import Fact, faulted_logs, fire_line, stated_window_disagrees
 from pytest_nvrx.evidence.injector_log import (
     MAX_INJECTOR_LINES,
     InjectorLine,
@@ -43,10 +43,6 @@ from pytest_nvrx.evidence.rundir import RunEvidence
 from pytest_nvrx.evidence.timeline import Timeline
 from pytest_nvrx.evidence.workload import WorkloadError
 from pytest_nvrx.layout import FAULT_SIGNAL_NAMES, TRACKER_NAME
-
-
-def _none(value: object) -> str:
-    return "none" if value is None else str(value)
 
 
 def marker_problems(run: RunEvidence, timeline: Timeline) -> tuple[Problem, ...]:
@@ -218,9 +214,9 @@ def _no_fire_line(run: RunEvidence, timeline: Timeline, marker: Marker) -> list[
         Problem(
             "fatal",
             f"{marker.ref('schema_version').location}: the injector's schema-2 marker says it"
-            f" fired on rank {_none(marker.rank)} ({marker.fault}), but {shown}"
+            f" fired on rank {or_none(marker.rank)} ({marker.fault}), but {shown}"
             f" {'holds' if len(logs) == 1 else 'hold'} no fire"
-            f" line of that rank ('[pytest-nvrx injector] rank {_none(marker.rank)} pid P:"
+            f" line of that rank ('[pytest-nvrx injector] rank {or_none(marker.rank)} pid P:"
             f" window ...; marker ... written; ...'): the injector writes it as it fires",
             marker.ref("schema_version"),
         )
@@ -239,8 +235,8 @@ def _self_contradictions(marker: Marker) -> list[Problem]:
             out.append(
                 Problem(
                     "fatal",
-                    f"{marker.ref('signal').location} records signal {_none(marker.signal)}, but"
-                    f" fault {fault} ({marker.ref('fault').location}) sends {_none(sends)}: the"
+                    f"{marker.ref('signal').location} records signal {or_none(marker.signal)}, but"
+                    f" fault {fault} ({marker.ref('fault').location}) sends {or_none(sends)}: the"
                     " marker contradicts itself",
                     marker.ref("signal"),
                 )
@@ -297,9 +293,9 @@ def _fire_line_disagrees(fired: InjectorLine, marker: Marker) -> Fact | None:
         if said != (marker.baseline_iteration, marker.tracker_iteration, marker.signal):
             return Fact(
                 f"the injector's fire line says the tracker advanced {fired.baseline_iteration}"
-                f" -> {fired.tracker_iteration} and it sent {_none(fired.signal)}; the marker"
-                f" says baseline {_none(marker.baseline_iteration)}, tracker"
-                f" {_none(marker.tracker_iteration)}, signal {_none(marker.signal)}",
+                f" -> {fired.tracker_iteration} and it sent {or_none(fired.signal)}; the marker"
+                f" says baseline {or_none(marker.baseline_iteration)}, tracker"
+                f" {or_none(marker.tracker_iteration)}, signal {or_none(marker.signal)}",
                 (fired.ref, marker.ref("tracker_iteration"), marker.ref("signal")),
             )
         return None
@@ -313,7 +309,7 @@ def _fire_line_disagrees(fired: InjectorLine, marker: Marker) -> Fact | None:
     if fired.signal is not None and fired.signal != marker.signal:
         return Fact(
             f"the injector's fire line sent {fired.signal}; the marker says signal"
-            f" {_none(marker.signal)}",
+            f" {or_none(marker.signal)}",
             (fired.ref, marker.ref("signal")),
         )
     if fired.raises != (marker.fault == "exception"):
@@ -337,19 +333,9 @@ def _exception_disagrees(ctx: JudgeContext, marker: Marker) -> Fact | None:
         if stated is None or stated.rank != marker.rank:
             continue
         said = (stated.window, stated.in_flight_iteration, stated.tracker_iteration)
-        if said != (marker.window, marker.in_flight_iteration, marker.tracker_iteration):
-            return Fact(
-                f"the InjectedFault raised says window {stated.window}, in-flight iteration"
-                f" {_none(stated.in_flight_iteration)}, tracker {stated.tracker_iteration}; the"
-                f" marker says window {_none(marker.window)}, in-flight iteration"
-                f" {_none(marker.in_flight_iteration)}, tracker {_none(marker.tracker_iteration)}",
-                (
-                    error.ref,
-                    marker.ref("window"),
-                    marker.ref("in_flight_iteration"),
-                    marker.ref("tracker_iteration"),
-                ),
-            )
+        disagrees = stated_window_disagrees("the InjectedFault raised", said, error.ref, marker)
+        if disagrees is not None:
+            return disagrees
     return None
 
 
@@ -378,7 +364,7 @@ def process_problem(ctx: JudgeContext, local: int | None) -> Fact | None:
         return None
     if fired.target_pid is not None and marker.pid is not None and fired.target_pid != marker.pid:
         return Fact(
-            f"the injector's fire line sent {_none(fired.signal)} to pid {fired.target_pid}; the"
+            f"the injector's fire line sent {or_none(fired.signal)} to pid {fired.target_pid}; the"
             f" marker says pid {marker.pid}",
             (fired.ref, marker.ref("pid")),
         )

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from pytest_nvrx.criteria.expected import ExpectedWindow
-from pytest_nvrx.criteria.helpers import clock
+from pytest_nvrx.criteria.helpers import clock, or_none
 from pytest_nvrx.evidence.checkpoint import CheckpointMetadata, OptimizerState
 from pytest_nvrx.evidence.cycle_log import CycleLog
 from pytest_nvrx.evidence.injector_log import InjectorLine
@@ -214,14 +214,10 @@ def _landed(
         ), Fact("")
     fired = fire_line(logs, marker)
     if fired is not None and not fired.legacy:
-        said = (fired.window, fired.in_flight_iteration, fired.tracker_iteration)
-        if said != (marker.window, n, t):
-            return Fact(
-                f"the injector's fire line says window {fired.window}, in-flight iteration"
-                f" {_n(fired.in_flight_iteration)}, tracker {fired.tracker_iteration}; the marker"
-                f" says window {marker.window}, in-flight {_n(n)}, tracker {t}",
-                (fired.ref, recorded, marker.ref("in_flight_iteration")),
-            ), Fact("")
+        stated = (fired.window, fired.in_flight_iteration, fired.tracker_iteration)
+        disagrees = stated_window_disagrees("the injector's fire line", stated, fired.ref, marker)
+        if disagrees is not None:
+            return disagrees, Fact("")
     fault_t = marker.time
     completed = [e for log in logs for e in log.of_type(SaveCompleted)]
     if t is not None:
@@ -302,8 +298,37 @@ def _landed(
     return None, Fact(", ".join(said_parts), tuple(proof))
 
 
-def _n(value: int | None) -> str:
-    return "none" if value is None else str(value)
+def stated_window_disagrees(
+    who: str,
+    stated: tuple[str | None, int | None, int | None],
+    ref: EvidenceRef,
+    marker: Marker,
+) -> Fact | None:
+    """Where a line that states the fault's (window, in-flight iteration, tracker iteration),
+    the injector's fire line or the InjectedFault it raised, says otherwise than the marker: the
+    fact, quoting the line and the marker's three keys (None: they agree)."""
+    recorded = (marker.window, marker.in_flight_iteration, marker.tracker_iteration)
+    if stated == recorded:
+        return None
+    said, kept = (", ".join(_window_words(values)) for values in (stated, recorded))
+    return Fact(
+        f"{who} says {said}; the marker says {kept}",
+        (
+            ref,
+            marker.ref("window"),
+            marker.ref("in_flight_iteration"),
+            marker.ref("tracker_iteration"),
+        ),
+    )
+
+
+def _window_words(values: tuple[str | None, int | None, int | None]) -> list[str]:
+    window, in_flight, tracker = values
+    return [
+        f"window {or_none(window)}",
+        f"in-flight iteration {or_none(in_flight)}",
+        f"tracker {or_none(tracker)}",
+    ]
 
 
 def fire_line(logs: list[CycleLog], marker: Marker) -> InjectorLine | None:
