@@ -18,6 +18,9 @@ import pytest
 #: The self-test's wall-clock limit (about 140 s alone on 2 cores, 216 s beside ./check's other
 #: worker).
 SELFTEST_TIMEOUT_S = 900.0
+#: pytest-timeout's limit for a test of a module using the session's self-test (the first of them
+#: waits for it): its wait, the stop after it and the judging.
+SELFTEST_TEST_TIMEOUT_S = SELFTEST_TIMEOUT_S + 120
 
 
 @dataclass(frozen=True)

@@ -29,9 +29,10 @@ from pytest_nvrx.report import report_main
 from pytest_nvrx.scenario_run import ScenarioRun
 from pytest_nvrx.verify import verify_main
 from tests.doctor import KILL_RUN, copy_run
+from tests.selftest_runs import SELFTEST_TEST_TIMEOUT_S
 from tests.selftest_runs import Selftest as SessionSelftest
 
-pytestmark = pytest.mark.timeout(420)
+pytestmark = pytest.mark.timeout(SELFTEST_TEST_TIMEOUT_S)  # the session's self-test: its limit
 
 REPO = Path(__file__).resolve().parents[1]
 PLANTED_FIRST = (

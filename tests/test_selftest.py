@@ -44,7 +44,7 @@ from pytest_nvrx.selftest_cli import selftest_main
 from pytest_nvrx.selftest_outcome import PlantOutcome, Status, exit_status, plant_outcome
 from pytest_nvrx.settings import NvrxSettings, PartialRunConfig
 from tests.reference_runs import Resume, read_resume
-from tests.selftest_runs import SELFTEST_TIMEOUT_S, Selftest
+from tests.selftest_runs import SELFTEST_TEST_TIMEOUT_S, Selftest
 
 #: The reference scenarios' run size, which the self-test's runs have (the run.json test holds
 #: each run to it): the fault comes in the step after the tracker names 5 (seeded plants start
@@ -52,7 +52,7 @@ from tests.selftest_runs import SELFTEST_TIMEOUT_S, Selftest
 TRAIN_ITERS = 20
 SAVE_INTERVAL = 5
 
-pytestmark = pytest.mark.timeout(SELFTEST_TIMEOUT_S + 120)
+pytestmark = pytest.mark.timeout(SELFTEST_TEST_TIMEOUT_S)
 
 
 @pytest.fixture(scope="module")
