@@ -13,7 +13,6 @@ import json
 import os
 import shlex
 import socket
-import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -24,6 +23,7 @@ from pytest_nvrx.layout import MANIFEST_SCHEMA, PLANT_RECORDS_DIR, RunLayout
 from pytest_nvrx.outputs import write_atomic
 from pytest_nvrx.plant_hook import nvrx_plants
 from pytest_nvrx.plant_hook.nvrx_plants import PLANT_ENV, RECORDS_ENV
+from pytest_nvrx.ports import free_port, shared_port
 from pytest_nvrx.settings import (
     REFERENCE_ASYNC_WRITER_FLAG,
     RunConfig,
@@ -141,23 +141,16 @@ class Recipe:
         return " ".join([*env, *(shlex.quote(a) for a in self.argv)])
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    """An ephemeral TCP port that is free right now (the launcher binds it moments later)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
-
-
 def log_server_port_for(config: RunConfig) -> int:
     """A distinct ``--ft-log-server-port`` per run.
 
     ft_launcher's log server defaults to 50051 on every host, so two launchers mix their logs.
-    On one node any free port will do; across nodes every launcher must agree, so the port is
-    derived from the shared run ID.
+    On one node any free port will do (:func:`pytest_nvrx.ports.free_port`); across nodes every
+    launcher must agree, so the port is derived from the shared run ID.
     """
     if config.nnodes == 1:
         return free_port()
-    return 20000 + zlib.crc32(config.run_id.encode()) % 20000
+    return shared_port(config.run_id)
 
 
 #: NVRx refuses two launchers of one run on one host unless this is set (a simulation of nodes:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_nvrx.layout import node_console_log_name
+from pytest_nvrx.ports import PORTS_SCRIPT
 from pytest_nvrx.recipe import MULTI_LAUNCHERS_VAR, Recipe, rdzv_host_option
 from pytest_nvrx.run_dir import check_fresh_run_dir
 from pytest_nvrx.settings import DEFAULT_RDZV_ENDPOINT, ConfigError
@@ -287,9 +288,9 @@ class SlurmLaunch:
         return parse_node_addr(line) or node
 
     def _free_port_on(self, node: str) -> int:
-        """A port free right now on ``node`` (asked there: the controller may be elsewhere)."""
+        """A port free right now on ``node``, outside its ephemeral range (asked there: the
+        controller may be elsewhere; :mod:`pytest_nvrx.ports` runs there as a script)."""
         assert self.srun is not None and self.job_id is not None
-        code = "import socket; s = socket.socket(); s.bind(('', 0)); print(s.getsockname()[1])"
         out = _slurm(
             [
                 self.srun,
@@ -301,8 +302,7 @@ class SlurmLaunch:
                 "--quiet",
                 f"--job-name={self.step_name}-port",
                 sys.executable,
-                "-c",
-                code,
+                str(PORTS_SCRIPT),
             ]
         )
         try:

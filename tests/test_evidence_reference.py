@@ -9,7 +9,6 @@ from __future__ import annotations
 import io
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import warnings
@@ -35,6 +34,7 @@ from pytest_nvrx.evidence.workload import (
     WorkloadError,
 )
 from pytest_nvrx.verify import verify_main
+from tests.conftest import ONE_RANK_STORE_PORT
 from tests.doctor import Doctor, copy_run, glog_failed
 
 REPO = Path(__file__).resolve().parent.parent
@@ -536,12 +536,6 @@ def test_baseline_fails_no_repeat_on_a_workload_error(tmp_path: Path) -> None:
 # the workload's own torch DCP checkpoints
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def reference_checkpoints(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """iter_0000010 as the workload writes it, and a copy of it without the optimizer state."""
@@ -556,7 +550,7 @@ def reference_checkpoints(tmp_path_factory: pytest.TempPathFactory) -> dict[str,
         "LOCAL_RANK": "0",
         "WORLD_SIZE": "1",
         "MASTER_ADDR": "127.0.0.1",
-        "MASTER_PORT": str(_free_port()),
+        "MASTER_PORT": ONE_RANK_STORE_PORT,
     }
     argv = ["--no-ft", "--train-iters=10", "--save-interval=10", f"--save={root}", "--step-time=0"]
     proc = subprocess.run(

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from pytest_nvrx.ports import free_port
 from pytest_nvrx.recipe import (
     INFRA_RANK_VAR,
     MULTI_LAUNCHERS_VAR,
@@ -141,12 +142,6 @@ def test_each_node_claims_its_own_index_once(tmp_path: Path) -> None:
 # two real launchers on this host
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def _joined_as(launcher_log: str, launcher_pid: int) -> int:
     """The rank the node of this launcher got in the first rendezvous (NVRx names a node
     ``<host>_<launcher pid>_<n>``)."""
@@ -197,7 +192,7 @@ def _run_nodes(
 @pytest.mark.timeout(400)
 def test_two_nodes_on_one_host_kill_on_the_second_node(tmp_path: Path) -> None:
     work = tmp_path / "work"
-    endpoint = f"localhost:{_free_port()}"
+    endpoint = f"localhost:{free_port()}"
     common = [
         sys.executable, "-m", "pytest_nvrx", "run",
         "--workload", "reference", "--work-dir", str(work), "--run-id", "two-nodes",
@@ -260,7 +255,7 @@ def test_two_nodes_on_one_host_through_the_plugin(tmp_path: Path) -> None:
     NVRX_RUN_ID, the work dir and the endpoint: node 0 by ``--nvrx-node-index``, node 1 by
     ``NVRX_NODE_INDEX``. Each session judges the one combined run dir and passes it."""
     work = tmp_path / "work"
-    endpoint = f"localhost:{_free_port()}"
+    endpoint = f"localhost:{free_port()}"
     common = [
         sys.executable, "-m", "pytest", "--pyargs", "pytest_nvrx.suite", "-p", "no:cacheprovider",
         "-q", "-k", "reference-kill-save", "--nvrx-nnodes=2", "--nvrx-gpus-per-node=1",

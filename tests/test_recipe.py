@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from pytest_nvrx import cli
+from pytest_nvrx.ports import ephemeral_range
 from pytest_nvrx.recipe import (
     INJECTOR_PATH,
     NO_TE_PROFILE,
@@ -278,7 +279,19 @@ def test_multinode_port_is_shared_by_run_id(tmp_path: Path, megatron_stub: Path)
         return build_recipe(c).log_server_port
 
     assert port("job-1") == port("job-1")
-    assert 20000 <= port("job-2") < 40000
+    # below Linux's default ephemeral range (32768-60999): no connection on a node takes it
+    assert 20000 <= port("job-2") < 32768
+
+
+def test_one_node_log_server_port_is_free_and_outside_the_ephemeral_range(
+    tmp_path: Path, megatron_stub: Path
+) -> None:
+    """The launcher binds it moments later: no connection on this host may take it meanwhile."""
+    low, high = ephemeral_range()
+    config = RunConfig(work_dir=tmp_path, run_id="r", megatron_path=megatron_stub)
+    for _ in range(20):
+        port = build_recipe(config).log_server_port
+        assert not low <= port <= high, (port, low, high)
 
 
 def test_manifest_holds_what_a_verifier_needs(tmp_path: Path, megatron_stub: Path) -> None:

@@ -13,7 +13,6 @@ import math
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -27,6 +26,7 @@ from torch.distributed.checkpoint.state_dict_saver import AsyncCheckpointerType
 
 from pytest_nvrx.layout import RESULT_NAME, TRACKER_NAME
 from pytest_nvrx.workloads import reference as ref
+from tests.conftest import ONE_RANK_STORE_PORT
 
 DATA = Path(__file__).parent / "data" / "cpu"
 REPO = Path(__file__).resolve().parent.parent
@@ -661,12 +661,6 @@ def test_a_killed_worker_fails_the_next_finalization_at_once(
     assert ref.checkpoint_worker() is None
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def test_runs_as_main_through_runpy_and_logs_documented_lines(tmp_path: Path) -> None:
     """The injector's way of starting it: runpy.run_module(..., run_name="__main__")."""
     ckpt = tmp_path / "checkpoints"
@@ -681,7 +675,7 @@ def test_runs_as_main_through_runpy_and_logs_documented_lines(tmp_path: Path) ->
         "LOCAL_RANK": "0",
         "WORLD_SIZE": "1",
         "MASTER_ADDR": "127.0.0.1",
-        "MASTER_PORT": str(_free_port()),
+        "MASTER_PORT": ONE_RANK_STORE_PORT,
     }
     proc = subprocess.run(
         [sys.executable, "-c", code, "--step-time=0", *argv],

@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from pytest_nvrx.layout import node_console_log_name
+from pytest_nvrx.ports import ephemeral_range
 from pytest_nvrx.slurm_launch import (
     IS_HOST_PLACEHOLDER,
     NODE_SHIM,
@@ -246,6 +247,9 @@ def test_reference_kill_on_two_nodes_through_srun(
     slurm = manifest["slurm"]
     assert slurm["allocated_here"] is True and len(slurm["nodes"]) == 2
     assert manifest["config"]["rdzv_endpoint"] == slurm["rdzv_endpoint"] != "localhost:0"
+    # the first node chose it (pytest_nvrx/ports.py run there): outside its ephemeral range
+    low, high = ephemeral_range()
+    assert not low <= int(slurm["rdzv_endpoint"].rsplit(":", 1)[1]) <= high, slurm
     # fault rank 1 ran on the second node (one process per node): its launcher (infra rank 1)
     # saw the failure, and its lines reached the one launcher log NVRx's log server writes
     log = (run_dir / "logs" / "launcher.log").read_text().splitlines()

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from pytest_nvrx.ports import free_port
+
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "slurm_local.sh"
 DAEMONS = ("munged", "slurmctld", "slurmd", "srun", "sbatch", "mungekey")
 
@@ -28,24 +30,6 @@ def _unavailable() -> str | None:
     if os.geteuid() != 0:
         return "the local Slurm's daemons run as root"
     return None
-
-
-def _free_port_block(count: int) -> int:
-    """The first of ``count`` consecutive TCP ports that are free now."""
-    for _ in range(50):
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            first = int(sock.getsockname()[1])
-        if first + count > 65535:
-            continue
-        try:
-            for port in range(first, first + count):
-                with socket.socket() as probe:
-                    probe.bind(("127.0.0.1", port))
-        except OSError:
-            continue
-        return first
-    raise RuntimeError("no block of free ports")
 
 
 def _tagged(tag: str) -> list[int]:
@@ -70,7 +54,7 @@ class Cluster:
         self.env = {
             **os.environ,
             "NVRX_SLURM_DIR": str(self.dir),
-            "NVRX_SLURM_PORT": str(_free_port_block(3)),
+            "NVRX_SLURM_PORT": str(free_port(count=3)),
             "NVRX_SLURM_NO_APT": "1",
             "SLURM_CONF": str(self.dir / "etc" / "slurm.conf"),
         }
