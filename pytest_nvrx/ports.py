@@ -10,8 +10,8 @@ So the ports chosen here lie outside that range: random, confirmed free by bindi
 The kernel never hands them out on its own; only another explicit choice of the same port at the
 same moment can collide.
 
-Standard library only: a Slurm run runs this file on a node as a script (``python ports.py
-[HOST]`` prints one port free on that node).
+Standard library only: a Slurm run runs this file on its first node as a script (``python
+ports.py [HOST [COUNT]]`` prints the first of COUNT ports free there).
 """
 
 from __future__ import annotations
@@ -35,26 +35,23 @@ LOWEST_PORT = 20000
 ATTEMPTS = 200
 
 
-def ephemeral_range(path: Path = EPHEMERAL_RANGE_FILE) -> tuple[int, int]:
+def ephemeral_range(path: Path | None = None) -> tuple[int, int]:
     """This host's ephemeral port range, both ends included (Linux's default if unreadable)."""
     try:
-        low, high = (int(field) for field in path.read_text().split())
+        low, high = (int(field) for field in (path or EPHEMERAL_RANGE_FILE).read_text().split())
     except (OSError, ValueError):
         return DEFAULT_EPHEMERAL_RANGE
     return (low, high) if 0 < low <= high <= 65535 else DEFAULT_EPHEMERAL_RANGE
 
 
-def candidate_ports(ephemeral: tuple[int, int], count: int = 1) -> range | list[int]:
-    """First ports of ``count`` consecutive ports from LOWEST_PORT up that avoid ``ephemeral``.
-
-    All of LOWEST_PORT.. when the ephemeral range leaves none (a random pick there is no worse
-    than the kernel's own)."""
+def candidate_ports(ephemeral: tuple[int, int], count: int = 1) -> list[int]:
+    """First ports of ``count`` consecutive ports from LOWEST_PORT up that avoid ``ephemeral``
+    (none when the range leaves no room)."""
     low, high = ephemeral
     last_first = 65536 - count
     below = range(LOWEST_PORT, min(low - count + 1, last_first + 1))
     above = range(max(high + 1, LOWEST_PORT), last_first + 1)
-    found = [*below, *above]
-    return found or range(LOWEST_PORT, last_first + 1)
+    return [*below, *above]
 
 
 def _bindable(host: str, port: int) -> bool:
@@ -67,24 +64,31 @@ def _bindable(host: str, port: int) -> bool:
 
 
 def free_port(
-    host: str = "127.0.0.1",
+    host: str = "",
     count: int = 1,
     *,
     ephemeral: tuple[int, int] | None = None,
     rng: random.Random | None = None,
 ) -> int:
-    """The first of ``count`` consecutive TCP ports free on ``host`` now, outside the ephemeral
-    range (``host`` "" is every address). OSError after ATTEMPTS busy candidates."""
+    """The first of ``count`` consecutive TCP ports free on ``host`` now (``""``: on every
+    address, as the launcher's servers bind), outside the ephemeral range.
+
+    When the range leaves no room outside, or ATTEMPTS candidates there are busy, any ports from
+    LOWEST_PORT up (a random pick in the range is no worse than the kernel's own); OSError when
+    those are busy too."""
+    if not 1 <= count <= 65536 - LOWEST_PORT:
+        raise ValueError(f"count must be 1 to {65536 - LOWEST_PORT}, got {count}")
     span = ephemeral or ephemeral_range()
-    candidates = candidate_ports(span, count)
     pick = rng or random.SystemRandom()
-    for _ in range(ATTEMPTS):
-        first = pick.choice(candidates)
-        if all(_bindable(host, port) for port in range(first, first + count)):
-            return first
+    outside = candidate_ports(span, count)
+    for candidates in (outside, range(LOWEST_PORT, 65537 - count)):
+        for _ in range(ATTEMPTS if candidates else 0):
+            first = pick.choice(candidates)
+            if all(_bindable(host, port) for port in range(first, first + count)):
+                return first
     raise OSError(
-        f"no {count} free consecutive TCP port(s) on {host or 'any address'} outside the "
-        f"ephemeral range {span[0]}-{span[1]} after {ATTEMPTS} tries"
+        f"no {count} free consecutive TCP port(s) on {host or 'any address'} from {LOWEST_PORT} "
+        f"up after {2 * ATTEMPTS} tries (ephemeral range {span[0]}-{span[1]})"
     )
 
 
@@ -95,8 +99,12 @@ def shared_port(key: str) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """``ports.py [HOST [COUNT]]``: print the first of COUNT (1) consecutive ports free on HOST
+    (every address)."""
     args = list(sys.argv[1:] if argv is None else argv)
-    print(free_port(args[0] if args else ""))
+    host = args[0] if args else ""
+    count = int(args[1]) if len(args) > 1 else 1
+    print(free_port(host, count))
     return 0
 
 

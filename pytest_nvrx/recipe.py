@@ -119,6 +119,9 @@ class Recipe:
     profile_flags: tuple[str, ...] = field(default=())
     #: what of ``env`` the checkout's own validation demands, and why (run.json's worker_env)
     worker_env: tuple[WorkerEnvVar, ...] = field(default=())
+    #: ``log_server_port`` was chosen here, not given (--log-server-port): a Slurm launch
+    #: chooses it again on the node that hosts the log server
+    log_server_port_chosen: bool = False
 
     @property
     def argv(self) -> list[str]:
@@ -365,6 +368,7 @@ def build_recipe(
         work = megatron_args(config, layout, profile_flags)
     else:
         work = reference_args(config, layout)
+    chosen = port is None
     port = log_server_port_for(config) if port is None else check_port(port, "--log-server-port")
     env = {
         "TMPDIR": str(layout.tmp),
@@ -380,6 +384,7 @@ def build_recipe(
         workload_argv=(*injector_argv(config, layout), *work, *config.extra_args),
         env=env,
         log_server_port=port,
+        log_server_port_chosen=chosen,
         profile=profile,
         profile_flags=tuple(profile_flags),
     )

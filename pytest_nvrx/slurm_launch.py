@@ -136,12 +136,16 @@ def srun_argv(
     ]
 
 
-def node_launcher_argv(launcher_argv: Sequence[str], endpoint: str) -> list[str]:
-    """The launcher argv for every node: the chosen endpoint, and who hosts the rendezvous."""
-    out = [
-        f"--rdzv-endpoint={endpoint}" if arg.startswith("--rdzv-endpoint=") else arg
-        for arg in launcher_argv
-    ]
+def node_launcher_argv(
+    launcher_argv: Sequence[str], endpoint: str, log_server_port: int | str
+) -> list[str]:
+    """The launcher argv for every node: the endpoint and log server port chosen, and who hosts
+    the rendezvous."""
+    replace = {"--rdzv-endpoint=": endpoint, "--ft-log-server-port=": str(log_server_port)}
+    out = []
+    for arg in launcher_argv:
+        option = next((o for o in replace if arg.startswith(o)), None)
+        out.append(arg if option is None else option + replace[option])
     return [*out, rdzv_host_option(IS_HOST_PLACEHOLDER)]
 
 
@@ -206,14 +210,24 @@ class SlurmLaunch:
             )
         self.nodes = tuple(hosts[: config.nnodes])
         self.addresses = tuple(self._node_addr(node) for node in self.nodes)
-        if config.rdzv_endpoint == DEFAULT_RDZV_ENDPOINT:
-            self.endpoint = f"{self.addresses[0]}:{self._free_port_on(self.nodes[0])}"
-        else:
-            self.endpoint = config.rdzv_endpoint
+        # the first node hosts the rendezvous store and NVRx's log server: the ports we choose
+        # for them are free there (the log server's is a guess of the controller's until now)
+        choose_endpoint = config.rdzv_endpoint == DEFAULT_RDZV_ENDPOINT
+        log_port = self.recipe.log_server_port
+        self.endpoint = config.rdzv_endpoint
+        if choose_endpoint or self.recipe.log_server_port_chosen:
+            first = self._free_ports_on(self.nodes[0], count=2)
+            if choose_endpoint:
+                self.endpoint = f"{self.addresses[0]}:{first}"
+            if self.recipe.log_server_port_chosen:
+                log_port = first + 1
         self.recipe = dataclasses.replace(
             self.recipe,
             config=dataclasses.replace(config, rdzv_endpoint=self.endpoint),
-            launcher_argv=tuple(node_launcher_argv(self.recipe.launcher_argv, self.endpoint)),
+            launcher_argv=tuple(
+                node_launcher_argv(self.recipe.launcher_argv, self.endpoint, log_port)
+            ),
+            log_server_port=log_port,
         )
         self.env = {RDZV_NODE_VAR: self.nodes[0]}
         if shared_hosts(self.addresses):
@@ -287,9 +301,10 @@ class SlurmLaunch:
         line = _slurm(["scontrol", "-o", "show", "node", node])
         return parse_node_addr(line) or node
 
-    def _free_port_on(self, node: str) -> int:
-        """A port free right now on ``node``, outside its ephemeral range (asked there: the
-        controller may be elsewhere; :mod:`pytest_nvrx.ports` runs there as a script)."""
+    def _free_ports_on(self, node: str, count: int) -> int:
+        """The first of ``count`` ports free right now on ``node``, outside its ephemeral range
+        (asked there: the controller may be elsewhere; :mod:`pytest_nvrx.ports` runs there as a
+        script)."""
         assert self.srun is not None and self.job_id is not None
         out = _slurm(
             [
@@ -303,6 +318,8 @@ class SlurmLaunch:
                 f"--job-name={self.step_name}-port",
                 sys.executable,
                 str(PORTS_SCRIPT),
+                "",
+                str(count),
             ]
         )
         try:
@@ -349,11 +366,16 @@ class SlurmLaunch:
 
 def slurm_preview(recipe: Recipe) -> str:
     """What a dry run shows for a Slurm launch: the srun step with the values chosen at launch
-    (job, nodes, endpoint) as placeholders."""
+    (job, nodes, endpoint, log server port) as placeholders."""
     endpoint = (
         "<first node>:<free port>"
         if recipe.config.rdzv_endpoint == DEFAULT_RDZV_ENDPOINT
         else recipe.config.rdzv_endpoint
+    )
+    log_port = (
+        "<free port on the first node>"
+        if recipe.log_server_port_chosen
+        else str(recipe.log_server_port)
     )
     argv = srun_argv(
         srun="srun",
@@ -361,7 +383,10 @@ def slurm_preview(recipe: Recipe) -> str:
         nodes=[f"<node {i}>" for i in range(recipe.config.nnodes)],
         step_name=step_name(recipe.config.run_id),
         console_dir=recipe.layout.logs,
-        node_argv=[*node_launcher_argv(recipe.launcher_argv, endpoint), *recipe.workload_argv],
+        node_argv=[
+            *node_launcher_argv(recipe.launcher_argv, endpoint, log_port),
+            *recipe.workload_argv,
+        ],
     )
     env = [f"{k}={shlex.quote(v)}" for k, v in sorted(recipe.env.items())]
     return " ".join([*env, f"{RDZV_NODE_VAR}='<node 0>'", shlex.join(argv)])

@@ -101,7 +101,7 @@ def test_which_endpoints_are_this_host(endpoint: str, local: bool) -> None:
 def test_the_slurm_shim_uses_the_same_option() -> None:
     from pytest_nvrx.slurm_launch import IS_HOST_PLACEHOLDER, node_launcher_argv
 
-    argv = node_launcher_argv(["ft_launcher", "--rdzv-endpoint=x:1"], "h:2")
+    argv = node_launcher_argv(["ft_launcher", "--rdzv-endpoint=x:1"], "h:2", 3)
     assert argv == ["ft_launcher", "--rdzv-endpoint=h:2", rdzv_host_option(IS_HOST_PLACEHOLDER)]
 
 

@@ -52,13 +52,20 @@ def test_parsers() -> None:
 
 
 def test_node_argv_and_srun_step(tmp_path: Path) -> None:
-    launcher = ["ft_launcher", "--nnodes=2", "--rdzv-endpoint=localhost:0", "--rdzv-id=r"]
-    node = node_launcher_argv(launcher, "10.0.0.1:2345")
+    launcher = [
+        "ft_launcher",
+        "--nnodes=2",
+        "--rdzv-endpoint=localhost:0",
+        "--rdzv-id=r",
+        "--ft-log-server-port=50051",
+    ]
+    node = node_launcher_argv(launcher, "10.0.0.1:2345", 2346)
     assert node == [
         "ft_launcher",
         "--nnodes=2",
         "--rdzv-endpoint=10.0.0.1:2345",
         "--rdzv-id=r",
+        "--ft-log-server-port=2346",
         f"--rdzv-conf=is_host={IS_HOST_PLACEHOLDER}",
     ]
     argv = srun_argv(
@@ -247,9 +254,14 @@ def test_reference_kill_on_two_nodes_through_srun(
     slurm = manifest["slurm"]
     assert slurm["allocated_here"] is True and len(slurm["nodes"]) == 2
     assert manifest["config"]["rdzv_endpoint"] == slurm["rdzv_endpoint"] != "localhost:0"
-    # the first node chose it (pytest_nvrx/ports.py run there): outside its ephemeral range
+    # the first node chose both ports (pytest_nvrx/ports.py run there): outside its ephemeral
+    # range, and the launchers ran with them
     low, high = ephemeral_range()
-    assert not low <= int(slurm["rdzv_endpoint"].rsplit(":", 1)[1]) <= high, slurm
+    rdzv_port = int(slurm["rdzv_endpoint"].rsplit(":", 1)[1])
+    log_port = manifest["log_server_port"]
+    assert log_port == rdzv_port + 1, (log_port, slurm)
+    assert not any(low <= port <= high for port in (rdzv_port, log_port)), slurm
+    assert f"--ft-log-server-port={log_port}" in slurm["srun_argv"], slurm["srun_argv"]
     # fault rank 1 ran on the second node (one process per node): its launcher (infra rank 1)
     # saw the failure, and its lines reached the one launcher log NVRx's log server writes
     log = (run_dir / "logs" / "launcher.log").read_text().splitlines()
