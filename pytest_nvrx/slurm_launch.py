@@ -211,7 +211,8 @@ class SlurmLaunch:
         self.nodes = tuple(hosts[: config.nnodes])
         self.addresses = tuple(self._node_addr(node) for node in self.nodes)
         # the first node hosts the rendezvous store and NVRx's log server: the ports we choose
-        # for them are free there (the log server's is a guess of the controller's until now)
+        # for them are checked free there (build_recipe checked its log server port here, on
+        # the controller)
         choose_endpoint = config.rdzv_endpoint == DEFAULT_RDZV_ENDPOINT
         log_port = self.recipe.log_server_port
         self.endpoint = config.rdzv_endpoint
