@@ -25,7 +25,6 @@ from typing import cast
 
 from pytest_nvrx.layout import (
     INJECTED_FAULTS,
-    SCHEDULE_WINDOWS,
     FaultKind,
     FaultWindow,
     window_allowed,
@@ -122,8 +121,11 @@ class Scenario:
         if self.selftest:
             names: tuple[str, ...] = ("selftest",)
         elif self.schedule:
-            restore = any(e.window in SCHEDULE_WINDOWS for e in self.schedule)
-            names = ("schedule", "restore") if restore else ("schedule",)
+            # every fault and window the schedule holds, so that ``-m kill`` or ``-m restore``
+            # selects each schedule with one, as it selects the one-fault scenarios
+            kinds = dict.fromkeys(e.fault for e in self.schedule)
+            windows = dict.fromkeys(e.window for e in self.schedule)
+            names = ("schedule", *kinds, *windows)
         else:
             names = (self.kind,) if self.window is None else (self.kind, self.window)
         return ("gpu", *names) if self.needs_gpu else names

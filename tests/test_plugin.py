@@ -31,6 +31,13 @@ SUITE_ARGS = ["--pyargs", "pytest_nvrx.suite", "-p", "no:cacheprovider"]
 DEFAULT_MATRIX = tuple(DEFAULT_IDS)
 #: The default schedule matrix of one workload (issue #26), after the fault scenarios.
 SCHEDULES = tuple(sc.id.split("-", 1)[1] for sc in schedule_scenarios("reference"))
+#: the default schedules with a kill (each starts kill@step), and the one of hang and ckpt-worker
+KILL_SCHEDULES = (
+    "schedule-kill-step_kill-restore",
+    "schedule-kill-step_kill-restore_kill-restore-restarts1",
+)
+HANG_CKPT = "schedule-hang-finalize_ckpt-worker-finalize"
+assert set(SCHEDULES) == {*KILL_SCHEDULES, HANG_CKPT}
 TESTS_PER_SCENARIO = 1 + len(CRITERIA_IDS)
 
 
@@ -136,16 +143,23 @@ def test_collect_only_needs_no_gpu(pytester: pytest.Pytester, clean_env: None) -
 @pytest.mark.parametrize(
     ("expr", "scenarios"),
     [
-        ("gpu and kill", {"megatron-kill-save"}),
-        ("hang", {"reference-hang-finalize", "megatron-hang-finalize"}),
-        ("not gpu", {f"reference-{s}" for s in (*DEFAULT_MATRIX, *SCHEDULES)}),
+        # a schedule carries every fault and window it holds (-m kill selects the kill schedules)
+        ("gpu and kill", {"megatron-kill-save", *(f"megatron-{s}" for s in KILL_SCHEDULES)}),
         (
-            "schedule and not restore",
+            "hang",
+            {f"{w}-{s}" for w in ("reference", "megatron") for s in ("hang-finalize", HANG_CKPT)},
+        ),
+        (
+            "kill or hang",
             {
-                "reference-schedule-hang-finalize_ckpt-worker-finalize",
-                "megatron-schedule-hang-finalize_ckpt-worker-finalize",
+                f"{w}-{s}"
+                for w in ("reference", "megatron")
+                for s in ("kill-save", "hang-finalize", HANG_CKPT, *KILL_SCHEDULES)
             },
         ),
+        ("not gpu", {f"reference-{s}" for s in (*DEFAULT_MATRIX, *SCHEDULES)}),
+        ("schedule and not restore", {f"{w}-{HANG_CKPT}" for w in ("reference", "megatron")}),
+        ("restore and not gpu", {f"reference-{s}" for s in KILL_SCHEDULES}),
         ("gpu and baseline", {"megatron-baseline"}),
         (
             "gpu and finalize",
@@ -153,14 +167,19 @@ def test_collect_only_needs_no_gpu(pytester: pytest.Pytester, clean_env: None) -
                 "megatron-hang-finalize",
                 "megatron-term-finalize",
                 "megatron-ckpt-worker-finalize",
+                f"megatron-{HANG_CKPT}",
             },
         ),
         ("kill and not step", {"reference-kill-save", "megatron-kill-save"}),
         # a marker with a hyphen is one name in -m's grammar
-        ("ckpt-worker and not gpu", {"reference-ckpt-worker-finalize"}),
+        (
+            "ckpt-worker and not gpu",
+            {"reference-ckpt-worker-finalize", f"reference-{HANG_CKPT}"},
+        ),
         (
             "not ckpt-worker and step",
-            {f"{w}-{f}-step" for w in ("reference", "megatron") for f in ("segv", "exception")},
+            {f"{w}-{f}-step" for w in ("reference", "megatron") for f in ("segv", "exception")}
+            | {f"{w}-{s}" for w in ("reference", "megatron") for s in KILL_SCHEDULES},
         ),
     ],
 )

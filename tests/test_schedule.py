@@ -222,12 +222,19 @@ def test_the_default_schedule_matrix_scenarios(tmp_path: Path) -> None:
         "reference-schedule-hang-finalize_ckpt-worker-finalize",
         "reference-schedule-kill-step_kill-restore_kill-restore-restarts1",
     ]
+    # every fault and window of a schedule marks it, so -m kill selects the kill schedules
     assert [s.markers for s in scenarios] == [
-        ("schedule", "restore"),
-        ("schedule",),
-        ("schedule", "restore"),
+        ("schedule", "kill", "step", "restore"),
+        ("schedule", "hang", "ckpt-worker", "finalize"),
+        ("schedule", "kill", "step", "restore"),
     ]
-    assert schedule_scenarios("megatron")[1].markers == ("gpu", "schedule")
+    assert schedule_scenarios("megatron")[1].markers == (
+        "gpu",
+        "schedule",
+        "hang",
+        "ckpt-worker",
+        "finalize",
+    )
     budget = scenario_config(NvrxSettings(), scenarios[2], tmp_path)
     assert budget.max_restarts == 1
     assert [str(e) for e in budget.schedule] == ["kill@step", "kill@restore", "kill@restore"]

@@ -228,8 +228,10 @@ SETTINGS: tuple[Setting, ...] = (
         where="plugin",
         attr="schedules",
         doc_value="default\\|none\\|S",
-        doc="the fault-schedule scenarios per workload (marker `schedule`; `restore` where one "
-        "fault strikes a replacement's checkpoint load): `default` runs three, `none` none, a "
+        doc="the fault-schedule scenarios per workload (marker `schedule`, plus the marker of "
+        "every fault and window it holds: `-m kill` selects each schedule with a kill, "
+        "`restore` each whose fault strikes a replacement's checkpoint load): `default` runs "
+        "three, `none` none, a "
         "schedule (`kill@step,kill@restore`) or a seeded random one (`random:4,seed=7`, for soak "
         "runs) runs that one; see [windows.md](windows.md#fault-schedules)",
         doc_default="`default`",
