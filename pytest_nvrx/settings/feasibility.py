@@ -35,11 +35,11 @@ from pytest_nvrx.settings.values import ConfigError, EntryPoint
 
 #: Seconds from a cycle's start to its first training step, a lower-bound estimate per workload.
 #: Measured in the committed runs (tests/data, cycle record start to the cycle's first
-#: iteration): the reference 3.9-15 s on the 2-core CPU host (33 cycles), Megatron 19.6-61 s on
-#: H200s (120 cycles, 1 and 2 ranks); taken well below the least seen, for faster hosts.
+#: iteration): the reference 3.9-15.4 s on the 2-core CPU host (40 cycles), Megatron 19.2-61.6 s
+#: on H200s (154 cycles, 1 and 2 ranks); taken well below the least seen, for faster hosts.
 STARTUP_S: dict[WorkloadKind, float] = {"reference": 2.0, "megatron": 10.0}
 #: Seconds from a failure's detection to the replacement's start (NVRx stops the workers and
-#: meets again): 2.32-52.7 s in the same runs, a lower-bound estimate below the least seen.
+#: meets again): 2.3-52.7 s in the same runs (97 recoveries), an estimate below the least seen.
 RESTART_S = 1.0
 #: Both workloads' collective timeout unless the workload's arguments give one: Megatron's
 #: ``--distributed-timeout-minutes`` (default 10) and the reference's option of that name.
