@@ -161,6 +161,9 @@ def test_a_peer_waiting_in_a_collective_ends_a_hang_at_its_timeout_when_sooner()
     step = config(fault="hang", window="step", gpus_per_node=2, extra_args=after)
     step = dataclasses.replace(step, section_timeouts=SectionTimeouts(900, 300, 30))
     assert least_time(step).seconds == 10 + 45 + 1 + 10
+    assert "(45 s: the workload's --distributed-timeout-seconds-after-init)" in str(
+        refusal(step, 50)
+    )
 
 
 def test_a_baseline_needs_its_start_up() -> None:

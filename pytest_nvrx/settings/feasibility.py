@@ -10,10 +10,10 @@ waiting for the stopped rank in a collective fails at the workload's collective 
 the launcher sees as a process exit: the hang is detected at the sooner of the two. Every
 window lies inside a section, so the out-of-section timeout detects none of them.
 
-:func:`least_seconds` adds, cycle by cycle, what no run can do without: a cycle that trains
-starts up, a fault waits for its detection, a failure the launcher restarts costs its restart,
-and a run that recovered from every fault due (:func:`~pytest_nvrx.settings.schedule.schedule_
-ending`: the restart budget and NVRx's no-progress stop decide which are) starts up once more.
+:func:`least_time` adds, cycle by cycle, what no run can do without: a cycle that trains starts
+up, a fault waits for its detection, a failure the launcher restarts costs its restart, and a
+run that recovered from every fault due starts up once more (which faults are due, the restart
+budget and NVRx's no-progress stop decide: :func:`~pytest_nvrx.settings.schedule.schedule_ending`).
 Training itself, save writes and NVRx's check interval are left out, and the start-ups are
 estimates below every one measured: the sum is a lower bound, so a run it refuses cannot
 finish in time, while one it accepts may still not.
@@ -72,9 +72,12 @@ class FaultCost:
     restart_s: float
     #: the section whose timeout detects it (None: its process exits)
     section: str | None
-    #: the section's timeout; the collective timeout where that is sooner
+    #: that section's timeout, and the peers' collective timeout (None: one rank); the
+    #: detection is the sooner
     section_s: float | None = None
     collective_s: float | None = None
+    #: the workload's option that sets that collective timeout
+    collective_option: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,7 +103,7 @@ class LeastTime:
         return max(waiting, key=lambda f: f.detection_s, default=None)
 
     def breakdown(self) -> str:
-        """``2 start-ups of ~10 s, 2 restarts of ~1 s, the setup timeout 900 s``."""
+        """``2 start-ups of ~10 s, 2 restarts of ~1 s, hang@restore's detection 900 s``."""
         startups = sum(1 for f in self.faults if f.before_s) + (1 if self.final_s else 0)
         restarts = sum(1 for f in self.faults if f.restart_s)
         parts = [f"{_count(startups, 'start-up')} of ~{_secs(self.startup_s)}"] if startups else []
@@ -130,8 +133,9 @@ def _faults(config: RunConfig) -> tuple[ScheduledFault, ...]:
     return (ScheduledFault(config.fault, window),)
 
 
-def _collective_timeout(config: RunConfig, window: str) -> float | None:
-    """The collective timeout a peer of a hung rank waits out (None: one rank, no peer).
+def _collective_timeout(config: RunConfig, window: str) -> tuple[float, str] | None:
+    """The collective timeout a peer of a hung rank waits out, and the workload option that
+    sets it (None: one rank, no peer).
 
     The last value the workload's arguments give wins, as argparse takes it; an unreadable one
     leaves the default (the rules do not own workload arguments). Megatron's lower timeout after
@@ -150,9 +154,9 @@ def _collective_timeout(config: RunConfig, window: str) -> float | None:
             seconds = 60.0 * minutes
         elif flag == _AFTER_INIT_FLAG and config.workload == "megatron":
             after_init = _number(value)
-    if after_init is not None and after_init > 0 and window != "restore":
-        seconds = min(seconds, after_init)
-    return seconds if seconds > 0 else None
+    if after_init is not None and 0 < after_init < seconds and window != "restore":
+        return after_init, _AFTER_INIT_FLAG
+    return (seconds, _COLLECTIVE_MINUTES_FLAG) if seconds > 0 else None
 
 
 def _number(text: str) -> float | None:
@@ -174,7 +178,8 @@ def least_time(config: RunConfig) -> LeastTime:
     for position, entry in enumerate(faults[:due], start=1):
         section = WINDOW_SECTION.get(entry.window) if entry.fault == "hang" else None
         section_s = getattr(config.section_timeouts, section) if section is not None else None
-        collective = _collective_timeout(config, entry.window) if section is not None else None
+        peers = _collective_timeout(config, entry.window) if section is not None else None
+        collective, option = peers if peers is not None else (None, None)
         detection = 0.0 if section_s is None else min(section_s, collective or section_s)
         ends_run = position == due and ending != "finished"
         costs.append(
@@ -187,6 +192,7 @@ def least_time(config: RunConfig) -> LeastTime:
                 section=section,
                 section_s=section_s,
                 collective_s=collective,
+                collective_option=option,
             )
         )
     final = startup if ending == "finished" else 0.0
@@ -227,7 +233,7 @@ def check_run_timeout(config: RunConfig, run_timeout_s: float) -> None:
         if slowest.collective_s is not None and slowest.collective_s < slowest.section_s:
             detected += (
                 " or, sooner, by the other ranks' collective timeout"
-                f" ({_secs(slowest.collective_s)}: the workload's {_COLLECTIVE_MINUTES_FLAG})"
+                f" ({_secs(slowest.collective_s)}: the workload's {slowest.collective_option})"
             )
         sections = option_hint("section-timeouts", entry)
         return (
