@@ -116,9 +116,13 @@ def reference_defaults(explicit: PartialRunConfig, environ: Mapping[str, str]) -
 
 
 def plan(args: argparse.Namespace, environ: Mapping[str, str]) -> Plan:
-    """Resolve, validate, create the run dirs and build the recipe (nothing launched)."""
+    """Resolve, validate (the run's faults within --timeout too), create the run dirs and build
+    the recipe (nothing launched)."""
     return plan_launch(
-        config_from_args(args, environ), dry_run=args.dry_run, port=args.log_server_port
+        config_from_args(args, environ),
+        dry_run=args.dry_run,
+        port=args.log_server_port,
+        run_timeout=args.timeout,
     )
 
 

@@ -46,6 +46,7 @@ from pytest_nvrx.scenario_run import (
     judge_existing,
     run_scenario,
     scenario_config,
+    scenario_timeout,
 )
 from pytest_nvrx.scenarios import Scenario
 from pytest_nvrx.selftest import SelftestResult, run_selftest, selftest_scenarios
@@ -55,8 +56,10 @@ from pytest_nvrx.settings import (
     NvrxSettings,
     Setting,
     WorkloadKind,
+    check_run_timeout,
     option_hint,
     resolve_plugin_settings,
+    validate,
 )
 from pytest_nvrx.stop_signals import interrupt_on_stop_signals
 
@@ -82,6 +85,8 @@ POOLS_KEY = pytest.StashKey[dict[str, "ScenarioPool | None"]]()
 #: scenario id -> the work dir made for it (before its launch when a pool submitted it)
 WORK_DIRS_KEY = pytest.StashKey[dict[str, Path]]()
 SCENARIO_FIXTURE = "nvrx_scenario_run"
+#: on an xdist worker, the line that refused the session's scenarios before any launched
+REFUSED_KEY = pytest.StashKey[str]()
 #: the fixture of the self-test's tests (--nvrx-selftest), parametrized by self-test scenarios
 SELFTEST_FIXTURE = "nvrx_selftest_outcome"
 #: workload -> its self-test of this session, or why it could not run (a failure message)
@@ -237,6 +242,9 @@ def _run_scenario(
     request: pytest.FixtureRequest, settings: NvrxSettings, scenario: Scenario
 ) -> Iterator[ScenarioRun]:
     config = request.config
+    refused = config.stash.get(REFUSED_KEY, None)
+    if refused is not None:
+        pytest.fail(refused, pytrace=False)
     _require_gpu_host(settings, scenario)
     work_dir = _work_dir(request, settings, scenario)
     write = terminal_writer(config)
@@ -350,6 +358,42 @@ def _session_scenarios(
         if isinstance(scenario, Scenario) and scenario.workload == workload:
             seen.setdefault(scenario.id, scenario)
     return list(seen.values())
+
+
+def refuse_infeasible(session: pytest.Session) -> None:
+    """Before anything launches: a selected scenario whose run timeout cannot fit the least time
+    its faults need to be detected and recovered (settings/feasibility.py) makes the session a
+    usage error naming it, in the plugin's spelling. On an xdist worker, where a usage error
+    would end the worker as a crash, every scenario of the session fails with that line instead,
+    before its launch (each worker collects, and so refuses, the same scenarios). Scenarios that
+    will be skipped (megatron without a checkout) are not judged; one that breaks another rule
+    is left to its launch, which refuses it with that rule's own message."""
+    scenarios: dict[str, Scenario] = {}
+    for item in session.items:
+        callspec = getattr(item, "callspec", None)
+        scenario = callspec.params.get(SCENARIO_FIXTURE) if callspec is not None else None
+        if isinstance(scenario, Scenario):
+            scenarios.setdefault(scenario.id, scenario)
+    if not scenarios:
+        return  # nothing of ours selected: the environment is not even read
+    settings = nvrx_settings(session.config)
+    work_dir = settings.work_dir or Path.cwd()  # a config to check: nothing is written there
+    for scenario in scenarios.values():
+        if scenario.needs_gpu and settings.megatron_path is None:
+            continue
+        try:
+            config = scenario_config(settings, scenario, work_dir)
+            validate(config)
+        except ConfigError:
+            continue
+        try:
+            check_run_timeout(config, scenario_timeout(settings, scenario))
+        except ConfigError as exc:
+            message = f"pytest-nvrx: scenario {scenario.id}: {exc.message_for('plugin')}"
+            if hasattr(session.config, "workerinput"):
+                session.config.stash[REFUSED_KEY] = message
+                return
+            raise pytest.UsageError(message) from None
 
 
 def _pool_for(

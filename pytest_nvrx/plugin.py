@@ -31,6 +31,7 @@ from pytest_nvrx.fixtures import (
     SELFTEST_FIXTURE,
     WORKEROUTPUT_JUDGED,
     nvrx_settings,
+    refuse_infeasible,
     resolve_settings,
     run_of,
     scenario_key,
@@ -760,6 +761,7 @@ def selection_lines(config: pytest.Config, selected: Sequence[str]) -> list[str]
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
+    refuse_infeasible(session)
     selected: list[str] = []
     for item in session.items:
         key = scenario_key(item)

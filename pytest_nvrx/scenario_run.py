@@ -46,6 +46,7 @@ from pytest_nvrx.settings import (
     NvrxSettings,
     PartialRunConfig,
     RunConfig,
+    check_run_timeout,
     default_launcher,
     quote,
     resolve,
@@ -436,15 +437,24 @@ def refuse_stray_plant(config: RunConfig, environ: Mapping[str, str]) -> None:
         )
 
 
-def plan_launch(config: RunConfig, *, dry_run: bool = False, port: int | None = None) -> Plan:
+def plan_launch(
+    config: RunConfig,
+    *,
+    dry_run: bool = False,
+    port: int | None = None,
+    run_timeout: float | None = None,
+) -> Plan:
     """Validate, claim and create the run dirs, build the recipe (nothing launched). A dry run
     writes nothing (no claim, no directory), probes no stack and names ``ft_launcher`` without
-    looking for it.
+    looking for it. ``run_timeout``: the seconds the launch will be given; a run that cannot
+    detect and recover from its faults in that time is refused (settings/feasibility.py).
 
     The checkpoint dir is claimed too (one run at a time, :mod:`pytest_nvrx.checkpoint_claim`):
     checked before the run dir is made, so a refused run writes nothing, and claimed after it;
     a plan that fails afterwards gives the claim back, :func:`launch_run` at the launch's end."""
     validate_run(config)
+    if run_timeout is not None:
+        check_run_timeout(config, run_timeout)
     refuse_stray_plant(config, os.environ)
     layout = config.layout
     check_checkpoint_dir(layout.checkpoint_dir, run_id=config.run_id, run_dir=layout.run_dir)
@@ -578,7 +588,7 @@ class ScenarioLaunch:
         its CUDA_VISIBLE_DEVICES) and announce it: its launch, not yet started. ConfigError:
         nothing launched."""
         config = scenario_config(self.settings, self.scenario, self.work_dir, seed=self.seed)
-        planned = plan_launch(config)
+        planned = plan_launch(config, run_timeout=self.timeout_s)
         gpus = slot.gpus if slot is not None else ()
         if slot is not None and gpus:
             env = {**planned.recipe.env, "CUDA_VISIBLE_DEVICES": slot.cuda_visible_devices}

@@ -73,6 +73,9 @@ def good(
 
 
 MULTINODE = ("--nnodes", "2", "--run-id", "job1")
+#: The issue's stack: Megatron on one GPU (no peer whose collective timeout ends a hang sooner).
+ONE_GPU = ("--gpus-per-node", "1", "--fault-rank", "0")
+SETUP_900 = ("--section-timeouts", "setup:900,step:30,checkpointing:30")
 
 BAD: list[Case] = [
     # --- integers: shape -----------------------------------------------------------------
@@ -133,6 +136,53 @@ BAD: list[Case] = [
     bad("timeout-zero", ["--timeout", "0"], "--timeout must be a positive number of seconds"),
     bad("timeout-nan", ["--timeout", "nan"], "--timeout must be a positive number of seconds"),
     bad("timeout-inf", ["--timeout", "inf"], "--timeout must be a positive number of seconds"),
+    # --- a run timeout its faults cannot fit (settings/feasibility.py) ----------------------
+    bad(
+        "timeout-below-hang-restore",
+        [*ONE_GPU, "--schedule", "kill@step,hang@restore", *SETUP_900, "--timeout", "500"],
+        "hang@restore (fault 2 of 2) is detected only by the setup section's timeout (900 s);"
+        " the run timeout 500 s cannot fit it: raise --timeout above ~922 s or lower setup in"
+        " --section-timeouts (a lower-bound estimate: ",
+    ),
+    bad(
+        "timeout-below-hang-restore-dry-run",
+        [
+            "--dry-run",
+            *ONE_GPU,
+            "--schedule",
+            "kill@step,hang@restore",
+            *SETUP_900,
+            "--timeout",
+            "500",
+        ],
+        "the run timeout 500 s cannot fit it: raise --timeout above ~922 s",
+    ),
+    bad(
+        "timeout-below-hang-restore-two-ranks",
+        ["--schedule", "kill@step,hang@restore", *SETUP_900, "--timeout", "500"],
+        "or, sooner, by the other ranks' collective timeout (600 s: the workload's"
+        " --distributed-timeout-minutes); the run timeout 500 s cannot fit it: raise --timeout"
+        " above ~622 s",
+    ),
+    bad(
+        "timeout-below-hang-step",
+        [
+            "--fault",
+            "hang",
+            "--section-timeouts",
+            "setup:900,step:120,checkpointing:30",
+            "--timeout",
+            "100",
+        ],
+        "hang@step is detected only by the step section's timeout (120 s); the run timeout 100 s"
+        " cannot fit it: raise --timeout above ~141 s or lower step in --section-timeouts",
+    ),
+    bad(
+        "timeout-below-start-ups",
+        ["--timeout", "5"],
+        "the run timeout 5 s cannot fit the run of kill@step: the megatron workload's start-ups"
+        " and restarts need ~21 s; raise --timeout above ~21 s",
+    ),
     # --- choices -------------------------------------------------------------------------
     bad("fault-choice", ["--fault", "crash"], "invalid choice: 'crash'"),
     bad("workload-choice", ["--workload", "bert"], "invalid choice: 'bert'"),
@@ -292,7 +342,34 @@ GOOD: list[Case] = [
     good("multinode-ipv6", ["--dry-run", *MULTINODE, "--rdzv-endpoint", "[fe80::1]:29400"]),
     good("single-node-endpoint", ["--dry-run", "--rdzv-endpoint", "localhost:29500"]),
     good("log-port", ["--dry-run", "--log-server-port", "65535"]),
-    good("timeout", ["--dry-run", "--timeout", "0.5"]),
+    good("timeout", ["--dry-run", "--timeout", "60.5"]),
+    good(
+        "timeout-fits-hang-restore",
+        [
+            "--dry-run",
+            *ONE_GPU,
+            "--schedule",
+            "kill@step,hang@restore",
+            "--section-timeouts",
+            "setup:150,step:30,checkpointing:30",
+            "--timeout",
+            "500",
+        ],
+    ),
+    good(
+        "timeout-fits-hang-restore-after-the-budget",
+        [
+            "--dry-run",
+            *ONE_GPU,
+            "--schedule",
+            "kill@step,hang@restore",
+            *SETUP_900,
+            "--max-restarts",
+            "0",
+            "--timeout",
+            "500",
+        ],
+    ),
     good("extra-args", ["--dry-run", "--", "--seed", "7", "--save-retain-interval", "10"]),
     good("extra-load-prefix", ["--dry-run", "--", "--load-main-params-from-ckpt"]),
     good("work-dir-symlink", ["--dry-run", "--work-dir", "{tmp}/link"], setup="dir-link"),
@@ -494,8 +571,14 @@ def test_table_holds_every_kind() -> None:
         (["--train-iters", DIGITS_5000], {}, "--train-iters must be at most"),
         ([], {"MEGATRON_PATH": "Megatron-LM"}, "Megatron path must be an absolute path"),
         (["--", "--save=/elsewhere"], {}, "overrides the recipe's --save"),
+        (
+            [*ONE_GPU, "--schedule", "kill@step,hang@restore", *SETUP_900, "--timeout", "500"],
+            {},
+            "the run timeout 500 s cannot fit it: raise --timeout above ~922 s or lower setup in"
+            " --section-timeouts",
+        ),
     ],
-    ids=["5000-digits", "relative-megatron", "extra-save"],
+    ids=["5000-digits", "relative-megatron", "extra-save", "timeout-below-hang-restore"],
 )
 def test_module_entry_point_refuses(
     tmp_path: Path, megatron_stub: Path, argv: list[str], env: dict[str, str], message: str

@@ -316,9 +316,17 @@ def test_a_timed_out_run_cannot_pass(ref: Doctor) -> None:
     ref.set_json(RESULT, timed_out=True)
     code, _, _ = run_verify(ref.root)
     assert code == 1
-    verdict = judge_run_dir(ref.root).verdict("no_repeat_injection")
+    judgement = judge_run_dir(ref.root)
+    verdict = judgement.verdict("no_repeat_injection")
     assert not verdict.passed
-    assert verdict.reason.startswith("the launch timed out (result.json: timed_out true)")
+    # led by the first cause: the run timeout, and that the logs show the workers had finished
+    cause = judgement.first_cause
+    assert cause is not None and cause.run_timeout
+    assert "and the workers finished (logs/launcher.log:" in cause.text
+    assert "but the launcher had not exited" in cause.text
+    assert verdict.reason.startswith(
+        f"{cause.text}; the launch timed out (result.json: timed_out true)"
+    )
     assert verdict.evidence[0].location == f"{RESULT}:4"
 
 

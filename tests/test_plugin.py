@@ -304,6 +304,82 @@ def test_a_scenario_refused_at_launch_fails_with_one_line_in_the_plugins_spellin
     assert not any(work.rglob("run.json")), sorted(work.rglob("*"))
 
 
+#: The issue's run: a hang while the replacement loads, which only the 900 s setup deadline
+#: detects, under a 500 s run timeout.
+HANG_RESTORE = [
+    "--nvrx-schedules", "kill@step,hang@restore",
+    "--nvrx-section-timeouts", "setup:900,step:30,checkpointing:30",
+    "--nvrx-run-timeout", "500",
+]  # fmt: skip
+
+
+def test_a_run_timeout_its_faults_cannot_fit_is_a_usage_error_before_anything_launches(
+    pytester: pytest.Pytester, clean_env: None, megatron_stub: Path
+) -> None:
+    """The issue's Megatron schedule on one GPU: refused as a usage error before any scenario
+    launches (also on this GPU-less host: the refusal comes first), one line with the arithmetic
+    and the plugin's options; nothing written."""
+    work = pytester.path / "work"
+    result = pytester.runpytest(
+        *SUITE_ARGS,
+        *("--nvrx-workload", "megatron", "--nvrx-megatron-path", str(megatron_stub)),
+        *HANG_RESTORE,
+        *("--nvrx-work-dir", str(work)),
+    )
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    ours = [line for line in result.stderr.lines if "pytest-nvrx" in line]
+    assert ours == [
+        "ERROR: pytest-nvrx: scenario megatron-schedule-kill-step_hang-restore: hang@restore"
+        " (fault 2 of 2) is detected only by the setup section's timeout (900 s); the run"
+        " timeout 500 s cannot fit it: raise --nvrx-run-timeout (ini nvrx_run_timeout) above"
+        " ~922 s or lower setup in --nvrx-section-timeouts (ini nvrx_section_timeouts) (a"
+        " lower-bound estimate: 2 start-ups of ~10 s, 2 restarts of ~1 s, hang@restore's"
+        " detection 900 s)"
+    ], result.stderr.str()
+    assert "Traceback" not in result.stderr.str() + result.stdout.str()
+    assert not work.exists()
+
+
+def test_a_run_timeout_refused_on_xdist_workers_fails_every_scenario_unlaunched(
+    pytester: pytest.Pytester, clean_env: None
+) -> None:
+    """Under xdist a worker's usage error would be a crash: each scenario fails with the line
+    instead, before its launch; nothing written."""
+    work = pytester.path / "work"
+    result = pytester.runpytest_subprocess(
+        *SUITE_ARGS, "-n", "2", "--nvrx-workload", "reference", *HANG_RESTORE,
+        "--nvrx-work-dir", str(work),
+    )  # fmt: skip
+    out = result.stdout.str()
+    assert result.ret == pytest.ExitCode.TESTS_FAILED, out[-3000:]
+    assert "INTERNALERROR" not in out + result.stderr.str()
+    result.assert_outcomes(errors=(len(DEFAULT_MATRIX) + 1) * TESTS_PER_SCENARIO)
+    assert "pytest-nvrx: scenario reference-schedule-kill-step_hang-restore: hang@restore" in out
+    assert not work.exists()
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        [],
+        ["--nvrx-matrix", "full"],
+        ["--nvrx-schedules", "kill@step,hang@restore", "--nvrx-run-timeout", "500",
+         "--nvrx-section-timeouts", "setup:150,step:30,checkpointing:30"],
+    ],
+    ids=["defaults", "full-matrix", "hang-restore-setup-150"],
+)  # fmt: skip
+def test_the_default_scenarios_fit_their_run_timeouts(
+    pytester: pytest.Pytester, clean_env: None, megatron_stub: Path, args: list[str]
+) -> None:
+    """Every scenario of both workloads' matrices and default schedules, with their own
+    timeouts, is accepted; so is the issue's schedule with setup:150 (it qualified on the GPU)."""
+    result = pytester.runpytest(
+        *SUITE_ARGS, "--co", "-q", "--nvrx-megatron-path", str(megatron_stub), *args
+    )
+    assert result.ret == pytest.ExitCode.OK, result.stderr.str()
+    assert "cannot fit" not in result.stdout.str() + result.stderr.str()
+
+
 def test_workload_option_limits_scenarios(pytester: pytest.Pytester, clean_env: None) -> None:
     result = pytester.runpytest(*SUITE_ARGS, "--collect-only", "-q", "--nvrx-workload", "megatron")
     assert "reference-" not in result.stdout.str()

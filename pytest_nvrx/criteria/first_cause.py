@@ -26,6 +26,12 @@ and what the evidence shows about why (:func:`_why_never`): the tracker already 
 when its finalization began (it advanced at submit), no checkpoint completed, the run ended
 before the window could open, nothing was left to train, the injector could not fire.
 
+A run our run timeout ended (result.json: ``timed_out`` true) whose workers had not failed by
+themselves has that for its cause (:func:`run_timeout_cause`, worded "the run timeout ended the
+run"): which fault it cut short, how far that got and for how long. The launcher's records after
+it was signalled (:func:`before_stop`) are that stop's: the workers it ends exit -15, which is no
+worker failure here nor a detection there.
+
 The cause is the first worker error in the cycle logs, searched cycle by cycle up to the fault
 (in the faulted cycle only above the injector's fire line): a Python traceback with its
 exception line (the one whose head came first), else the first error line the workload's
@@ -35,6 +41,7 @@ adapter names; else the launcher's first failure record. It quotes the file and 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -45,8 +52,10 @@ from pytest_nvrx.criteria.workload_errors import describe, same_error_in
 from pytest_nvrx.evidence.cycle_log import CycleLog
 from pytest_nvrx.evidence.injector_log import InjectorLine
 from pytest_nvrx.evidence.launcher_log import FAILURE_KINDS, LauncherEvent, LauncherEventKind
-from pytest_nvrx.evidence.refs import EvidenceRef, absent
+from pytest_nvrx.evidence.marker import Marker
+from pytest_nvrx.evidence.refs import EvidenceRef, absent, seconds_between
 from pytest_nvrx.evidence.rundir import RunEvidence
+from pytest_nvrx.evidence.segments import FaultSegment, fault_segments
 from pytest_nvrx.evidence.timeline import CLOCK_SLACK, Timeline
 from pytest_nvrx.evidence.workload import (
     IterationCommitted,
@@ -55,8 +64,11 @@ from pytest_nvrx.evidence.workload import (
     SaveScheduled,
     WorkloadError,
 )
+from pytest_nvrx.settings.schedule import NVRX_NO_PROGRESS_LIMIT, schedule_ending
 
 BEFORE_FAULT = "the workers failed before the fault"
+# result.json says our run timeout stopped the launcher: what it cut short (run_timeout_cause)
+RUN_TIMEOUT = "the run timeout ended the run"
 # a baseline has no fault to fail before
 WITHOUT_FAULT = "the workers failed"
 # no marker, no fire line: the fault was asked for and never came
@@ -95,13 +107,21 @@ class FirstCause:
     before_fault: bool = True
     # True: no worker failed before the fault; the fault itself never came (NEVER_HAPPENED)
     never: bool = False
+    # True: our run timeout ended the run (RUN_TIMEOUT): ``what`` says what it cut short
+    run_timeout: bool = False
 
     @property
     def text(self) -> str:
         """``the workers failed before the fault: X at f.py:12 [logs/train_cycle0.log:37]
         (the same in cycles 1, 2)``: what a failing reason and the summary start with."""
         lead = (
-            NEVER_HAPPENED if self.never else BEFORE_FAULT if self.before_fault else WITHOUT_FAULT
+            RUN_TIMEOUT
+            if self.run_timeout
+            else NEVER_HAPPENED
+            if self.never
+            else BEFORE_FAULT
+            if self.before_fault
+            else WITHOUT_FAULT
         )
         repeated = ""
         if self.again:
@@ -130,12 +150,22 @@ class FirstCause:
             "same_in_cycles": list(self.again),
             "before_fault": self.before_fault,
             "never_happened": self.never,
+            "run_timeout": self.run_timeout,
             "evidence": [ref.render() for ref in self.evidence],
         }
 
 
 def _is_failure(event: LauncherEvent) -> bool:
     return event.kind in FAILURE_KINDS or event.is_failure_detected
+
+
+def before_stop(run: RunEvidence) -> tuple[LauncherEvent, ...]:
+    """The launcher's events before it was signalled (our run timeout, a stop signal): the
+    workers it stops then exit -15, which is neither a worker failing by itself nor a fault's
+    detection. All of them where nothing signalled it."""
+    events = run.launcher.events
+    stop = run.launcher.signalled()
+    return events if stop is None else events[: events.index(stop)]
 
 
 def _before(event: LauncherEvent, fault_time: datetime) -> bool:
@@ -150,7 +180,7 @@ def first_cause(
     marker = run.marker
     if marker is not None and (expected.baseline or not marker.ok or marker.time is None):
         return None
-    failures = [e for e in run.launcher.events if _is_failure(e)]
+    failures = [e for e in before_stop(run) if _is_failure(e)]
     faulted, fire_line = _fire(run, timeline)
     if marker is not None and marker.time is not None:
         early = [e for e in failures if _before(e, marker.time)]
@@ -420,3 +450,145 @@ def _why_never(
     if reason is not None:
         return f"the injector says: {reason}", line_refs
     return "the evidence shows no reason", []
+
+
+def run_timeout_cause(
+    run: RunEvidence,
+    timeline: Timeline,
+    expected: ExpectedFault,
+    segments: Sequence[FaultSegment] | None = None,
+) -> FirstCause | None:
+    """What our run timeout cut short, when result.json says it stopped the launcher
+    (``timed_out`` true); None otherwise.
+
+    The fault that matters is the last that happened (a schedule's, by its segments): struck
+    and still undetected when the launcher was signalled, or detected and not recovered (no step
+    committed after its restore), or recovered with a fault still due and not injected, or
+    every fault recovered and training unfinished; on a run where no fault happened, the fault
+    still to come. The launcher's records after it was signalled (:func:`before_stop`) are the
+    stop's and detect nothing. ``segments``: the schedule's, where the caller has them."""
+    manifest = run.manifest
+    flag = manifest.timed_out if manifest is not None else None
+    if manifest is None or flag is None or flag.value is not True:
+        return None
+    stop = run.launcher.signalled()
+    stop_time = stop.time if stop is not None and stop.time is not None else manifest.end_time
+    wall = manifest.wall_s
+    proof = [flag.ref, *(r.ref for r in (wall, stop) if r is not None)]
+    scheduled = manifest.scheduled_faults
+    happened: list[tuple[str, Marker, Timeline, RunEvidence]] = []
+    pending: list[str] = []
+    if scheduled:
+        cut = list(segments) if segments is not None else fault_segments(run, scheduled)
+        happened = [(_segment_label(s), s.marker, s.timeline, s.view) for s in cut]
+        budget = manifest.max_restarts.value if manifest.max_restarts is not None else None
+        due, _ = schedule_ending(scheduled, budget, NVRX_NO_PROGRESS_LIMIT)
+        pending = [
+            f"fault {k} of {len(scheduled)}, {scheduled[k - 1]}"
+            for k in range(len(happened) + 1, due + 1)
+        ]
+    elif not expected.baseline:
+        label = f"the {_asked(run, expected)}"
+        marker = run.marker
+        if marker is not None and marker.ok and marker.time is not None:
+            happened = [(label, marker, timeline, run)]
+        else:
+            pending = [label]
+    cycle = None
+    if happened:
+        what, more = _cut_short(run, *happened[-1], stop_time, pending)
+        cycle = happened[-1][2].failed_cycle
+    else:
+        what = f"before {pending[0]} was injected" if pending else "before training finished"
+        last = _last_outcome(run)
+        logged = f"last iteration logged: {last.location}" if last else "no iteration was logged"
+        what += f" ({logged})"
+        more = [last] if last is not None else []
+    if wall is not None:
+        what += f"; the launch lasted {wall.value:.1f} s"
+    return FirstCause(
+        what=what,
+        ref=flag.ref,
+        evidence=tuple(dict.fromkeys([*proof[:1], *more, *proof[1:]])),
+        cycle=cycle,
+        before_fault=not happened and not expected.baseline,
+        run_timeout=True,
+    )
+
+
+def _segment_label(segment: FaultSegment) -> str:
+    """``fault 2 of 2 (hang@restore in cycle 1)``."""
+    cycle = segment.timeline.failed_cycle
+    where = f" in cycle {cycle}" if cycle is not None else ""
+    return f"fault {segment.position} of {len(segment.schedule)} ({segment.scheduled}{where})"
+
+
+def _asked(run: RunEvidence, expected: ExpectedFault) -> str:
+    """``hang@step``: the one fault run.json asks for (its kind alone where no window)."""
+    manifest = run.manifest
+    window = manifest.window.value if manifest is not None and manifest.window else None
+    return f"{expected.kind}@{window}" if window else expected.kind
+
+
+def _cut_short(
+    run: RunEvidence,
+    label: str,
+    marker: Marker,
+    timeline: Timeline,
+    view: RunEvidence,
+    stop_time: datetime | None,
+    pending: list[str],
+) -> tuple[str, list[EvidenceRef]]:
+    """How far the last fault that happened got before the stop, and the lines that show it."""
+    struck = marker.ref("time")
+    since = seconds_between(marker.time, stop_time)
+    later = f" {since:.1f} s later" if since is not None else ""
+    detected = timeline.detected
+    if detected is not None and not any(e is detected for e in before_stop(run)):
+        detected = None  # the stop's record of the workers it ended
+    if detected is None:
+        where = ""
+        if marker.fault == "hang" and marker.section:
+            where = (
+                f" (its rank stopped in the open {marker.section} section, whose deadline had not"
+                " come)"
+            )
+        return (
+            f"{label} struck at {clock(marker.time)} ({struck.location}) and was still"
+            f" undetected{later}{where}",
+            [struck],
+        )
+    replacement = timeline.replacement_cycle
+    log = view.cycle_log(replacement) if replacement is not None else None
+    first = log.first_iteration if log is not None else None
+    if first is not None and stop_time is not None and first.time is not None:
+        first = first if first.time < stop_time else None
+    if first is None:
+        return (
+            f"{label} struck at {clock(marker.time)} ({struck.location}) and was detected at"
+            f" {clock(detected.time)} ({detected.ref.location}) but not recovered: no step was"
+            f" committed after its restore{later}",
+            [struck, detected.ref],
+        )
+    if pending:
+        return (
+            f"{label} was recovered (first step after its restore: {first.ref.location}), but"
+            f" {pending[0]} had not been injected",
+            [struck, first.ref],
+        )
+    finished = [
+        e
+        for e in before_stop(run)
+        if e.kind in (LauncherEventKind.RUN_OK, LauncherEventKind.GROUP_SUCCEEDED)
+    ]
+    recovered = f"every fault was recovered ({label}: first step after its restore at"
+    if finished:
+        return (
+            f"{recovered} {first.ref.location}) and the workers finished"
+            f" ({finished[0].ref.location}), but the launcher had not exited",
+            [struck, first.ref, finished[0].ref],
+        )
+    return (
+        f"{recovered} {first.ref.location}), but training had not finished",
+        [struck, first.ref],
+    )

@@ -16,7 +16,7 @@ from pytest_nvrx.criteria.expected import (
     expected_fault,
     expected_window,
 )
-from pytest_nvrx.criteria.first_cause import FirstCause
+from pytest_nvrx.criteria.first_cause import FirstCause, run_timeout_cause
 from pytest_nvrx.criteria.marker_agreement import marker_problems
 from pytest_nvrx.criteria.registry import CRITERIA
 from pytest_nvrx.criteria.schedule import schedule_problems, schedule_verdicts
@@ -220,6 +220,7 @@ def judge(
     )
     schedule = run.manifest.schedule if run.manifest is not None else None
     scheduled = run.manifest.scheduled_faults if run.manifest is not None else ()
+    segments = None
     if schedule is not None and scheduled:
         segments = fault_segments(run, scheduled)
         later = [p for s in segments[1:] for p in marker_problems(s.view, s.timeline)]
@@ -239,6 +240,10 @@ def judge(
     if fatal:
         verdicts = tuple(_unjudgeable(v, fatal[0]) for v in verdicts)
     cause = ctx.first_cause
+    if cause is None or cause.never:
+        # our run timeout stopped a run whose workers had not failed by themselves: that
+        # leads, with what it cut short (a fault that "never happened" may just have been late)
+        cause = run_timeout_cause(run, ctx.timeline, ctx.expected, segments) or cause
     if cause is not None:
         # the derived failures ("the fault never happened") follow from it: it leads each reason
         verdicts = tuple(cause.lead(v) for v in verdicts)

@@ -52,6 +52,9 @@ class LauncherEventKind(StrEnum):
     GPU_RECLAIM = "gpu_reclaim"
 
 
+# How torchelastic's launcher says a signal stopped it (its signal handler's exception).
+_SIGNALLED = "raised SignalException"
+
 # Events that say a worker (group) failed or was judged hung.
 FAILURE_KINDS = frozenset(
     {
@@ -124,6 +127,16 @@ class LauncherLog:
     def profiling(self, name: str) -> tuple[LauncherEvent, ...]:
         return tuple(
             e for e in self.events if e.kind is LauncherEventKind.PROFILING and e.name == name
+        )
+
+    def signalled(self) -> LauncherEvent | None:
+        """The launcher's record of the signal that stopped it (``Agent .run() raised
+        SignalException: Process P got signal: 15``): what our run timeout, a stop signal or a
+        scheduler sends. The workers' exits recorded after it (-15) are that stop's, no fault's.
+        None: nothing signalled the launcher."""
+        return next(
+            (e for e in self.of_kind(LauncherEventKind.RUN_FAILED) if _SIGNALLED in e.ref.text),
+            None,
         )
 
     @property

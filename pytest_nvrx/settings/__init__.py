@@ -8,7 +8,8 @@ Pure data plus checks, one subject per module:
 - :mod:`~pytest_nvrx.settings.table`: every setting declared once, and what is generated from it;
 - :mod:`~pytest_nvrx.settings.resolution`: options > walkthrough env > defaults;
 - :mod:`~pytest_nvrx.settings.schedule`: fault schedules (several faults, one per cycle);
-- :mod:`~pytest_nvrx.settings.rules`: the walkthrough's rules between the settings.
+- :mod:`~pytest_nvrx.settings.rules`: the walkthrough's rules between the settings;
+- :mod:`~pytest_nvrx.settings.feasibility`: whether a run's faults fit its run timeout.
 
 Nothing here reads or writes the file system for a run: the run directory's checks, its claim
 and its creation are :mod:`pytest_nvrx.run_dir`. Every public name is re-exported here, so
@@ -17,6 +18,16 @@ and its creation are :mod:`pytest_nvrx.run_dir`. Every public name is re-exporte
 
 from __future__ import annotations
 
+from pytest_nvrx.settings.feasibility import (
+    COLLECTIVE_TIMEOUT_S,
+    RESTART_S,
+    STARTUP_S,
+    WINDOW_SECTION,
+    FaultCost,
+    LeastTime,
+    check_run_timeout,
+    least_time,
+)
 from pytest_nvrx.settings.record import (
     DEFAULT_RDZV_ENDPOINT,
     DEFAULT_WINDOW,
@@ -123,6 +134,7 @@ from pytest_nvrx.settings.values import (
 __all__ = [
     "ALL_WINDOWS",
     "CLI_SETTINGS",
+    "COLLECTIVE_TIMEOUT_S",
     "DEFAULTS_SHOWN",
     "DEFAULT_RDZV_ENDPOINT",
     "DEFAULT_WINDOW",
@@ -145,20 +157,25 @@ __all__ = [
     "RECIPE_OWNED_ARGS",
     "REFERENCE_ASYNC_WRITER_FLAG",
     "REFERENCE_NO_FT_FLAG",
+    "RESTART_S",
     "RESTORE_FAULTS",
     "RUN_ID_MAX",
     "RUN_ID_PATTERN",
     "SECTION_NAMES",
     "SELFTEST_FIELDS",
     "SETTINGS",
+    "STARTUP_S",
     "TRUE_WORDS",
     "WINDOW_ENV",
+    "WINDOW_SECTION",
     "WORKLOAD_KINDS",
     "CliForm",
     "ConfigError",
     "EndingKind",
     "EntryPoint",
+    "FaultCost",
     "LauncherKind",
+    "LeastTime",
     "Lookup",
     "NvrxSettings",
     "PartialRunConfig",
@@ -174,6 +191,7 @@ __all__ = [
     "check_port",
     "check_rdzv_endpoint",
     "check_reference_schedule",
+    "check_run_timeout",
     "check_schedule",
     "check_window",
     "default_launcher",
@@ -185,6 +203,7 @@ __all__ = [
     "faults_of",
     "format_seconds",
     "in_slurm_allocation",
+    "least_time",
     "option_hint",
     "options_table",
     "parse_bool",

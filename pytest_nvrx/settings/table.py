@@ -453,7 +453,10 @@ SETTINGS: tuple[Setting, ...] = (
         defaults={"reference": 600.0, "megatron": 1800.0},
         show_default=True,
         doc_value="S",
-        doc="wall-clock limit of one scenario run; the whole process tree is killed after it",
+        doc="wall-clock limit of one scenario run; the whole process tree is killed after it. A "
+        "scenario whose faults cannot be detected and recovered within it is refused before "
+        "anything launches ([A run timeout its faults cannot "
+        "fit](#a-run-timeout-its-faults-cannot-fit))",
     ),
     Setting(
         "keep",
