@@ -244,7 +244,17 @@ def judge(
         # our run timeout stopped a run whose workers had not failed by themselves: that
         # leads, with what it cut short (a fault that "never happened" may just have been late)
         cause = run_timeout_cause(run, ctx.timeline, ctx.expected, segments) or cause
-    if cause is not None:
+    if cause is not None and not fatal and all(v.passed for v in verdicts):
+        # a cause says the run failed short of what every verdict found it did: one side reads
+        # evidence that is not what it says, and no outcome can be printed beside the other
+        contradiction = Problem(
+            "fatal",
+            f"{cause.text}, yet every criterion holds: the evidence contradicts itself",
+            cause.ref,
+        )
+        problems += (contradiction,)
+        verdicts = tuple(_unjudgeable(v, contradiction) for v in verdicts)
+    elif cause is not None:
         # the derived failures ("the fault never happened") follow from it: it leads each reason
         verdicts = tuple(cause.lead(v) for v in verdicts)
     shared = run.manifest.gpu_shared_with if run.manifest is not None else None

@@ -1,0 +1,162 @@
+"""A PASS beside a contradiction (issue #36 cases 6-13): doctored copies of every committed real
+run of each kind, each edit contradicting the rest of the evidence; before, each of them passed.
+
+Now every one is FAILED or "cannot judge" (exit 1 or 2, never 0), and no output prints a first
+cause beside PASSED. The originals are never edited: each test doctors its own copy in tmp_path.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from pytest_nvrx.criteria import Judgement, judge_run_dir
+from pytest_nvrx.evidence.launcher_log import FAILURE_KINDS, LauncherEvent
+from pytest_nvrx.evidence.rundir import load_run
+from pytest_nvrx.verify import verify_main
+from tests.doctor import LAUNCHER, MARKER, Doctor, copy_run
+
+DATA = Path(__file__).parent / "data"
+#: every committed run directory (a logs/ folder of its own)
+RUNS = sorted(p.parent for p in DATA.rglob("logs") if (p / "launcher.log").is_file())
+FAULT_RUNS = [d for d in RUNS if (d / MARKER).is_file()]
+
+
+def _id(run: Path) -> str:
+    return str(run.relative_to(DATA))
+
+
+def verify(root: Path, *args: str) -> tuple[int, str]:
+    out, err = io.StringIO(), io.StringIO()
+    status = verify_main([str(root), *args], stdout=out, stderr=err)
+    return status, out.getvalue() + err.getvalue()
+
+
+def never_passes(root: Path, *args: str) -> tuple[int, str]:
+    """verify says FAILED (1) or cannot judge (2), and never a first cause beside PASSED."""
+    status, text = verify(root, *args)
+    assert status in (1, 2), text
+    summary = [line for line in text.splitlines() if line.startswith("verify: ")]
+    assert not any("PASSED" in line for line in summary if "first cause" in text), text
+    return status, text
+
+
+def _copy(run: Path, tmp_path: Path) -> Doctor:
+    return copy_run(run, tmp_path / run.name)
+
+
+# ---------------------------------------------------------------------------------------------
+# 6. a failure record stamped before the fault but written out of time order; a first cause
+#    beside PASSED
+
+
+_NVRX_STAMP = re.compile(r"^(?P<pre>(?:\d+: )?)\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+")
+_GLOG_STAMP = re.compile(r"^(?P<pre>(?:\d+: )?[IWEF])\d{4} \d\d:\d\d:\d\d\.\d+")
+_PROFILING_UTC = re.compile(r"Time: \d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+ UTC")
+
+
+def _restamp(line: str, local: datetime, utc: datetime) -> str:
+    """``line`` stamped ``local`` (the launcher's zone), its profiling ``Time:`` ``utc``."""
+    if _GLOG_STAMP.match(line):
+        new = _GLOG_STAMP.sub(lambda m: m["pre"] + local.strftime("%m%d %H:%M:%S.%f"), line)
+    else:
+        assert _NVRX_STAMP.match(line), line
+        stamp = local.strftime("%Y-%m-%d %H:%M:%S,") + f"{local.microsecond // 1000:03d}"
+        new = _NVRX_STAMP.sub(lambda m: m["pre"] + stamp, line)
+    return _PROFILING_UTC.sub(
+        "Time: " + utc.strftime("%Y-%m-%d %H:%M:%S.") + f"{utc.microsecond // 1000:03d} UTC", new
+    )
+
+
+def _failures_after_the_fault(run: Doctor) -> tuple[list[LauncherEvent], datetime, timedelta]:
+    """The launcher's failure records at or after the marker's time (each one the fault's
+    detection), the marker's time and the launcher's zone."""
+    evidence = load_run(run.root, read_checkpoints=False)
+    marker = evidence.marker
+    assert marker is not None and marker.ok and marker.time is not None
+    zone = evidence.launcher.utc_offset or timedelta(0)
+    after = [
+        e
+        for e in evidence.launcher.events
+        if (e.kind in FAILURE_KINDS or e.is_failure_detected)
+        and e.time is not None
+        and e.time >= marker.time
+    ]
+    assert after, "no failure record after the fault"
+    return after, marker.time, zone
+
+
+def _early_failure(run: Doctor, nth: int, *, in_order: bool) -> tuple[int, bool]:
+    """Restamp the launcher's ``nth`` failure record after the fault 10 s before the fault; with
+    ``in_order`` also move it up among the lines of that time. Returns its new line number and
+    whether a record above it is stamped more than a second later (out of time order)."""
+    events, fault, zone = _failures_after_the_fault(run)
+    event = events[nth]
+    assert event.ref.line is not None
+    when = fault - timedelta(seconds=10)
+    evidence = load_run(run.root, read_checkpoints=False)
+    lines = run.lines(LAUNCHER)
+    at = event.ref.line - 1
+    line = _restamp(lines[at], (when + zone).replace(tzinfo=None), when)
+    assert line != lines[at]
+    del lines[at]
+    if in_order:
+        before = [
+            e.ref.line
+            for e in evidence.launcher.events
+            if e.time is not None and e.time <= when and e.ref.line is not None
+        ]
+        at = max(before, default=0)
+    above = [
+        e.time
+        for e in evidence.launcher.events
+        if e.time is not None and e.ref.line is not None and e.ref.line <= at
+    ]
+    lines.insert(at, line)
+    run.write_lines(LAUNCHER, lines)
+    return at + 1, any(t > when + timedelta(seconds=1) for t in above)
+
+
+def _each_failure_record(run: Path, tmp_path: Path) -> list[tuple[int, Doctor]]:
+    records, _, _ = _failures_after_the_fault(_copy(run, tmp_path / "probe"))
+    return [(n, _copy(run, tmp_path / str(n))) for n in range(len(records))]
+
+
+@pytest.mark.parametrize("run", FAULT_RUNS, ids=_id)
+def test_a_failure_record_stamped_before_the_fault_out_of_order_cannot_be_judged(
+    run: Path, tmp_path: Path
+) -> None:
+    # each of the launcher's records of the fault's detection, one at a time; on one node every
+    # line is one writer's (on several, a line that names no launcher has no order to break)
+    manifest = load_run(run, read_checkpoints=False).manifest
+    nodes = manifest.nnodes.value if manifest is not None and manifest.nnodes is not None else 1
+    for n, doctored in _each_failure_record(run, tmp_path):
+        line, out_of_order = _early_failure(doctored, n, in_order=False)
+        status, text = never_passes(doctored.root)
+        if out_of_order and nodes == 1:
+            assert status == 2, text
+            assert f"{LAUNCHER}:{line} is stamped" in text and "went back in time" in text, text
+
+
+@pytest.mark.parametrize("run", FAULT_RUNS, ids=_id)
+def test_a_failure_record_moved_before_the_fault_never_passes(run: Path, tmp_path: Path) -> None:
+    # the same records moved up among the lines of their new time: in order, so only the
+    # verdict itself can object: a first cause never stands beside PASSED
+    for n, doctored in _each_failure_record(run, tmp_path):
+        _early_failure(doctored, n, in_order=True)
+        never_passes(doctored.root)
+
+
+def test_a_first_cause_beside_every_criterion_holding_cannot_be_judged(tmp_path: Path) -> None:
+    # the issue's example: the record moved in time but not in the file
+    run = _copy(DATA / "windows" / "gpu" / "g2-exception-step", tmp_path)
+    run.replace(LAUNCHER, "E1130 16:25:58.229000", "E1130 16:25:17.758813")
+    status, text = verify(run.root)
+    assert status == 2, text
+    assert "PASSED" not in text
+    j: Judgement = judge_run_dir(run.root)
+    assert not j.judgeable and not j.passed
