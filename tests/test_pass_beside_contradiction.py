@@ -18,7 +18,7 @@ from pytest_nvrx.criteria import Judgement, judge_run_dir
 from pytest_nvrx.evidence.launcher_log import FAILURE_KINDS, LauncherEvent
 from pytest_nvrx.evidence.rundir import load_run
 from pytest_nvrx.verify import verify_main
-from tests.doctor import LAUNCHER, MARKER, Doctor, copy_run
+from tests.doctor import CYCLE0, LAUNCHER, MARKER, Doctor, copy_run
 
 DATA = Path(__file__).parent / "data"
 #: every committed run directory (a logs/ folder of its own)
@@ -160,3 +160,30 @@ def test_a_first_cause_beside_every_criterion_holding_cannot_be_judged(tmp_path:
     assert "PASSED" not in text
     j: Judgement = judge_run_dir(run.root)
     assert not j.judgeable and not j.passed
+
+
+# ---------------------------------------------------------------------------------------------
+# 12. a baseline with a later cycle's log and no record of that cycle
+
+
+def _is_baseline(run: Path) -> bool:
+    manifest = load_run(run, read_checkpoints=False).manifest
+    return manifest is not None and manifest.fault is not None and manifest.fault.value == "none"
+
+
+BASELINES = [d for d in RUNS if (d / "run.json").is_file() and _is_baseline(d)]
+
+
+@pytest.mark.parametrize("run", BASELINES, ids=_id)
+@pytest.mark.parametrize(
+    ("name", "keep"), [("train_cycle1.log", None), ("train_cycle1.log", 1), ("train_cycle3.log", 5)]
+)
+def test_a_baseline_with_an_unrecorded_later_cycle_log_fails(
+    run: Path, name: str, keep: int | None, tmp_path: Path
+) -> None:
+    doctored = _copy(run, tmp_path)
+    lines = doctored.lines(CYCLE0)
+    doctored.write_lines(f"logs/{name}", lines[:keep] if keep is not None else lines)
+    _, text = never_passes(doctored.root)
+    assert "finished successfully in one cycle" not in text, text
+    assert f"logs/{name} shows cycle" in text, text
