@@ -187,3 +187,30 @@ def test_a_baseline_with_an_unrecorded_later_cycle_log_fails(
     _, text = never_passes(doctored.root)
     assert "finished successfully in one cycle" not in text, text
     assert f"logs/{name} shows cycle" in text, text
+
+
+# ---------------------------------------------------------------------------------------------
+# 7. a second marker in a run of one fault; a name no injector spells
+
+
+def _faults(run: Path) -> int:
+    manifest = load_run(run, read_checkpoints=False).manifest
+    return len(manifest.scheduled_faults) if manifest is not None else 0
+
+
+@pytest.mark.parametrize("run", RUNS, ids=_id)
+def test_a_marker_the_run_did_not_ask_for_never_passes(run: Path, tmp_path: Path) -> None:
+    faults = _faults(run)
+    own = run / MARKER if (run / MARKER).is_file() else DATA / "windows/cpu/ref-kill-save" / MARKER
+    names = ["fault_injected_02.json", "fault_injected_" + "7" * 200 + ".json"]
+    names.append(f"fault_injected_{max(faults, 1) + 1}.json")
+    for name in names:
+        doctored = _copy(run, tmp_path / name[:30])
+        doctored.path(name).write_bytes(own.read_bytes())
+        status, text = never_passes(doctored.root)
+        if not faults or name == "fault_injected_02.json":
+            # a run of one fault writes one marker; no schedule's injector spells a leading 0
+            assert status == 2, text
+            assert "named like a marker, but the run asked for" in text, text
+        else:
+            assert "was injected beyond the schedule's" in text, text

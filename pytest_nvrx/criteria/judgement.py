@@ -17,7 +17,7 @@ from pytest_nvrx.criteria.expected import (
     expected_window,
 )
 from pytest_nvrx.criteria.first_cause import FirstCause, run_timeout_cause
-from pytest_nvrx.criteria.marker_agreement import marker_problems
+from pytest_nvrx.criteria.marker_agreement import marker_problems, stray_markers
 from pytest_nvrx.criteria.registry import CRITERIA
 from pytest_nvrx.criteria.schedule import schedule_problems, schedule_verdicts
 from pytest_nvrx.criteria.verdict import CRITERIA_IDS, Verdict, failing
@@ -215,6 +215,7 @@ def judge(
         + evidence_problems(run)
         + clock_problems(run, ctx.timeline)
         + marker_problems(run, ctx.timeline)
+        + stray_markers(run)
         + timing_problems(timed)
         + notes
     )
