@@ -8,15 +8,18 @@ cause beside PASSED. The originals are never edited: each test doctors its own c
 from __future__ import annotations
 
 import io
+import json
 import re
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from pytest_nvrx.criteria import Judgement, judge_run_dir
 from pytest_nvrx.evidence.launcher_log import FAILURE_KINDS, LauncherEvent
 from pytest_nvrx.evidence.rundir import load_run
+from pytest_nvrx.report import report_main
 from pytest_nvrx.verify import verify_main
 from tests.doctor import CYCLE0, LAUNCHER, MARKER, Doctor, copy_run
 
@@ -214,3 +217,100 @@ def test_a_marker_the_run_did_not_ask_for_never_passes(run: Path, tmp_path: Path
             assert "named like a marker, but the run asked for" in text, text
         else:
             assert "was injected beyond the schedule's" in text, text
+
+
+# ---------------------------------------------------------------------------------------------
+# 11. a planted run is never a qualification, and any of its labels makes it planted
+
+SELFTEST = sorted(p.parent for p in (DATA / "gpu-selftest").rglob("run.json"))
+PLANTED = [d for d in SELFTEST if d.name != "control"]
+CONTROLS = [d for d in SELFTEST if d.name == "control"]
+#: a tolerance every committed planted run's replay differences stay within: the criteria pass
+#: those whose plant only training_continuity catches (checked below, else nothing is proven)
+LOOSE = "0.9"
+
+
+def _report(tmp_path: Path, *runs: Path, rtol: str = LOOSE) -> tuple[int, str, dict[str, Any]]:
+    out, err = io.StringIO(), io.StringIO()
+    html = tmp_path / "out" / "report.html"
+    code = report_main([*map(str, runs), "-o", str(html), "--continuity-rtol", rtol], out, err)
+    doc = json.loads((tmp_path / "out" / "report.json").read_text())
+    return code, out.getvalue() + err.getvalue(), doc
+
+
+@pytest.mark.parametrize("run", PLANTED, ids=_id)
+def test_a_planted_run_never_exits_0(run: Path, tmp_path: Path) -> None:
+    j = judge_run_dir(run, continuity_rtol=float(LOOSE))
+    status, text = verify(run, "--continuity-rtol", LOOSE)
+    assert j.planted == run.name and status == (1 if j.judgeable else 2), text
+    if j.passed:
+        # the plant was missed at this tolerance: its verdicts pass, its exit does not
+        assert f"verify: planted: {run.name}: PASSED" in text, text
+        assert "never a qualification, so never exit 0" in text, text
+    code, out, doc = _report(tmp_path, run)
+    assert code == 1, out
+    assert doc["scenarios"][0]["outcome"].startswith(f"planted: {run.name}: "), doc
+    assert "QUALIFIED" not in doc["scenarios"][0]["outcome"].replace("NOT QUALIFIED", ""), doc
+
+
+def test_a_loose_tolerance_lets_committed_plants_pass_their_criteria() -> None:
+    # else the test above proves nothing about a planted run whose criteria all pass
+    passed = [r.name for r in PLANTED if judge_run_dir(r, continuity_rtol=float(LOOSE)).passed]
+    assert {"rng", "data", "optimizer-reset", "scheduler"} <= set(passed), passed
+
+
+@pytest.mark.parametrize("run", CONTROLS, ids=_id)
+def test_the_unplanted_controls_still_pass(run: Path) -> None:
+    assert verify(run)[0] == 0
+    assert judge_run_dir(run).planted is None
+
+
+def _unplant(run: Doctor, *, env: tuple[str, ...]) -> None:
+    """run.json's config.plant and the marker's plant made null, plant-records/ removed, and
+    ``env``'s variables dropped from run.json's env and command."""
+    doc = run.json("run.json")
+    doc["config"]["plant"] = None
+    for name in env:
+        doc["env"].pop(name, None)
+        doc["command"] = " ".join(w for w in doc["command"].split() if not w.startswith(f"{name}="))
+    run.path("run.json").write_text(json.dumps(doc, indent=2) + "\n")
+    marker = run.json(MARKER)
+    marker["plant"] = None
+    run.path(MARKER).write_text(json.dumps(marker, indent=2) + "\n")
+    run.remove("plant-records")
+
+
+_PLANT, _RECORDS = "PYTEST_NVRX_PLANT", "PYTEST_NVRX_PLANT_RECORDS"
+
+
+@pytest.mark.parametrize("run", PLANTED, ids=_id)
+@pytest.mark.parametrize(
+    "env",
+    [(), (_PLANT,), (_PLANT, _RECORDS), (_PLANT, _RECORDS, "PYTHONPATH")],
+    ids=["env-intact", "no-plant-var", "no-plant-vars", "no-env-label"],
+)
+def test_a_planted_run_stripped_of_its_plant_is_still_planted(
+    run: Path, env: tuple[str, ...], tmp_path: Path
+) -> None:
+    doctored = _copy(run, tmp_path)
+    _unplant(doctored, env=env)
+    status, text = verify(doctored.root, "--continuity-rtol", LOOSE)
+    assert status == 2, text
+    summary = [line for line in text.splitlines() if line.startswith("verify: planted: ")]
+    assert summary and "CANNOT JUDGE" in summary[0], text
+    assert "a planted run cannot be judged as another run" in text, text
+    code, out, doc = _report(tmp_path, doctored.root)
+    assert code == 1, out
+    assert doc["scenarios"][0]["outcome"].startswith("planted: "), doc
+    assert all(row["plant"] != "control" for row in doc["selftest"]["rows"]), doc
+
+
+@pytest.mark.parametrize("run", PLANTED, ids=_id)
+def test_plant_records_linked_out_of_the_run_cannot_be_judged(run: Path, tmp_path: Path) -> None:
+    doctored = _copy(run, tmp_path / "run")
+    elsewhere = tmp_path / "elsewhere"
+    doctored.path("plant-records").rename(elsewhere)
+    doctored.path("plant-records").symlink_to(elsewhere)
+    status, text = verify(doctored.root)
+    assert status == 2, text
+    assert "plant-records/ is a symlink" in text and "what the plant did is unknown" in text, text

@@ -18,6 +18,7 @@ from pytest_nvrx.criteria.expected import (
 )
 from pytest_nvrx.criteria.first_cause import FirstCause, run_timeout_cause
 from pytest_nvrx.criteria.marker_agreement import marker_problems, stray_markers
+from pytest_nvrx.criteria.planted import plant_label_problems, planted_name
 from pytest_nvrx.criteria.registry import CRITERIA
 from pytest_nvrx.criteria.schedule import schedule_problems, schedule_verdicts
 from pytest_nvrx.criteria.verdict import CRITERIA_IDS, Verdict, failing
@@ -216,6 +217,7 @@ def judge(
         + clock_problems(run, ctx.timeline)
         + marker_problems(run, ctx.timeline)
         + stray_markers(run)
+        + plant_label_problems(run)
         + timing_problems(timed)
         + notes
     )
@@ -259,10 +261,7 @@ def judge(
         # the derived failures ("the fault never happened") follow from it: it leads each reason
         verdicts = tuple(cause.lead(v) for v in verdicts)
     shared = run.manifest.gpu_shared_with if run.manifest is not None else None
-    marker = run.marker
-    planted = (run.manifest.planted if run.manifest is not None else None) or (
-        marker.plant if marker is not None and marker.ok else None
-    )
+    planted = planted_name(run)
     return Judgement(
         run_dir=run.run_dir,
         checkpoint_dir=run.checkpoint_dir,
