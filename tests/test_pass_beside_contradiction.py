@@ -314,3 +314,74 @@ def test_plant_records_linked_out_of_the_run_cannot_be_judged(run: Path, tmp_pat
     status, text = verify(doctored.root)
     assert status == 2, text
     assert "plant-records/ is a symlink" in text and "what the plant did is unknown" in text, text
+
+
+# ---------------------------------------------------------------------------------------------
+# 8. another rank prints a replayed iteration with a different loss
+
+_LOSS = re.compile(r"(?P<pre>(?:\| lm loss: | loss ))(?P<num>[-+0-9.eE]+)")
+_PREFIX = re.compile(r"^(?P<rank>\d+): ")
+
+
+def _other_loss(line: str) -> str:
+    """``line`` with its loss's last significant digit changed."""
+    m = _LOSS.search(line)
+    assert m is not None, line
+    num = m["num"]
+    mantissa_end = next((i for i, c in enumerate(num) if c in "eE"), len(num))
+    last = mantissa_end - 1
+    digit = "1" if num[last] != "1" else "2"
+    new = num[:last] + digit + num[mantissa_end:]
+    return line[: m.start("num")] + new + line[m.end("num") :]
+
+
+def _as_rank(line: str, rank: int) -> str:
+    """``line`` printed by ``rank``: its NVRx prefix and, for the reference workload, the rank
+    its head states."""
+    m = _PREFIX.match(line)
+    assert m is not None, line
+    body = line[m.end() :]
+    body = re.sub(r"^(\[ref\] \S+ rank )\d+ ", rf"\g<1>{rank} ", body)
+    return f"{rank}: {body}"
+
+
+def _replayed(run: Path) -> list[tuple[str, int, int, int]]:
+    """(cycle log, line number, printing rank, world size) of each replayed iteration line: the
+    replacement's lines of iterations the failed cycle printed too."""
+    evidence = load_run(run, read_checkpoints=False)
+    ranks = {
+        int(m["rank"])
+        for log in evidence.cycle_logs
+        for line in (run / log.file).read_text(errors="replace").splitlines()
+        if (m := _PREFIX.match(line)) is not None
+    }
+    world = max(ranks, default=0) + 1
+    logs = {log.cycle: log for log in evidence.cycle_logs}
+    found = []
+    for cycle in sorted(logs)[1:]:
+        earlier = {e.iteration for c, log in logs.items() if c < cycle for e in log.iterations}
+        for e in logs[cycle].iterations:
+            rank = _PREFIX.match(e.ref.text)
+            if e.iteration in earlier and rank is not None and e.ref.line is not None:
+                found.append((logs[cycle].file, e.ref.line, int(rank["rank"]), world))
+    return found
+
+
+@pytest.mark.parametrize("run", FAULT_RUNS, ids=_id)
+@pytest.mark.parametrize("which", ["first", "last"])
+def test_another_rank_printing_a_replayed_iteration_otherwise_fails(
+    run: Path, which: str, tmp_path: Path
+) -> None:
+    # (in a run of one rank, a rank 1 that exists nowhere else: compared all the same)
+    replayed = _replayed(run)
+    if not replayed:
+        pytest.skip("no replayed iteration")
+    file, line_no, rank, world = replayed[0 if which == "first" else -1]
+    doctored = _copy(run, tmp_path)
+    lines = doctored.lines(file)
+    original = lines[line_no - 1]
+    lines.insert(line_no, _as_rank(_other_loss(original), (rank + 1) % max(world, 2)))
+    doctored.write_lines(file, lines)
+    status, text = never_passes(doctored.root)
+    if verify(run)[0] == 0:
+        assert "FAIL training_continuity" in text or status == 2, text
