@@ -385,3 +385,140 @@ def test_another_rank_printing_a_replayed_iteration_otherwise_fails(
     status, text = never_passes(doctored.root)
     if verify(run)[0] == 0:
         assert "FAIL training_continuity" in text or status == 2, text
+
+
+# ---------------------------------------------------------------------------------------------
+# 9. the replacement's argument dump says it was started otherwise
+
+#: entries of Megatron's argument dump that change what is restored or how training proceeds
+#: (the issue's list and their neighbours)
+DUMP_ENTRIES = (
+    "no_load_rng",
+    "override_opt_param_scheduler",
+    "use_checkpoint_opt_param_scheduler",
+    "lr",
+    "min_lr",
+    "weight_decay",
+    "start_weight_decay",
+    "end_weight_decay",
+    "weight_decay_incr_style",
+    "clip_grad",
+    "adam_beta1",
+    "adam_beta2",
+    "adam_eps",
+    "optimizer",
+    "lr_warmup_iters",
+    "lr_warmup_fraction",
+    "lr_warmup_init",
+    "lr_warmup_samples",
+    "lr_decay_style",
+    "lr_decay_iters",
+    "lr_decay_samples",
+    "micro_batch_size",
+    "data_parallel_size",
+    "bf16",
+    "fp16",
+    "use_distributed_optimizer",
+    "loss_scale",
+    "initial_loss_scale",
+    "hysteresis",
+    "accumulate_allreduce_grads_in_fp32",
+    "attention_dropout",
+    "hidden_dropout",
+    "init_method_std",
+    "make_vocab_size_divisible_by",
+    "exit_interval",
+    "seed",
+    "train_iters",
+    "global_batch_size",
+    "no_load_optim",
+    "finetune",
+)
+
+
+def _dump_line(run: Doctor, rel: str, name: str) -> int:
+    """The 0-based index of ``name``'s line in the argument dump of ``rel``."""
+    pattern = re.compile(rf"^\d+: +{name} \.{{3,}} ")
+    hits = [i for i, line in enumerate(run.lines(rel)) if pattern.match(line)]
+    assert hits, f"{rel}: no {name} in the argument dump"
+    return hits[0]
+
+
+def _changed(value: str) -> str:
+    if value in ("True", "False"):
+        return "False" if value == "True" else "True"
+    if value == "None":
+        return "1"
+    try:
+        number = float(value)
+    except ValueError:
+        return value + "x"
+    return str(int(number) + 1) if value.lstrip("-").isdigit() else repr(number * 2 + 0.5)
+
+
+def _restart_otherwise(run: Doctor, name: str) -> tuple[str, str]:
+    """Cycle 1's dump entry ``name`` given another value; returns (old, new)."""
+    rel = "logs/train_cycle1.log"
+    at = _dump_line(run, rel, name)
+    lines = run.lines(rel)
+    head, _, value = lines[at].rstrip("\n").rpartition(" ")
+    new = _changed(value)
+    lines[at] = f"{head} {new}\n"
+    run.write_lines(rel, lines)
+    return value, new
+
+
+def _has_dump(run: Path) -> bool:
+    """Cycle 1 printed an argument dump and is a recovery's replacement that some criterion
+    judges: it trained, or a later cycle replaced it (a fault schedule's cycle struck while it
+    loaded, with no restart left, restored nothing that is judged)."""
+    log = run / "logs" / "train_cycle1.log"
+    if not log.is_file():
+        return False
+    text = log.read_text(errors="replace")
+    judged = "] iteration " in text or (run / "logs" / "train_cycle2.log").is_file()
+    return "---- arguments ----" in text and judged
+
+
+DUMP_RUNS = [d for d in FAULT_RUNS if _has_dump(d)]
+
+
+@pytest.mark.parametrize(
+    ("run", "name"),
+    [(run, DUMP_ENTRIES[i % len(DUMP_ENTRIES)]) for i, run in enumerate(DUMP_RUNS)],
+    ids=lambda p: _id(p) if isinstance(p, Path) else p,
+)
+def test_a_replacement_started_otherwise_fails(run: Path, name: str, tmp_path: Path) -> None:
+    doctored = _copy(run, tmp_path)
+    _, new = _restart_otherwise(doctored, name)
+    status, text = never_passes(doctored.root)
+    if status == 1 and verify(run)[0] == 0:
+        assert "FAIL optimizer_state_load: " in text, text
+        assert name in text and new in text, text
+
+
+@pytest.mark.parametrize("name", DUMP_ENTRIES)
+def test_every_entry_of_the_dump_is_compared(name: str, tmp_path: Path) -> None:
+    doctored = _copy(DATA / "gpu-continuity" / "g2-kill-30", tmp_path)
+    old, new = _restart_otherwise(doctored, name)
+    status, text = verify(doctored.root)
+    assert status == 1, text
+    c3 = next(line for line in text.splitlines() if "optimizer_state_load" in line)
+    assert c3.startswith("FAIL optimizer_state_load: "), text
+    if name in ("no_load_rng", "no_load_optim", "finetune") and new in ("True", "1"):
+        # told to skip restored state: said before any difference
+        assert f"{name} = {new} [logs/train_cycle1.log:" in c3, c3
+    else:
+        assert f"{name} changed across the replacement: {old} in cycle 0, {new} in cycle 1" in c3
+
+
+@pytest.mark.parametrize("run", DUMP_RUNS, ids=_id)
+def test_a_dump_entry_only_one_cycle_printed_fails(run: Path, tmp_path: Path) -> None:
+    doctored = _copy(run, tmp_path)
+    rel = "logs/train_cycle1.log"
+    lines = doctored.lines(rel)
+    del lines[_dump_line(doctored, rel, "clip_grad")]
+    doctored.write_lines(rel, lines)
+    status, text = never_passes(doctored.root)
+    if status == 1 and verify(run)[0] == 0:
+        assert "clip_grad = 1.0 in " in text and "argument dump, absent from " in text, text
