@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import json
 import re
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -522,3 +523,101 @@ def test_a_dump_entry_only_one_cycle_printed_fails(run: Path, tmp_path: Path) ->
     status, text = never_passes(doctored.root)
     if status == 1 and verify(run)[0] == 0:
         assert "clip_grad = 1.0 in " in text and "argument dump, absent from " in text, text
+
+
+# ---------------------------------------------------------------------------------------------
+# 10. run.json against what the run printed
+
+MANIFEST_RUNS = [d for d in RUNS if (d / "run.json").is_file()]
+
+
+def _edit_run_json(run: Doctor, edit: Callable[[dict[str, Any]], None]) -> None:
+    doc = run.json("run.json")
+    edit(doc)
+    run.path("run.json").write_text(json.dumps(doc, indent=2) + "\n")
+
+
+def _prints_versions(run: Path) -> bool:
+    return "> PyTorch version" in (run / "logs" / "train_cycle0.log").read_text(errors="replace")
+
+
+def _workload(run: Path) -> str:
+    return str(json.loads((run / "run.json").read_text())["config"]["workload"])
+
+
+def _edits(run: Path, index: int) -> list[tuple[str, Callable[[Doctor], None], str]]:
+    """(name, edit, what the refusal says) of each edit that applies to ``run``."""
+    restarts = 0 if index % 2 else 7
+    edits: list[tuple[str, Callable[[Doctor], None], str]] = [
+        (
+            f"max_restarts-{restarts}",
+            lambda r: _edit_run_json(r, lambda d: d["config"].update(max_restarts=restarts)),
+            "max_restarts",
+        )
+    ]
+    if _workload(run) == "megatron":
+        edits += [
+            (
+                "tp+1",
+                lambda r: _edit_run_json(r, lambda d: d["config"].update(tp=d["config"]["tp"] + 1)),
+                "tensor_model_parallel_size",
+            ),
+            (
+                "argv-lr",
+                lambda r: _edit_run_json(
+                    r,
+                    lambda d: d.update(
+                        workload_argv=[
+                            "--lr=0.0003" if a.startswith("--lr=") else a
+                            for a in d["workload_argv"]
+                        ]
+                    ),
+                ),
+                "--lr=0.0003",
+            ),
+        ]
+        if _prints_versions(run) and json.loads((run / "run.json").read_text()).get("stack"):
+            for key, value in (("torch", "2.9.0+cu130"), ("megatron", "0.18.0"), ("cuda", "12.8")):
+                edits.append((f"stack-{key}", _set_stack(key, value), value))
+    else:
+        started = _started_line(run)
+        for field, value in (("world_size", "4"), ("restart_count", "0")):
+            if started is not None and f" {field} " in started:
+                edits.append((f"started-{field}", _restart_line(field, value), field))
+    return edits
+
+
+def _started_line(run: Path) -> str | None:
+    log = run / "logs" / "train_cycle1.log"
+    if not log.is_file():
+        return None
+    return next((x for x in log.read_text().splitlines() if " started pid " in x), None)
+
+
+def _set_stack(key: str, value: str) -> Callable[[Doctor], None]:
+    return lambda r: _edit_run_json(r, lambda d: d["stack"].update({key: value}))
+
+
+def _restart_line(field: str, value: str) -> Callable[[Doctor], None]:
+    """An edit: the replacement's first ``started`` line says ``field value``."""
+
+    def edit(run: Doctor) -> None:
+        rel = "logs/train_cycle1.log"
+        lines = run.lines(rel)
+        at = next(i for i, line in enumerate(lines) if " started pid " in line)
+        new = re.sub(rf" {field} \d+", f" {field} {value}", lines[at])
+        assert new != lines[at], lines[at]
+        lines[at] = new
+        run.write_lines(rel, lines)
+
+    return edit
+
+
+@pytest.mark.parametrize("run", MANIFEST_RUNS, ids=_id)
+def test_run_json_against_what_the_run_printed(run: Path, tmp_path: Path) -> None:
+    for name, edit, said in _edits(run, MANIFEST_RUNS.index(run)):
+        doctored = _copy(run, tmp_path / name)
+        edit(doctored)
+        status, text = never_passes(doctored.root)
+        assert status == 2, f"{name}: {text}"
+        assert said in text, f"{name}: {text}"

@@ -17,6 +17,7 @@ from pytest_nvrx.criteria.expected import (
     expected_window,
 )
 from pytest_nvrx.criteria.first_cause import FirstCause, run_timeout_cause
+from pytest_nvrx.criteria.manifest_agreement import manifest_problems
 from pytest_nvrx.criteria.marker_agreement import marker_problems, stray_markers
 from pytest_nvrx.criteria.planted import plant_label_problems, planted_name
 from pytest_nvrx.criteria.registry import CRITERIA
@@ -218,6 +219,7 @@ def judge(
         + marker_problems(run, ctx.timeline)
         + stray_markers(run)
         + plant_label_problems(run)
+        + manifest_problems(run)
         + timing_problems(timed)
         + notes
     )

@@ -134,6 +134,8 @@ class Manifest:
     start_time: datetime | None = None
     start_ref: EvidenceRef | None = None
     stack: dict[str, Any] = field(default_factory=dict)
+    # the line of each of the stack's keys
+    stack_refs: dict[str, EvidenceRef] = field(default_factory=dict)
     # the workload's own arguments (after the injector's ``--``), with the line that lists them
     workload_argv: tuple[str, ...] = ()
     workload_argv_ref: EvidenceRef | None = None
@@ -268,6 +270,7 @@ def read_manifest(path: Path, run_dir: Path, result_path: Path | None = None) ->
         out["start_ref"] = _ref_if(out["start_time"], file, doc, "start_time")
         stack = data.get("stack")
         out["stack"] = dict(stack) if isinstance(stack, dict) else {}
+        out["stack_refs"] = {k: json_key_ref(file, doc, k) for k in out["stack"]}
         argv = data.get("workload_argv")
         if isinstance(argv, list) and all(isinstance(a, str) for a in argv):
             # the injector's own options come first, the workload's after its "--"
