@@ -19,7 +19,9 @@ import pytest
 
 from pytest_nvrx.criteria import Judgement, judge_run_dir
 from pytest_nvrx.evidence.launcher_log import FAILURE_KINDS, LauncherEvent
-from pytest_nvrx.evidence.rundir import load_run
+from pytest_nvrx.evidence.marker import Marker
+from pytest_nvrx.evidence.rundir import RunEvidence, load_run
+from pytest_nvrx.evidence.workload import LoadCompleted, Milestone
 from pytest_nvrx.report import report_main
 from pytest_nvrx.verify import verify_main
 from tests.doctor import CYCLE0, LAUNCHER, MARKER, Doctor, copy_run
@@ -621,3 +623,117 @@ def test_run_json_against_what_the_run_printed(run: Path, tmp_path: Path) -> Non
         status, text = never_passes(doctored.root)
         assert status == 2, f"{name}: {text}"
         assert said in text, f"{name}: {text}"
+
+
+# ---------------------------------------------------------------------------------------------
+# 13. an iteration stamped before its cycle's restore completed; the killed rank printing
+#     iterations after its SIGKILL
+
+_ISO_STAMP = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}\+00:00")
+_MEGATRON_STAMP = re.compile(r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+\]")
+
+
+def _stamped(line: str, when: datetime, zone: timedelta) -> str:
+    """An iteration line of either workload stamped ``when`` (UTC; Megatron's in ``zone``)."""
+    if _ISO_STAMP.search(line):
+        iso = when.strftime("%Y-%m-%dT%H:%M:%S.") + f"{when.microsecond // 1000:03d}+00:00"
+        return _ISO_STAMP.sub(iso, line, count=1)
+    local = (when + zone).replace(tzinfo=None)
+    assert _MEGATRON_STAMP.search(line), line
+    return _MEGATRON_STAMP.sub(f"[{local.strftime('%Y-%m-%d %H:%M:%S.%f')}]", line, count=1)
+
+
+def _restored_cycles(run: Path) -> list[tuple[str, int, datetime]]:
+    """(log, line number of its first iteration, when its restore completed) of each cycle
+    with a stamped load line or setup milestone and an iteration."""
+    evidence = load_run(run, read_checkpoints=False)
+    out = []
+    for log in evidence.cycle_logs:
+        done = [e.time for e in log.of_type(LoadCompleted) if e.time is not None]
+        done += [
+            e.time
+            for e in log.of_type(Milestone)
+            if e.time is not None and e.name in ("setup_done", "training_start")
+        ]
+        its = [e for e in log.iterations if e.time is not None and e.ref.line is not None]
+        if done and its and (log.cycle > 0 or log.of_type(LoadCompleted)):
+            first = min(its, key=lambda e: e.time or max(done))
+            assert first.ref.line is not None
+            out.append((log.file, first.ref.line, max(done)))
+    return out
+
+
+RESTORING = [d for d in RUNS if _restored_cycles(d)]
+
+
+@pytest.mark.parametrize("run", RESTORING, ids=_id)
+def test_an_iteration_stamped_before_its_cycle_restored_cannot_be_judged(
+    run: Path, tmp_path: Path
+) -> None:
+    # the ranks of one node share a clock; those of several are a second apart at most
+    evidence = load_run(run, read_checkpoints=False)
+    zone = evidence.launcher.utc_offset or timedelta(0)
+    nodes = evidence.manifest.nnodes if evidence.manifest is not None else None
+    early = timedelta(milliseconds=50 if nodes is None or nodes.value == 1 else 1050)
+    for n, (file, line_no, restored) in enumerate(_restored_cycles(run)):
+        doctored = _copy(run, tmp_path / str(n))
+        lines = doctored.lines(file)
+        lines[line_no - 1] = _stamped(lines[line_no - 1], restored - early, zone)
+        doctored.write_lines(file, lines)
+        status, text = never_passes(doctored.root)
+        assert status == 2, text
+        assert "the restore of its cycle" in text or "went back in time" in text, text
+
+
+def _fired(evidence: RunEvidence) -> list[tuple[Marker, int]]:
+    """Each usable kill, segv or hang marker and the cycle it fired in (its fire line's)."""
+    markers = [evidence.marker, *(m for _, m in evidence.later_markers)]
+    out = []
+    for marker in markers:
+        if marker is None or not marker.ok or marker.fault not in ("kill", "segv", "hang"):
+            continue
+        fired = [
+            log.cycle
+            for log in evidence.cycle_logs
+            for line in log.injector
+            if line.kind == "fired" and line.rank == marker.rank
+        ]
+        cycle = marker.restart_count if marker.restart_count is not None else None
+        if cycle is None and len(fired) == 1:
+            cycle = fired[0]
+        if cycle is not None and cycle in fired:
+            out.append((marker, cycle))
+    return out
+
+
+KILLED = [d for d in FAULT_RUNS if _fired(load_run(d, read_checkpoints=False))]
+
+
+@pytest.mark.parametrize("run", KILLED, ids=_id)
+def test_a_killed_rank_printing_an_iteration_after_its_fire_line_cannot_be_judged(
+    run: Path, tmp_path: Path
+) -> None:
+    evidence = load_run(run, read_checkpoints=False)
+    template = next(e for log in evidence.cycle_logs for e in log.iterations)
+    for n, (marker, cycle) in enumerate(_fired(evidence)):
+        log = evidence.cycle_log(cycle)
+        assert log is not None and marker.time is not None and marker.rank is not None
+        fire = next(
+            line for line in log.injector if line.kind == "fired" and line.rank == marker.rank
+        )
+        assert fire.ref.line is not None
+        above = [e for e in log.iterations if (e.ref.line or 0) < fire.ref.line]
+        model = above[-1] if above else template
+        doctored = _copy(run, tmp_path / str(n))
+        text = _as_rank(doctored.lines(model.ref.file)[(model.ref.line or 1) - 1], marker.rank)
+        text = re.sub(
+            r"iteration( +)(\d+)/", lambda m: f"iteration{m[1]}{int(m[2]) + 1}/", text, count=1
+        )
+        zone = evidence.launcher.utc_offset or timedelta(0)
+        text = _stamped(text, marker.time - timedelta(milliseconds=1), zone)
+        lines = doctored.lines(log.file)
+        lines.insert(fire.ref.line, text)
+        doctored.write_lines(log.file, lines)
+        status, out = never_passes(doctored.root)
+        assert status == 2, out
+        assert "printed below its fire line" in out, out
