@@ -7,6 +7,7 @@ cause beside PASSED. The originals are never edited: each test doctors its own c
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import re
@@ -40,6 +41,12 @@ def verify(root: Path, *args: str) -> tuple[int, str]:
     out, err = io.StringIO(), io.StringIO()
     status = verify_main([str(root), *args], stdout=out, stderr=err)
     return status, out.getvalue() + err.getvalue()
+
+
+@functools.cache
+def _passes(run: Path) -> bool:
+    """Whether the committed run itself passes (judged once per session)."""
+    return verify(run)[0] == 0
 
 
 def never_passes(root: Path, *args: str) -> tuple[int, str]:
@@ -386,7 +393,7 @@ def test_another_rank_printing_a_replayed_iteration_otherwise_fails(
     lines.insert(line_no, _as_rank(_other_loss(original), (rank + 1) % max(world, 2)))
     doctored.write_lines(file, lines)
     status, text = never_passes(doctored.root)
-    if verify(run)[0] == 0:
+    if _passes(run):
         assert "FAIL training_continuity" in text or status == 2, text
 
 
@@ -495,7 +502,7 @@ def test_a_replacement_started_otherwise_fails(run: Path, name: str, tmp_path: P
     doctored = _copy(run, tmp_path)
     _, new = _restart_otherwise(doctored, name)
     status, text = never_passes(doctored.root)
-    if status == 1 and verify(run)[0] == 0:
+    if status == 1 and _passes(run):
         assert "FAIL optimizer_state_load: " in text, text
         assert name in text and new in text, text
 
@@ -505,7 +512,8 @@ def test_every_entry_of_the_dump_is_compared(name: str, tmp_path: Path) -> None:
     doctored = _copy(DATA / "gpu-continuity" / "g2-kill-30", tmp_path)
     old, new = _restart_otherwise(doctored, name)
     status, text = verify(doctored.root)
-    assert status == 1, text
+    # an entry run.json's workload_argv sets contradicts run.json as well: cannot judge
+    assert status in (1, 2), text
     c3 = next(line for line in text.splitlines() if "optimizer_state_load" in line)
     assert c3.startswith("FAIL optimizer_state_load: "), text
     if name in ("no_load_rng", "no_load_optim", "finetune") and new in ("True", "1"):
@@ -523,7 +531,7 @@ def test_a_dump_entry_only_one_cycle_printed_fails(run: Path, tmp_path: Path) ->
     del lines[_dump_line(doctored, rel, "clip_grad")]
     doctored.write_lines(rel, lines)
     status, text = never_passes(doctored.root)
-    if status == 1 and verify(run)[0] == 0:
+    if status == 1 and _passes(run):
         assert "clip_grad = 1.0 in " in text and "argument dump, absent from " in text, text
 
 
