@@ -270,6 +270,16 @@ PHASES: tuple[PhaseSpec, ...] = (
 )
 
 
+#: the timings of :meth:`RecoveryClock.timings` that are the whole run's, not its recovery's
+RUN_TIMINGS = frozenset(
+    {
+        "launcher_start_to_first_iteration_s",
+        "launcher_start_to_first_checkpoint_s",
+        "whole_run_s",
+    }
+)
+
+
 @dataclass(frozen=True, slots=True)
 class Instant:
     """A milestone: when it was (None: the evidence does not show it) and the line that shows it."""
@@ -349,6 +359,15 @@ class RecoveryClock:
         if all(p.seconds is not None for p in phases):
             return 0.0
         return round(downtime - sum(p.seconds for p in phases if p.seconds is not None), 3)
+
+    def run_timings(self) -> dict[str, float]:
+        """The whole run's timings of :meth:`timings` (:data:`RUN_TIMINGS`): a fault schedule's
+        run reports these for the run and every other one per fault."""
+        return {k: v for k, v in self.timings().items() if k in RUN_TIMINGS}
+
+    def recovery_timings(self) -> dict[str, float]:
+        """The recovery's own timings of :meth:`timings` (all but :data:`RUN_TIMINGS`)."""
+        return {k: v for k, v in self.timings().items() if k not in RUN_TIMINGS}
 
     def timings(self) -> dict[str, float]:
         """verify's timings: seconds between the recovery's instants, where the evidence shows
