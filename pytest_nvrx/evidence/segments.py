@@ -150,11 +150,26 @@ def unexplained_failures(run: RunEvidence, segments: list[FaultSegment]) -> list
 #: the milestones a fault in a replacement's restore comes before: the replacement it struck never
 #: reached them (the fault fires inside its checkpoint load, after its workers started)
 CUT_BY_RESTORE_FAULT = frozenset({"checkpoint_loaded", "first_step"})
+#: the milestones of a replacement: where the launcher had to stop the job, none was started
+CUT_BY_STOP = frozenset({"rendezvous", "workers_started", "checkpoint_loaded", "first_step"})
 
 #: how a scheduled fault's recovery ended: its first committed step; the next fault struck its
 #: replacement while it restored; no restart was due (the launcher had to stop the job); or
 #: none of these (the evidence shows no step committed after the restore)
 RecoveryOutcome = Literal["recovered", "struck", "stopped", "not recovered"]
+
+
+def outcome_note(outcome: str | None, struck_by: int | None, stopped: str | None) -> str | None:
+    """How a schedule's recovery ended, in words, where it did not recover: what verify, the
+    console's row and the report's bar say instead of a downtime to a first step (None: it
+    recovered)."""
+    if outcome == "stopped":
+        return f"no restart due: {stopped} stopped the job"
+    if outcome == "struck":
+        return f"struck while restoring by fault {struck_by}"
+    if outcome == "not recovered":
+        return "not recovered: no step committed after the restore"
+    return None
 
 
 @dataclass(frozen=True)
@@ -220,26 +235,35 @@ class FaultRecovery:
 
     @property
     def unreached(self) -> tuple[str, ...]:
-        """The phases a struck recovery never reached (ids of :data:`PHASES`): those that end at
-        a milestone the fault in its restore came before, and start at one it reached or at
-        another such milestone. Any other phase the evidence lacks is missing."""
-        if self.struck is None:
+        """The phases a recovery never reached (ids of :data:`PHASES`): a struck one's that end
+        at a milestone the fault in its restore came before (:data:`CUT_BY_RESTORE_FAULT`), a
+        stopped one's that end at a replacement's (:data:`CUT_BY_STOP`), each starting at a
+        milestone it reached or at another such one. Any other phase the evidence lacks is
+        missing."""
+        if self.stopped is not None:
+            cut = CUT_BY_STOP
+        elif self.struck is not None:
+            cut = CUT_BY_RESTORE_FAULT
+        else:
             return ()
         return tuple(
             spec.id
             for spec in PHASES
-            if spec.end in CUT_BY_RESTORE_FAULT
+            if spec.end in cut
             and self.clock.at(spec.end) is None
-            and (spec.start in CUT_BY_RESTORE_FAULT or self.clock.at(spec.start) is not None)
+            and (spec.start in cut or self.clock.at(spec.start) is not None)
         )
 
     @property
     def phases(self) -> tuple[Phase, ...]:
-        """The clock's phases; those a struck recovery never reached say so."""
+        """The clock's phases; those the recovery never reached say why."""
         unreached = self.unreached
         if not unreached:
             return self.clock.phases
-        why = f"not reached: fault {self.struck_by} struck the replacement while it restored"
+        if self.stopped is not None:
+            why = f"not reached: no restart was due ({self.stopped} stopped the job)"
+        else:
+            why = f"not reached: fault {self.struck_by} struck the replacement while it restored"
         return tuple(replace(p, missing=why) if p.id in unreached else p for p in self.clock.phases)
 
     @property
@@ -270,15 +294,8 @@ class FaultRecovery:
         return round(downtime - known - (restoring or 0.0), 3)
 
     def note(self) -> str | None:
-        """How the recovery ended, in words, where it did not recover: what the console's row,
-        the report's bar and verify say instead of a downtime to a first step."""
-        if self.stopped is not None:
-            return f"no restart due: {self.stopped} stopped the job"
-        if self.struck is not None:
-            return f"struck while restoring by fault {self.struck_by}"
-        if self.outcome == "not recovered":
-            return "not recovered: no step committed after the restore"
-        return None
+        """How the recovery ended, in words, where it did not recover (:func:`outcome_note`)."""
+        return outcome_note(self.outcome, self.struck_by, self.stopped)
 
     def timings(self) -> dict[str, float]:
         """verify's timings of this recovery (the clock's, less the whole run's)."""
