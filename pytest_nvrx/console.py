@@ -153,13 +153,15 @@ def verdict_table(rows: Sequence[Row], width: int = 120) -> list[str]:
     # each line: its cells and what goes in the cause column (a row's cause, a fault's note)
     body: list[tuple[list[str], str | None]] = []
     for row in rows:
-        name = row.scenario + (" *" if row.shared_gpu else "")
+        name = row.scenario
+        if row.recoveries:
+            n = row.recovery_count
+            name += f" ({n} recover{'y' if n == 1 else 'ies'})"
+        name += " *" if row.shared_gpu else ""
         if row.baseline:
             cells = ["—"] * (1 + len(shown_phases))
         elif row.recoveries:
             # a schedule: its total, its phases in the rows of its faults below
-            n = row.recovery_count
-            name += f" ({n} recover{'y' if n == 1 else 'ies'})"
             cells = [_seconds(row.total_downtime_s)] + [""] * len(shown_phases)
         else:
             cells = [_seconds(row.timings.get(DOWNTIME_KEY))]
@@ -194,8 +196,7 @@ def verdict_table(rows: Sequence[Row], width: int = 120) -> list[str]:
     if any(r.recoveries for r in rows):
         out.append(
             _cut(
-                "a schedule's downtime is its total: each fault to its recovery's first committed"
-                " step, or to the next fault where that struck the restore",
+                "schedule downtime: its recoveries' total (a struck one ends at the next fault)",
                 width,
             )
         )
