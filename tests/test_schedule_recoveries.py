@@ -45,6 +45,8 @@ GPU_THREE = (
     / "core_v0.19.0"
     / "megatron-schedule-kill-step_kill-step_ckpt-worker-finalize"
 )
+#: kill@step,hang@restore that the 45 s run timeout ended before the hang was detected
+TIMED_OUT = DATA / "cpu-timed-out-schedule" / "ref-kill-step+hang-restore-timeout"
 #: the QUALIFIED kill@step,kill@restore runs: the reference's and Megatron's on both revisions
 KILL_STEP_KILL_RESTORE = [
     p for p in SCHEDULE_RUNS if p.name in ("ref-kill-step+kill-restore", GPU_TWO.name)
@@ -366,6 +368,34 @@ def test_a_fault_never_detected_has_no_timing(tmp_path: Path) -> None:
     )
     failure = _scenario(doc.root, j).downtime_failure(1000.0)
     assert failure is not None and "fault 2 of 2, kill@restore: no measurable downtime" in failure
+
+
+def test_a_real_run_the_timeout_ended_has_no_timing_for_its_undetected_fault() -> None:
+    """The hang struck cycle 1's restore; the run timeout killed the run before anything could
+    detect it. The launcher's shutdown recorded a worker's exit after the fault (after its
+    ``death signal`` line): no detection, so no timing of the hang's recovery, and none of the
+    kill's stands for the run's."""
+    j = judge_run_dir(TIMED_OUT)
+    assert not j.passed and j.judgeable
+    assert "the hang was not detected" in j.verdict("replaced_cycle").reason
+    first, second = j.recoveries
+    assert (first.outcome, second.outcome) == ("struck", "not recovered")
+    assert first.timings()["failure_to_detected_s"] > 0
+    # the record of the launcher's own stop is what the fault's timeline found after the fault
+    shutdown = second.clock.timeline.detected
+    assert shutdown is not None and "failed (exitcode: -15)" in shutdown.ref.text
+    assert second.clock.at("detected") is None
+    assert second.timings() == {} and second.downtime_s is None
+    assert set(j.timings) <= RUN_TIMINGS and j.total_downtime_s is None
+    out, err = io.StringIO(), io.StringIO()
+    assert verify_main([str(TIMED_OUT), "--json", "-"], out, err) == 1
+    data = json.loads(out.getvalue())
+    assert "failure_to_detected_s" not in data["timings"]
+    assert data["recoveries"][1]["timings"] == {}
+    assert "fault 2 of 2, hang@restore: downtime —, not recovered" in err.getvalue()
+    props = dict(_scenario(TIMED_OUT, j).junit_properties())
+    assert not any(k.startswith("nvrx_fault2_timing_") for k in props)
+    assert "nvrx_fault2_downtime_s" not in props and "nvrx_schedule_downtime_s" not in props
 
 
 # -- the plugin, end to end ---------------------------------------------------------------------

@@ -50,6 +50,10 @@ class LauncherEventKind(StrEnum):
     # the workers and before the next rendezvous, until every GPU of the node is nearly empty,
     # whoever holds the memory (other runs on a shared GPU included)
     GPU_RECLAIM = "gpu_reclaim"
+    # "Received 15 death signal, shutting down workers, timeout 1800 sec.": the launcher was told
+    # to stop (our run timeout, a stop signal); every failure it records after it is its own
+    # shutdown's, no fault's
+    STOP_SIGNAL = "stop_signal"
 
 
 # Events that say a worker (group) failed or was judged hung.
@@ -191,6 +195,7 @@ _TOLD_BY_PHRASE: tuple[tuple[str, LauncherEventKind], ...] = (
     ("starting workers for entrypoint", LauncherEventKind.WORKERS_STARTING),
     ("worker group successfully finished", LauncherEventKind.GROUP_SUCCEEDED),
     ("Agent .run() is OK", LauncherEventKind.RUN_OK),
+    ("death signal, shutting down workers", LauncherEventKind.STOP_SIGNAL),
 )
 
 

@@ -7,7 +7,10 @@ Any failure record outside that window is "another" failure.
 
 The recovery clock (:func:`recovery_clock`) is computed here once from the timeline: the
 recovery's milestones, its phases and the downtime. verify's timings, the recovery report
-(pytest_nvrx.report) and the downtime gate (pytest_nvrx.scenario_run) all read it.
+(pytest_nvrx.report) and the downtime gate (pytest_nvrx.scenario_run) all read it. A failure
+the launcher recorded after it was told to stop (its ``death signal`` line: our run timeout
+killed the run, a stop signal) is its own shutdown's, never the fault's detection: the clock
+then has no detection, and no timing from one (the criteria judge that record as they do).
 """
 
 from __future__ import annotations
@@ -413,6 +416,8 @@ def recovery_clock(run: RunEvidence, timeline: Timeline | None = None) -> Recove
     )
 
     detected = timeline.detected
+    if detected is not None and _after_stop(run, detected):
+        detected = None  # the launcher's shutdown, not a detection of the fault
     detected_t = detected.time if detected is not None else None
     started_first = (
         timeline.replacement_started.time if timeline.replacement_started is not None else None
@@ -465,6 +470,17 @@ def recovery_clock(run: RunEvidence, timeline: Timeline | None = None) -> Recove
         first_iteration=first_it.time if first_it else None,
         first_checkpoint=first_saved.time if first_saved else None,
     )
+
+
+def _after_stop(run: RunEvidence, event: LauncherEvent) -> bool:
+    """Whether the launcher wrote ``event`` after it was told to stop (its first
+    ``death signal`` line): a record of its own shutdown."""
+    stop = next(iter(run.launcher.of_kind(LauncherEventKind.STOP_SIGNAL)), None)
+    if stop is None:
+        return False
+    if stop.ref.file == event.ref.file and stop.ref.line is not None and event.ref.line is not None:
+        return event.ref.line > stop.ref.line
+    return stop.time is not None and event.time is not None and event.time >= stop.time
 
 
 def _instant(event: LauncherEvent | None) -> Instant:
