@@ -22,11 +22,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pytest_nvrx.checkpoint_claim import check_checkpoint_dir, claim_checkpoint_dir, release_dir
-from pytest_nvrx.console import Row
+from pytest_nvrx.console import Row, fault_rows
 from pytest_nvrx.criteria import Judgement, judge, judge_run_dir
 from pytest_nvrx.criteria.baseline import baseline_refusal
 from pytest_nvrx.evidence.progress import Progress
 from pytest_nvrx.evidence.rundir import RunEvidence, load_run
+from pytest_nvrx.evidence.timeline import Phase
 from pytest_nvrx.gpu_slots import GpuLedger, Slot, gpu_locks, visible_gpus
 from pytest_nvrx.gpu_slots import gpu_available as gpu_available  # re-exported
 from pytest_nvrx.launch import Launch, RunResult, RunTimeout, tail_text
@@ -163,11 +164,35 @@ class ScenarioRun:
             ]
         props += [(f"nvrx_stack_{k}", v) for k, v in sorted(self.stack.items())]
         props += [(f"nvrx_timing_{k}", v) for k, v in sorted(self.judgement.timings.items())]
+        props += self._recovery_properties()
         shared = self.judgement.gpu_shared_with
         if shared is not None:
             # the timings above were measured beside these runs on one GPU ("" alone)
             props.append(("nvrx_gpu_shared_with", ",".join(shared)))
         return _properties(props)
+
+    def _recovery_properties(self) -> list[tuple[str, Any]]:
+        """A fault schedule's every recovery (``nvrx_fault<k>_...``: its fault, how it ended, its
+        downtime, verify's timings and the report's phases) and the schedule's total; none for a
+        run of one fault (its timings are the run's)."""
+        judgement = self.judgement
+        if not judgement.schedule:
+            return []
+        props: list[tuple[str, Any]] = [
+            ("nvrx_schedule_downtime_s", judgement.total_downtime_s),
+            ("nvrx_recoveries", judgement.recovery_count),
+        ]
+        for r in judgement.recoveries:
+            head = f"nvrx_fault{r.position}"
+            props += [
+                (head, r.fault),
+                (f"{head}_outcome", r.outcome),
+                (f"{head}_note", r.note()),
+                (f"{head}_downtime_s", r.downtime_s),
+            ]
+            props += [(f"{head}_timing_{k}", v) for k, v in sorted(r.timings().items())]
+            props += [(f"{head}_phase_{p.id}_s", p.seconds) for p in r.phases]
+        return props
 
     def criterion_properties(self, criterion: str) -> list[tuple[str, str]]:
         """One criterion's testcase: its own verdict and the lines that prove it."""
@@ -213,14 +238,20 @@ class ScenarioRun:
     @property
     def downtime_s(self) -> float | None:
         """The fault's instant to the first step committed after the restore, as judged (verify's
-        timing, the recovery clock's downtime); None: the evidence shows no such pair."""
+        timing, the recovery clock's downtime); a fault schedule's total downtime (every
+        recovery's, evidence/segments.py); None: the evidence shows no such pair."""
+        if self.judgement.schedule:
+            return self.judgement.total_downtime_s
         return self.judgement.timings.get(DOWNTIME_TIMING)
 
     def downtime_failure(self, limit_s: float) -> str | None:
         """Why the run breaks ``--nvrx-max-downtime limit_s``; None when it keeps to it (a
-        baseline has no downtime to hold). No measurement is a failure, never a pass."""
+        baseline has no downtime to hold). No measurement is a failure, never a pass. A fault
+        schedule holds every recovery to the limit (:meth:`_recoveries_downtime_failure`)."""
         if self.baseline:
             return None
+        if self.judgement.schedule:
+            return self._recoveries_downtime_failure(limit_s)
         clock = self.judgement.clock
         downtime = clock.downtime_s
         if downtime is None:
@@ -242,36 +273,74 @@ class ScenarioRun:
             f"fault to first step committed after the restore{split}"
         )
 
+    def _recoveries_downtime_failure(self, limit_s: float) -> str | None:
+        """A fault schedule under ``--nvrx-max-downtime``: every recovery that was due is held to
+        the limit, each by its own clock. One the next fault struck while it restored is held
+        by what it has: the time it was down until that fault (already over the limit is a
+        failure; its restore is judged again, in full, in the next fault's recovery, which
+        loads the same checkpoint). A recovery without a measurement fails, as does a
+        schedule with no recovery to measure; after a fault at which the launcher had to stop
+        the job no recovery was due (no_repeat_injection judges that stop)."""
+        given = f"limit {limit_s:g} s (--nvrx-max-downtime)"
+        due = [r for r in self.judgement.recoveries if r.due]
+        if not due:
+            return (
+                f"no measurable downtime, {given}: no recovery of the schedule"
+                f" {','.join(self.judgement.schedule)} to measure"
+            )
+        out = []
+        for recovery in due:
+            downtime = recovery.downtime_s
+            if downtime is None:
+                out.append(
+                    f"{recovery.label}: no measurable downtime, {given}: the evidence shows no"
+                    " fault instant or no step committed after its restore"
+                )
+            elif downtime < 0:
+                out.append(
+                    f"{recovery.label}: downtime {downtime:.3f} s is negative, {given}: the"
+                    " clocks disagree, nothing was measured"
+                )
+            elif downtime > limit_s and recovery.struck_by is not None:
+                out.append(
+                    f"{recovery.label}: down {downtime:.3f} s until fault {recovery.struck_by}"
+                    f" struck its replacement while it restored, over the {given}"
+                )
+            elif downtime > limit_s:
+                parts = downtime_breakdown(recovery.timings())
+                split = f" ({', '.join(parts)})" if parts else ""
+                out.append(
+                    f"{recovery.label}: downtime {downtime:.3f} s exceeds the {given}: fault to"
+                    f" first step committed after the restore{split}"
+                )
+        return "; ".join(out) or None
+
     def phase_failures(self, limits: Mapping[str, float]) -> list[str]:
         """Why the run breaks ``--nvrx-max-phase`` (the recovery clock's phases, the recovery
-        report's); a phase the evidence cannot measure breaks its limit too."""
+        report's); a phase the evidence cannot measure breaks its limit too. A fault schedule
+        holds every due recovery's phases to the limits, each named by its fault; the phases a
+        recovery struck while it restored never reached (its checkpoint load, its first step)
+        are judged in the next fault's recovery, which loads the same checkpoint."""
         if self.baseline or not limits:
             return []
+        if self.judgement.schedule:
+            due = [r for r in self.judgement.recoveries if r.due]
+            if not due:
+                return [
+                    f"phase {phase_id} not measurable, limit {limit:g} s (--nvrx-max-phase"
+                    f" {phase_id}={limit:g}): no recovery of the schedule to measure"
+                    for phase_id, limit in limits.items()
+                ]
+            return [
+                f"{r.label}: {failure}"
+                for r in due
+                for failure in _phase_failures(
+                    {p.id: p for p in r.phases}, limits, unreached=r.unreached
+                )
+            ]
         clock = self.judgement.clock
         phases = {phase.id: phase for phase in clock.phases} if clock.has_recovery else {}
-        out = []
-        for phase_id, limit in limits.items():
-            given = f"--nvrx-max-phase {phase_id}={limit:g}"
-            phase = phases.get(phase_id)
-            if phase is None:
-                out.append(f"phase {phase_id} not measurable, limit {limit:g} s ({given}): no "
-                           "recovery to measure (no fault instant)")  # fmt: skip
-            elif phase.seconds is None:
-                out.append(
-                    f"phase {phase_id} ({phase.label}) not measurable, limit {limit:g} s "
-                    f"({given}): {phase.missing}"
-                )
-            elif phase.seconds < 0:
-                out.append(
-                    f"phase {phase_id} ({phase.label}) is {phase.seconds:.3f} s, negative, limit"
-                    f" {limit:g} s ({given}): the clocks disagree, nothing was measured"
-                )
-            elif phase.seconds > limit:
-                out.append(
-                    f"phase {phase_id} ({phase.label}) {phase.seconds:.3f} s exceeds the limit "
-                    f"{limit:g} s ({given})"
-                )
-        return out
+        return _phase_failures(phases, limits)
 
     def gate_failures(self, limits: Limits | None) -> list[str]:
         """Every limit the run breaks (none for a baseline or without limits)."""
@@ -329,6 +398,8 @@ class ScenarioRun:
             cause=cause,
             baseline=self.baseline,
             shared_gpu=self.judgement.gpu_shared,
+            recoveries=fault_rows(self.judgement.recoveries),
+            total_downtime_s=self.judgement.total_downtime_s,
         )
 
     def outcome_line(self, limits: Limits | None = None) -> str:
@@ -353,6 +424,39 @@ class ScenarioRun:
             max_downtime_s=limits.downtime_s,
             max_phases=dict(limits.phases) or None,
         )
+
+
+def _phase_failures(
+    phases: Mapping[str, Phase], limits: Mapping[str, float], *, unreached: Sequence[str] = ()
+) -> list[str]:
+    """Each of ``limits`` (phase id -> seconds) that ``phases`` break; a phase the evidence
+    cannot measure breaks its limit too. ``unreached``: phases a recovery struck while it
+    restored never reached, held to no limit here."""
+    out = []
+    for phase_id, limit in limits.items():
+        if phase_id in unreached:
+            continue
+        given = f"--nvrx-max-phase {phase_id}={limit:g}"
+        phase = phases.get(phase_id)
+        if phase is None:
+            out.append(f"phase {phase_id} not measurable, limit {limit:g} s ({given}): no "
+                       "recovery to measure (no fault instant)")  # fmt: skip
+        elif phase.seconds is None:
+            out.append(
+                f"phase {phase_id} ({phase.label}) not measurable, limit {limit:g} s "
+                f"({given}): {phase.missing}"
+            )
+        elif phase.seconds < 0:
+            out.append(
+                f"phase {phase_id} ({phase.label}) is {phase.seconds:.3f} s, negative, limit"
+                f" {limit:g} s ({given}): the clocks disagree, nothing was measured"
+            )
+        elif phase.seconds > limit:
+            out.append(
+                f"phase {phase_id} ({phase.label}) {phase.seconds:.3f} s exceeds the limit "
+                f"{limit:g} s ({given})"
+            )
+    return out
 
 
 @dataclass(frozen=True)

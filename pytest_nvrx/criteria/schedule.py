@@ -41,7 +41,6 @@ from pytest_nvrx.evidence.launcher_log import LauncherEvent, LauncherEventKind
 from pytest_nvrx.evidence.refs import EvidenceRef, Problem
 from pytest_nvrx.evidence.rundir import RunEvidence
 from pytest_nvrx.evidence.segments import FaultSegment, unexplained_failures
-from pytest_nvrx.evidence.timeline import recovery_clock
 from pytest_nvrx.evidence.workload import LoadCompleted, LoadStarted
 from pytest_nvrx.layout import SCHEDULE_WINDOWS, marker_name
 from pytest_nvrx.settings.schedule import (
@@ -121,6 +120,11 @@ def expected_ending(
     return Ending(due, how, budget, limit)
 
 
+def run_ending(run: RunEvidence, schedule: tuple[ScheduledFault, ...]) -> Ending:
+    """How ``run``, a run of ``schedule``, must end: by its restart budget and no-progress limit."""
+    return expected_ending(schedule, restart_budget(run), no_progress_limit(run))
+
+
 def schedule_verdicts(
     run: RunEvidence,
     schedule: tuple[ScheduledFault, ...],
@@ -129,10 +133,13 @@ def schedule_verdicts(
     *,
     baseline: RunEvidence | None = None,
     continuity_rtol: float = 0.0,
+    ending: Ending | None = None,
 ) -> tuple[Verdict, ...]:
     """Every criterion over ``run``, a run of ``schedule`` (run.json's, at ``schedule_ref``) cut
-    into ``segments`` (:func:`~pytest_nvrx.evidence.segments.fault_segments`)."""
-    ending = expected_ending(schedule, restart_budget(run), no_progress_limit(run))
+    into ``segments`` (:func:`~pytest_nvrx.evidence.segments.fault_segments`); ``ending``: its
+    :func:`run_ending`, computed if None."""
+    if ending is None:
+        ending = run_ending(run, schedule)
     due = ending.due
     per_fault: dict[CriterionId, list[tuple[str, Verdict]]] = {c: [] for c in CRITERIA_IDS}
     for segment in segments:
@@ -576,7 +583,7 @@ def schedule_problems(
         if segment.position == 1:
             continue  # the whole run's clock checks hold the first marker
         found += clocks.marker_outside_its_cycle(segment.view, segment.timeline)
-        found += clocks.timing_problems(recovery_clock(segment.view, segment.timeline).timings())
+        found += clocks.timing_problems(segment.clock.timings())
     found += _arming_disagrees(run, schedule, segments)
     found += _budget_disagrees(run)
     found += _progress_disagrees(run, schedule, segments)

@@ -50,6 +50,10 @@ class LauncherEventKind(StrEnum):
     # the workers and before the next rendezvous, until every GPU of the node is nearly empty,
     # whoever holds the memory (other runs on a shared GPU included)
     GPU_RECLAIM = "gpu_reclaim"
+    # "Received 15 death signal, shutting down workers, timeout 1800 sec.": the launcher was told
+    # to stop (our run timeout, a stop signal); every failure it records after it is its own
+    # shutdown's, no fault's
+    STOP_SIGNAL = "stop_signal"
 
 
 # How torchelastic's launcher says a signal stopped it (its signal handler's exception).
@@ -130,12 +134,18 @@ class LauncherLog:
         )
 
     def signalled(self) -> LauncherEvent | None:
-        """The launcher's record of the signal that stopped it (``Agent .run() raised
-        SignalException: Process P got signal: 15``): what our run timeout, a stop signal or a
-        scheduler sends. The workers' exits recorded after it (-15) are that stop's, no fault's.
-        None: nothing signalled the launcher."""
+        """The launcher's first record of the signal that stopped it (``Received 15 death
+        signal, shutting down workers``, else ``Agent .run() raised SignalException: Process P
+        got signal: 15``): what our run timeout, a stop signal or a scheduler sends. The
+        workers' exits recorded after it (-15) are that stop's, no fault's detection. None:
+        nothing signalled the launcher."""
         return next(
-            (e for e in self.of_kind(LauncherEventKind.RUN_FAILED) if _SIGNALLED in e.ref.text),
+            (
+                e
+                for e in self.events
+                if e.kind is LauncherEventKind.STOP_SIGNAL
+                or (e.kind is LauncherEventKind.RUN_FAILED and _SIGNALLED in e.ref.text)
+            ),
             None,
         )
 
@@ -204,6 +214,7 @@ _TOLD_BY_PHRASE: tuple[tuple[str, LauncherEventKind], ...] = (
     ("starting workers for entrypoint", LauncherEventKind.WORKERS_STARTING),
     ("worker group successfully finished", LauncherEventKind.GROUP_SUCCEEDED),
     ("Agent .run() is OK", LauncherEventKind.RUN_OK),
+    ("death signal, shutting down workers", LauncherEventKind.STOP_SIGNAL),
 )
 
 

@@ -159,7 +159,7 @@ def report_main(
         err.write(printable(f"report: error: cannot write the report: {exc}") + "\n")
         return EXIT_USAGE
     for r in reports:
-        down = f" (downtime {r.downtime_s:.1f} s)" if r.downtime_s is not None else ""
+        down = f" ({r.downtime_text()})" if r.downtime_s is not None else ""
         out.write(printable(f"{r.name}: {r.outcome}{down}") + "\n")  # the run's text, escaped
     section = selftest_section(reports)
     if section is not None:
