@@ -564,6 +564,8 @@ def prepare_checkout(
 
 #: This process's preparations, by checkout and PATH, with the artifacts' stamps then.
 _PREPARED: dict[tuple[str, str], tuple[Preparation, tuple[tuple[str, int, int, int], ...]]] = {}
+#: This process's refusals, by checkout and PATH.
+_REFUSED: dict[tuple[str, str], ConfigError] = {}
 _PREPARED_LOCKS: dict[tuple[str, str], threading.Lock] = {}
 _LOCKS_LOCK = threading.Lock()
 
@@ -573,15 +575,23 @@ def ensure_prepared(
 ) -> Preparation:
     """:func:`prepare_checkout` once per process: a later call (a scenario's plan after its
     session prepared the checkout, a thread of a pool) whose artifacts are unchanged since is
-    told they are already built, without asking make again."""
+    told they are already built, without asking make again; one after a refusal is refused
+    alike (a failing build is not run again for every scenario)."""
     env = os.environ if environ is None else environ
     key = (os.path.realpath(checkout), env.get("PATH", ""))
     with _LOCKS_LOCK:
         lock = _PREPARED_LOCKS.setdefault(key, threading.Lock())
     with lock:
+        refused = _REFUSED.get(key)
+        if refused is not None:
+            raise refused
         known = _PREPARED.get(key)
         if known is not None and known[0].stamps() == known[1]:
             return known[0].as_already()
-        prepared = prepare_checkout(checkout, who=who, environ=env)
+        try:
+            prepared = prepare_checkout(checkout, who=who, environ=env)
+        except ConfigError as exc:
+            _REFUSED[key] = exc
+            raise
         _PREPARED[key] = (prepared, prepared.stamps())
         return prepared

@@ -31,6 +31,7 @@ from pytest_nvrx.fixtures import (
     SELFTEST_FIXTURE,
     WORKEROUTPUT_JUDGED,
     nvrx_settings,
+    prepare_megatron,
     resolve_settings,
     run_of,
     scenario_key,
@@ -774,5 +775,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         config.workeroutput[WORKEROUTPUT_SELECTED] = list(selected)  # type: ignore[attr-defined]
         if selected and workerinput.get("workerid") == "gw0":
             _print_header_once(config)
+            prepare_megatron(config, session.items)
     elif selected:
         _print_header_once(config)
+        prepare_megatron(config, session.items)

@@ -497,3 +497,27 @@ def test_the_holder_keeps_its_claim_alive(tmp_path: Path) -> None:
         time.sleep(0.02)
     held.release()
     assert not claim.exists()
+
+
+def test_a_refusal_is_remembered_by_the_process(tmp_path: Path) -> None:
+    """Each scenario of a session plans through ensure_prepared: a build that failed once is not
+    run again for each of them."""
+    failing = (
+        "OUT = helpers_data.py\n\ndefault: $(OUT)\n\n$(OUT): helpers.src\n"
+        '\techo $$$$ >> "$(NVRX_TEST_BUILD_LOG)"\n'
+        "\t@echo 'helpers.src:1: error: broken on purpose' >&2; exit 3\n"
+    )
+    root = megatron_checkout(
+        tmp_path / "m", makefile=failing, source="x\n", source_name="helpers.src"
+    )
+    env = slow_env(tmp_path)
+    with pytest.raises(ConfigError) as first:
+        ensure_prepared(root, who="session", environ=env)
+    assert str(first.value).startswith(
+        f"building {DATASETS}/helpers_data.py failed (make -C {root / DATASETS} exited 2):"
+        " helpers.src:1: error: broken on purpose; rank 0 of every job would fail the same way"
+    )
+    with pytest.raises(ConfigError) as again:
+        ensure_prepared(root, who="scenario", environ=env)
+    assert again.value is first.value
+    assert len(builds(tmp_path)) == 1
