@@ -228,7 +228,10 @@ def prepare_megatron(config: pytest.Config, items: list[pytest.Item]) -> None:
     workerinput = getattr(config, "workerinput", None)
     who = "pytest session" + (f", xdist {workerinput.get('workerid')}" if workerinput else "")
     try:
-        prepared = ensure_prepared(settings.megatron_path, who=who)
+        # SIGTERM/SIGHUP stop the build like Ctrl-C: its make and compiler are killed, the
+        # claim removed
+        with interrupt_on_stop_signals():
+            prepared = ensure_prepared(settings.megatron_path, who=who)
     except ConfigError as exc:
         message = f"pytest-nvrx: {exc.message_for('plugin')}"
         if workerinput is None:

@@ -150,3 +150,46 @@ def test_the_cli_refuses_an_unbuildable_checkout_before_making_the_run_dir(
     dry = cli(*args, "--work-dir", str(work), "--dry-run", env=env)
     assert dry.returncode == 0, dry.stderr
     assert said(dry.stdout + dry.stderr) == [] and builds(tmp_path) == 0
+
+
+@pytest.mark.parametrize("signame", ["SIGTERM", "SIGINT"])
+def test_a_stop_signal_during_the_build_stops_it_whole(
+    checkout: Path, tmp_path: Path, signame: str
+) -> None:
+    """SIGTERM (CI cancel) or Ctrl-C while run builds the checkout: make and what it started
+    are killed, the claim and the build's temp dir removed, nothing launched."""
+    import os
+    import signal
+    import time
+
+    from tests.processes import MARK_VAR, dispositions, kill_marked, marked, new_mark
+
+    mark = new_mark()
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    env = {**os.environ, MARK_VAR: mark, "NVRX_TEST_PIECE_S": "3", "TMPDIR": str(tmp)}
+    args = ["--workload", "megatron", "--megatron-path", str(checkout), "--fault", "none"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pytest_nvrx", "run", *args, "--gpus-per-node", "1",
+         "--work-dir", str(tmp_path / "work")],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=dispositions("default"),
+    )  # fmt: skip
+    claim = checkout / DATASETS / ".nvrx-build.claim"
+    try:
+        deadline = time.monotonic() + 60
+        while builds(tmp_path) == 0:  # the recipe has started
+            assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
+            time.sleep(0.05)
+        assert claim.exists()
+        proc.send_signal(getattr(signal, signame))
+        out, err = proc.communicate(timeout=60)
+        left = marked(mark)  # at once: the CLI has exited, nothing of its build may be left
+    finally:
+        kill_marked(mark)
+    assert proc.returncode == 128 + getattr(signal, signame), out + err
+    assert f"interrupted by {signame}; nothing was launched" in err
+    assert left == {}, left  # no make, no sleep of its recipe
+    assert not claim.exists()
+    assert not (checkout / ARTIFACT).exists()
+    assert list(tmp.iterdir()) == []  # the build's copy removed
