@@ -208,7 +208,7 @@ def _scenario_of(item: pytest.Item) -> Scenario | None:
     return scenario if isinstance(scenario, Scenario) else None
 
 
-def prepare_megatron(config: pytest.Config, items: list[pytest.Item]) -> None:
+def prepare_session_checkout(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Before any scenario launches: when Megatron scenarios are selected, what the checkout
     builds at first use is built once (pytest_nvrx.megatron_prepare), and one line says so.
     Called where the header is printed (a session without xdist, or xdist's gw0); the other

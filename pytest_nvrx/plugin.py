@@ -31,7 +31,7 @@ from pytest_nvrx.fixtures import (
     SELFTEST_FIXTURE,
     WORKEROUTPUT_JUDGED,
     nvrx_settings,
-    prepare_megatron,
+    prepare_session_checkout,
     resolve_settings,
     run_of,
     scenario_key,
@@ -775,7 +775,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         config.workeroutput[WORKEROUTPUT_SELECTED] = list(selected)  # type: ignore[attr-defined]
         if selected and workerinput.get("workerid") == "gw0":
             _print_header_once(config)
-            prepare_megatron(config, session.items)
+            prepare_session_checkout(config, session.items)
     elif selected:
         _print_header_once(config)
-        prepare_megatron(config, session.items)
+        prepare_session_checkout(config, session.items)
