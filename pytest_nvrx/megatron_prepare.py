@@ -411,13 +411,14 @@ def _build_failed(
 
 
 def _half_built(build: FirstUseBuild, artifacts: tuple[str, ...]) -> str | None:
-    """What is wrong with a compiled artifact in place that its loader could not load whole."""
+    """What is wrong with a compiled artifact in place that its loader could not load whole
+    (``file too short (12 of 294256 bytes)``, named when the build makes several)."""
     for name in artifacts:
         path = build.directory / name
         if is_extension(name) and path.is_file():
             why = elf_shortfall(path)
             if why is not None:
-                return f"{name}: {why}"
+                return why if len(artifacts) == 1 else f"{name}: {why}"
     return None
 
 

@@ -132,7 +132,7 @@ def test_a_half_built_artifact_in_place_is_rebuilt(tmp_path: Path) -> None:
     prepared = prepare_checkout(root, who="test", environ=env)
     assert prepared.builds[0].outcome is Outcome.BUILT
     assert prepared.line is not None
-    assert f"{ARTIFACT} was half built ({ARTIFACT}: file too short (" in prepared.line
+    assert f"{ARTIFACT} was half built (file too short (" in prepared.line
     assert "): rebuilt in " in prepared.line
     assert elf_shortfall(artifact) is None
 
