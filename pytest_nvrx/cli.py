@@ -171,6 +171,8 @@ def _cmd_run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
 
     if planned.stack is not None:
         print(format_stack_line(planned.stack), file=sys.stderr)
+    if planned.first_use is not None and planned.first_use.line is not None:
+        print(planned.first_use.line, file=sys.stderr)
     for note in planned.notes:
         print(f"note: {note}", file=sys.stderr)
 

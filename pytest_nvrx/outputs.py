@@ -59,8 +59,9 @@ def reserve_space(path: Path, size: int) -> None:
         raise
 
 
-def write_atomic(path: Path | str, data: str | bytes) -> None:
-    """Write ``data`` (text as UTF-8) to ``path`` through a temp file in its directory.
+def write_atomic(path: Path | str, data: str | bytes, *, mode: int = 0o644) -> None:
+    """Write ``data`` (text as UTF-8) to ``path`` through a temp file in its directory, with
+    ``mode`` (less the umask).
 
     The temp file (``.<name>.<pid>.<random>.tmp``, created exclusively, never through a link)
     is renamed over ``path`` once written and synced; on any failure it is removed and ``path``
@@ -69,7 +70,7 @@ def write_atomic(path: Path | str, data: str | bytes) -> None:
     path = Path(path)
     raw = data.encode("utf-8") if isinstance(data, str) else data
     try:
-        _write_replace(path, raw)
+        _write_replace(path, raw, mode)
     except OSError as exc:
         reserve = reserve_of(path)
         if not (is_disk_full(exc) and reserve.is_file()):
@@ -77,7 +78,7 @@ def write_atomic(path: Path | str, data: str | bytes) -> None:
         with contextlib.suppress(OSError):
             reserve.unlink()
         try:
-            _write_replace(path, raw)
+            _write_replace(path, raw, mode)
         except OSError as again:
             raise _naming(again, path) from None
     with contextlib.suppress(OSError):
@@ -139,9 +140,9 @@ def check_in_place_output(flag: str, path: Path, evidence: Iterable[tuple[str, P
 _WALK_LIMIT = 50_000
 
 
-def _write_replace(path: Path, raw: bytes) -> None:
+def _write_replace(path: Path, raw: bytes, mode: int = 0o644) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(3)}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
     try:
         try:
             _write_all(fd, raw)

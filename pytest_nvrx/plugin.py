@@ -31,6 +31,7 @@ from pytest_nvrx.fixtures import (
     SELFTEST_FIXTURE,
     WORKEROUTPUT_JUDGED,
     nvrx_settings,
+    prepare_session_checkout,
     refuse_infeasible,
     resolve_settings,
     run_of,
@@ -779,5 +780,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         config.workeroutput[WORKEROUTPUT_SELECTED] = list(selected)  # type: ignore[attr-defined]
         if selected and workerinput.get("workerid") == "gw0":
             _print_header_once(config)
+            prepare_session_checkout(config, session.items)
     elif selected:
         _print_header_once(config)
+        prepare_session_checkout(config, session.items)

@@ -32,6 +32,7 @@ from pytest_nvrx.gpu_slots import GpuLedger, Slot, gpu_locks, visible_gpus
 from pytest_nvrx.gpu_slots import gpu_available as gpu_available  # re-exported
 from pytest_nvrx.launch import Launch, RunResult, RunTimeout, tail_text
 from pytest_nvrx.layout import CONSOLE_LOG_NAME, RunLayout
+from pytest_nvrx.megatron_prepare import Preparation, ensure_prepared
 from pytest_nvrx.planning import Plan, plan_run
 from pytest_nvrx.plant_hook.nvrx_plants import PLANT_ENV
 from pytest_nvrx.run_dir import (
@@ -541,6 +542,15 @@ def refuse_stray_plant(config: RunConfig, environ: Mapping[str, str]) -> None:
         )
 
 
+def prepare_megatron(config: RunConfig) -> Preparation | None:
+    """A Megatron run's checkout made ready for its first use: what Megatron builds there at
+    first use (its dataset helpers) built once, under a lock every session shares
+    (:mod:`pytest_nvrx.megatron_prepare`; done once per process). ConfigError: it cannot be."""
+    if config.workload != "megatron" or config.megatron_path is None:
+        return None
+    return ensure_prepared(config.megatron_path, who=f"run {config.run_id}")
+
+
 def plan_launch(
     config: RunConfig,
     *,
@@ -549,9 +559,13 @@ def plan_launch(
     run_timeout: float | None = None,
 ) -> Plan:
     """Validate, claim and create the run dirs, build the recipe (nothing launched). A dry run
-    writes nothing (no claim, no directory), probes no stack and names ``ft_launcher`` without
-    looking for it. ``run_timeout``: the seconds the launch will be given; a run that cannot
-    detect and recover from its faults in that time is refused (settings/feasibility.py).
+    writes nothing (no claim, no directory, no build), probes no stack and names ``ft_launcher``
+    without looking for it. ``run_timeout``: the seconds the launch will be given; a run that
+    cannot detect and recover from its faults in that time is refused
+    (settings/feasibility.py).
+
+    Before the run dir is made, a Megatron checkout is made ready for its first use
+    (:func:`prepare_megatron`): the plan's ``first_use`` says what was done.
 
     The checkpoint dir is claimed too (one run at a time, :mod:`pytest_nvrx.checkpoint_claim`):
     checked before the run dir is made, so a refused run writes nothing, and claimed after it;
@@ -569,6 +583,7 @@ def plan_launch(
             check_fresh_run_dir(layout)
         check_unclaimed_run_dir(layout, nnodes=config.nnodes, node_index=config.node_index)
         return plan_run(config, launcher_exe="ft_launcher", port=port, probe=False)
+    first_use = prepare_megatron(config)
     prepare_run_dir(config)
     try:
         claim_checkpoint_dir(
@@ -583,7 +598,8 @@ def plan_launch(
         give_back_run_dir(layout, nnodes=config.nnodes, node_index=config.node_index)
         raise
     try:
-        return plan_run(config, launcher_exe=find_launcher(), port=port, probe=True)
+        planned = plan_run(config, launcher_exe=find_launcher(), port=port, probe=True)
+        return dataclasses.replace(planned, first_use=first_use)
     except BaseException:
         release_dir(layout.checkpoint_dir)
         give_back_run_dir(layout, nnodes=config.nnodes, node_index=config.node_index)

@@ -21,6 +21,7 @@ from typing import TextIO
 
 from pytest_nvrx.evidence.refs import printable
 from pytest_nvrx.layout import RUNS_DIR
+from pytest_nvrx.megatron_prepare import ensure_prepared
 from pytest_nvrx.outputs import OutputRefused, check_outputs, write_output
 from pytest_nvrx.plants import PLANTS
 from pytest_nvrx.selftest import SelftestResult, choose_plants, run_selftest
@@ -189,6 +190,13 @@ def selftest_main(
 
     try:
         with interrupt_on_stop_signals():
+            if settings.megatron_path is not None:
+                # before any run: what the checkout builds at first use, built once
+                prepared = ensure_prepared(
+                    settings.megatron_path, who="python -m pytest_nvrx selftest"
+                )
+                if prepared.line is not None:
+                    write(prepared.line)
             result = run_selftest(
                 settings,
                 args.workload,

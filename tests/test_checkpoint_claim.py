@@ -127,7 +127,7 @@ def test_reused_pid_is_not_the_claiming_run(tmp_path: Path) -> None:
     """The claim's pid is alive but started at another time: another process got the pid."""
     ckpt = tmp_path / "ckpt"
     ckpt.mkdir()
-    start = claims._pid_start(os.getpid())
+    start = claims.pid_start(os.getpid())
     assert start is not None
     write_claim(ckpt / "checkpoint.claim", pid=os.getpid(), pid_start=start - 1)
     with pytest.raises(ConfigError, match="which is no longer running: remove "):
@@ -457,7 +457,7 @@ def test_a_checkpoint_dir_inside_or_around_a_claimed_one_is_refused(
     outer = tmp_path / "ckpt"
     (outer / inside).mkdir(parents=True)
     write_claim(
-        outer / "checkpoint.claim", pid=os.getpid(), pid_start=claims._pid_start(os.getpid())
+        outer / "checkpoint.claim", pid=os.getpid(), pid_start=claims.pid_start(os.getpid())
     )
     with pytest.raises(ConfigError, match=f"is inside checkpoint dir {outer}: .*is in use by run"):
         claim(outer / inside, "mine")
@@ -468,7 +468,7 @@ def test_a_checkpoint_dir_inside_or_around_a_claimed_one_is_refused(
     write_claim(
         other / inside / "checkpoint.claim",
         pid=os.getpid(),
-        pid_start=claims._pid_start(os.getpid()),
+        pid_start=claims.pid_start(os.getpid()),
     )
     with pytest.raises(ConfigError, match=f"holds checkpoint dir {other / inside}: .*is in use"):
         claim(other, "mine")

@@ -236,7 +236,7 @@ def test_matrix_and_window_choose_the_scenarios(
 def test_gpu_scenarios_skip_with_reason(pytester: pytest.Pytester, clean_env: None) -> None:
     """No Megatron checkout given: GPU scenarios skip, but a session that qualified nothing is
     not green (exit 5, said in one line)."""
-    result = pytester.runpytest(*SUITE_ARGS, "-m", "gpu and kill", "-rs")
+    result = pytester.runpytest(*SUITE_ARGS, "-m", "gpu and kill and not schedule", "-rs")
     result.assert_outcomes(skipped=TESTS_PER_SCENARIO)
     result.stdout.fnmatch_lines(["*gpu scenario: give --nvrx-megatron-path*"])
     result.stdout.fnmatch_lines(
@@ -258,7 +258,11 @@ def test_gpu_selected_with_megatron_on_a_gpu_less_host_is_an_error(
     """The user named a checkout and selected GPU scenarios: no GPU is an error, not a skip
     (a CI runner that cannot see its GPUs must go red), with what was probed."""
     result = pytester.runpytest(
-        *SUITE_ARGS, "-m", "gpu and kill", "--nvrx-megatron-path", str(megatron_stub)
+        *SUITE_ARGS,
+        "-m",
+        "gpu and kill and not schedule",
+        "--nvrx-megatron-path",
+        str(megatron_stub),
     )
     result.assert_outcomes(errors=1 + len(CRITERIA_IDS))
     assert result.ret == pytest.ExitCode.TESTS_FAILED
@@ -270,7 +274,7 @@ def test_gpu_selected_with_megatron_on_a_gpu_less_host_is_an_error(
     )
     # the same through the environment variable
     monkeypatch.setenv("MEGATRON_PATH", str(megatron_stub))
-    result = pytester.runpytest(*SUITE_ARGS, "-m", "gpu and kill")
+    result = pytester.runpytest(*SUITE_ARGS, "-m", "gpu and kill and not schedule")
     assert result.ret == pytest.ExitCode.TESTS_FAILED
 
 

@@ -45,6 +45,37 @@ _MARKS = frozenset("^~ \t")
 _SITE_DIRS = ("/site-packages/", "/dist-packages/")
 
 
+#: What the dynamic loader says of a compiled module it could not load whole: one cut short,
+#: as a file still being written (or left cut) is when it is imported.
+_HALF_BUILT = re.compile(
+    r"ImportError: (?P<path>.+?\.(?:so|pyd)): (?P<why>file too short|invalid ELF header"
+    r"|ELF load command past end of file|cannot read file data.*?)\s*$"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class HalfBuilt:
+    """An ImportError of a compiled module the loader found incomplete."""
+
+    path: str
+    #: the loader's words: ``file too short``, ``invalid ELF header``, ...
+    why: str
+
+    @property
+    def name(self) -> str:
+        return self.path.replace("\\", "/").rsplit("/", 1)[-1]
+
+
+def half_built(exception: str | None) -> HalfBuilt | None:
+    """The module an exception line says was imported half built, else None:
+    ``ImportError: /m/megatron/core/datasets/helpers_cpp.cpython-312-x86_64-linux-gnu.so: file
+    too short``."""
+    if exception is None:
+        return None
+    match = _HALF_BUILT.match(exception)
+    return HalfBuilt(match["path"], match["why"]) if match is not None else None
+
+
 def short_path(path: str, roots: tuple[str, ...] = ()) -> str:
     """A frame's path as a verdict shows it; absolute paths point to another machine.
 
