@@ -21,7 +21,13 @@ from pytest_nvrx.evidence.launcher_log import LauncherLog, parse_launcher_log
 from pytest_nvrx.evidence.manifest import Manifest, ManifestError, read_manifest
 from pytest_nvrx.evidence.marker import Marker, read_marker
 from pytest_nvrx.evidence.megatron import MEGATRON
-from pytest_nvrx.evidence.refs import EvidenceRef, Problem, display_path, file_refusal
+from pytest_nvrx.evidence.refs import (
+    MAX_DIGITS,
+    EvidenceRef,
+    Problem,
+    display_path,
+    file_refusal,
+)
 from pytest_nvrx.evidence.tracker import Tracker, read_tracker
 from pytest_nvrx.evidence.workload import (
     LoadCompleted,
@@ -131,20 +137,24 @@ def load_run(
     missing or broken becomes a Problem.
     """
     run_dir = Path(run_dir)
-    if not run_dir.exists():
+    if not os.path.lexists(run_dir):
         raise RunDirError(f"run directory {run_dir} does not exist")
-    if not run_dir.is_dir():
-        raise RunDirError(f"run directory {run_dir} is not a directory")
+    why = file_refusal(run_dir, want_dir=True)
+    if why is not None:
+        raise RunDirError(f"run directory {run_dir} {why}")
     layout = RunLayout.for_run(
         run_dir, Path(checkpoint_dir) if checkpoint_dir is not None else None
     )
     problems: list[Problem] = []
-    # Only a directory is a directory of evidence: a file (or FIFO, ...) in its place is no run.
+    # Only a directory is a directory of evidence: a file (or FIFO, ...) in its place is no run,
+    # and one that cannot be read (its permissions) hides what it holds.
+    refused_dirs: set[Path] = set()
     for directory in (layout.checkpoint_dir, layout.cycle_infos, layout.logs):
         why = file_refusal(directory, want_dir=True)
         if why is not None:
             problems.append(Problem("fatal", f"{display_path(directory, run_dir)} {why}"))
-    if checkpoint_dir is not None and not layout.checkpoint_dir.exists():
+            refused_dirs.add(directory)
+    if checkpoint_dir is not None and not os.path.lexists(layout.checkpoint_dir):
         problems.append(
             Problem("fatal", f"checkpoint directory {layout.checkpoint_dir} does not exist")
         )
@@ -201,6 +211,7 @@ def load_run(
         problems.append(Problem("warning", f"{infos.dir}/ is missing: no launcher cycle records"))
 
     cycle_logs = _read_cycle_logs(layout, infos, workload_adapter, zone, problems)
+    problems += _unread_numbers(launcher, cycle_logs)
 
     if not (launcher.exists or cycle_logs or infos.records or marker is not None):
         problems.append(
@@ -222,7 +233,7 @@ def load_run(
         problems.append(Problem("warning", f"tracker {tracker.file}: {tracker.error}", tracker.ref))
 
     checkpoints: list[CheckpointMetadata] = []
-    if read_checkpoints:
+    if read_checkpoints and layout.checkpoint_dir not in refused_dirs:
         loaded = sorted(
             {
                 e.iteration
@@ -254,6 +265,21 @@ def load_run(
         problems=tuple(problems),
         later_markers=later_markers,
     )
+
+
+def _unread_numbers(launcher: LauncherLog, logs: tuple[CycleLog, ...]) -> list[Problem]:
+    """A line of evidence the parsers left out for a number past MAX_DIGITS (refs.read_int)."""
+    refs = [launcher.bad_number, *(log.bad_number for log in logs)]
+    return [
+        Problem(
+            "fatal",
+            f"{ref.location} holds a number of more than {MAX_DIGITS} digits, which no count of"
+            " a run has: the line cannot be read, so the run cannot be judged by it",
+            ref,
+        )
+        for ref in refs
+        if ref is not None
+    ]
 
 
 def _later_markers(layout: RunLayout, problems: list[Problem]) -> tuple[tuple[int, Marker], ...]:
