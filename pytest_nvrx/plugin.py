@@ -38,7 +38,12 @@ from pytest_nvrx.fixtures import (
     terminal_writer,
 )
 from pytest_nvrx.layout import FAULT_WINDOWS, INJECTED_FAULTS, RUNS_DIR, windows_of
-from pytest_nvrx.outputs import OutputRefused, check_in_place_output, check_outputs
+from pytest_nvrx.outputs import (
+    OutputRefused,
+    check_in_place_output,
+    check_output_targets,
+    check_outputs,
+)
 from pytest_nvrx.scenario_run import EXISTING_RUN, Limits, ScenarioRun
 from pytest_nvrx.scenarios import WORKLOAD_ORDER, Scenario, matrix_scenarios
 from pytest_nvrx.selftest import selftest_scenarios
@@ -511,15 +516,19 @@ def output_refusal(
     judged: Sequence[Path] = (),
 ) -> str | None:
     """Why the session's outputs (the report, report.json beside it, --junitxml) must not be
-    written: one resolves (links followed) into a run dir judged (--nvrx-run-dir, the work
-    dir's runs/, a run judged this session) or onto another of them."""
+    written: something other than a regular file lies where the report or its report.json
+    would go (a device, FIFO, symlink), or one resolves (links followed) into a run dir judged
+    (--nvrx-run-dir, the work dir's runs/, a run judged this session) or onto another of
+    them."""
     here = config.invocation_params.dir
-    outputs: list[tuple[str, Path]] = []
+    # ours, renamed over their paths (pytest writes --junitxml and its cache in place)
+    ours: list[tuple[str, Path]] = []
     if report is not None:
-        outputs += [
+        ours += [
             ("--nvrx-report", here / report),
             ("--nvrx-report's report.json", (here / report).with_name("report.json")),
         ]
+    outputs = list(ours)
     junit = junit_path(config)
     if junit is not None:
         outputs.append(("--junitxml", junit))
@@ -539,6 +548,7 @@ def output_refusal(
         evidence.append(("the scenarios' run dirs", work_dir / RUNS_DIR))
     try:
         check_outputs(outputs, evidence)
+        check_output_targets(ours)
         if junit is not None:
             # pytest truncates it in place: a hard link of run.json would be overwritten
             check_in_place_output("--junitxml", junit, evidence)

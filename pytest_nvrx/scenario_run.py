@@ -31,6 +31,7 @@ from pytest_nvrx.gpu_slots import GpuLedger, Slot, gpu_locks, visible_gpus
 from pytest_nvrx.gpu_slots import gpu_available as gpu_available  # re-exported
 from pytest_nvrx.launch import Launch, RunResult, RunTimeout, tail_text
 from pytest_nvrx.layout import CONSOLE_LOG_NAME, RunLayout
+from pytest_nvrx.outputs import full_disk_note
 from pytest_nvrx.planning import Plan, plan_run
 from pytest_nvrx.plant_hook.nvrx_plants import PLANT_ENV
 from pytest_nvrx.run_dir import (
@@ -676,6 +677,9 @@ def judge_scenario(
     release_dir(layout.checkpoint_dir)  # a pool's launch (not hold_launch's): the tree is gone
     if outcome.result is not None:
         say(f"launcher exit {outcome.result.exit_code} after {outcome.result.wall_s:.1f}s")
+    full = full_disk_note([layout.run_dir, layout.checkpoint_dir])
+    if full is not None:
+        say(full)
     evidence = load_run(layout.run_dir, layout.checkpoint_dir)
     reference = baselines.get(scenario.workload) if scenario.fault != "none" else None
     judgement = judge(

@@ -33,6 +33,7 @@ from pytest_nvrx.evidence.refs import (
     iter_lines,
     parse_time,
     read_int,
+    says_disk_full,
     time_in_range,
 )
 
@@ -129,6 +130,8 @@ class LauncherLog:
     # the first line of evidence (an event, a launch setting) unread for a number past
     # refs.MAX_DIGITS: it is left out, and the run cannot be judged
     bad_number: EvidenceRef | None = None
+    # the first line that says a write failed for a full disk or quota (refs.says_disk_full)
+    disk_full: EvidenceRef | None = None
 
     def of_kind(self, *kinds: LauncherEventKind) -> tuple[LauncherEvent, ...]:
         return tuple(e for e in self.events if e.kind in kinds)
@@ -316,12 +319,15 @@ def parse_launcher_log(path: Path, *, file: str | None = None) -> LauncherLog:
     pending_span: list[tuple[datetime, EvidenceRef]] = []
     bad_stamp: EvidenceRef | None = None
     bad_number: EvidenceRef | None = None
+    disk_full: EvidenceRef | None = None
     # which node's launcher a glog line's pid is (from the profiling events' node ids)
     node_of_pid: dict[int, int] = {}
     launcher_pids: list[int | None] = []
     lineno = 0
     try:
         for lineno, text in iter_lines(path):
+            if disk_full is None and says_disk_full(text) is not None:
+                disk_full = EvidenceRef(name, lineno, clip_line(text))
             try:
                 ts: datetime | None = None
                 msg: str
@@ -464,6 +470,7 @@ def parse_launcher_log(path: Path, *, file: str | None = None) -> LauncherLog:
         utc_offset=offset,
         bad_stamp=bad_stamp,
         bad_number=bad_number,
+        disk_full=disk_full,
         earliest_time=earliest[0] if earliest else None,
         earliest_ref=earliest[1] if earliest else None,
         latest_time=latest[0] if latest else None,

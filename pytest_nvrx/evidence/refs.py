@@ -14,6 +14,7 @@ holds through the one :func:`~pytest_nvrx.settings.values.quote` (a ``repr``, cu
 
 from __future__ import annotations
 
+import errno
 import html
 import json
 import os
@@ -106,6 +107,16 @@ def html_text(text: str, quote: bool = True) -> str:
     in a log line shows as ``\\x1b``, never as a raw byte someone may ``cat`` or copy into a
     terminal), then ``html.escape``; newlines kept."""
     return html.escape(printable(text, lines=True), quote)
+
+
+#: What a full disk or an exhausted quota makes a write say (ENOSPC, EDQUOT), as the launcher
+#: and the workers log it: a run that says it lost writes to it.
+DISK_FULL_WORDS = tuple(os.strerror(code) for code in (errno.ENOSPC, errno.EDQUOT))
+
+
+def says_disk_full(text: str) -> str | None:
+    """The words of :data:`DISK_FULL_WORDS` that ``text`` holds, None when none."""
+    return next((words for words in DISK_FULL_WORDS if words in text), None)
 
 
 class RefusedFile(OSError):

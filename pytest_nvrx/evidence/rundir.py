@@ -27,12 +27,14 @@ from pytest_nvrx.evidence.refs import (
     Problem,
     display_path,
     file_refusal,
+    says_disk_full,
 )
 from pytest_nvrx.evidence.tracker import Tracker, read_tracker
 from pytest_nvrx.evidence.workload import (
     LoadCompleted,
     LoadStarted,
     VersionReported,
+    WorkloadError,
     WorkloadLogAdapter,
     get_adapter,
 )
@@ -212,6 +214,19 @@ def load_run(
 
     cycle_logs = _read_cycle_logs(layout, infos, workload_adapter, zone, problems)
     problems += _unread_numbers(launcher, cycle_logs)
+    full = _disk_full(launcher, cycle_logs)
+    if full is not None:
+        # it explains what else is missing or cut short: it leads
+        problems.insert(
+            0,
+            Problem(
+                "fatal",
+                f"{full.location} says {says_disk_full(full.text)}: a write of the run failed"
+                " for a full disk or quota, so its logs, records and checkpoints may be cut"
+                " short and it cannot be judged; free space where it writes and run it again",
+                full,
+            ),
+        )
 
     if not (launcher.exists or cycle_logs or infos.records or marker is not None):
         problems.append(
@@ -280,6 +295,18 @@ def _unread_numbers(launcher: LauncherLog, logs: tuple[CycleLog, ...]) -> list[P
         for ref in refs
         if ref is not None
     ]
+
+
+def _disk_full(launcher: LauncherLog, logs: tuple[CycleLog, ...]) -> EvidenceRef | None:
+    """The first line that says a write failed for a full disk or quota: the launcher's, else
+    a worker's error."""
+    if launcher.disk_full is not None:
+        return launcher.disk_full
+    for log in logs:
+        for error in log.of_type(WorkloadError):
+            if says_disk_full(error.ref.text) is not None:
+                return error.ref
+    return None
 
 
 def _later_markers(layout: RunLayout, problems: list[Problem]) -> tuple[tuple[int, Marker], ...]:
