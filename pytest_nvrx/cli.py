@@ -70,7 +70,7 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
         elif setting.cli_form == "choice":
             parser.add_argument(option, choices=setting.choices, help=text)
         elif setting.cli_form == "path":
-            parser.add_argument(option, type=Path, help=text)
+            parser.add_argument(option, type=argparse_type(setting.parse, option), help=text)
         elif setting.cli_form == "typed":
             parser.add_argument(
                 option,

@@ -51,6 +51,7 @@ from pytest_nvrx.settings import (
     quote,
     resolve,
     shared_run_id,
+    validate,
     workload_defaults,
 )
 
@@ -423,6 +424,27 @@ def scenario_config(
         # more, the walkthrough's rank 1 (on a multinode run, a rank of the second node)
         values = dataclasses.replace(values, fault_rank=0)
     return resolve(values, environ={})
+
+
+def check_scenarios(settings: NvrxSettings, scenarios: Sequence[Scenario], work_dir: Path) -> None:
+    """The walkthrough's rules between the values (:func:`pytest_nvrx.settings.validate`,
+    nothing on disk read) over the RunConfig of each scenario, before any is launched: a value
+    no scenario of the session can run with (``--nvrx-tp 3`` on 2 ranks, a save interval past
+    the train iterations, a fault rank beyond the world) is one ConfigError, never an error per
+    scenario once the session runs. It names the first scenario the value breaks and how many
+    more. ``work_dir``: the scenarios' (only its form is a rule)."""
+    broken: list[tuple[Scenario, ConfigError]] = []
+    for scenario in scenarios:
+        try:
+            validate(scenario_config(settings, scenario, work_dir))
+        except ConfigError as exc:
+            broken.append((scenario, exc))
+    if not broken:
+        return
+    first, error = broken[0]
+    more = len(broken) - 1
+    also = f" (and {more} more scenario{'' if more == 1 else 's'})" if more else ""
+    raise ConfigError.naming(lambda entry: f"scenario {first.id}{also}: {error.message_for(entry)}")
 
 
 def refuse_stray_plant(config: RunConfig, environ: Mapping[str, str]) -> None:
