@@ -227,6 +227,19 @@ BAD: list[Case] = [
         env={"NVRX_WORK_DIR": "{tmp}/a\nb"},
         message="environment variable NVRX_WORK_DIR '",
     ),
+    # --- a checkpoint dir another run filled: its first cycle would resume it (issue #36) ---
+    bad(
+        "existing-ckpt-dir",
+        ["--checkpoint-dir", "{tmp}/ck"],
+        "holds another run's checkpoints (its tracker",
+        setup="tracker-10",
+    ),
+    bad(
+        "existing-ckpt-iter-dir",
+        ["--checkpoint-dir", "{tmp}/ck"],
+        "holds another run's checkpoints (iter_0000010/)",
+        setup="iter-dir",
+    ),
     bad("env-endpoint-garbage", MULTINODE, "host:port", env={"RDZV_ENDPOINT": "a:b:c"}),
     # --- log server port -----------------------------------------------------------------
     bad("log-port-negative", ["--log-server-port", "-1"], "1 to 65535"),
@@ -325,7 +338,6 @@ GOOD: list[Case] = [
     good("extra-args", ["--dry-run", "--", "--seed", "7", "--save-retain-interval", "10"]),
     good("extra-load-prefix", ["--dry-run", "--", "--load-main-params-from-ckpt"]),
     good("work-dir-symlink", ["--dry-run", "--work-dir", "{tmp}/link"], setup="dir-link"),
-    good("existing-ckpt-dir", ["--dry-run", "--checkpoint-dir", "{tmp}/ck"], setup="tracker-10"),
     good("reference", ["--dry-run", "--workload", "reference", "--train-iters", "12"]),
     good("window-finalize", ["--dry-run", "--window", "finalize"]),
     good("exception-save", ["--dry-run", "--fault", "exception", "--window", "save"]),
@@ -396,6 +408,7 @@ SETUPS: dict[str, Callable[[Path, Cleanups], None]] = {
     "tracker-empty": lambda tmp, _: _write(tmp / TRACKER, ""),
     "tracker": lambda tmp, _: _write(tmp / TRACKER, "five\n"),
     "tracker-10": lambda tmp, _: _write(tmp / TRACKER, "10\n"),
+    "iter-dir": lambda tmp, _: (tmp / "ck" / "iter_0000010").mkdir(parents=True),
 }
 
 
