@@ -290,3 +290,35 @@ def test_an_unreadable_run_directory_is_one_line(unreadable_run: Doctor) -> None
     assert done.stderr == (
         f"verify: error: run directory {unreadable_run.root} cannot be read (Permission denied)\n"
     )
+
+
+@pytest.mark.parametrize(
+    "rel",
+    [
+        "logs/train_cycle1.log",
+        "logs/launcher.log",
+        "checkpoints/latest_checkpointed_iteration.txt",
+        "cycle_infos/cycle_info..0.1",
+        "run.json",
+        "result.json",
+        "fault_injected.json",
+    ],
+)
+def test_an_evidence_file_that_cannot_be_read_cannot_be_judged(
+    unreadable_run: Doctor, rel: str
+) -> None:
+    """A file that is there and cannot be read says something unknown: never absence. Before,
+    an unreadable cycle log or launcher log was a note and the criteria failed as if it were
+    empty, and an unreadable tracker a note beside PASSED."""
+    unreadable_run.path(rel).chmod(0o000)
+    done = subprocess.run(
+        [*_unprivileged(), sys.executable, "-m", "pytest_nvrx", "verify", str(unreadable_run.root)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 2, done.stdout[-1500:] + done.stderr
+    errors = [line for line in done.stderr.splitlines() if line.startswith("verify: error:")]
+    assert errors and rel in errors[0] and "Permission denied" in errors[0], done.stderr
+    assert "Traceback" not in done.stdout + done.stderr

@@ -203,7 +203,8 @@ def load_run(
     if not launcher.exists:
         problems.append(Problem("warning", f"{launcher.file} is missing"))
     elif launcher.read_error and refused is None:
-        problems.append(Problem("warning", f"{launcher.file} unreadable: {launcher.read_error}"))
+        # it is there and could not be read (its permissions, EIO): what it says is unknown
+        problems.append(Problem("fatal", f"{launcher.file} unreadable: {launcher.read_error}"))
     # Megatron's naive timestamps are in the same host zone as the launcher's.
     zone: tzinfo = timezone(launcher.utc_offset) if launcher.utc_offset is not None else UTC
 
@@ -362,8 +363,8 @@ def _read_cycle_logs(
             problems.append(
                 Problem("warning", f"{log.file} is missing (cycle {cycle} is in {infos.dir}/)")
             )
-        elif log.read_error:
-            problems.append(Problem("warning", f"{log.file} unreadable: {log.read_error}"))
+        elif log.read_error:  # there, and not read: what it says is unknown
+            problems.append(Problem("fatal", f"{log.file} unreadable: {log.read_error}"))
         logs.append(log)
     return tuple(logs)
 

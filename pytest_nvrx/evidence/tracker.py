@@ -77,8 +77,8 @@ def read_tracker(path: Path, run_dir: Path, *, confined: bool = True) -> Tracker
         raw = read_capped(path, _MAX_BYTES, root, shown=file)
     except FileTooLarge as exc:
         return _refused(file, f"is {exc.size} bytes, over the {exc.limit}-byte cap of a tracker")
-    except OSError as exc:
-        return Tracker(file, exists=True, error=str(exc), ref=EvidenceRef(file, None, str(exc)))
+    except OSError as exc:  # (its permissions, EIO): what it holds is unknown, not absent
+        return _refused(file, f"cannot be read ({exc.strerror or exc})")
     try:
         text = raw.decode("utf-8").strip(_ASCII_SPACE)
     except UnicodeDecodeError as exc:
