@@ -322,3 +322,14 @@ def test_an_evidence_file_that_cannot_be_read_cannot_be_judged(
     errors = [line for line in done.stderr.splitlines() if line.startswith("verify: error:")]
     assert errors and rel in errors[0] and "Permission denied" in errors[0], done.stderr
     assert "Traceback" not in done.stdout + done.stderr
+
+
+def test_a_cycle_log_named_for_a_huge_cycle_cannot_be_judged(tmp_path: Path) -> None:
+    """``logs/train_cycle<200 digits>.log`` beside the real ones: before, a cycle of that number
+    without a record (a note) and a failed criterion; it names no cycle a run has."""
+    run = copy_run(REF_KILL_SAVE, tmp_path / "run")
+    name = f"train_cycle{'9' * 200}.log"
+    shutil.copy(run.path("logs/train_cycle1.log"), run.path(f"logs/{name}"))
+    status, out, err = verify(run.root)
+    assert status == 2, out[-800:] + err
+    assert f"logs/{name} is named for a cycle of 200 digits" in err and "Traceback" not in err

@@ -383,6 +383,18 @@ def _cycle_log_paths(
     problem: nothing says which file is the evidence."""
     run_dir = layout.run_dir
     candidates = {c: list(files) for c, files in layout.cycle_log_candidates().items()}
+    for cycle in [c for c in candidates if c >= 10**MAX_DIGITS]:
+        # (a name holds at most 255 bytes: its number is cheap to read, but no cycle's)
+        for path in candidates.pop(cycle):
+            name = display_path(path, run_dir)
+            problems.append(
+                Problem(
+                    "fatal",
+                    f"{name} is named for a cycle of {len(str(cycle))} digits, which no cycle of"
+                    " a run has: which cycle's log it is cannot be told",
+                    EvidenceRef(name, None, "(a name no cycle has)"),
+                )
+            )
     strays = _look_alikes(layout)
     records: dict[int, CycleInfo] = {}
     for info in infos.records:
