@@ -40,12 +40,23 @@ from pytest_nvrx.fixtures import (
     terminal_writer,
 )
 from pytest_nvrx.layout import FAULT_WINDOWS, INJECTED_FAULTS, RUNS_DIR, windows_of
-from pytest_nvrx.outputs import OutputRefused, check_in_place_output, check_outputs
-from pytest_nvrx.scenario_run import EXISTING_RUN, Limits, ScenarioRun
+from pytest_nvrx.outputs import (
+    OutputRefused,
+    check_in_place_output,
+    check_output_targets,
+    check_outputs,
+)
+from pytest_nvrx.scenario_run import EXISTING_RUN, Limits, ScenarioRun, check_scenarios
 from pytest_nvrx.scenarios import WORKLOAD_ORDER, Scenario, matrix_scenarios
 from pytest_nvrx.selftest import selftest_scenarios
 from pytest_nvrx.selftest_outcome import PlantOutcome
-from pytest_nvrx.settings import PLUGIN_SETTINGS, NvrxSettings, ScheduledFault, option_hint
+from pytest_nvrx.settings import (
+    PLUGIN_SETTINGS,
+    ConfigError,
+    NvrxSettings,
+    ScheduledFault,
+    option_hint,
+)
 
 # the fixtures (and the session state the hooks share with them); that module imports nothing
 # from this one
@@ -516,15 +527,19 @@ def output_refusal(
     judged: Sequence[Path] = (),
 ) -> str | None:
     """Why the session's outputs (the report, report.json beside it, --junitxml) must not be
-    written: one resolves (links followed) into a run dir judged (--nvrx-run-dir, the work
-    dir's runs/, a run judged this session) or onto another of them."""
+    written: something other than a regular file lies where the report or its report.json
+    would go (a device, FIFO, symlink), or one resolves (links followed) into a run dir judged
+    (--nvrx-run-dir, the work dir's runs/, a run judged this session) or onto another of
+    them."""
     here = config.invocation_params.dir
-    outputs: list[tuple[str, Path]] = []
+    # ours, renamed over their paths (pytest writes --junitxml and its cache in place)
+    ours: list[tuple[str, Path]] = []
     if report is not None:
-        outputs += [
+        ours += [
             ("--nvrx-report", here / report),
             ("--nvrx-report's report.json", (here / report).with_name("report.json")),
         ]
+    outputs = list(ours)
     junit = junit_path(config)
     if junit is not None:
         outputs.append(("--junitxml", junit))
@@ -544,6 +559,7 @@ def output_refusal(
         evidence.append(("the scenarios' run dirs", work_dir / RUNS_DIR))
     try:
         check_outputs(outputs, evidence)
+        check_output_targets(ours)
         if junit is not None:
             # pytest truncates it in place: a hard link of run.json would be overwritten
             check_in_place_output("--junitxml", junit, evidence)
@@ -740,6 +756,70 @@ def pytest_deselected(items: Sequence[pytest.Item]) -> None:
         config.stash[DESELECTED_KEY] = config.stash.get(DESELECTED_KEY, 0) + len(items)
 
 
+def _item_scenarios(items: Sequence[pytest.Item]) -> list[Scenario]:
+    """The scenarios (and self-test runs) the items read, once each, in order."""
+    scenarios: dict[str, Scenario] = {}
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        params = callspec.params if callspec is not None else {}
+        for fixture in (SCENARIO_FIXTURE, SELFTEST_FIXTURE):
+            scenario = params.get(fixture)
+            if isinstance(scenario, Scenario):
+                scenarios.setdefault(scenario.id, scenario)
+    return list(scenarios.values())
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_node_collection_finished(node: Any, ids: Sequence[str]) -> None:
+    """Under xdist the controller holds the selected scenarios to the rules, from the test ids
+    a worker collected (a worker's usage error would crash it): before any is scheduled."""
+    config = node.config
+    try:
+        settings = nvrx_settings(config)
+    except pytest.UsageError:
+        return  # a bad value of the environment: the workers' collection error
+    known = {
+        sc.id: sc
+        for sc in matrix_scenarios(
+            settings.matrix, settings.windows, settings.workloads, _schedules(settings)
+        )
+    }
+    known.update(
+        (sc.id, sc)
+        for w in WORKLOAD_ORDER
+        if w in settings.workloads
+        for sc in selftest_scenarios(w)
+    )
+    scenarios: dict[str, Scenario] = {}
+    for nodeid in ids:
+        param = nodeid.rpartition("[")[2].rstrip("]")
+        # test_recovery_criterion[<scenario>-<criterion>]: criterion ids hold no hyphen
+        scenario = known.get(param) or known.get(param.rpartition("-")[0])
+        if scenario is not None:
+            scenarios.setdefault(scenario.id, scenario)
+    _check_scenarios(config, list(scenarios.values()))
+
+
+def _check_scenarios(config: pytest.Config, scenarios: Sequence[Scenario]) -> None:
+    """The selected scenarios' settings held to the walkthrough's rules now, once -k and -m
+    chose them and before anything launches: a value they break is the usage error every bad
+    option gets (exit 4), not an error of each scenario's run."""
+    if not scenarios:
+        return
+    try:
+        settings = nvrx_settings(config)
+    except pytest.UsageError:
+        return  # a bad value of the environment: already its module's collection error
+    # a GPU scenario without a Megatron checkout is skipped when it runs, never launched
+    runnable = [s for s in scenarios if not (s.needs_gpu and settings.megatron_path is None)]
+    # only the form of the work dir is a rule: the scenarios' own are made when they run
+    work_dir = settings.work_dir or config.rootpath
+    try:
+        check_scenarios(settings, runnable, work_dir)
+    except ConfigError as exc:
+        raise pytest.UsageError(f"pytest-nvrx: {exc.message_for('plugin')}") from None
+
+
 def selection_lines(config: pytest.Config, selected: Sequence[str]) -> list[str]:
     """What pytest's own "deselected" and "skipped" will mean, said once before the runs."""
     settings = nvrx_settings(config)
@@ -772,6 +852,9 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         if key is not None and key not in selected:
             selected.append(key)
     config = session.config
+    if not hasattr(config, "workerinput"):
+        # (an xdist worker leaves it to the controller: pytest_xdist_node_collection_finished)
+        _check_scenarios(config, _item_scenarios(session.items))
     config.stash[SELECTED_KEY] = selected
     workerinput = getattr(config, "workerinput", None)
     if workerinput is not None:

@@ -33,6 +33,7 @@ from pytest_nvrx.gpu_slots import gpu_available as gpu_available  # re-exported
 from pytest_nvrx.launch import Launch, RunResult, RunTimeout, tail_text
 from pytest_nvrx.layout import CONSOLE_LOG_NAME, RunLayout
 from pytest_nvrx.megatron_prepare import Preparation, ensure_prepared
+from pytest_nvrx.outputs import full_disk_note
 from pytest_nvrx.planning import Plan, plan_run
 from pytest_nvrx.plant_hook.nvrx_plants import PLANT_ENV
 from pytest_nvrx.run_dir import (
@@ -53,6 +54,7 @@ from pytest_nvrx.settings import (
     quote,
     resolve,
     shared_run_id,
+    validate,
     workload_defaults,
 )
 
@@ -530,6 +532,27 @@ def scenario_config(
     return resolve(values, environ={})
 
 
+def check_scenarios(settings: NvrxSettings, scenarios: Sequence[Scenario], work_dir: Path) -> None:
+    """The walkthrough's rules between the values (:func:`pytest_nvrx.settings.validate`,
+    nothing on disk read) over the RunConfig of each scenario, before any is launched: a value
+    no scenario of the session can run with (``--nvrx-tp 3`` on 2 ranks, a save interval past
+    the train iterations, a fault rank beyond the world) is one ConfigError, never an error per
+    scenario once the session runs. It names the first scenario the value breaks and how many
+    more. ``work_dir``: the scenarios' (only its form is a rule)."""
+    broken: list[tuple[Scenario, ConfigError]] = []
+    for scenario in scenarios:
+        try:
+            validate(scenario_config(settings, scenario, work_dir))
+        except ConfigError as exc:
+            broken.append((scenario, exc))
+    if not broken:
+        return
+    first, error = broken[0]
+    more = len(broken) - 1
+    also = f" (and {more} more scenario{'' if more == 1 else 's'})" if more else ""
+    raise ConfigError.naming(lambda entry: f"scenario {first.id}{also}: {error.message_for(entry)}")
+
+
 def refuse_stray_plant(config: RunConfig, environ: Mapping[str, str]) -> None:
     """A run that plants nothing refuses to start where the environment names a plant: its
     workers would inherit it, and a planted run must never pass for a qualification run."""
@@ -806,6 +829,9 @@ def judge_scenario(
     release_dir(layout.checkpoint_dir)  # a pool's launch (not hold_launch's): the tree is gone
     if outcome.result is not None:
         say(f"launcher exit {outcome.result.exit_code} after {outcome.result.wall_s:.1f}s")
+    full = full_disk_note([layout.run_dir, layout.checkpoint_dir])
+    if full is not None:
+        say(full)
     evidence = load_run(layout.run_dir, layout.checkpoint_dir)
     reference = baselines.get(scenario.workload) if scenario.fault != "none" else None
     judgement = judge(

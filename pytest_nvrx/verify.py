@@ -46,7 +46,12 @@ from pytest_nvrx.criteria.baseline import baseline_refusal
 from pytest_nvrx.evidence.refs import printable
 from pytest_nvrx.evidence.rundir import RunDirError, load_run
 from pytest_nvrx.evidence.segments import FaultRecovery
-from pytest_nvrx.outputs import OutputRefused, check_outputs, write_output
+from pytest_nvrx.outputs import (
+    OutputRefused,
+    check_output_targets,
+    check_outputs,
+    write_output,
+)
 from pytest_nvrx.settings import argparse_type, parse_rtol
 
 EXIT_PASSED = 0
@@ -138,8 +143,10 @@ def _write_json(target: str, data: dict[str, Any], out: TextIO) -> str | None:
 
 
 def _output_refusal(args: argparse.Namespace) -> str | None:
-    """Why ``--json FILE`` must not be written: it lies in the run dir judged, its checkpoint
-    dir or the baseline's run dir (verify X --json X/logs/launcher.log replaced the log)."""
+    """Why ``--json FILE`` must not be written: something other than a regular file is there (a
+    device, FIFO, symlink: the rename would replace it), or it lies in the run dir judged, its
+    checkpoint dir or the baseline's run dir (verify X --json X/logs/launcher.log replaced the
+    log)."""
     if args.json_file in (None, "-"):
         return None
     evidence = [("the run dir", args.run_dir)]
@@ -147,8 +154,10 @@ def _output_refusal(args: argparse.Namespace) -> str | None:
         evidence.append(("the checkpoint dir", args.checkpoint_dir))
     if args.baseline is not None:
         evidence.append(("the baseline run dir", args.baseline))
+    outputs = [("--json", Path(args.json_file))]
     try:
-        check_outputs([("--json", Path(args.json_file))], evidence)
+        check_outputs(outputs, evidence)
+        check_output_targets(outputs)
     except OutputRefused as exc:
         return str(exc)
     return None

@@ -241,12 +241,15 @@ def test_dry_run_refuses_unsafe_tracker(
         assert len(quoted) <= EXCERPT_CHARS + len(" (4096 characters)"), quoted
 
 
-def test_dry_run_still_reads_a_good_tracker(dry_run_dirs: tuple[Path, Path]) -> None:
+def test_dry_run_reads_a_good_tracker_as_another_run_s_checkpoints(
+    dry_run_dirs: tuple[Path, Path],
+) -> None:
+    """A tracker that reads well names checkpoints another run left: refused (issue #36)."""
     work, ckpt = dry_run_dirs
     (ckpt / "latest_checkpointed_iteration.txt").write_text("15\n")
     done = dry_run(work, ckpt)
-    assert done.returncode == 0, done.stderr
-    assert "ft_launcher" in done.stdout
+    assert done.returncode == 2, done.stderr
+    assert "holds another run's checkpoints (its tracker" in done.stderr
 
 
 # ---- the primitives -------------------------------------------------------------------------

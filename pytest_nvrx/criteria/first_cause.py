@@ -58,7 +58,6 @@ from pytest_nvrx.evidence.rundir import RunEvidence
 from pytest_nvrx.evidence.segments import FaultSegment, fault_segments
 from pytest_nvrx.evidence.timeline import CLOCK_SLACK, Timeline
 from pytest_nvrx.evidence.workload import (
-    IterationCommitted,
     LoadCompleted,
     SaveCompleted,
     SaveScheduled,
@@ -380,7 +379,8 @@ def _why_never(
     this = [log for log in logs if cycle is None or log.cycle == cycle]
     scheduled = [e for log in this for e in log.of_type(SaveScheduled)]
     completed = [e for log in this for e in log.of_type(SaveCompleted)]
-    iterations = [e for log in this for e in log.of_type(IterationCommitted)]
+    # (a log keeps its iteration lines apart from its events)
+    iterations = [e for log in this for e in log.iterations]
     line_refs = [line.ref] if line is not None else []
     if line is None and watching is None and not any(log.injector for log in run.cycle_logs):
         files = [log.file for log in run.cycle_logs][:1]

@@ -21,12 +21,20 @@ from pytest_nvrx.evidence.launcher_log import LauncherLog, parse_launcher_log
 from pytest_nvrx.evidence.manifest import Manifest, ManifestError, read_manifest
 from pytest_nvrx.evidence.marker import Marker, read_marker
 from pytest_nvrx.evidence.megatron import MEGATRON
-from pytest_nvrx.evidence.refs import EvidenceRef, Problem, display_path, file_refusal
+from pytest_nvrx.evidence.refs import (
+    MAX_DIGITS,
+    EvidenceRef,
+    Problem,
+    display_path,
+    file_refusal,
+    says_disk_full,
+)
 from pytest_nvrx.evidence.tracker import Tracker, read_tracker
 from pytest_nvrx.evidence.workload import (
     LoadCompleted,
     LoadStarted,
     VersionReported,
+    WorkloadError,
     WorkloadLogAdapter,
     get_adapter,
 )
@@ -131,20 +139,24 @@ def load_run(
     missing or broken becomes a Problem.
     """
     run_dir = Path(run_dir)
-    if not run_dir.exists():
+    if not os.path.lexists(run_dir):
         raise RunDirError(f"run directory {run_dir} does not exist")
-    if not run_dir.is_dir():
-        raise RunDirError(f"run directory {run_dir} is not a directory")
+    why = file_refusal(run_dir, want_dir=True)
+    if why is not None:
+        raise RunDirError(f"run directory {run_dir} {why}")
     layout = RunLayout.for_run(
         run_dir, Path(checkpoint_dir) if checkpoint_dir is not None else None
     )
     problems: list[Problem] = []
-    # Only a directory is a directory of evidence: a file (or FIFO, ...) in its place is no run.
+    # Only a directory is a directory of evidence: a file (or FIFO, ...) in its place is no run,
+    # and one that cannot be read (its permissions) hides what it holds.
+    refused_dirs: set[Path] = set()
     for directory in (layout.checkpoint_dir, layout.cycle_infos, layout.logs):
         why = file_refusal(directory, want_dir=True)
         if why is not None:
             problems.append(Problem("fatal", f"{display_path(directory, run_dir)} {why}"))
-    if checkpoint_dir is not None and not layout.checkpoint_dir.exists():
+            refused_dirs.add(directory)
+    if checkpoint_dir is not None and not os.path.lexists(layout.checkpoint_dir):
         problems.append(
             Problem("fatal", f"checkpoint directory {layout.checkpoint_dir} does not exist")
         )
@@ -191,7 +203,8 @@ def load_run(
     if not launcher.exists:
         problems.append(Problem("warning", f"{launcher.file} is missing"))
     elif launcher.read_error and refused is None:
-        problems.append(Problem("warning", f"{launcher.file} unreadable: {launcher.read_error}"))
+        # it is there and could not be read (its permissions, EIO): what it says is unknown
+        problems.append(Problem("fatal", f"{launcher.file} unreadable: {launcher.read_error}"))
     # Megatron's naive timestamps are in the same host zone as the launcher's.
     zone: tzinfo = timezone(launcher.utc_offset) if launcher.utc_offset is not None else UTC
 
@@ -201,6 +214,20 @@ def load_run(
         problems.append(Problem("warning", f"{infos.dir}/ is missing: no launcher cycle records"))
 
     cycle_logs = _read_cycle_logs(layout, infos, workload_adapter, zone, problems)
+    problems += _unread_numbers(launcher, cycle_logs)
+    full = _disk_full(launcher, cycle_logs)
+    if full is not None:
+        # it explains what else is missing or cut short: it leads
+        problems.insert(
+            0,
+            Problem(
+                "fatal",
+                f"{full.location} says {says_disk_full(full.text)}: a write of the run failed"
+                " for a full disk or quota, so its logs, records and checkpoints may be cut"
+                " short and it cannot be judged; free space where it writes and run it again",
+                full,
+            ),
+        )
 
     if not (launcher.exists or cycle_logs or infos.records or marker is not None):
         problems.append(
@@ -222,7 +249,7 @@ def load_run(
         problems.append(Problem("warning", f"tracker {tracker.file}: {tracker.error}", tracker.ref))
 
     checkpoints: list[CheckpointMetadata] = []
-    if read_checkpoints:
+    if read_checkpoints and layout.checkpoint_dir not in refused_dirs:
         loaded = sorted(
             {
                 e.iteration
@@ -254,6 +281,33 @@ def load_run(
         problems=tuple(problems),
         later_markers=later_markers,
     )
+
+
+def _unread_numbers(launcher: LauncherLog, logs: tuple[CycleLog, ...]) -> list[Problem]:
+    """A line of evidence the parsers left out for a number past MAX_DIGITS (refs.read_int)."""
+    refs = [launcher.bad_number, *(log.bad_number for log in logs)]
+    return [
+        Problem(
+            "fatal",
+            f"{ref.location} holds a number of more than {MAX_DIGITS} digits, which no count of"
+            " a run has: the line cannot be read, so the run cannot be judged by it",
+            ref,
+        )
+        for ref in refs
+        if ref is not None
+    ]
+
+
+def _disk_full(launcher: LauncherLog, logs: tuple[CycleLog, ...]) -> EvidenceRef | None:
+    """The first line that says a write failed for a full disk or quota: the launcher's, else
+    a worker's error."""
+    if launcher.disk_full is not None:
+        return launcher.disk_full
+    for log in logs:
+        for error in log.of_type(WorkloadError):
+            if says_disk_full(error.ref.text) is not None:
+                return error.ref
+    return None
 
 
 def _later_markers(layout: RunLayout, problems: list[Problem]) -> tuple[tuple[int, Marker], ...]:
@@ -309,8 +363,8 @@ def _read_cycle_logs(
             problems.append(
                 Problem("warning", f"{log.file} is missing (cycle {cycle} is in {infos.dir}/)")
             )
-        elif log.read_error:
-            problems.append(Problem("warning", f"{log.file} unreadable: {log.read_error}"))
+        elif log.read_error:  # there, and not read: what it says is unknown
+            problems.append(Problem("fatal", f"{log.file} unreadable: {log.read_error}"))
         logs.append(log)
     return tuple(logs)
 
@@ -329,6 +383,18 @@ def _cycle_log_paths(
     problem: nothing says which file is the evidence."""
     run_dir = layout.run_dir
     candidates = {c: list(files) for c, files in layout.cycle_log_candidates().items()}
+    for cycle in [c for c in candidates if c >= 10**MAX_DIGITS]:
+        # (a name holds at most 255 bytes: its number is cheap to read, but no cycle's)
+        for path in candidates.pop(cycle):
+            name = display_path(path, run_dir)
+            problems.append(
+                Problem(
+                    "fatal",
+                    f"{name} is named for a cycle of {len(str(cycle))} digits, which no cycle of"
+                    " a run has: which cycle's log it is cannot be told",
+                    EvidenceRef(name, None, "(a name no cycle has)"),
+                )
+            )
     strays = _look_alikes(layout)
     records: dict[int, CycleInfo] = {}
     for info in infos.records:

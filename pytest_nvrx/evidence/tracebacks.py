@@ -27,7 +27,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from pytest_nvrx.evidence.refs import EvidenceRef, LineCursor
+from pytest_nvrx.evidence.refs import EvidenceRef, LineCursor, read_int
 from pytest_nvrx.evidence.workload import TracebackFrame, WorkloadError
 
 HEAD = "Traceback (most recent call last)"
@@ -176,7 +176,9 @@ class TracebackAssembler:
             m = _FRAME.match(text)
             if m is not None:
                 path, func = m["path"], m["func"]
-                frame = _Frame(path, int(m["line"]), func, at.ref(), is_checkpoint_load(path, func))
+                frame = _Frame(
+                    path, read_int(m["line"]), func, at.ref(), is_checkpoint_load(path, func)
+                )
                 if tb.load is None and frame.load:
                     tb.load = frame
                 tb.last = frame

@@ -4,11 +4,11 @@ offline HTML page (:func:`render_html`): inline CSS and SVG, no script, nothing 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from html import escape
 from typing import Any
 
 from pytest_nvrx import __version__
 from pytest_nvrx.criteria.verdict import CRITERIA_IDS
+from pytest_nvrx.evidence.refs import html_text as escape  # control characters shown too
 from pytest_nvrx.plants import PLANTS
 from pytest_nvrx.report.model import PHASES, SCHEMA_VERSION, ScenarioReport
 from pytest_nvrx.report.recovery import Recovery

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Sequence
-from html import escape
 
+from pytest_nvrx.evidence.refs import html_text as escape  # control characters shown too
 from pytest_nvrx.report.loss import LossPoint
 from pytest_nvrx.report.model import PHASES, ScenarioReport
 from pytest_nvrx.report.recovery import Recovery
