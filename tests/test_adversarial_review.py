@@ -1,0 +1,65 @@
+"""An adversarial review of the schedule timings, the run-timeout diagnosis, the feasibility check
+and the Megatron first-use build: each test feeds a doctored copy of a committed run, a config or
+a Megatron-shaped checkout that the code gets wrong today, and states what it must do instead.
+"""
+
+from __future__ import annotations
+
+import io
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from pytest_nvrx.criteria import judge_run_dir
+from pytest_nvrx.evidence.rundir import load_run
+from pytest_nvrx.layout import RunLayout
+from pytest_nvrx.report import ScenarioReport
+from pytest_nvrx.scenario_run import ScenarioRun
+from pytest_nvrx.verify import verify_main
+from tests.doctor import Doctor, copy_run
+from tests.megatron_checkouts import (
+    have_compiler,
+)
+
+DATA = Path(__file__).parent / "data"
+TWO = DATA / "cpu-schedules" / "ref-kill-step+kill-restore"
+BUDGET = DATA / "cpu-schedules" / "ref-budget-kill-step+kill-restore+kill-restore"
+HANG_STEP_TIMED_OUT = DATA / "cpu-timeout" / "ref-timeout-hang-step"
+LAUNCHER = "logs/launcher.log"
+needs_compiler = pytest.mark.skipif(not have_compiler(), reason="no g++ and make on this host")
+
+
+def _scenario_run(root: Path) -> ScenarioRun:
+    judgement = judge_run_dir(root)
+    return ScenarioRun(
+        key=root.name,
+        scenario=None,
+        layout=RunLayout.for_run(root, judgement.checkpoint_dir),
+        judgement=judgement,
+    )
+
+
+def _shift_marker(doc: Doctor, rel: str, seconds: float) -> None:
+    data = doc.json(rel)
+    data["time"] = (datetime.fromisoformat(data["time"]) + timedelta(seconds=seconds)).isoformat()
+    doc.set_json(rel, **data)
+
+
+# ----------------------------------------------------------------------------------------------
+# Schedules and the run timeout
+
+
+def test_a_timed_out_schedule_run_cannot_pass(tmp_path: Path) -> None:
+    """result.json says our run timeout killed the run: a one-fault run fails no_repeat_injection,
+    a schedule's whole-run criterion never reads it, so verify says PASSED (exit 0) while its own
+    first cause says the run timeout ended the run, and the report says QUALIFIED where the
+    console says NOT QUALIFIED."""
+    doc = copy_run(TWO, tmp_path / "run")
+    doc.set_json("result.json", timed_out=True)
+    code = verify_main([str(doc.root)], stdout=io.StringIO(), stderr=io.StringIO())
+    judgement = judge_run_dir(doc.root)
+    report = ScenarioReport.from_judgement(load_run(doc.root), judgement)
+    assert judgement.first_cause is not None and judgement.first_cause.run_timeout
+    assert code == 1 and not judgement.passed
+    assert report.outcome.startswith("NOT QUALIFIED")
