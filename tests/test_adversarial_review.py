@@ -15,7 +15,7 @@ from pytest_nvrx.criteria import judge_run_dir
 from pytest_nvrx.evidence.rundir import load_run
 from pytest_nvrx.layout import RunLayout
 from pytest_nvrx.report import ScenarioReport
-from pytest_nvrx.scenario_run import ScenarioRun
+from pytest_nvrx.scenario_run import Limits, ScenarioRun
 from pytest_nvrx.verify import verify_main
 from tests.doctor import Doctor, copy_run
 from tests.megatron_checkouts import (
@@ -63,3 +63,19 @@ def test_a_timed_out_schedule_run_cannot_pass(tmp_path: Path) -> None:
     assert judgement.first_cause is not None and judgement.first_cause.run_timeout
     assert code == 1 and not judgement.passed
     assert report.outcome.startswith("NOT QUALIFIED")
+
+
+def test_a_restore_fault_marker_before_its_cycle_started_is_no_measurement(tmp_path: Path) -> None:
+    """Fault 2's marker (kill@restore) moved 5 s earlier: 0.4 s before its own cycle's workers
+    started and 3 s before its rank logged that it started, within the cycle check's 1 s slack.
+    The struck recovery's restore is then negative (-0.455 s), its phases longer than its
+    downtime, yet verify passes and the gate passes a 5 s limit the real run (7.2 s) breaks."""
+    real = _scenario_run(BUDGET)
+    assert real.gate_failures(Limits(downtime_s=5.0, shared_gpu=True))  # the real run breaks it
+    doc = copy_run(BUDGET, tmp_path / "run")
+    _shift_marker(doc, "fault_injected_2.json", -5.0)
+    run = _scenario_run(doc.root)
+    struck = run.judgement.recoveries[0]
+    assert struck.restoring_s is not None and struck.restoring_s < 0  # the contradiction
+    assert run.gate_failures(Limits(downtime_s=5.0, shared_gpu=True))
+    assert not run.judgement.passed
