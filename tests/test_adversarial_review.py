@@ -79,3 +79,20 @@ def test_a_restore_fault_marker_before_its_cycle_started_is_no_measurement(tmp_p
     assert struck.restoring_s is not None and struck.restoring_s < 0  # the contradiction
     assert run.gate_failures(Limits(downtime_s=5.0, shared_gpu=True))
     assert not run.judgement.passed
+
+
+def test_a_stop_signal_line_in_a_run_that_went_on_cannot_pass(tmp_path: Path) -> None:
+    """The launcher's 'Received 15 death signal, shutting down workers' before the first fault of
+    a run that then recovered twice and finished (result.json: not timed out) contradicts the
+    rest of the log; today it passes 6/6 and QUALIFIED, every detection after that line dropped
+    from the timings (fault 1's timings are empty)."""
+    doc = copy_run(TWO, tmp_path / "run")
+    at = doc.lines(LAUNCHER)[doc.line_no(LAUNCHER, "Cycle: 0 Event: worker_start_completed") - 1]
+    doc.insert_after(
+        LAUNCHER,
+        "Cycle: 0 Event: worker_start_completed",
+        at[:23] + " [WARNING] [vm] [workload:?(?) infra:?(?)] launcher.py:571 Received 15 death"
+        " signal, shutting down workers, timeout 1800 sec.",
+    )
+    judgement = judge_run_dir(doc.root)
+    assert not judgement.passed
