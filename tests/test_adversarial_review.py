@@ -6,6 +6,7 @@ a Megatron-shaped checkout that the code gets wrong today, and states what it mu
 from __future__ import annotations
 
 import io
+import re
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -96,3 +97,18 @@ def test_a_stop_signal_line_in_a_run_that_went_on_cannot_pass(tmp_path: Path) ->
     )
     judgement = judge_run_dir(doc.root)
     assert not judgement.passed
+
+
+def test_the_run_timeout_cause_never_says_a_negative_wait(tmp_path: Path) -> None:
+    """The launcher's stop line stamped 60 s earlier (before the hang's marker): the run stays
+    judgeable and its first cause says the hang 'was still undetected -8.2 s later'."""
+    doc = copy_run(HANG_STEP_TIMED_OUT, tmp_path / "run")
+    n = doc.line_no(LAUNCHER, "death signal")
+    lines = doc.lines(LAUNCHER)
+    stamp = datetime.strptime(lines[n - 1][:23], "%Y-%m-%d %H:%M:%S,%f") - timedelta(seconds=60)
+    lines[n - 1] = stamp.strftime("%Y-%m-%d %H:%M:%S,%f")[:23] + lines[n - 1][23:]
+    doc.write_lines(LAUNCHER, lines)
+    judgement = judge_run_dir(doc.root)
+    cause = judgement.first_cause
+    assert cause is not None
+    assert not re.search(r"-\d+(?:\.\d+)? s later", cause.text), cause.text
