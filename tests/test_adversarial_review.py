@@ -17,6 +17,7 @@ from pytest_nvrx.evidence.rundir import load_run
 from pytest_nvrx.layout import RunLayout
 from pytest_nvrx.report import ScenarioReport
 from pytest_nvrx.scenario_run import Limits, ScenarioRun
+from pytest_nvrx.settings import ConfigError, RunConfig, SectionTimeouts, check_run_timeout
 from pytest_nvrx.verify import verify_main
 from tests.doctor import Doctor, copy_run
 from tests.megatron_checkouts import (
@@ -112,3 +113,29 @@ def test_the_run_timeout_cause_never_says_a_negative_wait(tmp_path: Path) -> Non
     cause = judgement.first_cause
     assert cause is not None
     assert not re.search(r"-\d+(?:\.\d+)? s later", cause.text), cause.text
+
+
+# ----------------------------------------------------------------------------------------------
+# Feasibility
+
+
+def test_a_hang_no_nvrx_section_can_see_is_refused() -> None:
+    """The reference workload with -- --no-ft never connects to NVRx's rank monitor, which checks
+    section timeouts only for a connected rank (rank_monitor_server._periodic_rank_check): a hang
+    is seen only by the peer's 600 s gloo timeout. A 60 s run timeout cannot fit it, yet the
+    check counts the step section's 10 s and accepts."""
+    config = RunConfig(
+        work_dir=Path("/nonexistent-work"),
+        run_id="r",
+        workload="reference",
+        gpus_per_node=2,
+        fault_rank=1,
+        train_iters=20,
+        save_interval=5,
+        fault="hang",
+        window="step",
+        section_timeouts=SectionTimeouts(setup=120, step=10, checkpointing=15),
+        extra_args=("--no-ft",),
+    )
+    with pytest.raises(ConfigError):
+        check_run_timeout(config, 60.0)
