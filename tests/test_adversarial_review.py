@@ -6,7 +6,10 @@ a Megatron-shaped checkout that the code gets wrong today, and states what it mu
 from __future__ import annotations
 
 import io
+import os
 import re
+import subprocess
+import sys
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -21,7 +24,11 @@ from pytest_nvrx.settings import ConfigError, RunConfig, SectionTimeouts, check_
 from pytest_nvrx.verify import verify_main
 from tests.doctor import Doctor, copy_run
 from tests.megatron_checkouts import (
+    DATASETS,
+    env_with_path,
     have_compiler,
+    megatron_checkout,
+    tool_bin,
 )
 
 DATA = Path(__file__).parent / "data"
@@ -139,3 +146,25 @@ def test_a_hang_no_nvrx_section_can_see_is_refused() -> None:
     )
     with pytest.raises(ConfigError):
         check_run_timeout(config, 60.0)
+
+
+def test_a_refused_xdist_session_builds_nothing(tmp_path: Path) -> None:
+    """Under xdist the feasibility refusal is stashed and reported per test, but gw0 still runs
+    the Megatron checkout's first-use make: a refused session writes into the user's checkout
+    (without xdist it writes nothing)."""
+    pytest.importorskip("xdist")
+    checkout = megatron_checkout(
+        tmp_path / "checkout",
+        makefile="OUT = helpers_data.py\n\ndefault: $(OUT)\n\n$(OUT): helpers.src\n\tcp $< $@\n",
+        source="PIECES = []\n",
+        source_name="helpers.src",
+    )
+    env = env_with_path(tool_bin(tmp_path / "bin", compiler=False) + os.pathsep + "/usr/bin:/bin")
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "xdist", "-n", "1", "-p", "no:randomly", "-q",
+         "--pyargs", "pytest_nvrx.suite", "-m", "gpu", "--nvrx-megatron-path", str(checkout),
+         "--nvrx-run-timeout", "5", "--nvrx-work-dir", str(tmp_path / "work"), "-x"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert "cannot fit" in proc.stdout + proc.stderr
+    assert not (checkout / DATASETS / "helpers_data.py").exists()
