@@ -5,9 +5,11 @@ a Megatron-shaped checkout that the code gets wrong today, and states what it mu
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import re
+import signal
 import subprocess
 import sys
 from datetime import datetime, timedelta
@@ -168,3 +170,39 @@ def test_a_refused_xdist_session_builds_nothing(tmp_path: Path) -> None:
     )  # fmt: skip
     assert "cannot fit" in proc.stdout + proc.stderr
     assert not (checkout / DATASETS / "helpers_data.py").exists()
+
+
+# ----------------------------------------------------------------------------------------------
+# The Megatron first-use build
+
+
+def test_run_make_is_bounded_when_a_recipe_leaves_a_process_on_its_output(tmp_path: Path) -> None:
+    """A recipe that starts a process in a session of its own (a compiler server, a daemon)
+    which keeps make's stdout: after the timeout run_make kills make's group, then waits without
+    a bound for that process to close the pipe (here 20 s for a 1 s timeout; forever for a
+    daemon). A make that exited 0 at once is reported as a timeout."""
+    pidfile = tmp_path / "daemon.pid"
+    (tmp_path / "Makefile").write_text(
+        f"default:\n\tsetsid sh -c 'echo $$$$ > {pidfile}; exec sleep 20' &\n\techo started\n"
+    )
+    code = (
+        "import subprocess, sys, time\n"
+        "from pytest_nvrx.megatron_build import run_make\n"
+        "t = time.monotonic()\n"
+        "try:\n"
+        f"    run_make('make', ['-C', {str(tmp_path)!r}], {{'PATH': '/usr/bin:/bin'}},"
+        " timeout_s=1)\n"
+        "except subprocess.TimeoutExpired:\n"
+        "    pass\n"
+        "print(round(time.monotonic() - t, 1))\n"
+    )
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, timeout=60
+        )
+        waited = float(proc.stdout.strip().splitlines()[-1])
+    finally:
+        if pidfile.exists():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(pidfile.read_text()), signal.SIGKILL)
+    assert waited < 10, f"run_make with a 1 s timeout returned after {waited} s"
