@@ -9,6 +9,7 @@ import contextlib
 import io
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -20,6 +21,7 @@ import pytest
 from pytest_nvrx.criteria import judge_run_dir
 from pytest_nvrx.evidence.rundir import load_run
 from pytest_nvrx.layout import RunLayout
+from pytest_nvrx.megatron_prepare import prepare_checkout
 from pytest_nvrx.report import ScenarioReport
 from pytest_nvrx.scenario_run import Limits, ScenarioRun
 from pytest_nvrx.settings import ConfigError, RunConfig, SectionTimeouts, check_run_timeout
@@ -27,6 +29,7 @@ from pytest_nvrx.verify import verify_main
 from tests.doctor import Doctor, copy_run
 from tests.megatron_checkouts import (
     DATASETS,
+    MAKEFILE_CORE,
     env_with_path,
     have_compiler,
     megatron_checkout,
@@ -206,3 +209,24 @@ def test_run_make_is_bounded_when_a_recipe_leaves_a_process_on_its_output(tmp_pa
             with contextlib.suppress(ProcessLookupError):
                 os.kill(int(pidfile.read_text()), signal.SIGKILL)
     assert waited < 10, f"run_make with a 1 s timeout returned after {waited} s"
+
+
+@needs_compiler
+def test_sources_in_a_subdirectory_are_not_refused(tmp_path: Path) -> None:
+    """make -C builds it in place (Megatron's own first-use build succeeds), but the build runs on
+    a copy of the directory's regular files only: src/helpers.cpp is missing there and the
+    checkout is refused, with a hint to install pybind11 (make's own 'No rule to make target'
+    is passed over)."""
+    checkout = megatron_checkout(
+        tmp_path / "checkout",
+        makefile=MAKEFILE_CORE.replace("SRC = helpers.cpp", "SRC = src/helpers.cpp"),
+        source_name="src/helpers.cpp",
+    )
+    env = env_with_path(tool_bin(tmp_path / "bin"))
+    shutil.copytree(checkout, tmp_path / "copy")
+    in_place = subprocess.run(
+        ["make", "-C", str(tmp_path / "copy" / DATASETS)], env=env, capture_output=True, check=False
+    )
+    assert in_place.returncode == 0  # Megatron's own make builds it in place
+    prepared = prepare_checkout(checkout, who="test", environ=env)
+    assert prepared.builds
