@@ -230,3 +230,19 @@ def test_sources_in_a_subdirectory_are_not_refused(tmp_path: Path) -> None:
     assert in_place.returncode == 0  # Megatron's own make builds it in place
     prepared = prepare_checkout(checkout, who="test", environ=env)
     assert prepared.builds
+
+
+@needs_compiler
+def test_a_symlinked_build_directory_is_prepared(tmp_path: Path) -> None:
+    """megatron/core is a link to a tree elsewhere: Megatron's compile_helpers runs make in
+    dirname(__file__) all the same, but the walk does not follow the link, so nothing is
+    prepared (no line, no build) and the jobs race on the first-use build again."""
+    real = megatron_checkout(tmp_path / "elsewhere")
+    checkout = tmp_path / "checkout"
+    (checkout / "megatron").mkdir(parents=True)
+    (checkout / "pretrain_gpt.py").write_text("raise SystemExit('not a real Megatron')\n")
+    (checkout / "megatron" / "__init__.py").write_text("")
+    (checkout / "megatron" / "core").symlink_to(real / "megatron" / "core")
+    env = env_with_path(tool_bin(tmp_path / "bin"))
+    prepared = prepare_checkout(checkout, who="test", environ=env)
+    assert prepared.builds
