@@ -16,7 +16,9 @@ every criterion that would have passed says "cannot judge"), quoting the lines:
 * a rank killed by the fault (``kill``, ``segv``) prints nothing stamped after the marker's time,
   which its own process took just before the signal (less :data:`DEATH_SLACK`), and a stopped
   one (``hang``) commits no iteration after it;
-* the marker's time lies inside the launcher's record of the faulted cycle;
+* the marker's time lies inside the launcher's record of the faulted cycle, and not after the
+  launcher was told to stop (:func:`marker_after_stop`: a fault struck after the stop would
+  have waited a negative time for it);
 * the records bracket each other (:func:`_records_out_of_order`): result.json's start is
   run.json's (both taken by the harness as it launches) and its end is that start plus its
   ``wall_s`` (the harness's monotonic clock); every launcher line (its earliest and latest
@@ -130,6 +132,7 @@ def clock_problems(run: RunEvidence, timeline: Timeline) -> tuple[Problem, ...]:
                     )
                 )
     problems += marker_outside_its_cycle(run, timeline)
+    problems += marker_after_stop(run)
     return tuple(problems)
 
 
@@ -375,6 +378,27 @@ def marker_outside_its_cycle(run: RunEvidence, timeline: Timeline) -> list[Probl
             )
         ]
     return []
+
+
+def marker_after_stop(run: RunEvidence) -> list[Problem]:
+    """The marker stamped after the launcher's line saying it was told to stop (our run timeout,
+    a stop signal; less :data:`CLOCK_SLACK`): the workers it stops inject nothing after it, so
+    one of the two clocks is wrong and no wait from the fault to the stop can be measured."""
+    marker = run.marker
+    stop = run.launcher.signalled()
+    if marker is None or not marker.ok or marker.time is None or stop is None or stop.time is None:
+        return []
+    if marker.time <= stop.time + CLOCK_SLACK:
+        return []
+    return [
+        Problem(
+            "fatal",
+            f"the marker's time {clock(marker.time)} ({marker.ref('time').location}) is after"
+            f" the launcher was told to stop at {clock(stop.time)} ({stop.ref.location}): the"
+            " clocks disagree",
+            marker.ref("time"),
+        )
+    ]
 
 
 def timing_problems(timings: dict[str, float]) -> tuple[Problem, ...]:

@@ -595,6 +595,7 @@ def schedule_problems(
         if segment.position == 1:
             continue  # the whole run's clock checks hold the first marker
         found += clocks.marker_outside_its_cycle(segment.view, segment.timeline)
+        found += clocks.marker_after_stop(segment.view)
         found += clocks.timing_problems(segment.clock.timings())
     found += _arming_disagrees(run, schedule, segments)
     found += _budget_disagrees(run)
