@@ -127,6 +127,25 @@ def test_the_run_timeout_cause_never_says_a_negative_wait(tmp_path: Path) -> Non
     assert not re.search(r"-\d+(?:\.\d+)? s later", cause.text), cause.text
 
 
+@pytest.mark.parametrize(
+    "name",
+    [BUDGET.name, "ref-no-progress-kill-step+3x-kill-restore"],
+    ids=["budget", "no-progress"],
+)
+def test_a_timed_out_run_whose_stop_was_due_is_not_unrecovered(tmp_path: Path, name: str) -> None:
+    """A schedule the launcher had to stop after fault 2 (its restart budget) or 4 (NVRx's
+    no-progress limit), with result.json saying our run timeout ended it: no recovery was due
+    after that fault, so its first cause must not say it was "detected but not recovered"."""
+    doc = copy_run(DATA / "cpu-schedules" / name, tmp_path / "run")
+    doc.set_json("result.json", timed_out=True)
+    judgement = judge_run_dir(doc.root)
+    cause = judgement.first_cause
+    assert cause is not None and cause.run_timeout
+    assert "not recovered" not in cause.text, cause.text
+    assert "no recovery was due" in cause.text, cause.text
+    assert not judgement.passed
+
+
 # ----------------------------------------------------------------------------------------------
 # Feasibility
 
