@@ -252,6 +252,7 @@ def judge(
     schedule = run.manifest.schedule if run.manifest is not None else None
     scheduled = run.manifest.scheduled_faults if run.manifest is not None else ()
     segments = None
+    ends: tuple[int, str | None] | None = None
     recoveries: tuple[FaultRecovery, ...] = ()
     if schedule is not None and scheduled:
         segments = fault_segments(run, scheduled)
@@ -259,6 +260,7 @@ def judge(
         later += schedule_problems(run, scheduled, segments)
         problems += tuple(p for p in dict.fromkeys(later) if p not in problems)
         ending = run_ending(run, scheduled)
+        ends = (ending.due, ending.why() if ending.stopped else None)
         verdicts = schedule_verdicts(
             run,
             scheduled,
@@ -282,7 +284,7 @@ def judge(
     if cause is None or cause.never:
         # our run timeout stopped a run whose workers had not failed by themselves: that
         # leads, with what it cut short (a fault that "never happened" may just have been late)
-        cause = run_timeout_cause(run, ctx.timeline, ctx.expected, segments) or cause
+        cause = run_timeout_cause(run, ctx.timeline, ctx.expected, segments, ends) or cause
     if cause is not None:
         # the derived failures ("the fault never happened") follow from it: it leads each reason
         verdicts = tuple(cause.lead(v) for v in verdicts)

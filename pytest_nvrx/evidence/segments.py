@@ -286,8 +286,10 @@ class FaultRecovery:
         phases = self.phases
         unreached = set(self.unreached)
         restoring = self.restoring_s
-        if restoring is not None and all(
-            p.seconds is not None for p in phases if p.id not in unreached
+        if (
+            restoring is not None
+            and restoring >= 0
+            and all(p.seconds is not None for p in phases if p.id not in unreached)
         ):
             return 0.0
         known = sum(p.seconds for p in phases if p.seconds is not None)
