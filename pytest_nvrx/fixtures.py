@@ -225,6 +225,8 @@ def prepare_session_checkout(config: pytest.Config, items: list[pytest.Item]) ->
     Megatron scenario then fails with it as it plans, launching nothing."""
     if config.option.collectonly:
         return
+    if config.stash.get(REFUSED_KEY, None) is not None:
+        return  # a refused session launches nothing, so it builds nothing in the checkout
     settings = nvrx_settings(config)
     if settings.megatron_path is None or settings.run_dir is not None:
         return
