@@ -26,7 +26,8 @@ import re
 import signal
 import struct
 import subprocess
-from collections.abc import Iterator, Mapping, Sequence
+import tempfile
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -273,25 +274,52 @@ def run_make(
     *,
     timeout_s: float,
     merge: bool = False,
+    started: Callable[[int], None] | None = None,
 ) -> tuple[int, str, str]:
-    """``make args`` in a session of its own (a compiler it started goes with it on a timeout or
-    Ctrl-C): (exit status, stdout, stderr); ``merge`` puts stderr into stdout."""
-    proc = subprocess.Popen(
-        [make, *args],
-        env=dict(env),
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT if merge else subprocess.PIPE,
-        start_new_session=True,
-    )
-    try:
-        out, err = proc.communicate(timeout=timeout_s)
-    except BaseException:
-        with contextlib.suppress(ProcessLookupError):
+    """``make args`` in a session of its own: (exit status, stdout, stderr); ``merge`` puts
+    stderr into stdout; ``started`` is told make's pid (its process group's) once it runs.
+
+    The bound is make's own exit: its output goes to unnamed files, not pipes, so a process a
+    recipe leaves behind holding them (a compiler server, a daemon in a session of its own) can
+    neither delay the return of a make that exited nor outlive the deadline's wait. At the
+    deadline, or on Ctrl-C, make's whole process group (the compiler it started) is killed and
+    TimeoutExpired raised; a make that exited in time is never reported as timed out."""
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        proc = subprocess.Popen(
+            [make, *args],
+            env=dict(env),
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=out if merge else err,
+            start_new_session=True,
+        )
+        try:
+            if started is not None:
+                started(proc.pid)
+            status = proc.wait(timeout=timeout_s)
+        except BaseException:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            # make itself cannot ignore SIGKILL: this wait is short
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=_REAP_S)
+            raise
+        # the rest of make's group (what its recipes left running in it) goes with it
+        with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-        raise
-    return proc.returncode, _text(out), _text(err)
+        return status, _read_back(out), _read_back(err)
+
+
+#: How long a make killed with SIGKILL is waited for.
+_REAP_S = 5.0
+#: The most of make's output kept (its end: where it says why it failed).
+_OUTPUT_MAX = 4 << 20
+
+
+def _read_back(fh: BinaryIO) -> str:
+    size = fh.seek(0, os.SEEK_END)
+    fh.seek(max(0, size - _OUTPUT_MAX))
+    return _text(fh.read())
 
 
 def _text(raw: bytes | None) -> str:
