@@ -107,7 +107,19 @@ def first_use_builds(checkout: Path) -> tuple[FirstUseBuild, ...]:
     nothing."""
     root = checkout / PACKAGE_DIR
     found: dict[Path, FirstUseBuild] = {}
-    for dirpath, dirnames, filenames in os.walk(root):
+    # links are followed (a megatron/core linked from elsewhere is imported, and built, all the
+    # same); each directory is walked once, so a link back up the tree ends there
+    seen: set[tuple[int, int]] = set()
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=True):
+        try:
+            st = os.stat(dirpath)
+        except OSError:
+            dirnames[:] = []
+            continue
+        if (st.st_dev, st.st_ino) in seen:
+            dirnames[:] = []
+            continue
+        seen.add((st.st_dev, st.st_ino))
         dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and d != "__pycache__")
         if not any(name in filenames for name in MAKEFILE_NAMES):
             continue

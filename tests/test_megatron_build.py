@@ -302,3 +302,12 @@ def test_run_make_kills_make_and_its_compiler_at_the_deadline(tmp_path: Path) ->
     child = int(pidfile.read_text())
     time.sleep(0.2)
     assert pid_start(child) is None or Path(f"/proc/{child}/stat").read_text().split()[2] == "Z"
+
+
+def test_a_link_loop_under_megatron_is_walked_once(tmp_path: Path) -> None:
+    """Links are followed (a linked megatron/core is built), but a link back up the tree does not
+    make the walk endless."""
+    checkout = megatron_checkout(tmp_path / "checkout")
+    (checkout / DATASETS / "loop").symlink_to(checkout / "megatron")
+    builds = first_use_builds(checkout)
+    assert [b.rel_dir for b in builds] == [str(DATASETS)]
