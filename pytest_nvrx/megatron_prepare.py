@@ -35,6 +35,7 @@ import json
 import os
 import secrets
 import shutil
+import signal
 import socket
 import stat
 import subprocess
@@ -437,25 +438,134 @@ def _read(build: FirstUseBuild, make: str, env: Mapping[str, str]) -> MakeState:
             raise _foreign(build, name, tag, env)
     if not state.artifacts:
         raise _unreadable_makefile(build, "no default goal")
+    for name in state.artifacts:
+        kind = _not_a_file(build.directory / name)
+        if kind is not None:
+            raise _refused(
+                f"{build.directory / name} is {kind}, where make -C {build.directory} builds the"
+                f" file its default goal names ({build.describe()} at first use): Megatron's"
+                " import of it would fail, and make may call it up to date; remove it"
+            )
     return state
+
+
+def _not_a_file(path: Path) -> str | None:
+    """What is in place of a file to build, when it is something else (a directory, a FIFO, a
+    dangling link): make's date for it says nothing of a module to import."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return "a dangling link" if os.path.islink(path) else None
+    except OSError as exc:
+        return f"unreadable ({exc.strerror or exc})"
+    if stat.S_ISREG(mode):
+        return None
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    return "not a regular file"
+
+
+#: The temporary directories of builds: ``nvrx-megatron-build-<pid>-<its start>-<random>``, so
+#: that a later session recognises one whose process is gone (killed with SIGKILL mid-build).
+BUILD_DIR_PREFIX = "nvrx-megatron-build-"
+#: In a build's temporary directory: ``<pid> <start>`` of the make it runs.
+_MAKE_PID = "make.pid"
+_SKIPPED = ("__pycache__",)
+
+
+def _build_dir_owner(name: str) -> tuple[int, int | None] | None:
+    """(pid, start) a build directory's name records; None: not one of ours."""
+    if not name.startswith(BUILD_DIR_PREFIX):
+        return None
+    parts = name[len(BUILD_DIR_PREFIX) :].split("-")
+    if len(parts) < 3 or not parts[0].isdigit():
+        return None
+    return int(parts[0]), int(parts[1]) if parts[1].isdigit() else None
+
+
+def clean_stale_build_dirs(root: Path | None = None) -> list[Path]:
+    """Remove the build directories (in ``root``, default the temporary directory) of sessions of
+    this host that no longer run, after killing the make each left running (its process group,
+    when the pid still names the same process); the removed directories."""
+    root = Path(tempfile.gettempdir()) if root is None else root
+    removed: list[Path] = []
+    try:
+        entries = list(os.scandir(root))
+    except OSError:
+        return removed
+    for entry in entries:
+        owner = _build_dir_owner(entry.name)
+        if owner is None or not entry.is_dir(follow_symlinks=False):
+            continue
+        pid, start = owner
+        if start is not None and pid_start(pid) == start:
+            continue  # its session still runs
+        _kill_recorded_make(Path(entry.path) / _MAKE_PID)
+        shutil.rmtree(entry.path, ignore_errors=True)
+        if not os.path.lexists(entry.path):
+            removed.append(Path(entry.path))
+    return removed
+
+
+def _kill_recorded_make(record: Path) -> None:
+    try:
+        pid_text, start_text = record.read_text(encoding="utf-8").split()
+        pid, start = int(pid_text), int(start_text)
+    except (OSError, ValueError):
+        return
+    if pid_start(pid) == start:
+        with contextlib.suppress(OSError):
+            os.killpg(pid, signal.SIGKILL)
+
+
+def _mirror(build: FirstUseBuild, artifacts: tuple[str, ...], tree: Path) -> Path:
+    """A tree laid out as the checkout, where the build's directory is a copy (its files and
+    subdirectories, links kept as links) and everything else on the way down is a link to the
+    checkout's own: what the Makefile reads by a relative path (``src/x.cpp``,
+    ``../include/x.h``) it finds as in place. The copy of the directory in that tree."""
+    parts = Path(build.rel_dir).parts
+    here, real = tree, build.checkout
+    for part in parts:
+        here.mkdir(exist_ok=True)
+        with os.scandir(real) as entries:
+            for entry in entries:
+                if entry.name != part:
+                    os.symlink(entry.path, here / entry.name)
+        here, real = here / part, real / part
+
+    def ignore(directory: str, names: list[str]) -> set[str]:
+        top = os.path.samefile(directory, build.directory)
+        return {
+            n
+            for n in names
+            if n in _SKIPPED or (top and (n.startswith((CLAIM_NAME, ".nvrx-")) or n in artifacts))
+        }
+
+    shutil.copytree(build.directory, here, symlinks=True, ignore=ignore)
+    return here
 
 
 def _build(
     build: FirstUseBuild, make: str, state: MakeState, env: Mapping[str, str], names: str
 ) -> None:
-    """Run the checkout's make on a copy of its directory; rename what it built into place."""
-    ours = (CLAIM_NAME, ".nvrx-")
-    with tempfile.TemporaryDirectory(prefix="nvrx-megatron-build-") as tmp:
-        work = Path(tmp)
-        with os.scandir(build.directory) as entries:
-            for entry in entries:
-                if entry.name in state.artifacts or entry.name.startswith(ours):
-                    continue
-                if entry.is_file():  # a link to a file is copied as the file
-                    shutil.copy2(entry.path, work / entry.name)
+    """Run the checkout's make on a copy of its directory (in a tree laid out as the checkout);
+    rename what it built into place, so that no reader ever sees it half written."""
+    clean_stale_build_dirs()
+    prefix = f"{BUILD_DIR_PREFIX}{os.getpid()}-{pid_start(os.getpid()) or 'x'}-"
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
+        work = _mirror(build, state.artifacts, Path(tmp) / "tree")
+
+        def record(pid: int) -> None:
+            write_atomic(Path(tmp) / _MAKE_PID, f"{pid} {pid_start(pid) or 0}\n".encode())
+
         try:
             status, output, _ = run_make(
-                make, ["-C", str(work)], env, timeout_s=BUILD_TIMEOUT_S, merge=True
+                make,
+                ["-C", str(work)],
+                env,
+                timeout_s=BUILD_TIMEOUT_S,
+                merge=True,
+                started=record,
             )
         except subprocess.TimeoutExpired:
             raise _refused(
