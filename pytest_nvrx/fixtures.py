@@ -238,7 +238,7 @@ def prepare_session_checkout(config: pytest.Config, items: list[pytest.Item]) ->
         # SIGTERM/SIGHUP stop the build like Ctrl-C: its make and compiler are killed, the
         # claim removed
         with interrupt_on_stop_signals():
-            prepared = ensure_prepared(settings.megatron_path, who=who)
+            prepared = ensure_prepared(settings.megatron_path, who=who, say=terminal_writer(config))
     except ConfigError as exc:
         message = f"pytest-nvrx: {exc.message_for('plugin')}"
         if workerinput is None:

@@ -160,6 +160,32 @@ class Preparation:
 # The claim
 
 
+class ClaimNotAFile(RuntimeError):
+    """The claim's path holds a directory (or another non-file a claim can never be): no holder
+    ever releases it, and it is not ours to remove."""
+
+    def __init__(self, path: Path, kind: str) -> None:
+        super().__init__(f"{path} is {kind}")
+        self.path = path
+        self.kind = kind
+
+
+def _to_stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def _odd_holder(holder: Holder, alive: bool | None) -> str | None:
+    """Why a holder cannot be told dead or alive at once (its wait is then said on the
+    console), else None."""
+    if not holder.record:
+        return f"its claim {holder.unread or 'could not be read'}"
+    if alive is None:
+        return f"on another host ({holder.host}), whose process cannot be checked from here"
+    if holder.pid_start is None:
+        return "its claim records no process start time (the pid may be reused)"
+    return None
+
+
 class ClaimWaitTooLong(RuntimeError):
     def __init__(self, holder: Holder, waited_s: float) -> None:
         super().__init__(f"waited {waited_s:.0f} s")
@@ -254,17 +280,22 @@ def acquire(
     poll_s: float = POLL_S,
     stale_s: float = STALE_S,
     wait_limit_s: float = WAIT_LIMIT_S,
+    say: Callable[[str], None] = _to_stderr,
 ) -> Claim:
-    """Claim the build of ``directory``, waiting while another live holder has it.
+    """Claim the build of ``directory``, waiting while another live holder has it; a wait on a
+    holder that cannot be told dead at once (an unreadable claim, another host's, a pid without
+    its start time) is said in one line through ``say``, with how long it may last.
 
-    OSError: the claim cannot be created (a read-only directory); ClaimWaitTooLong: a holder
-    kept its claim alive past ``wait_limit_s``."""
+    OSError: the claim cannot be created (a read-only directory); ClaimNotAFile: a directory
+    (or other non-file) is in the claim's place; ClaimWaitTooLong: a holder kept its claim
+    alive past ``wait_limit_s``."""
     host = socket.gethostname() if host is None else host
     path = directory / CLAIM_NAME
     start = clock()
     waited_for: Holder | None = None
     observed: tuple[int, int, int] | None = None
     since = start
+    said = False
     while True:
         stamp = _dt.datetime.now(_dt.UTC).isoformat(timespec="microseconds")
         try:
@@ -291,6 +322,9 @@ def acquire(
                 raise
             waited = clock() - start if waited_for is not None else 0.0
             return Claim(path, stamp, waited, waited_for)
+        kind = _not_a_claim_file(path)
+        if kind is not None:
+            raise ClaimNotAFile(path, kind)
         holder = settled_holder(path)
         state = _file_state(path)
         if state is None:
@@ -307,7 +341,28 @@ def acquire(
             continue
         if now - start >= wait_limit_s:
             raise ClaimWaitTooLong(holder, now - start)
+        odd = _odd_holder(holder, alive)
+        if odd is not None and not said:
+            said = True
+            until = (
+                f"while it stays alive, up to {wait_limit_s:.0f} s"
+                if alive
+                else f"until it has not changed for {stale_s:.0f} s (at most {wait_limit_s:.0f} s)"
+            )
+            say(
+                f"nvrx: megatron build: {path} is held by {holder_text(holder)}, {odd}: waiting"
+                f" for it to build {', '.join(building)} {until}"
+            )
         sleep(poll_s)
+
+
+def _not_a_claim_file(path: Path) -> str | None:
+    """What is in the claim's place when it is something no holder ever made: a directory."""
+    try:
+        mode = os.lstat(path).st_mode
+    except OSError:
+        return None
+    return "a directory" if stat.S_ISDIR(mode) else None
 
 
 def release(path: Path, stamp: str) -> None:
@@ -593,6 +648,7 @@ def _prepare(
     host: str | None,
     clock: Callable[[], float],
     sleep: Callable[[float], None],
+    say: Callable[[str], None],
 ) -> Prepared:
     make = shutil.which("make", path=env.get("PATH", os.defpath))
     if make is None:
@@ -604,13 +660,19 @@ def _prepare(
     try:
         claim = acquire(
             build.directory, who=who, building=state.artifacts, host=host, clock=clock,
-            sleep=sleep,
+            sleep=sleep, say=say,
         )  # fmt: skip
     except ClaimWaitTooLong as exc:
         where = build.directory / CLAIM_NAME
         raise _refused(
             f"waited {exc.waited_s:.0f} s for {holder_text(exc.holder)} to build {names}"
             f" (its claim {where} is still alive): if that process is gone, remove {where}"
+        ) from None
+    except ClaimNotAFile as exc:
+        raise _refused(
+            f"{exc.path} is {exc.kind}, where the build of {names} keeps its claim file (a"
+            " lock shared by every session using this checkout): no session can build it;"
+            f" remove {exc.path}"
         ) from None
     except OSError as exc:
         raise _unwritable(build, names, exc) from None
@@ -658,6 +720,7 @@ def prepare_checkout(
     host: str | None = None,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
+    say: Callable[[str], None] = _to_stderr,
 ) -> Preparation:
     """Make sure every first-use build of ``checkout`` is done (``who`` names this session in
     its claim); ConfigError when one cannot be. ``environ`` (default: this process's) is what the
@@ -667,7 +730,7 @@ def prepare_checkout(
     return Preparation(
         checkout,
         tuple(
-            _prepare(build, who=who, env=env, host=host, clock=clock, sleep=sleep)
+            _prepare(build, who=who, env=env, host=host, clock=clock, sleep=sleep, say=say)
             for build in builds
         ),
     )
@@ -682,7 +745,11 @@ _LOCKS_LOCK = threading.Lock()
 
 
 def ensure_prepared(
-    checkout: Path, *, who: str, environ: Mapping[str, str] | None = None
+    checkout: Path,
+    *,
+    who: str,
+    environ: Mapping[str, str] | None = None,
+    say: Callable[[str], None] = _to_stderr,
 ) -> Preparation:
     """:func:`prepare_checkout` once per process: a later call (a scenario's plan after its
     session prepared the checkout, a thread of a pool) whose artifacts are unchanged since is
@@ -700,7 +767,7 @@ def ensure_prepared(
         if known is not None and known[0].stamps() == known[1]:
             return known[0].as_already()
         try:
-            prepared = prepare_checkout(checkout, who=who, environ=env)
+            prepared = prepare_checkout(checkout, who=who, environ=env, say=say)
         except ConfigError as exc:
             _REFUSED[key] = exc
             raise

@@ -587,3 +587,44 @@ def test_a_killed_builds_temporary_directory_and_make_are_cleaned(tmp_path: Path
         if orphan.poll() is None:
             orphan.kill()
             orphan.wait()
+
+
+@pytest.mark.parametrize("kind", ["garbage", "live pid without start", "other host"])
+def test_a_wait_on_a_holder_that_cannot_be_told_dead_is_said_once(
+    tmp_path: Path, kind: str
+) -> None:
+    """Never a silent wait: one line naming the claim, its holder and how long the wait lasts."""
+    claim = tmp_path / CLAIM_NAME
+    if kind == "garbage":
+        claim.write_bytes(b"\x00not json")
+    elif kind == "other host":
+        _claim_record(claim, host="node-elsewhere", pid=4242)
+    else:
+        _claim_record(claim, pid=os.getpid(), pid_start=None)
+    said: list[str] = []
+    fake = FakeTime()
+    try:
+        held = acquire(
+            tmp_path, who="me", building=("x",), clock=fake.clock, sleep=fake.sleep, poll_s=1.0,
+            wait_limit_s=3 * STALE_S, say=said.append,
+        )  # fmt: skip
+        held.release()
+    except ClaimWaitTooLong:
+        assert kind == "live pid without start"
+    assert len(said) == 1, said
+    assert str(claim) in said[0] and "waiting" in said[0], said
+    assert f"{3 * STALE_S:.0f} s" in said[0], said
+    if kind == "live pid without start":
+        assert f"pid {os.getpid()}" in said[0] and "no process start time" in said[0], said
+
+
+def test_a_directory_in_place_of_the_claim_is_an_error_naming_it(tmp_path: Path) -> None:
+    root = slow_checkout(tmp_path / "m")
+    claim = root / DATASETS / CLAIM_NAME
+    claim.mkdir()
+    started = time.monotonic()
+    with pytest.raises(ConfigError, match=CLAIM_NAME + r" is a directory"):
+        prepare_checkout(root, who="test", environ=slow_env(tmp_path))
+    assert time.monotonic() - started < 30
+    assert claim.is_dir()
+    assert not [p for p in (root / DATASETS).iterdir() if ".stale." in p.name]
