@@ -10,10 +10,13 @@ writing it (``ImportError: ...: file too short``).
 Nothing of one revision is assumed. The build is found in the source: the functions under
 ``megatron/`` that run ``make`` in their own module's directory, beside a Makefile (their
 syntax tree; nothing imported). What it makes, and whether that is up to date, is asked of make
-itself on that directory's own Makefile (``make -pq``: its database, no recipe run), in the
-environment the workers will have, so ``$(shell python3-config --extension-suffix)`` names the
-file Megatron's own make would. Building it once, under a lock, is
-:mod:`pytest_nvrx.megatron_prepare`.
+itself on that directory's own Makefile (``make -pq``: its database), in the environment the
+workers will have, so ``$(shell python3-config --extension-suffix)`` names the file Megatron's
+own make would. ``-q`` runs no ordinary recipe, but make still runs, in the real checkout, what
+reading the Makefile runs (its ``$(shell ...)`` calls, the rules that remake an included
+makefile) and a recipe's ``+`` lines: exactly what Megatron's own make runs there at first use
+in every job, so nothing a job would not run (docs/gpu.md says so). Building it once, under a
+lock, is :mod:`pytest_nvrx.megatron_prepare`.
 """
 
 from __future__ import annotations
@@ -344,7 +347,9 @@ READ_TIMEOUT_S = 120.0
 
 def read_make_state(build: FirstUseBuild, make: str, env: Mapping[str, str]) -> MakeState:
     """Ask make what the directory's default goal builds and whether it is up to date (``make
-    -pq``: exit 0 up to date, 1 not; nothing is run). MakeError: make cannot read it."""
+    -pq``: exit 0 up to date, 1 not; no ordinary recipe runs, but ``$(shell ...)``, ``+`` recipe
+    lines and the remaking of included makefiles do, as in any make there). MakeError: make
+    cannot read it."""
     status, out, err = run_make(
         make,
         ["--no-print-directory", "-C", str(build.directory), "-p", "-q"],

@@ -14,8 +14,10 @@ written:
   (:mod:`pytest_nvrx.checkpoint_claim`); the others wait for it. A holder on this host that no
   longer runs is taken over at once; one on another host when its claim stops changing (the
   holder touches it every :data:`HEARTBEAT_S`) for :data:`STALE_S`;
-* the holder runs the checkout's own ``make`` on a copy of the directory in a temporary one,
-  and renames each file it built into place (:func:`pytest_nvrx.outputs.write_atomic`): a reader
+* the holder runs the checkout's own ``make`` in a temporary tree laid out as the checkout (the
+  directory copied whole, the rest linked, so relative paths read as in place; a temporary
+  directory a killed session left is cleaned by the next build), and renames each file of the
+  default goal into place (:func:`pytest_nvrx.outputs.write_atomic`): a reader
   sees the old file or the whole new one, never part of it. The checkout gains only the files
   Megatron's own make would have put there; the claim is removed at the end.
 
