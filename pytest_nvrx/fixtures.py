@@ -225,6 +225,8 @@ def prepare_session_checkout(config: pytest.Config, items: list[pytest.Item]) ->
     Megatron scenario then fails with it as it plans, launching nothing."""
     if config.option.collectonly:
         return
+    if config.stash.get(REFUSED_KEY, None) is not None:
+        return  # a refused session launches nothing, so it builds nothing in the checkout
     settings = nvrx_settings(config)
     if settings.megatron_path is None or settings.run_dir is not None:
         return
@@ -236,7 +238,7 @@ def prepare_session_checkout(config: pytest.Config, items: list[pytest.Item]) ->
         # SIGTERM/SIGHUP stop the build like Ctrl-C: its make and compiler are killed, the
         # claim removed
         with interrupt_on_stop_signals():
-            prepared = ensure_prepared(settings.megatron_path, who=who)
+            prepared = ensure_prepared(settings.megatron_path, who=who, say=terminal_writer(config))
     except ConfigError as exc:
         message = f"pytest-nvrx: {exc.message_for('plugin')}"
         if workerinput is None:

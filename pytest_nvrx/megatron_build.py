@@ -10,10 +10,13 @@ writing it (``ImportError: ...: file too short``).
 Nothing of one revision is assumed. The build is found in the source: the functions under
 ``megatron/`` that run ``make`` in their own module's directory, beside a Makefile (their
 syntax tree; nothing imported). What it makes, and whether that is up to date, is asked of make
-itself on that directory's own Makefile (``make -pq``: its database, no recipe run), in the
-environment the workers will have, so ``$(shell python3-config --extension-suffix)`` names the
-file Megatron's own make would. Building it once, under a lock, is
-:mod:`pytest_nvrx.megatron_prepare`.
+itself on that directory's own Makefile (``make -pq``: its database), in the environment the
+workers will have, so ``$(shell python3-config --extension-suffix)`` names the file Megatron's
+own make would. ``-q`` runs no ordinary recipe, but make still runs, in the real checkout, what
+reading the Makefile runs (its ``$(shell ...)`` calls, the rules that remake an included
+makefile) and a recipe's ``+`` lines: exactly what Megatron's own make runs there at first use
+in every job, so nothing a job would not run (docs/gpu.md says so). Building it once, under a
+lock, is :mod:`pytest_nvrx.megatron_prepare`.
 """
 
 from __future__ import annotations
@@ -26,7 +29,8 @@ import re
 import signal
 import struct
 import subprocess
-from collections.abc import Iterator, Mapping, Sequence
+import tempfile
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -106,7 +110,19 @@ def first_use_builds(checkout: Path) -> tuple[FirstUseBuild, ...]:
     nothing."""
     root = checkout / PACKAGE_DIR
     found: dict[Path, FirstUseBuild] = {}
-    for dirpath, dirnames, filenames in os.walk(root):
+    # links are followed (a megatron/core linked from elsewhere is imported, and built, all the
+    # same); each directory is walked once, so a link back up the tree ends there
+    seen: set[tuple[int, int]] = set()
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=True):
+        try:
+            st = os.stat(dirpath)
+        except OSError:
+            dirnames[:] = []
+            continue
+        if (st.st_dev, st.st_ino) in seen:
+            dirnames[:] = []
+            continue
+        seen.add((st.st_dev, st.st_ino))
         dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and d != "__pycache__")
         if not any(name in filenames for name in MAKEFILE_NAMES):
             continue
@@ -273,25 +289,52 @@ def run_make(
     *,
     timeout_s: float,
     merge: bool = False,
+    started: Callable[[int], None] | None = None,
 ) -> tuple[int, str, str]:
-    """``make args`` in a session of its own (a compiler it started goes with it on a timeout or
-    Ctrl-C): (exit status, stdout, stderr); ``merge`` puts stderr into stdout."""
-    proc = subprocess.Popen(
-        [make, *args],
-        env=dict(env),
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT if merge else subprocess.PIPE,
-        start_new_session=True,
-    )
-    try:
-        out, err = proc.communicate(timeout=timeout_s)
-    except BaseException:
-        with contextlib.suppress(ProcessLookupError):
+    """``make args`` in a session of its own: (exit status, stdout, stderr); ``merge`` puts
+    stderr into stdout; ``started`` is told make's pid (its process group's) once it runs.
+
+    The bound is make's own exit: its output goes to unnamed files, not pipes, so a process a
+    recipe leaves behind holding them (a compiler server, a daemon in a session of its own) can
+    neither delay the return of a make that exited nor outlive the deadline's wait. At the
+    deadline, or on Ctrl-C, make's whole process group (the compiler it started) is killed and
+    TimeoutExpired raised; a make that exited in time is never reported as timed out."""
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        proc = subprocess.Popen(
+            [make, *args],
+            env=dict(env),
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=out if merge else err,
+            start_new_session=True,
+        )
+        try:
+            if started is not None:
+                started(proc.pid)
+            status = proc.wait(timeout=timeout_s)
+        except BaseException:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            # make itself cannot ignore SIGKILL: this wait is short
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=_REAP_S)
+            raise
+        # the rest of make's group (what its recipes left running in it) goes with it
+        with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-        raise
-    return proc.returncode, _text(out), _text(err)
+        return status, _read_back(out), _read_back(err)
+
+
+#: How long a make killed with SIGKILL is waited for.
+_REAP_S = 5.0
+#: The most of make's output kept (its end: where it says why it failed).
+_OUTPUT_MAX = 4 << 20
+
+
+def _read_back(fh: BinaryIO) -> str:
+    size = fh.seek(0, os.SEEK_END)
+    fh.seek(max(0, size - _OUTPUT_MAX))
+    return _text(fh.read())
 
 
 def _text(raw: bytes | None) -> str:
@@ -304,7 +347,9 @@ READ_TIMEOUT_S = 120.0
 
 def read_make_state(build: FirstUseBuild, make: str, env: Mapping[str, str]) -> MakeState:
     """Ask make what the directory's default goal builds and whether it is up to date (``make
-    -pq``: exit 0 up to date, 1 not; nothing is run). MakeError: make cannot read it."""
+    -pq``: exit 0 up to date, 1 not; no ordinary recipe runs, but ``$(shell ...)``, ``+`` recipe
+    lines and the remaking of included makefiles do, as in any make there). MakeError: make
+    cannot read it."""
     status, out, err = run_make(
         make,
         ["--no-print-directory", "-C", str(build.directory), "-p", "-q"],

@@ -14,8 +14,10 @@ written:
   (:mod:`pytest_nvrx.checkpoint_claim`); the others wait for it. A holder on this host that no
   longer runs is taken over at once; one on another host when its claim stops changing (the
   holder touches it every :data:`HEARTBEAT_S`) for :data:`STALE_S`;
-* the holder runs the checkout's own ``make`` on a copy of the directory in a temporary one,
-  and renames each file it built into place (:func:`pytest_nvrx.outputs.write_atomic`): a reader
+* the holder runs the checkout's own ``make`` in a temporary tree laid out as the checkout (the
+  directory copied whole, the rest linked, so relative paths read as in place; a temporary
+  directory a killed session left is cleaned by the next build), and renames each file of the
+  default goal into place (:func:`pytest_nvrx.outputs.write_atomic`): a reader
   sees the old file or the whole new one, never part of it. The checkout gains only the files
   Megatron's own make would have put there; the claim is removed at the end.
 
@@ -35,6 +37,7 @@ import json
 import os
 import secrets
 import shutil
+import signal
 import socket
 import stat
 import subprocess
@@ -159,6 +162,32 @@ class Preparation:
 # The claim
 
 
+class ClaimNotAFile(RuntimeError):
+    """The claim's path holds a directory (or another non-file a claim can never be): no holder
+    ever releases it, and it is not ours to remove."""
+
+    def __init__(self, path: Path, kind: str) -> None:
+        super().__init__(f"{path} is {kind}")
+        self.path = path
+        self.kind = kind
+
+
+def _to_stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def _odd_holder(holder: Holder, alive: bool | None) -> str | None:
+    """Why a holder cannot be told dead or alive at once (its wait is then said on the
+    console), else None."""
+    if not holder.record:
+        return f"its claim {holder.unread or 'could not be read'}"
+    if alive is None:
+        return f"on another host ({holder.host}), whose process cannot be checked from here"
+    if holder.pid_start is None:
+        return "its claim records no process start time (the pid may be reused)"
+    return None
+
+
 class ClaimWaitTooLong(RuntimeError):
     def __init__(self, holder: Holder, waited_s: float) -> None:
         super().__init__(f"waited {waited_s:.0f} s")
@@ -253,17 +282,22 @@ def acquire(
     poll_s: float = POLL_S,
     stale_s: float = STALE_S,
     wait_limit_s: float = WAIT_LIMIT_S,
+    say: Callable[[str], None] = _to_stderr,
 ) -> Claim:
-    """Claim the build of ``directory``, waiting while another live holder has it.
+    """Claim the build of ``directory``, waiting while another live holder has it; a wait on a
+    holder that cannot be told dead at once (an unreadable claim, another host's, a pid without
+    its start time) is said in one line through ``say``, with how long it may last.
 
-    OSError: the claim cannot be created (a read-only directory); ClaimWaitTooLong: a holder
-    kept its claim alive past ``wait_limit_s``."""
+    OSError: the claim cannot be created (a read-only directory); ClaimNotAFile: a directory
+    (or other non-file) is in the claim's place; ClaimWaitTooLong: a holder kept its claim
+    alive past ``wait_limit_s``."""
     host = socket.gethostname() if host is None else host
     path = directory / CLAIM_NAME
     start = clock()
     waited_for: Holder | None = None
     observed: tuple[int, int, int] | None = None
     since = start
+    said = False
     while True:
         stamp = _dt.datetime.now(_dt.UTC).isoformat(timespec="microseconds")
         try:
@@ -290,6 +324,9 @@ def acquire(
                 raise
             waited = clock() - start if waited_for is not None else 0.0
             return Claim(path, stamp, waited, waited_for)
+        kind = _not_a_claim_file(path)
+        if kind is not None:
+            raise ClaimNotAFile(path, kind)
         holder = settled_holder(path)
         state = _file_state(path)
         if state is None:
@@ -306,7 +343,28 @@ def acquire(
             continue
         if now - start >= wait_limit_s:
             raise ClaimWaitTooLong(holder, now - start)
+        odd = _odd_holder(holder, alive)
+        if odd is not None and not said:
+            said = True
+            until = (
+                f"while it stays alive, up to {wait_limit_s:.0f} s"
+                if alive
+                else f"until it has not changed for {stale_s:.0f} s (at most {wait_limit_s:.0f} s)"
+            )
+            say(
+                f"nvrx: megatron build: {path} is held by {holder_text(holder)}, {odd}: waiting"
+                f" for it to build {', '.join(building)} {until}"
+            )
         sleep(poll_s)
+
+
+def _not_a_claim_file(path: Path) -> str | None:
+    """What is in the claim's place when it is something no holder ever made: a directory."""
+    try:
+        mode = os.lstat(path).st_mode
+    except OSError:
+        return None
+    return "a directory" if stat.S_ISDIR(mode) else None
 
 
 def release(path: Path, stamp: str) -> None:
@@ -437,25 +495,134 @@ def _read(build: FirstUseBuild, make: str, env: Mapping[str, str]) -> MakeState:
             raise _foreign(build, name, tag, env)
     if not state.artifacts:
         raise _unreadable_makefile(build, "no default goal")
+    for name in state.artifacts:
+        kind = _not_a_file(build.directory / name)
+        if kind is not None:
+            raise _refused(
+                f"{build.directory / name} is {kind}, where make -C {build.directory} builds the"
+                f" file its default goal names ({build.describe()} at first use): Megatron's"
+                " import of it would fail, and make may call it up to date; remove it"
+            )
     return state
+
+
+def _not_a_file(path: Path) -> str | None:
+    """What is in place of a file to build, when it is something else (a directory, a FIFO, a
+    dangling link): make's date for it says nothing of a module to import."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return "a dangling link" if os.path.islink(path) else None
+    except OSError as exc:
+        return f"unreadable ({exc.strerror or exc})"
+    if stat.S_ISREG(mode):
+        return None
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    return "not a regular file"
+
+
+#: The temporary directories of builds: ``nvrx-megatron-build-<pid>-<its start>-<random>``, so
+#: that a later session recognises one whose process is gone (killed with SIGKILL mid-build).
+BUILD_DIR_PREFIX = "nvrx-megatron-build-"
+#: In a build's temporary directory: ``<pid> <start>`` of the make it runs.
+_MAKE_PID = "make.pid"
+_SKIPPED = ("__pycache__",)
+
+
+def _build_dir_owner(name: str) -> tuple[int, int | None] | None:
+    """(pid, start) a build directory's name records; None: not one of ours."""
+    if not name.startswith(BUILD_DIR_PREFIX):
+        return None
+    parts = name[len(BUILD_DIR_PREFIX) :].split("-")
+    if len(parts) < 3 or not parts[0].isdigit():
+        return None
+    return int(parts[0]), int(parts[1]) if parts[1].isdigit() else None
+
+
+def clean_stale_build_dirs(root: Path | None = None) -> list[Path]:
+    """Remove the build directories (in ``root``, default the temporary directory) of sessions of
+    this host that no longer run, after killing the make each left running (its process group,
+    when the pid still names the same process); the removed directories."""
+    root = Path(tempfile.gettempdir()) if root is None else root
+    removed: list[Path] = []
+    try:
+        entries = list(os.scandir(root))
+    except OSError:
+        return removed
+    for entry in entries:
+        owner = _build_dir_owner(entry.name)
+        if owner is None or not entry.is_dir(follow_symlinks=False):
+            continue
+        pid, start = owner
+        if start is not None and pid_start(pid) == start:
+            continue  # its session still runs
+        _kill_recorded_make(Path(entry.path) / _MAKE_PID)
+        shutil.rmtree(entry.path, ignore_errors=True)
+        if not os.path.lexists(entry.path):
+            removed.append(Path(entry.path))
+    return removed
+
+
+def _kill_recorded_make(record: Path) -> None:
+    try:
+        pid_text, start_text = record.read_text(encoding="utf-8").split()
+        pid, start = int(pid_text), int(start_text)
+    except (OSError, ValueError):
+        return
+    if pid_start(pid) == start:
+        with contextlib.suppress(OSError):
+            os.killpg(pid, signal.SIGKILL)
+
+
+def _mirror(build: FirstUseBuild, artifacts: tuple[str, ...], tree: Path) -> Path:
+    """A tree laid out as the checkout, where the build's directory is a copy (its files and
+    subdirectories, links kept as links) and everything else on the way down is a link to the
+    checkout's own: what the Makefile reads by a relative path (``src/x.cpp``,
+    ``../include/x.h``) it finds as in place. The copy of the directory in that tree."""
+    parts = Path(build.rel_dir).parts
+    here, real = tree, build.checkout
+    for part in parts:
+        here.mkdir(exist_ok=True)
+        with os.scandir(real) as entries:
+            for entry in entries:
+                if entry.name != part:
+                    os.symlink(entry.path, here / entry.name)
+        here, real = here / part, real / part
+
+    def ignore(directory: str, names: list[str]) -> set[str]:
+        top = os.path.samefile(directory, build.directory)
+        return {
+            n
+            for n in names
+            if n in _SKIPPED or (top and (n.startswith((CLAIM_NAME, ".nvrx-")) or n in artifacts))
+        }
+
+    shutil.copytree(build.directory, here, symlinks=True, ignore=ignore)
+    return here
 
 
 def _build(
     build: FirstUseBuild, make: str, state: MakeState, env: Mapping[str, str], names: str
 ) -> None:
-    """Run the checkout's make on a copy of its directory; rename what it built into place."""
-    ours = (CLAIM_NAME, ".nvrx-")
-    with tempfile.TemporaryDirectory(prefix="nvrx-megatron-build-") as tmp:
-        work = Path(tmp)
-        with os.scandir(build.directory) as entries:
-            for entry in entries:
-                if entry.name in state.artifacts or entry.name.startswith(ours):
-                    continue
-                if entry.is_file():  # a link to a file is copied as the file
-                    shutil.copy2(entry.path, work / entry.name)
+    """Run the checkout's make on a copy of its directory (in a tree laid out as the checkout);
+    rename what it built into place, so that no reader ever sees it half written."""
+    clean_stale_build_dirs()
+    prefix = f"{BUILD_DIR_PREFIX}{os.getpid()}-{pid_start(os.getpid()) or 'x'}-"
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
+        work = _mirror(build, state.artifacts, Path(tmp) / "tree")
+
+        def record(pid: int) -> None:
+            write_atomic(Path(tmp) / _MAKE_PID, f"{pid} {pid_start(pid) or 0}\n".encode())
+
         try:
             status, output, _ = run_make(
-                make, ["-C", str(work)], env, timeout_s=BUILD_TIMEOUT_S, merge=True
+                make,
+                ["-C", str(work)],
+                env,
+                timeout_s=BUILD_TIMEOUT_S,
+                merge=True,
+                started=record,
             )
         except subprocess.TimeoutExpired:
             raise _refused(
@@ -483,6 +650,7 @@ def _prepare(
     host: str | None,
     clock: Callable[[], float],
     sleep: Callable[[float], None],
+    say: Callable[[str], None],
 ) -> Prepared:
     make = shutil.which("make", path=env.get("PATH", os.defpath))
     if make is None:
@@ -494,13 +662,19 @@ def _prepare(
     try:
         claim = acquire(
             build.directory, who=who, building=state.artifacts, host=host, clock=clock,
-            sleep=sleep,
+            sleep=sleep, say=say,
         )  # fmt: skip
     except ClaimWaitTooLong as exc:
         where = build.directory / CLAIM_NAME
         raise _refused(
             f"waited {exc.waited_s:.0f} s for {holder_text(exc.holder)} to build {names}"
             f" (its claim {where} is still alive): if that process is gone, remove {where}"
+        ) from None
+    except ClaimNotAFile as exc:
+        raise _refused(
+            f"{exc.path} is {exc.kind}, where the build of {names} keeps its claim file (a"
+            " lock shared by every session using this checkout): no session can build it;"
+            f" remove {exc.path}"
         ) from None
     except OSError as exc:
         raise _unwritable(build, names, exc) from None
@@ -548,6 +722,7 @@ def prepare_checkout(
     host: str | None = None,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
+    say: Callable[[str], None] = _to_stderr,
 ) -> Preparation:
     """Make sure every first-use build of ``checkout`` is done (``who`` names this session in
     its claim); ConfigError when one cannot be. ``environ`` (default: this process's) is what the
@@ -557,7 +732,7 @@ def prepare_checkout(
     return Preparation(
         checkout,
         tuple(
-            _prepare(build, who=who, env=env, host=host, clock=clock, sleep=sleep)
+            _prepare(build, who=who, env=env, host=host, clock=clock, sleep=sleep, say=say)
             for build in builds
         ),
     )
@@ -572,7 +747,11 @@ _LOCKS_LOCK = threading.Lock()
 
 
 def ensure_prepared(
-    checkout: Path, *, who: str, environ: Mapping[str, str] | None = None
+    checkout: Path,
+    *,
+    who: str,
+    environ: Mapping[str, str] | None = None,
+    say: Callable[[str], None] = _to_stderr,
 ) -> Preparation:
     """:func:`prepare_checkout` once per process: a later call (a scenario's plan after its
     session prepared the checkout, a thread of a pool) whose artifacts are unchanged since is
@@ -590,7 +769,7 @@ def ensure_prepared(
         if known is not None and known[0].stamps() == known[1]:
             return known[0].as_already()
         try:
-            prepared = prepare_checkout(checkout, who=who, environ=env)
+            prepared = prepare_checkout(checkout, who=who, environ=env, say=say)
         except ConfigError as exc:
             _REFUSED[key] = exc
             raise

@@ -138,12 +138,17 @@ MARKERS: dict[str, str] = {
     "baseline": "uninterrupted scenario, no fault injected",
     **{
         fault: f"scenario with fault {fault}: {FAULT_HELP[fault]}; windows "
-        f"{', '.join(windows_of(fault))}"
+        f"{', '.join(windows_of(fault))}; every fault-schedule scenario with this fault too"
         for fault in INJECTED_FAULTS
     },
-    **{window: f"scenario window: {WINDOW_HELP[window]}" for window in FAULT_WINDOWS},
+    **{
+        window: f"scenario window: {WINDOW_HELP[window]}; also every fault-schedule scenario"
+        " with a fault in that window"
+        for window in FAULT_WINDOWS
+    },
     "schedule": "a fault-schedule scenario: several faults, one per cycle, each recovery judged "
-    "(--nvrx-schedules; docs/windows.md)",
+    "(--nvrx-schedules; docs/windows.md); it carries the markers of all its faults and windows, "
+    "so -m kill selects every schedule with a kill",
     "restore": "a fault-schedule scenario with a fault in a replacement while it loads its "
     "checkpoint (window restore)",
     SELFTEST_MARKER: "a self-test run (--nvrx-selftest): the unplanted control, or one planted "

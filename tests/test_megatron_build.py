@@ -7,14 +7,19 @@ The sources and Makefiles are short excerpts in the shapes of the real revisions
 from __future__ import annotations
 
 import ast
+import contextlib
 import os
 import shutil
+import signal
+import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
 
+from pytest_nvrx.checkpoint_claim import pid_start
 from pytest_nvrx.megatron_build import (
     default_goal_files,
     elf_shortfall,
@@ -22,6 +27,7 @@ from pytest_nvrx.megatron_build import (
     foreign_extension,
     make_calls,
     read_make_state,
+    run_make,
     telling_line,
 )
 from tests.megatron_checkouts import (
@@ -263,3 +269,45 @@ def test_a_truncated_elf_file_is_found_short(tmp_path: Path) -> None:
     for head in (b"", b"\x7fEL", b"\0" * 4096):
         copy.write_bytes(head)
         assert elf_shortfall(copy) == f"invalid ELF header ({len(head)} bytes)"
+
+
+def test_run_make_returns_when_make_exits_though_a_daemon_keeps_its_output(
+    tmp_path: Path,
+) -> None:
+    """A recipe leaves a process of its own session holding make's output: make exited 0, so
+    run_make says 0 with make's output, at once, never a timeout."""
+    pidfile = tmp_path / "daemon.pid"
+    (tmp_path / "Makefile").write_text(
+        f"default:\n\tsetsid sh -c 'echo $$$$ > {pidfile}; exec sleep 30' &\n\techo started\n"
+    )
+    begun = time.monotonic()
+    try:
+        status, out, _ = run_make(
+            "make", ["-C", str(tmp_path)], {"PATH": "/usr/bin:/bin"}, timeout_s=20
+        )
+    finally:
+        if pidfile.exists():
+            with contextlib.suppress(ProcessLookupError, ValueError):
+                os.kill(int(pidfile.read_text()), signal.SIGKILL)
+    assert status == 0 and "started" in out
+    assert time.monotonic() - begun < 10
+
+
+def test_run_make_kills_make_and_its_compiler_at_the_deadline(tmp_path: Path) -> None:
+    pidfile = tmp_path / "child.pid"
+    recipe = f"sh -c 'echo $$$$ > {pidfile}; exec sleep 30'"
+    (tmp_path / "Makefile").write_text(f"default:\n\t{recipe}\n")
+    with pytest.raises(subprocess.TimeoutExpired):
+        run_make("make", ["-C", str(tmp_path)], {"PATH": "/usr/bin:/bin"}, timeout_s=1)
+    child = int(pidfile.read_text())
+    time.sleep(0.2)
+    assert pid_start(child) is None or Path(f"/proc/{child}/stat").read_text().split()[2] == "Z"
+
+
+def test_a_link_loop_under_megatron_is_walked_once(tmp_path: Path) -> None:
+    """Links are followed (a linked megatron/core is built), but a link back up the tree does not
+    make the walk endless."""
+    checkout = megatron_checkout(tmp_path / "checkout")
+    (checkout / DATASETS / "loop").symlink_to(checkout / "megatron")
+    builds = first_use_builds(checkout)
+    assert [b.rel_dir for b in builds] == [str(DATASETS)]

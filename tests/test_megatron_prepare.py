@@ -521,3 +521,110 @@ def test_a_refusal_is_remembered_by_the_process(tmp_path: Path) -> None:
         ensure_prepared(root, who="scenario", environ=env)
     assert again.value is first.value
     assert len(builds(tmp_path)) == 1
+
+
+SPLIT_MAKEFILE = (
+    "OUT = helpers_data.py\n\ndefault: $(OUT)\n\n"
+    "$(OUT): src/helpers.src ../include/extra.src\n\tcat $^ > $@\n"
+)
+
+
+def test_a_build_reading_a_subdirectory_and_a_parent_include_is_built_once(
+    tmp_path: Path,
+) -> None:
+    """The Makefile reads src/ below its directory and ../include/ beside it: the build finds
+    both as make in place would, and only the artifact is published into the checkout."""
+    checkout = megatron_checkout(
+        tmp_path / "checkout",
+        makefile=SPLIT_MAKEFILE,
+        source="PIECES = [1]\n",
+        source_name="src/helpers.src",
+    )
+    include = checkout / DATASETS.parent / "include"
+    include.mkdir()
+    (include / "extra.src").write_text("EXTRA = 2\n")
+    before = sorted(p.relative_to(checkout) for p in checkout.rglob("*"))
+    env = env_with_path(tool_bin(tmp_path / "bin", compiler=False) + os.pathsep + "/usr/bin:/bin")
+    prepared = prepare_checkout(checkout, who="test", environ=env)
+    assert [p.outcome for p in prepared.builds] == [Outcome.BUILT]
+    built = checkout / DATASETS / "helpers_data.py"
+    assert built.read_text() == "PIECES = [1]\nEXTRA = 2\n"
+    after = sorted(p.relative_to(checkout) for p in checkout.rglob("*"))
+    assert set(after) - set(before) == {DATASETS / "helpers_data.py"}
+
+
+def test_a_directory_in_place_of_the_artifact_is_refused(tmp_path: Path) -> None:
+    checkout = megatron_checkout(
+        tmp_path / "checkout",
+        makefile=SPLIT_MAKEFILE.replace(" ../include/extra.src", "").replace("$^", "$<"),
+        source="PIECES = []\n",
+        source_name="src/helpers.src",
+    )
+    (checkout / DATASETS / "helpers_data.py").mkdir()  # newer than the source: "up to date"
+    with pytest.raises(ConfigError, match=r"helpers_data\.py is a directory"):
+        prepare_checkout(checkout, who="test", environ=tools(tmp_path, compiler=False))
+
+
+def test_a_killed_builds_temporary_directory_and_make_are_cleaned(tmp_path: Path) -> None:
+    """A session killed with SIGKILL mid-build leaves its temporary directory and its make
+    running: the next build kills that make's group and removes the directory; a live
+    session's directory is left alone."""
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    orphan = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    try:
+        stale = tmp_path / f"{prep.BUILD_DIR_PREFIX}{gone.pid}-12345-abc"
+        stale.mkdir()
+        (stale / "make.pid").write_text(f"{orphan.pid} {pid_start(orphan.pid)}\n")
+        live = tmp_path / f"{prep.BUILD_DIR_PREFIX}{os.getpid()}-{pid_start(os.getpid())}-def"
+        live.mkdir()
+        other = tmp_path / "nvrx-megatron-build-notours"
+        other.mkdir()
+        assert prep.clean_stale_build_dirs(tmp_path) == [stale]
+        assert orphan.wait(timeout=10) == -9
+        assert live.is_dir() and other.is_dir() and not stale.exists()
+    finally:
+        if orphan.poll() is None:
+            orphan.kill()
+            orphan.wait()
+
+
+@pytest.mark.parametrize("kind", ["garbage", "live pid without start", "other host"])
+def test_a_wait_on_a_holder_that_cannot_be_told_dead_is_said_once(
+    tmp_path: Path, kind: str
+) -> None:
+    """Never a silent wait: one line naming the claim, its holder and how long the wait lasts."""
+    claim = tmp_path / CLAIM_NAME
+    if kind == "garbage":
+        claim.write_bytes(b"\x00not json")
+    elif kind == "other host":
+        _claim_record(claim, host="node-elsewhere", pid=4242)
+    else:
+        _claim_record(claim, pid=os.getpid(), pid_start=None)
+    said: list[str] = []
+    fake = FakeTime()
+    try:
+        held = acquire(
+            tmp_path, who="me", building=("x",), clock=fake.clock, sleep=fake.sleep, poll_s=1.0,
+            wait_limit_s=3 * STALE_S, say=said.append,
+        )  # fmt: skip
+        held.release()
+    except ClaimWaitTooLong:
+        assert kind == "live pid without start"
+    assert len(said) == 1, said
+    assert str(claim) in said[0] and "waiting" in said[0], said
+    assert f"{3 * STALE_S:.0f} s" in said[0], said
+    if kind == "live pid without start":
+        assert f"pid {os.getpid()}" in said[0] and "no process start time" in said[0], said
+
+
+def test_a_directory_in_place_of_the_claim_is_an_error_naming_it(tmp_path: Path) -> None:
+    root = slow_checkout(tmp_path / "m")
+    claim = root / DATASETS / CLAIM_NAME
+    claim.mkdir()
+    started = time.monotonic()
+    with pytest.raises(ConfigError, match=CLAIM_NAME + r" is a directory"):
+        prepare_checkout(root, who="test", environ=slow_env(tmp_path))
+    assert time.monotonic() - started < 30
+    assert claim.is_dir()
+    assert not [p for p in (root / DATASETS).iterdir() if ".stale." in p.name]

@@ -121,7 +121,13 @@ def test_markers_are_registered(pytester: pytest.Pytester, clean_env: None) -> N
             *(f"@pytest.mark.{window}: scenario window:*" for window in FAULT_WINDOWS),
         ]
     )
-    result.stdout.fnmatch_lines(["@pytest.mark.ckpt-worker: *checkpoint worker*; windows finalize"])
+    result.stdout.fnmatch_lines(
+        [
+            "@pytest.mark.ckpt-worker: *checkpoint worker*; windows finalize;*",
+            "@pytest.mark.schedule: *markers of all its faults and windows*",
+        ]
+    )
+    result.stdout.fnmatch_lines(["@pytest.mark.kill: *; every fault-schedule scenario with*"])
 
 
 def test_collect_only_needs_no_gpu(pytester: pytest.Pytester, clean_env: None) -> None:
