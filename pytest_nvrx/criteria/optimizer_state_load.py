@@ -25,6 +25,7 @@ from pytest_nvrx.criteria.verdict import (
     failing,
     not_applicable,
     passing,
+    unjudgeable,
 )
 from pytest_nvrx.criteria.windows import in_flight_dir_text
 from pytest_nvrx.criteria.workload_errors import (
@@ -516,7 +517,16 @@ def _check_optimizer_state(
     restore: _Restore, load: LoadCompleted, meta: CheckpointMetadata | None
 ) -> Verdict | None:
     """The checkpoint on disk holds optimizer state (when it is still there), and every rank that
-    lists what it restored lists the optimizer."""
+    lists what it restored lists the optimizer. A metadata file too large to read says something
+    about the restore that nobody read: the load cannot be judged, whatever the logs say."""
+    if meta is not None and meta.state is OptimizerState.TOO_LARGE:
+        return unjudgeable(
+            ID,
+            f"checkpoint {load.iteration} on disk: {meta.detail}: whether it holds the optimizer"
+            " state the replacement had to restore is unknown",
+            meta.ref,
+            load.ref,
+        )
     if meta is not None and meta.state in (OptimizerState.MISSING, OptimizerState.UNREADABLE):
         return failing(
             ID,
