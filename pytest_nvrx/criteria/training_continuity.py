@@ -136,6 +136,15 @@ def check(ctx: JudgeContext) -> Verdict:
             blank[0].event.ref,
             ref_line.event.ref if ref_line is not None else None,
         )
+    if replay.gaps:
+        gap = replay.gaps[0]
+        return unjudgeable(
+            CID,
+            f"{gap.describe(f'cycle {replacement}', f'cycle {failed}')}: the comparison needs it"
+            " on both sides, so the replay cannot be judged from it",
+            gap.printed_ref,
+            gap.missing_refs,
+        )
     if not replay.passed:
         bad = replay.mismatches[0]
         return failing(
@@ -154,6 +163,21 @@ def check(ctx: JudgeContext) -> Verdict:
         result = compare(printed(base.cycle_logs, model), after, model, rtol=rtol)
         comparisons.append(result)
         base_name = base.run_dir.name
+        if result.gaps:
+            gap = result.gaps[0]
+            where = f"cycle {next(p.cycle for p in after if p.iteration == gap.iteration)}"
+            ours, theirs = (
+                (gap.missing_refs, [gap.printed_ref])
+                if gap.missing_in_candidate
+                else ((gap.printed_ref,), gap.missing_refs)
+            )
+            return unjudgeable(
+                CID,
+                f"{gap.describe(where, f'baseline {base_name}')}: the comparison needs it on"
+                " both sides, so the run cannot be judged against the baseline from it",
+                ours,
+                [_in_baseline(ref, base_name) for ref in theirs],
+            )
         if not result.passed:
             bad = result.mismatches[0]
             where = f"cycle {next(p.cycle for p in after if p.iteration == bad.iteration)}"
