@@ -20,7 +20,7 @@ from pytest_nvrx.criteria import Judgement, judge, judge_run_dir
 from pytest_nvrx.evidence import load_run
 from pytest_nvrx.evidence.checkpoint import MAX_METADATA_BYTES
 from pytest_nvrx.evidence.rundir import RunEvidence
-from pytest_nvrx.evidence.workload import get_adapter
+from pytest_nvrx.evidence.workload import LoadCompleted, get_adapter
 from pytest_nvrx.layout import MARKER_NAME
 from pytest_nvrx.verify import verify_main
 from tests.doctor import copy_run
@@ -57,6 +57,206 @@ def _verify(run_dir: Path) -> tuple[int, str]:
     out, err = io.StringIO(), io.StringIO()
     code = verify_main([str(run_dir)], out, err)
     return code, out.getvalue() + err.getvalue()
+
+
+# ----------------------------------------------------------------------------------------------
+# 1. the failed cycle's lines of what the replacement trained again
+
+
+def _replays(run_dir: Path) -> list[tuple[str, int]]:
+    """(cycle log, iteration restored by the next restoring cycle that trained) for every
+    cycle that printed iterations past that restore: what a replacement computed again."""
+    logs = _evidence(run_dir).cycle_logs
+    out = []
+    for i, log in enumerate(logs):
+        later = next((g for g in logs[i + 1 :] if g.of_type(LoadCompleted) and g.iterations), None)
+        if later is None or not log.iterations:
+            continue
+        restored = later.of_type(LoadCompleted)[0].iteration
+        if any(e.iteration > restored for e in log.iterations):
+            out.append((log.file, restored))
+    return out
+
+
+REPLAY_CASES = [(d, f, r) for d in FAULT_RUNS for f, r in _replays(d)]
+
+
+@pytest.mark.parametrize(
+    ("run_dir", "log", "restored"),
+    REPLAY_CASES,
+    ids=[f"{_id(d)}:{Path(f).name}" for d, f, _ in REPLAY_CASES],
+)
+def test_a_cycle_without_its_lines_past_the_restore_is_never_a_pass(
+    run_dir: Path, log: str, restored: int, tmp_path: Path
+) -> None:
+    """Every iteration line past the next restore deleted from a cycle (a SIGKILLed rank
+    losing its last buffered lines is a real way to get there): training_continuity was "not
+    applicable" and the run passed; now it cannot be judged, the verdict naming the iterations
+    and the statement (marker, save line, printed line) that proves the cycle trained them."""
+    original = _original(run_dir)
+    doc = copy_run(run_dir, tmp_path / run_dir.name)
+    lines = doc.lines(log)
+    iteration = re.compile(
+        r"(?:\] iteration +|\[ref\] \S+ rank \d+ iteration )(\d+)/"  # Megatron, reference
+    )
+    kept = [line for line in lines if not ((m := iteration.search(line)) and int(m[1]) > restored)]
+    assert len(kept) < len(lines)
+    doc.write_lines(log, kept)
+    j = judge_run_dir(doc.root)
+    tc = j.verdict("training_continuity")
+    assert not j.passed, j.summary()
+    assert not tc.passed and not tc.not_applicable, tc.render()
+    if original.passed or original.planted is not None:
+        # the edit alone turned a judged replay into a verdict that names what is missing
+        said = re.search(
+            r"printed no line of iteration [\d., ]+, although|nothing in the run shows that"
+            r" cycle \d+ trained past iteration \d+",
+            tc.reason,
+        )
+        assert said, tc.render()
+        assert re.search(r"(fault_injected(_\d+)?\.json|logs/train_cycle\d+\.log):\d+", tc.reason)
+
+
+def test_the_issue_s_quoted_run_cannot_be_judged(tmp_path: Path) -> None:
+    """``sed -i -E '/\\] iteration +[6-9]\\//d' train_cycle0.log`` on g2-kill-no-load-rng (a
+    run that fails continuity): it passed 5 of 6 with continuity N/A."""
+    doc = copy_run(DATA / "gpu-continuity" / "g2-kill-no-load-rng", tmp_path / "f1")
+    doc.write_lines(
+        "logs/train_cycle0.log",
+        [
+            line
+            for line in doc.lines("logs/train_cycle0.log")
+            if not re.search(r"\] iteration +[6-9]/", line)
+        ],
+    )
+    code, text = _verify(doc.root)
+    assert code == 2, text
+    assert (
+        "training_continuity: cannot judge: nothing in the run shows that cycle 0 trained past"
+        " iteration 5, the one cycle 1 restored (the marker read the tracker at 5,"
+        " fault_injected.json:49): nothing was computed twice"
+    ) in text
+
+
+def test_the_failed_cycle_s_lines_are_not_required_against_a_baseline(tmp_path: Path) -> None:
+    """A baseline is a reference for every iteration after the restore: the failed cycle's lost
+    lines are then not needed, and the replacement is judged against it."""
+    continuity = DATA / "gpu-continuity"
+    doc = copy_run(continuity / "g2-kill-30", tmp_path / "kill")
+    for it in (6, 7, 8, 9):
+        doc.delete("logs/train_cycle0.log", f"iteration        {it}/")
+    j = judge_run_dir(doc.root, baseline=continuity / "g2-baseline-30")
+    assert j.passed, j.summary()
+    assert "baseline g2-baseline-30: iterations 6..30 compared, 25/25 equal" in (
+        j.verdict("training_continuity").reason
+    )
+
+
+def test_a_replacement_whose_counter_skips_the_replay_is_no_pass() -> None:
+    """The planted ``iteration`` run (the restored counter jumps past the replay): nothing can
+    be matched, continuity says why, and progress_past_restore fails the sequence by the same
+    print rule: the run is never a pass."""
+    j = judge_run_dir(DATA / "gpu-selftest" / "core_v0.19.0" / "iteration")
+    tc = j.verdict("training_continuity")
+    assert tc.not_applicable
+    assert tc.reason == (
+        "not applicable: cycle 1 printed none of iterations 6..10 that cycle 0 trained (the"
+        " marker says the save of 10 was in flight at the fault (fault_injected.json:41)): its"
+        " first line is iteration 11 after restoring 5, where the first after it is 6"
+        " (progress_past_restore judges that sequence), so no replayed iteration can be matched"
+    )
+    assert not j.verdict("progress_past_restore").passed and not j.passed
+
+
+def test_a_replacement_missing_a_replayed_line_fails(tmp_path: Path) -> None:
+    """The replacement's last replayed line deleted (ref-kill-save: it restored 5, cycle 0
+    trained through 10): what it computed again for 10 is not in the log."""
+    doc = copy_run(DATA / "windows" / "cpu" / "ref-kill-save", tmp_path / "ref")
+    doc.delete("logs/train_cycle1.log", "rank 0 iteration 10/20 ")
+    tc = judge_run_dir(doc.root).verdict("training_continuity")
+    assert not tc.passed and not tc.cannot_judge
+    assert tc.reason.startswith(
+        "cycle 1 printed no line of iteration 10, although cycle 0 trained through 10 (the"
+        " marker says the save of 10 was in flight at the fault (fault_injected.json:13))"
+    ), tc.reason
+
+
+# ----------------------------------------------------------------------------------------------
+# 2. every rank the world size names prints what its role requires
+
+
+def _multi_rank_cycles(run_dir: Path) -> list[tuple[str, int]]:
+    """(cycle log, rank) for every rank of every cycle that trained, in runs of several ranks.
+    A cycle a fault struck while it loaded trained nothing: its ranks may die before their
+    first line, and the marker and the launcher judge it."""
+    return [
+        (log.file, rank)
+        for log in _evidence(run_dir).cycle_logs
+        if len(log.ranks) > 1 and log.iterations
+        for rank in log.ranks
+    ]
+
+
+RANK_CASES = [(d, f, r) for d in RUN_DIRS for f, r in _multi_rank_cycles(d)]
+
+
+@pytest.mark.parametrize(
+    ("run_dir", "log", "rank"),
+    RANK_CASES,
+    ids=[f"{_id(d)}:{Path(f).name}:rank{r}" for d, f, r in RANK_CASES],
+)
+def test_a_rank_missing_from_a_cycle_that_trained_is_never_a_pass(
+    run_dir: Path, log: str, rank: int, tmp_path: Path
+) -> None:
+    """``sed -i '/^1: /d'`` on a cycle log: the reference workload's rank 1 prints only its
+    start (a load, or no checkpoint found), Megatron's last rank every iteration, its rank 0
+    the loads and saves; without them the run passed although run.json names the rank."""
+    doc = copy_run(run_dir, tmp_path / run_dir.name)
+    doc.write_lines(log, [line for line in doc.lines(log) if not line.startswith(f"{rank}: ")])
+    j = judge_run_dir(doc.root)
+    assert not j.passed, j.summary()
+    if not _original(run_dir).passed:
+        return  # it failed before the edit: what it fails for is its own
+    named = (
+        f"rank {rank}",
+        "printed no line",
+        "no iteration",
+        "no checkpoint load",
+        "no completed save",
+        "never submitted",
+        "nothing in the run shows",
+    )
+    assert any(n in t for t in _texts(j) for n in named), "\n".join(_texts(j))
+
+
+def test_the_issue_s_rank_edit_names_the_rank_and_the_world_size(tmp_path: Path) -> None:
+    doc = copy_run(DATA / "windows" / "cpu" / "ref-kill-save", tmp_path / "ref")
+    log = "logs/train_cycle1.log"
+    doc.write_lines(log, [line for line in doc.lines(log) if not line.startswith("1: ")])
+    code, text = _verify(doc.root)
+    assert code == 1, text
+    assert (
+        "FAIL optimizer_state_load: cycle 1 rank 1 shows no checkpoint load while rank(s) 0"
+        " loaded iteration 5: every rank of the workload prints its own load line (rank 1"
+        " printed no line at all in logs/train_cycle1.log, one of the 2 ranks run.json:31 names)"
+    ) in text
+    assert '    run.json:31:     "world_size": 2\n' in text
+
+
+def test_a_fresh_start_some_rank_never_announced_cannot_be_judged(tmp_path: Path) -> None:
+    """The reference baseline's rank 1 says nothing in cycle 0 (its run.json predates
+    world_size: the launcher's launch configs name 2 ranks on 1 node)."""
+    doc = copy_run(DATA / "cpu" / "reference-baseline", tmp_path / "base")
+    log = "logs/train_cycle0.log"
+    doc.write_lines(log, [line for line in doc.lines(log) if not line.startswith("1: ")])
+    code, text = _verify(doc.root)
+    assert code == 2, text
+    assert (
+        "logs/train_cycle0.log: rank 1 of the 2 logs/launcher.log:3 names printed no start (no"
+        " checkpoint load, no fresh start) while rank 0 did (logs/train_cycle0.log:3), and cycle 0"
+        " trained: the reference workload prints one on every rank before it trains, so what"
+        " that rank trained from is unknown"
+    ) in text
 
 
 # ----------------------------------------------------------------------------------------------
@@ -191,3 +391,13 @@ def test_restored_metadata_too_large_to_read_cannot_be_judged(
         f" {MAX_METADATA_BYTES}-byte read cap: whether it holds the optimizer state the"
         " replacement had to restore is unknown"
     ) in text
+
+
+def test_every_class_was_made_on_the_committed_runs() -> None:
+    """The sweeps above edit what the issue found passing: every fault run's replay, every
+    multi-rank run's ranks, every Megatron and reference replay's values, every restored
+    checkpoint's metadata (a change of the committed data must not empty them silently)."""
+    assert len({d for d, _, _ in REPLAY_CASES}) >= 60
+    assert len({d for d, _, _ in RANK_CASES}) >= 40
+    assert {_evidence(d).workload for d, *_ in FIELD_CASES} == {"megatron", "reference"}
+    assert len(METADATA_CASES) >= 40
