@@ -328,12 +328,15 @@ def _required_lines(
             loads[0].ref if loads else None,
             proof.ref,
         )
+    assert again is not None  # wanted is empty without it
+    trained = f"{again.why}, {again.ref.location}" if again.ref is not None else again.why
     return failing(
         CID,
         f"cycle {replacement} printed no line of iteration {spans(missing)}, although cycle"
-        f" {failed} trained through {high} ({why}) and cycle {replacement} trained past it after"
-        f" restoring {restored}: what it computed again there is not in the log",
-        replacement_log.last_iteration.ref if replacement_log.last_iteration else None,
+        f" {failed} trained through {high} ({why}) and cycle {replacement} trained through"
+        f" {again.iteration} after restoring {restored} ({trained}): what it computed again"
+        " there is not in the log",
+        again.ref,
         loads[0].ref if loads else None,
         proof.ref,
     )
