@@ -3,8 +3,8 @@ derived from what the run itself says it did (criteria/required_evidence.py), is
 missing one is FAIL or "cannot judge", naming what is missing and why it was required.
 
 Each class of edit is made on every committed run of its kind (doctored copies under tmp_path,
-the originals never touched): each passed before this check existed (the issue's sweep: 24/24
-fault runs, 10 schedules, the planted runs).
+the originals never touched); on f714a1a the issue's edits passed (24/24 fault runs, 10 schedules,
+the planted runs), and every test of a class failed there but for the edits that already failed.
 """
 
 from __future__ import annotations
@@ -395,6 +395,46 @@ def test_restored_metadata_too_large_to_read_cannot_be_judged(
     ) in text
 
 
+# ----------------------------------------------------------------------------------------------
+# 5. how the launch ended: result.json of a run our harness launched
+
+
+HARNESS_RUNS = [d for d in RUN_DIRS if (d / "run.json").is_file() and (d / "result.json").is_file()]
+
+
+@pytest.mark.parametrize("run_dir", HARNESS_RUNS, ids=[_id(d) for d in HARNESS_RUNS])
+def test_a_harness_run_without_its_result_json_cannot_be_judged(
+    run_dir: Path, tmp_path: Path
+) -> None:
+    """Harness and watchdog both SIGKILLed leave no result.json (the launcher runs on,
+    unwatched, past our deadline): the run passed on its logs alone. Cannot judge, not FAIL:
+    nothing says the recovery went wrong, only that how the launch ended was never recorded
+    (the watchdog's own record of a dead harness, interrupted, is "cannot judge" too)."""
+    doc = copy_run(run_dir, tmp_path / run_dir.name)
+    doc.remove("result.json")
+    code, text = _verify(doc.root)
+    assert code == 2, text
+    assert (
+        "run.json says our harness launched this run, but there is no result.json: the harness"
+        " writes it when the launch ends (its watchdog, when the harness dies first), so how the"
+        " launch ended (its exit code, our deadline, a stop signal) is unknown, or it has not"
+        " ended"
+    ) in text
+
+
+WALKTHROUGH_RUNS = [d for d in RUN_DIRS if not (d / "run.json").exists()]
+
+
+@pytest.mark.parametrize("run_dir", WALKTHROUGH_RUNS, ids=[_id(d) for d in WALKTHROUGH_RUNS])
+def test_a_run_made_by_hand_is_judged_from_its_logs(run_dir: Path) -> None:
+    """The walkthrough's runs have neither file: no run.json claims nothing, and they are
+    judged as before (the kill passes; the baseline, judged as a fault run, fails)."""
+    j = _original(run_dir)
+    assert not any("result.json" in p.message for p in j.problems), j.problems
+    assert j.judgeable
+    assert j.passed is (run_dir.name == "gpu-kill-100"), j.summary()
+
+
 def test_every_class_was_made_on_the_committed_runs() -> None:
     """The sweeps above edit what the issue found passing: every fault run's replay, every
     multi-rank run's ranks, every Megatron and reference replay's values, every restored
@@ -403,3 +443,7 @@ def test_every_class_was_made_on_the_committed_runs() -> None:
     assert len({d for d, _, _ in RANK_CASES}) >= 40
     assert {_evidence(d).workload for d, *_ in FIELD_CASES} == {"megatron", "reference"}
     assert len(METADATA_CASES) >= 40
+    assert len(HARNESS_RUNS) >= 90 and {d.name for d in WALKTHROUGH_RUNS} == {
+        "gpu-kill-100",
+        "gpu-baseline-20",
+    }

@@ -163,12 +163,14 @@ def test_cli_json_pipes_into_json_tool() -> None:
 
 
 def test_stack_from_run_json(kill: Doctor) -> None:
+    # made as our harness makes a run: run.json, and result.json at its end
     kill.set_json(
         "run.json",
         schema=1,
         config={"fault": "kill"},
         stack={"torch": "2.11.0+cu130", "nccl": "2.28.9"},
     )
+    kill.set_json("result.json", exit_code=0)
     code, out, _ = run_verify(kill.root, "--json", "-")
     assert code == 0
     assert json.loads(out)["stack"] == {

@@ -21,7 +21,7 @@ from pytest_nvrx.evidence.launcher_log import LauncherLog, parse_launcher_log
 from pytest_nvrx.evidence.manifest import Manifest, ManifestError, read_manifest
 from pytest_nvrx.evidence.marker import Marker, read_marker
 from pytest_nvrx.evidence.megatron import MEGATRON
-from pytest_nvrx.evidence.refs import EvidenceRef, Problem, display_path, file_refusal
+from pytest_nvrx.evidence.refs import EvidenceRef, Problem, absent, display_path, file_refusal
 from pytest_nvrx.evidence.tracker import Tracker, read_tracker
 from pytest_nvrx.evidence.workload import (
     LoadCompleted,
@@ -35,6 +35,7 @@ from pytest_nvrx.layout import (
     CYCLE_LOG_NAMES,
     CYCLE_LOG_PATTERN,
     LATER_MARKER_PATTERN,
+    RESULT_NAME,
     RunLayout,
     marker_name,
 )
@@ -104,6 +105,30 @@ class RunEvidence:
         return found
 
 
+def _result_missing(layout: RunLayout, run_dir: Path, manifest: Manifest | None) -> list[Problem]:
+    """A run our harness launched (its run.json is there) and no result.json: the harness writes
+    it at every end of the launch, its watchdog when the harness dies first; without it nothing
+    says how the launch ended (its exit code, our deadline, a stop signal), or that it ended at
+    all (both SIGKILLed, the launcher ran on unwatched; or the launch is still running). The
+    logs then cannot show a whole recovery: fatal. A run made by hand has neither file (the
+    walkthrough's): its missing run.json claims nothing, and it is judged from its logs."""
+    if manifest is None or not layout.manifest.exists():
+        return []
+    result = run_dir / RESULT_NAME
+    if result.exists() or result.is_symlink():
+        return []
+    return [
+        Problem(
+            "fatal",
+            f"{manifest.file} says our harness launched this run, but there is no {RESULT_NAME}:"
+            " the harness writes it when the launch ends (its watchdog, when the harness dies"
+            " first), so how the launch ended (its exit code, our deadline, a stop signal) is"
+            " unknown, or it has not ended",
+            absent(RESULT_NAME, "absent: the end of the launch was never recorded"),
+        )
+    ]
+
+
 def _adapter_for(
     manifest: Manifest | None, adapter: WorkloadLogAdapter | None
 ) -> WorkloadLogAdapter:
@@ -156,6 +181,7 @@ def load_run(
         problems.append(
             Problem("fatal", f"{exc}: cannot tell what this run was asked to do or how it ended")
         )
+    problems += _result_missing(layout, run_dir, manifest)
     if manifest is not None and manifest.interrupted is not None:
         signal = manifest.interrupted
         named = f" ({signal.value})" if isinstance(signal.value, str) else ""
