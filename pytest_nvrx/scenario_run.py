@@ -676,7 +676,9 @@ def judge_scenario(
     release_dir(layout.checkpoint_dir)  # a pool's launch (not hold_launch's): the tree is gone
     if outcome.result is not None:
         say(f"launcher exit {outcome.result.exit_code} after {outcome.result.wall_s:.1f}s")
-    evidence = load_run(layout.run_dir, layout.checkpoint_dir)
+    # a node > 0 of a run started node by node has its own result file (node 0's may be due)
+    node = planned.recipe.config.node_index
+    evidence = load_run(layout.run_dir, layout.checkpoint_dir, node_index=node)
     reference = baselines.get(scenario.workload) if scenario.fault != "none" else None
     judgement = judge(
         evidence, scenario.fault, baseline=reference, continuity_rtol=settings.continuity_rtol

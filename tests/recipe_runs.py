@@ -7,7 +7,8 @@ A run our harness launched without result.json cannot be judged (how its launch 
 unknown, #36 item 5), and so the committed directories are "cannot judge". Tests that use them as
 whole runs judge a copy given the result.json of what their harness printed of that end in the
 device session's own log (``nvrx <scenario>: launcher exit N after S``): the exit code and the
-wall time, nothing else (no start or end time, not timed out, not interrupted).
+wall time; not timed out, not interrupted (the session says so); its start and end times were
+not printed, and are null (unknown).
 """
 
 from __future__ import annotations
@@ -49,6 +50,14 @@ def whole(run: Path, dest: Path) -> Path:
     shutil.copytree(run, target, symlinks=True)
     if run.name in DROPPED:
         code, wall = recorded_end(run)
-        record = {"exit_code": code, "wall_s": wall, "timed_out": False, "interrupted": None}
+        # every key the harness writes; what the session did not print is unknown (null)
+        record = {
+            "exit_code": code,
+            "wall_s": wall,
+            "timed_out": False,
+            "interrupted": None,
+            "start_time": None,
+            "end_time": None,
+        }
         (target / RESULT_NAME).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
     return target

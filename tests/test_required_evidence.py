@@ -10,6 +10,7 @@ the planted runs), and every test of a class failed there but for the edits that
 from __future__ import annotations
 
 import io
+import json
 import re
 from functools import cache
 from pathlib import Path
@@ -19,7 +20,7 @@ import pytest
 from pytest_nvrx.criteria import Judgement, judge, judge_run_dir
 from pytest_nvrx.evidence import load_run
 from pytest_nvrx.evidence.checkpoint import MAX_METADATA_BYTES
-from pytest_nvrx.evidence.rundir import RunEvidence
+from pytest_nvrx.evidence.rundir import RESULT_KEYS, RunEvidence
 from pytest_nvrx.evidence.workload import LoadCompleted, get_adapter
 from pytest_nvrx.layout import MARKER_NAME
 from pytest_nvrx.verify import verify_main
@@ -420,6 +421,49 @@ def test_a_harness_run_without_its_result_json_cannot_be_judged(
         " launch ended (its exit code, our deadline, a stop signal) is unknown, or it has not"
         " ended"
     ) in text
+
+
+#: each key the harness and its watchdog always write dropped, or the exit code made null
+RECORD_EDITS = (*RESULT_KEYS, "exit_code=null")
+RECORD_CASES = [(d, RECORD_EDITS[i % len(RECORD_EDITS)]) for i, d in enumerate(HARNESS_RUNS)]
+
+
+@pytest.mark.parametrize(
+    ("run_dir", "edit"), RECORD_CASES, ids=[f"{_id(d)}:{e}" for d, e in RECORD_CASES]
+)
+def test_a_result_json_without_what_it_records_cannot_be_judged(
+    run_dir: Path, edit: str, tmp_path: Path
+) -> None:
+    """result.json emptied of its record (in turn over the committed runs: each key the harness
+    and its watchdog always write, or the exit code null with no stop that explains it): the
+    run was judged from its logs as if it had none."""
+    doc = copy_run(run_dir, tmp_path / run_dir.name)
+    data = doc.json("result.json")
+    if edit == "exit_code=null":
+        # a launch that ended on its own (older records say so with false)
+        assert data["exit_code"] is not None and data["interrupted"] in (None, False)
+        data["exit_code"] = None
+        said = "result.json records no exit code (null), yet neither a stop signal nor our"
+    else:
+        del data[edit]
+        said = f"result.json records no {edit!r}: the harness and its watchdog write"
+    doc.path("result.json").write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    code, text = _verify(doc.root)
+    assert code == 2, text
+    assert said in text
+
+
+def test_a_later_node_judges_with_its_own_result_file(tmp_path: Path) -> None:
+    """Node 1 of a run started node by node judges the combined run dir as soon as its own
+    launch ended, with its own result.node1.json: node 0's result.json may be due yet."""
+    doc = copy_run(DATA / "shapes" / "plugin-nodes-tp2-kill-save", tmp_path / "nodes")
+    record = doc.json("result.json")
+    doc.remove("result.json")
+    doc.path("result.node1.json").write_text(json.dumps(record), encoding="utf-8")
+    assert judge(load_run(doc.root, node_index=1)).passed
+    node0 = judge(load_run(doc.root))
+    assert not node0.judgeable
+    assert any("there is no result.json" in p.message for p in node0.problems)
 
 
 WALKTHROUGH_RUNS = [d for d in RUN_DIRS if not (d / "run.json").exists()]

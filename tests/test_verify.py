@@ -13,7 +13,7 @@ import pytest
 
 from pytest_nvrx.criteria import CRITERIA_IDS
 from pytest_nvrx.verify import JSON_SCHEMA_VERSION, verify_main
-from tests.doctor import BASELINE_RUN, CYCLE1, KILL_RUN, MARKER, Doctor, copy_run
+from tests.doctor import BASELINE_RUN, CYCLE1, HARNESS_RESULT, KILL_RUN, MARKER, Doctor, copy_run
 
 LINE = re.compile(r"^(PASS|FAIL|N/A) (\w+): (.+) \[([^\]]+)\]$")
 
@@ -170,7 +170,7 @@ def test_stack_from_run_json(kill: Doctor) -> None:
         config={"fault": "kill"},
         stack={"torch": "2.11.0+cu130", "nccl": "2.28.9"},
     )
-    kill.set_json("result.json", exit_code=0)
+    kill.set_json("result.json", **HARNESS_RESULT)
     code, out, _ = run_verify(kill.root, "--json", "-")
     assert code == 0
     assert json.loads(out)["stack"] == {
