@@ -832,7 +832,9 @@ def judge_scenario(
     full = full_disk_note([layout.run_dir, layout.checkpoint_dir])
     if full is not None:
         say(full)
-    evidence = load_run(layout.run_dir, layout.checkpoint_dir)
+    # a node > 0 of a run started node by node has its own result file (node 0's may be due)
+    node = planned.recipe.config.node_index
+    evidence = load_run(layout.run_dir, layout.checkpoint_dir, node_index=node)
     reference = baselines.get(scenario.workload) if scenario.fault != "none" else None
     judgement = judge(
         evidence, scenario.fault, baseline=reference, continuity_rtol=settings.continuity_rtol

@@ -27,7 +27,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.doctor import copy_run
+from tests.doctor import Doctor, copy_run
+from tests.recipe_runs import whole
 
 DATA = Path(__file__).parent / "data"
 REFERENCE_KILL = DATA / "cpu" / "reference-kill"
@@ -173,7 +174,8 @@ def malicious_metadata(real: bytes, target: Path) -> bytes:
 
 
 def test_malicious_metadata_executes_nothing(tmp_path: Path) -> None:
-    run = copy_run(MEGATRON_KILL, tmp_path / "run")
+    # a whole run: with the result.json the device packer dropped (tests/recipe_runs.py)
+    run = Doctor(whole(MEGATRON_KILL, tmp_path))
     meta = run.path("checkpoints/iter_0000005/.metadata")
     proof = tmp_path / "code-ran"
     meta.write_bytes(malicious_metadata(meta.read_bytes(), proof))

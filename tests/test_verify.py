@@ -13,7 +13,7 @@ import pytest
 
 from pytest_nvrx.criteria import CRITERIA_IDS
 from pytest_nvrx.verify import JSON_SCHEMA_VERSION, verify_main
-from tests.doctor import BASELINE_RUN, CYCLE1, KILL_RUN, MARKER, Doctor, copy_run
+from tests.doctor import BASELINE_RUN, CYCLE1, HARNESS_RESULT, KILL_RUN, MARKER, Doctor, copy_run
 
 SCHEDULE_RUN = Path(__file__).parent / "data" / "cpu-schedules" / "ref-kill-step+kill-restore"
 LINE = re.compile(r"^(PASS|FAIL|N/A) (\w+): (.+) \[([^\]]+)\]$")
@@ -169,12 +169,14 @@ def test_cli_json_pipes_into_json_tool() -> None:
 
 
 def test_stack_from_run_json(kill: Doctor) -> None:
+    # made as our harness makes a run: run.json, and result.json at its end
     kill.set_json(
         "run.json",
         schema=1,
         config={"fault": "kill"},
         stack={"torch": "2.11.0+cu130", "nccl": "2.28.9"},
     )
+    kill.set_json("result.json", **HARNESS_RESULT)
     code, out, _ = run_verify(kill.root, "--json", "-")
     assert code == 0
     assert json.loads(out)["stack"] == {

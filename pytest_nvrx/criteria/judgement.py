@@ -19,6 +19,7 @@ from pytest_nvrx.criteria.expected import (
 from pytest_nvrx.criteria.first_cause import FirstCause, run_timeout_cause
 from pytest_nvrx.criteria.marker_agreement import marker_problems
 from pytest_nvrx.criteria.registry import CRITERIA
+from pytest_nvrx.criteria.required_evidence import required_problems
 from pytest_nvrx.criteria.schedule import run_ending, schedule_problems, schedule_verdicts
 from pytest_nvrx.criteria.verdict import CRITERIA_IDS, Verdict, failing
 from pytest_nvrx.evidence.refs import EvidenceRef, Problem
@@ -246,6 +247,7 @@ def judge(
         + evidence_problems(run)
         + clock_problems(run, ctx.timeline)
         + marker_problems(run, ctx.timeline)
+        + required_problems(run)
         + timing_problems(timed)
         + notes
     )

@@ -25,6 +25,7 @@ from pytest_nvrx.evidence.refs import (
     MAX_DIGITS,
     EvidenceRef,
     Problem,
+    absent,
     display_path,
     file_refusal,
     says_disk_full,
@@ -43,8 +44,10 @@ from pytest_nvrx.layout import (
     CYCLE_LOG_NAMES,
     CYCLE_LOG_PATTERN,
     LATER_MARKER_PATTERN,
+    RESULT_NAME,
     RunLayout,
     marker_name,
+    node_file_name,
 )
 
 
@@ -112,6 +115,73 @@ class RunEvidence:
         return found
 
 
+#: What launch.RunResult.as_dict and the watchdog write in every result.json (launcher_pid and
+#: gpu_shared_with came later or are optional: runs recorded before them lack them)
+RESULT_KEYS = ("exit_code", "wall_s", "timed_out", "interrupted", "start_time", "end_time")
+
+
+def _result_missing(
+    layout: RunLayout, run_dir: Path, manifest: Manifest | None, node_index: int | None
+) -> list[Problem]:
+    """A run our harness launched (its run.json is there) and no result.json, or a result.json
+    without what it records: the harness writes it at every end of the launch, its watchdog when
+    the harness dies first; without it nothing says how the launch ended (its exit code, our
+    deadline, a stop signal), or that it ended at all (both SIGKILLed, the launcher ran on
+    unwatched; or the launch is still running). The logs then cannot show a whole recovery:
+    fatal. A run made by hand has neither file (the walkthrough's): its missing run.json claims
+    nothing, and it is judged from its logs. The harness of node ``node_index`` > 0 of a run
+    started node by node judges with its own record (``result.node1.json``): node 0's harness
+    may not have written result.json yet."""
+    if manifest is None:
+        return []
+    result = run_dir / RESULT_NAME
+    if manifest.result_keys is not None:
+        lacking = [key for key in RESULT_KEYS if key not in manifest.result_keys]
+        if not lacking:
+            return _no_exit_code(manifest)
+        return [
+            Problem(
+                "fatal",
+                f"{RESULT_NAME} records no {', '.join(map(repr, lacking))}: the harness and its"
+                f" watchdog write {', '.join(RESULT_KEYS)} in every {RESULT_NAME} (null where"
+                " unknown), so this one is not their record of how the launch ended",
+                absent(RESULT_NAME, f"no {lacking[0]!r} key"),
+            )
+        ]
+    if result.exists() or result.is_symlink() or not layout.manifest.exists():
+        return []  # there but unusable (read_manifest said why), or no run.json claims it
+    if node_index and (run_dir / node_file_name(RESULT_NAME, node_index)).is_file():
+        return []
+    return [
+        Problem(
+            "fatal",
+            f"{manifest.file} says our harness launched this run, but there is no {RESULT_NAME}:"
+            " the harness writes it when the launch ends (its watchdog, when the harness dies"
+            " first), so how the launch ended (its exit code, our deadline, a stop signal) is"
+            " unknown, or it has not ended",
+            absent(RESULT_NAME, "absent: the end of the launch was never recorded"),
+        )
+    ]
+
+
+def _no_exit_code(manifest: Manifest) -> list[Problem]:
+    """result.json's exit code is null though nothing stopped the launch: the harness records
+    the launcher's exit code whenever it saw it end; only a stop (the watchdog's "harness
+    killed", a signal, our deadline) leaves it unknown."""
+    timed_out = manifest.timed_out is not None and manifest.timed_out.value is True
+    if manifest.exit_code is not None or manifest.interrupted is not None or timed_out:
+        return []
+    return [
+        Problem(
+            "fatal",
+            f"{RESULT_NAME} records no exit code (null), yet neither a stop signal nor our"
+            " deadline ended the launch: the harness records the launcher's exit code whenever"
+            " it saw it end, so how this launch ended is unknown",
+            absent(RESULT_NAME, "exit_code null"),
+        )
+    ]
+
+
 def _adapter_for(
     manifest: Manifest | None, adapter: WorkloadLogAdapter | None
 ) -> WorkloadLogAdapter:
@@ -128,6 +198,7 @@ def load_run(
     *,
     adapter: WorkloadLogAdapter | None = None,
     read_checkpoints: bool = True,
+    node_index: int | None = None,
 ) -> RunEvidence:
     """Read a run directory in the walkthrough's layout.
 
@@ -135,6 +206,8 @@ def load_run(
     registered for run.json's ``workload`` (Megatron when there is no manifest). With
     ``read_checkpoints`` the metadata of each checkpoint the logs say was loaded is read, and of
     the save the marker says was in flight at the fault (whether a partial ``iter_N/`` is left).
+    ``node_index``: the node of a run of several nodes started by hand whose harness is judging
+    (its own end is recorded in its own result file, node 0's may not be written yet).
     Raises :class:`RunDirError` only when ``run_dir`` is not a directory; everything else
     missing or broken becomes a Problem.
     """
@@ -168,6 +241,7 @@ def load_run(
         problems.append(
             Problem("fatal", f"{exc}: cannot tell what this run was asked to do or how it ended")
         )
+    problems += _result_missing(layout, run_dir, manifest, node_index)
     if manifest is not None and manifest.interrupted is not None:
         signal = manifest.interrupted
         named = f" ({signal.value})" if isinstance(signal.value, str) else ""
