@@ -7,11 +7,14 @@ workers failed before the fault (a setup error), a ``first cause:`` line under t
 that error, and it leads every failing reason and the final ``verify: FAILED: ...`` line
 (``first_cause`` and ``summary`` in ``--json``).
 
-A self-test run with a planted bug (run.json's ``config.plant``, the marker's ``plant``) is
-labelled first: ``planted: <name> (<title>): a self-test run ...`` before the header, ``verify:
-planted: <name>: ...`` as the final line, ``planted`` as the first key of ``--json``. run.json,
-the marker and ``plant-records/`` naming different plants (or one none) is a contradiction: the
-run cannot be judged.
+A self-test run with a planted bug (any of its labels: run.json's ``config.plant``, the marker's
+``plant``, the recorded launch environment's plant variables or plant hook, a plant record, a
+self-test run id naming a plant: :mod:`pytest_nvrx.criteria.planted`) is labelled first:
+``planted: <name> (<title>): a self-test run ...`` before the header, ``verify: planted: <name>:
+...`` as the final line, ``planted`` as the first key of ``--json``, and never exits 0 (1 when
+every criterion holds: the plant was missed). run.json, the marker, the environment and
+``plant-records/`` naming different plants (or one none) is a contradiction: the run cannot be
+judged.
 
 ``--json FILE`` also writes the judgement as JSON (``schema_version`` :data:`JSON_SCHEMA_VERSION`,
 fields in docs/criteria.md). ``--json -`` writes the JSON alone to stdout and moves the text
@@ -24,7 +27,8 @@ iterations, seed or model: :mod:`pytest_nvrx.criteria.baseline`) is refused (exi
 ``--continuity-rtol`` admits a relative difference in that criterion's comparisons (default 0:
 exact).
 
-Exit status: 0 when all criteria hold, 1 when any fails, 2 when the run cannot be judged
+Exit status: 0 when all criteria hold (never for a planted run), 1 when any fails or a planted
+run's all hold, 2 when the run cannot be judged
 (no such directory, unusable marker or run.json, missing --checkpoint-dir, bad arguments), or
 when ``--json FILE`` cannot be written or lies (links followed) in the run dir, the checkpoint dir
 or the baseline's run dir: refused before judging, it would overwrite the evidence. The file is
@@ -68,7 +72,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m pytest_nvrx verify",
         description="Judge a finished run directory (walkthrough layout) by the six recovery "
         "criteria and quote the log lines that prove each verdict.",
-        epilog="Exit status: 0 all criteria hold, 1 a criterion fails, 2 the run cannot be "
+        epilog="Exit status: 0 all criteria hold (never for a planted self-test run), 1 a "
+        "criterion fails or a planted run passes, 2 the run cannot be "
         "judged (missing directory, unusable marker/run.json, bad arguments) or --json FILE "
         "cannot be written or resolves (links followed) into RUN_DIR, --checkpoint-dir or "
         "--baseline (refused before judging).",
@@ -281,6 +286,14 @@ def verify_main(argv: list[str], stdout: TextIO | None = None, stderr: TextIO | 
     # with the JSON on stdout the text goes to stderr: stdout stays one parseable document
     report(judgement, err if args.json_file == "-" else out)
     status = EXIT_PASSED if judgement.passed else EXIT_FAILED
+    if judgement.planted is not None and status == EXIT_PASSED:
+        # a planted bug that every criterion let through: the plant was missed, and the run is
+        # no qualification whatever its verdicts
+        err.write(
+            f"verify: {printable(str(args.run_dir))} is a planted self-test run"
+            f" ({printable(judgement.planted)}): never a qualification, so never exit 0\n"
+        )
+        status = EXIT_FAILED
     for why in judgement.unjudgeable_reasons:
         err.write(f"verify: error: cannot judge {args.run_dir}: {printable(why)}\n")
         status = EXIT_USAGE

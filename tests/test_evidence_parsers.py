@@ -27,6 +27,7 @@ from pytest_nvrx.evidence.workload import (
     OptimizerLoadFailed,
     SaveCompleted,
     SaveScheduled,
+    SettingReported,
     StartedFromScratch,
     VersionReported,
     WorkloadError,
@@ -115,6 +116,10 @@ def test_megatron_checkpoint_lines(line: str, kind: type, iteration: int) -> Non
         ("KeyError: 'optimizer'", WorkloadError),
         ("[after training is done] datetime: 2026-11-29 11:04:42.978219 ", Milestone),
         ("> Megatron-Core version .......... 0.19.1", VersionReported),
+        # every entry of the argument dump is kept: all are compared between cycles
+        ("  async_save ...................................... True", SettingReported),
+        ("  ckpt_assume_constant_structure .................. False", SettingReported),
+        ("  exit_on_missing_checkpoint ...................... False", SettingReported),
     ],
 )
 def test_megatron_other_lines(line: str, kind: type) -> None:
@@ -126,9 +131,6 @@ def test_megatron_other_lines(line: str, kind: type) -> None:
     [
         "/workspace/x.py:25: UserWarning: Transformer Engine and Apex are not installed.",
         "WARNING: Starting a checkpoint save before previous has finished.",
-        "  async_save ...................................... True",
-        "  ckpt_assume_constant_structure .................. False",
-        "  exit_on_missing_checkpoint ...................... False",
         "[Rank 0] (before save_checkpoint for iteration 5) memory (MB) | allocated: 292.73",
         " [2026-11-29 11:03:47] iteration garbage",
         "  [garbage] successfully saved checkpoint from iteration x",

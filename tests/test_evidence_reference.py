@@ -28,6 +28,7 @@ from pytest_nvrx.evidence.workload import (
     LoadCompleted,
     LoadFailed,
     Milestone,
+    ProcessStarted,
     SaveCompleted,
     SaveScheduled,
     StartedFromScratch,
@@ -192,8 +193,6 @@ def test_other_events(event: str, kind: type) -> None:
     "body",
     [
         # workload lines that are no evidence
-        "[ref] 2026-11-29T11:52:49.903+00:00 rank 1 started pid 14331 world_size 2",
-        "[ref] 2026-11-30T13:44:16.013+00:00 rank 1 started pid 6425 world_size 2 restart_count 1",
         # the load line already leaves the part out (LoadCompleted.parts)
         "[ref] 2026-11-30T13:44:21.681+00:00 rank 1 restore skipped optimizer of iteration 4"
         " on purpose (--break-restore, restart_count 1)",
@@ -217,6 +216,23 @@ def test_other_events(event: str, kind: type) -> None:
 def test_lines_that_are_not_evidence(body: str) -> None:
     assert parse(body) is None
     assert REFERENCE.iteration_of(body) is None
+
+
+@pytest.mark.parametrize(
+    ("body", "world", "restarts"),
+    [
+        ("started pid 14331 world_size 2", 2, None),
+        ("started pid 6425 world_size 2 restart_count 1", 2, 1),
+        ("started pid 6425 world_size 4 restart_count 3 cpus 2", 4, 3),
+    ],
+)
+def test_a_start_line_says_its_world_and_restart_count(
+    body: str, world: int, restarts: int | None
+) -> None:
+    # run.json's world size and the cycle of the log are checked against it
+    event = parse(f"[ref] 2026-11-30T13:44:16.013+00:00 rank 1 {body}")
+    assert isinstance(event, ProcessStarted)
+    assert (event.world_size, event.restart_count) == (world, restarts)
 
 
 def test_tracebacks_are_errors() -> None:

@@ -59,7 +59,9 @@ def evidence_problems(run: RunEvidence) -> tuple[Problem, ...]:
 def _plant_records_problems(run: RunEvidence) -> list[Problem]:
     """A plant's records (``plant-records/``, written by the worker that planted) in a run whose
     run.json names no plant, or names another: a recovery bug acted in a run that claims
-    otherwise, so no verdict over it means what it says (fatal). A run without run.json claims
+    otherwise, so no verdict over it means what it says (fatal); records that cannot be read (a
+    ``plant-records/`` linked out of the run, a record that is no record) are fatal in any run,
+    planted or not: what a plant did is unknown. A run without run.json claims
     nothing and is judged as its marker names it. The self-test's outcome reads the same records
     (pytest_nvrx.selftest_outcome), for whether its plant acted at all."""
     manifest = run.manifest
@@ -72,13 +74,18 @@ def _plant_records_problems(run: RunEvidence) -> list[Problem]:
         if manifest.plant is not None
         else f"{manifest.file} (no config.plant)"
     )
-    if claimed is None and records.problems:
+    if records.problems:
         first = records.problems[0]
+        why = (
+            "only a planted run's workers write plant records"
+            if claimed is None
+            else "what the plant did is unknown"
+        )
+        named = "no plant" if claimed is None else f"plant {claimed!r}"
         return [
             Problem(
                 "fatal",
-                f"{first.message}, in a run whose {where} names no plant: only a planted run's"
-                " workers write plant records",
+                f"{first.message}, in a run whose {where} names {named}: {why}",
                 first.ref,
             )
         ]

@@ -17,7 +17,9 @@ from pytest_nvrx.criteria.expected import (
     expected_window,
 )
 from pytest_nvrx.criteria.first_cause import FirstCause, run_timeout_cause
-from pytest_nvrx.criteria.marker_agreement import marker_problems
+from pytest_nvrx.criteria.manifest_agreement import manifest_problems
+from pytest_nvrx.criteria.marker_agreement import marker_problems, stray_markers
+from pytest_nvrx.criteria.planted import plant_label_problems, planted_name
 from pytest_nvrx.criteria.registry import CRITERIA
 from pytest_nvrx.criteria.required_evidence import required_problems
 from pytest_nvrx.criteria.schedule import run_ending, schedule_problems, schedule_verdicts
@@ -248,6 +250,9 @@ def judge(
         + clock_problems(run, ctx.timeline)
         + marker_problems(run, ctx.timeline)
         + required_problems(run)
+        + stray_markers(run)
+        + plant_label_problems(run)
+        + manifest_problems(run)
         + timing_problems(timed)
         + notes
     )
@@ -287,14 +292,21 @@ def judge(
         # our run timeout stopped a run whose workers had not failed by themselves: that
         # leads, with what it cut short (a fault that "never happened" may just have been late)
         cause = run_timeout_cause(run, ctx.timeline, ctx.expected, segments, ends) or cause
-    if cause is not None:
+    if cause is not None and not fatal and all(v.passed for v in verdicts):
+        # a cause says the run failed short of what every verdict found it did: one side reads
+        # evidence that is not what it says, and no outcome can be printed beside the other
+        contradiction = Problem(
+            "fatal",
+            f"{cause.text}, yet every criterion holds: the evidence contradicts itself",
+            cause.ref,
+        )
+        problems += (contradiction,)
+        verdicts = tuple(_unjudgeable(v, contradiction) for v in verdicts)
+    elif cause is not None:
         # the derived failures ("the fault never happened") follow from it: it leads each reason
         verdicts = tuple(cause.lead(v) for v in verdicts)
     shared = run.manifest.gpu_shared_with if run.manifest is not None else None
-    marker = run.marker
-    planted = (run.manifest.planted if run.manifest is not None else None) or (
-        marker.plant if marker is not None and marker.ok else None
-    )
+    planted = planted_name(run)
     return Judgement(
         run_dir=run.run_dir,
         checkpoint_dir=run.checkpoint_dir,

@@ -37,12 +37,59 @@ from pytest_nvrx.evidence.injector_log import (
 )
 from pytest_nvrx.evidence.launcher_log import LauncherEventKind
 from pytest_nvrx.evidence.manifest import Manifest
-from pytest_nvrx.evidence.marker import Marker
+from pytest_nvrx.evidence.marker import Marker, marker_like_names
 from pytest_nvrx.evidence.refs import Problem
 from pytest_nvrx.evidence.rundir import RunEvidence
 from pytest_nvrx.evidence.timeline import Timeline
 from pytest_nvrx.evidence.workload import WorkloadError
-from pytest_nvrx.layout import FAULT_SIGNAL_NAMES, TRACKER_NAME
+from pytest_nvrx.layout import (
+    FAULT_SIGNAL_NAMES,
+    LATER_MARKER_PATTERN,
+    MARKER_NAME,
+    TRACKER_NAME,
+)
+
+
+def stray_markers(run: RunEvidence) -> tuple[Problem, ...]:
+    """A file named like a marker that is none this run's injector writes (fatal): beside a run
+    of one fault's ``fault_injected.json`` any other (``fault_injected_2.json`` is a schedule's
+    second fault); in a fault schedule's run a name :func:`~pytest_nvrx.layout.marker_name` never
+    spells (``fault_injected_02.json``). A schedule's marker past its faults is judged there
+    (criteria/schedule.py: a fault injected beyond the schedule fails the whole run). Each marker
+    present must be a fault the run asked for; an unknown one may record a fault that happened
+    and that no criterion then reads."""
+    manifest = run.manifest
+    scheduled = bool(manifest.scheduled_faults) if manifest is not None else False
+    stray = [
+        name
+        for name in marker_like_names(run.run_dir)
+        if name != MARKER_NAME and not (scheduled and _schedule_marker_name(name))
+    ]
+    if not stray:
+        return ()
+    shown = stray[0] if len(stray[0]) <= 60 else f"{stray[0][:40]}...{stray[0][-12:]}"
+    more = f" (and {len(stray) - 1} more)" if len(stray) > 1 else ""
+    if scheduled and manifest is not None and manifest.schedule is not None:
+        asked = f"the fault schedule of {manifest.schedule.ref.location}"
+    elif manifest is not None and manifest.fault is not None:
+        what = "no fault" if manifest.fault.value == "none" else "one fault"
+        asked = f"{what} ({manifest.fault.ref.location})"
+    else:
+        asked = "one fault"
+    return (
+        Problem(
+            "fatal",
+            f"{shown}{more} lies in the run dir, named like a marker, but the run asked for"
+            f" {asked}, whose injector writes no such file: a fault it did not ask for, or a"
+            " file that is not what its name says",
+        ),
+    )
+
+
+def _schedule_marker_name(name: str) -> bool:
+    """``fault_injected_<k>.json`` as a schedule's injector spells it: k >= 2, no leading 0."""
+    m = LATER_MARKER_PATTERN.fullmatch(name)
+    return m is not None and m["k"][0] != "0" and m["k"] != "1"
 
 
 def marker_problems(run: RunEvidence, timeline: Timeline) -> tuple[Problem, ...]:

@@ -101,6 +101,24 @@ def check(ctx: JudgeContext) -> Verdict:
                 f"baseline run needed {len(run.cycles)} cycles: it was restarted",
                 [r.ref for r in run.cycles],
             )
+        # a later cycle's log, recorded or not: the workers ran again all the same
+        again = [
+            log
+            for log in run.cycle_logs
+            if log.cycle > min((r.cycle for r in run.cycles), default=0)
+            and log.exists
+            and log.first_line is not None
+        ]
+        if again:
+            log = again[0]
+            return failing(
+                ID,
+                f"{log.file} shows cycle {log.cycle} ran (the launcher's records have"
+                f" {len(run.cycles)} cycle(s)): the baseline was restarted",
+                log.first_line,
+                log.last_line,
+                [r.ref for r in run.cycles][:2],
+            )
         reported = _workload_failures(run, None)
         if reported:
             return failing(

@@ -13,6 +13,7 @@ adapter (:meth:`print_model`); the comparison itself is :mod:`pytest_nvrx.eviden
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from pytest_nvrx.criteria.context import JudgeContext
 from pytest_nvrx.criteria.helpers import marker_ref
@@ -35,10 +36,18 @@ from pytest_nvrx.criteria.verdict import (
 )
 from pytest_nvrx.evidence.cycle_log import CycleLog
 from pytest_nvrx.evidence.refs import EvidenceRef, absent
-from pytest_nvrx.evidence.replay import Comparison, Printed, PrintModel, compare, windows
+from pytest_nvrx.evidence.replay import (
+    Comparison,
+    Mismatch,
+    Printed,
+    PrintModel,
+    compare,
+    windows,
+)
 from pytest_nvrx.evidence.rundir import RunEvidence
+from pytest_nvrx.evidence.sequence import rank_of
 from pytest_nvrx.evidence.timeline import logs_from
-from pytest_nvrx.evidence.workload import LoadCompleted, get_adapter
+from pytest_nvrx.evidence.workload import IterationCommitted, LoadCompleted, get_adapter
 
 CID: CriterionId = "training_continuity"
 
@@ -67,6 +76,64 @@ def printed(logs: Sequence[CycleLog], model: PrintModel) -> list[Printed]:
     for log in logs:
         out += windows(log.iterations, model, log.cycle)
     return out
+
+
+Rank = int | None
+
+
+def printed_by_rank(log: CycleLog, model: PrintModel) -> dict[Rank, list[Printed]]:
+    """A cycle's kept iteration lines by the rank that printed them, each rank a process of its
+    own (its windows its own)."""
+    groups: dict[Rank, list[IterationCommitted]] = {}
+    for event in log.iterations:
+        groups.setdefault(rank_of(event), []).append(event)
+    return {rank: windows(events, model, log.cycle) for rank, events in groups.items()}
+
+
+@dataclass(frozen=True, slots=True)
+class RankMismatch:
+    """A value one rank printed that another rank's line of the same iteration contradicts."""
+
+    mismatch: Mismatch
+    candidate: str  # "cycle 1 rank 1"
+    reference: str
+
+
+def _who(cycle: int, rank: Rank) -> str:
+    return f"cycle {cycle}" + (f" rank {rank}" if rank is not None else "")
+
+
+def rank_mismatch(
+    reference: CycleLog,
+    candidate: CycleLog,
+    model: PrintModel,
+    rtol: float,
+    *,
+    up_to: int | None = None,
+) -> RankMismatch | None:
+    """The first value a rank of ``candidate`` prints (iterations up to ``up_to`` only) that a
+    rank of ``reference`` printed otherwise, or that another rank of the same cycle did: every
+    rank that prints an iteration prints the same training (a workload prints its values on one
+    rank, reduced over the others; a second printing rank's line is compared all the same)."""
+    ref_ranks = printed_by_rank(reference, model)
+    cand_ranks = printed_by_rank(candidate, model)
+    if len(ref_ranks) <= 1 and len(cand_ranks) <= 1:
+        return None  # one printing rank: the comparison of the lines themselves says it all
+    pairs: list[tuple[int, Rank, list[Printed], int, Rank, list[Printed]]] = []
+    for rc, lines in cand_ranks.items():
+        kept = [p for p in lines if up_to is None or p.iteration <= up_to]
+        pairs += [
+            (candidate.cycle, rc, kept, reference.cycle, rr, ref) for rr, ref in ref_ranks.items()
+        ]
+    for log, ranks in ((reference, ref_ranks), (candidate, cand_ranks)):
+        ordered = sorted(ranks.items(), key=lambda item: -1 if item[0] is None else item[0])
+        for i, (ra, a) in enumerate(ordered):
+            pairs += [(log.cycle, rb, b, log.cycle, ra, a) for rb, b in ordered[i + 1 :]]
+    for c_cycle, rc, lines, r_cycle, rr, ref in pairs:
+        result = compare(ref, lines, model, rtol=rtol, keep=1)
+        if result.mismatches:
+            return RankMismatch(result.mismatches[0], _who(c_cycle, rc), _who(r_cycle, rr))
+    return None
 
 
 def _summary(result: Comparison, what: str, verb: str) -> str:
@@ -167,6 +234,18 @@ def check(ctx: JudgeContext) -> Verdict:
             bad.expected_refs,
             loads[0].ref if loads else None,
         )
+    if failed_log is not None:
+        other = rank_mismatch(failed_log, replacement_log, model, rtol)
+        if other is not None:
+            bad = other.mismatch
+            return failing(
+                CID,
+                f"{bad.describe(other.candidate, other.reference)}: the ranks that print one"
+                f" iteration print one training; after {restored}",
+                bad.actual_ref,
+                bad.expected_refs,
+                loads[0].ref if loads else None,
+            )
     baseline_text = ""
     baseline_refs: list[EvidenceRef | None] = []
     if ctx.baseline is not None:

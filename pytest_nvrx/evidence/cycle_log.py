@@ -51,6 +51,7 @@ from pytest_nvrx.evidence.workload import (
     IterationCommitted,
     SaveCompleted,
     SaveScheduled,
+    SettingReported,
     WorkloadError,
     WorkloadEvent,
     WorkloadLogAdapter,
@@ -87,6 +88,9 @@ class CycleLog:
     iterations: tuple[IterationCommitted, ...] = ()
     iterations_not_kept: int = 0
     events: tuple[WorkloadEvent, ...] = ()
+    # the settings the workload printed at start (Megatron's argument dump: hundreds), kept apart
+    # from ``events`` so that the criteria's passes over those stay short; ``of_type`` gives both
+    settings: tuple[SettingReported, ...] = ()
     errors_not_kept: int = 0
     saves_not_kept: int = 0
     read_error: str | None = None
@@ -98,6 +102,8 @@ class CycleLog:
     bad_number: EvidenceRef | None = None
 
     def of_type[E](self, kind: type[E]) -> tuple[E, ...]:
+        if kind is SettingReported:
+            return cast(tuple[E, ...], self.settings)
         return tuple(e for e in self.events if isinstance(e, kind))
 
 
@@ -416,6 +422,9 @@ class _Merge:
         tails = [*self.saves_tail[SaveScheduled], *self.saves_tail[SaveCompleted]]
         # in line order: kept tails, and tracebacks closed after their head (cut short, or at EOF)
         events = sorted([*self.events, *tails], key=lambda e: e.ref.line or 0)
+        settings = tuple(e for e in events if isinstance(e, SettingReported))
+        if settings:
+            events = [e for e in events if not isinstance(e, SettingReported)]
         return CycleLog(
             cycle=self.cycle,
             file=name,
@@ -432,6 +441,7 @@ class _Merge:
             iterations=iterations,
             iterations_not_kept=self.iterations - len(self.its_head) - len(self.its_tail),
             events=tuple(events),
+            settings=settings,
             errors_not_kept=self.errors_dropped,
             saves_not_kept=self.saves_seen - sum(self.saves_head.values()) - len(tails),
             injector=tuple(self.injector),

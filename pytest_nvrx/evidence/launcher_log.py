@@ -110,6 +110,21 @@ class LauncherEvent:
 
 
 @dataclass(frozen=True, slots=True)
+class BackStep:
+    """A launcher line stamped before a line above it that the same writer wrote: ``later`` (in
+    the file) at ``later_time``, ``earlier`` at ``earlier_time`` (both UTC)."""
+
+    later: EvidenceRef
+    later_time: datetime
+    earlier: EvidenceRef
+    earlier_time: datetime
+
+    @property
+    def by(self) -> timedelta:
+        return self.earlier_time - self.later_time
+
+
+@dataclass(frozen=True, slots=True)
 class LauncherLog:
     file: str
     exists: bool
@@ -139,6 +154,11 @@ class LauncherLog:
     bad_number: EvidenceRef | None = None
     # the first line that says a write failed for a full disk or quota (refs.says_disk_full)
     disk_full: EvidenceRef | None = None
+    # the largest step back in time between a line and one above it of the same writer: on one
+    # node every stamped line (one launcher and the processes it started, writing as they log);
+    # on several, each launcher's own lines (its glog lines by their pid, its profiling events
+    # by their node id), the others' order being the file system's. None: never back
+    back_step: BackStep | None = None
 
     def of_kind(self, *kinds: LauncherEventKind) -> tuple[LauncherEvent, ...]:
         return tuple(e for e in self.events if e.kind in kinds)
@@ -347,6 +367,10 @@ def parse_launcher_log(path: Path, *, file: str | None = None) -> LauncherLog:
     # which node's launcher a glog line's pid is (from the profiling events' node ids)
     node_of_pid: dict[int, int] = {}
     launcher_pids: list[int | None] = []
+    # the latest stamp so far and the largest step back: over every line (one node) and per
+    # launcher pid (several nodes); (naive time, ref) pairs, years known
+    newest: dict[int | None, tuple[datetime, EvidenceRef]] = {}
+    steps: dict[int | None, tuple[datetime, EvidenceRef, datetime, EvidenceRef]] = {}
     lineno = 0
     try:
         for lineno, text in iter_lines(path):
@@ -406,6 +430,14 @@ def parse_launcher_log(path: Path, *, file: str | None = None) -> LauncherLog:
                     last = (ts, ref)
                     pending = launcher_pid is not None and last_year is None
                     _widen(pending_span if pending else known_span, ts, ref)
+                    if not pending:
+                        writer = launcher_pid
+                        if writer is None and "Event: " in msg:
+                            p = _PROFILING_NODE.search(msg)
+                            writer = read_int(p["pid"]) if p is not None else None
+                        keys: tuple[int | None, ...] = (None,) if writer is None else (None, writer)
+                        for key in keys:
+                            _step(newest, steps, key, ts, ref)
                 if "nproc_per_node=" in msg:
                     n = _NPROC.search(msg)
                     if n is not None:
@@ -478,6 +510,15 @@ def parse_launcher_log(path: Path, *, file: str | None = None) -> LauncherLog:
     span = [(t, r) for n, r in known_span if (t := utc(n)) is not None] + [
         (t, r) for n, r in pending_span if (t := utc(n, True)) is not None
     ]
+    pids = {key for key in newest if key is not None}
+    mine = [steps[k] for k in ((None,) if len(pids) <= 1 else pids) if k in steps]
+    back = max(mine, key=lambda s: s[0] - s[2]) if mine else None
+    back_step = None
+    if back is not None:
+        earlier_t, earlier_r, later_t, later_r = back
+        a, b = utc(later_t), utc(earlier_t)
+        if a is not None and b is not None:
+            back_step = BackStep(later_r, a, earlier_r, b)
     earliest = min(span, key=lambda s: s[0]) if span else None
     latest = max(span, key=lambda s: s[0]) if span else None
     return LauncherLog(
@@ -499,6 +540,7 @@ def parse_launcher_log(path: Path, *, file: str | None = None) -> LauncherLog:
         earliest_ref=earliest[1] if earliest else None,
         latest_time=latest[0] if latest else None,
         latest_ref=latest[1] if latest else None,
+        back_step=back_step,
     )
 
 
@@ -510,6 +552,24 @@ def _widen(span: list[tuple[datetime, EvidenceRef]], ts: datetime, ref: Evidence
         span[0] = (ts, ref)
     elif ts > span[1][0]:
         span[1] = (ts, ref)
+
+
+def _step(
+    newest: dict[int | None, tuple[datetime, EvidenceRef]],
+    steps: dict[int | None, tuple[datetime, EvidenceRef, datetime, EvidenceRef]],
+    key: int | None,
+    ts: datetime,
+    ref: EvidenceRef,
+) -> None:
+    """One more stamped line of writer ``key``: keep its latest stamp, and its largest step back
+    as (the earlier line's time, its ref, the later line's time, its ref)."""
+    before = newest.get(key)
+    if before is None or ts >= before[0]:
+        newest[key] = (ts, ref)
+        return
+    worst = steps.get(key)
+    if worst is None or before[0] - ts > worst[0] - worst[2]:
+        steps[key] = (before[0], before[1], ts, ref)
 
 
 def _as_utc(naive: datetime | None) -> datetime | None:

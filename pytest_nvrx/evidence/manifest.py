@@ -28,6 +28,10 @@ tracker trigger); null means "not recorded". A value of another type makes the f
 ``plant`` (the self-test's planted bug, issue #25) is a name of the catalogue
 (:data:`pytest_nvrx.plants.PLANTS`) or null: a name this version does not know makes the file
 unusable, so that a planted run can never be judged as an unplanted one. ``selftest`` is a boolean.
+What the recorded launch environment (``env``, and the ``command`` it was spelled in) says of a
+plant is read as well (:attr:`Manifest.plant_labels`): the plant it names (``PYTEST_NVRX_PLANT``),
+where its records go (``PYTEST_NVRX_PLANT_RECORDS``), the plant hook on the workers'
+``PYTHONPATH``.
 """
 
 from __future__ import annotations
@@ -65,6 +69,8 @@ from pytest_nvrx.evidence.refs import (
     read_json_file,
 )
 from pytest_nvrx.layout import FAULT_WINDOWS, INJECTED_FAULTS, MANIFEST_SCHEMA, RESULT_NAME
+from pytest_nvrx.plant_hook import nvrx_plants
+from pytest_nvrx.plant_hook.nvrx_plants import PLANT_ENV, RECORDS_ENV
 from pytest_nvrx.plants import PLANTS
 from pytest_nvrx.settings.schedule import ScheduledFault, parse_schedule
 from pytest_nvrx.settings.values import ConfigError
@@ -80,6 +86,21 @@ class Setting:
 
     value: Any
     ref: EvidenceRef
+
+
+@dataclass(frozen=True, slots=True)
+class PlantLabel:
+    """What run.json's recorded launch environment says of a plant: ``name``, the plant it names
+    (None: it installs or records one without naming it), ``what`` it says, and its line."""
+
+    name: str | None
+    what: str
+    ref: EvidenceRef
+
+
+#: the plant hook's directory name (pytest_nvrx/plant_hook): first on a planted Megatron run's
+#: PYTHONPATH
+PLANT_HOOK_DIR = Path(nvrx_plants.__file__).parent.name
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +125,8 @@ class Manifest:
     # where it records nothing (a run before plants); a planted run is never a qualification run
     selftest: Setting | None = None
     plant: Setting | None = None
+    # the plant labels of the launch environment run.json records (``env``, ``command``)
+    plant_labels: tuple[PlantLabel, ...] = ()
     # a fault schedule's run (issue #26): its faults in order (an empty list: one fault), and
     # the launcher's restart budget they are judged against
     schedule: Setting | None = None
@@ -111,6 +134,8 @@ class Manifest:
     start_time: datetime | None = None
     start_ref: EvidenceRef | None = None
     stack: dict[str, Any] = field(default_factory=dict)
+    # the line of each of the stack's keys
+    stack_refs: dict[str, EvidenceRef] = field(default_factory=dict)
     # the workload's own arguments (after the injector's ``--``), with the line that lists them
     workload_argv: tuple[str, ...] = ()
     workload_argv_ref: EvidenceRef | None = None
@@ -242,10 +267,12 @@ def read_manifest(path: Path, run_dir: Path, result_path: Path | None = None) ->
             out[key] = fields.get(_lookup, key, doc=doc, file=file)
         if out["plant"] is None:
             out["plant"] = _recorded_null(data, doc, file, "plant")
+        out["plant_labels"] = _plant_labels(data, doc, file)
         out["start_time"] = fields.get(time_field, "start_time")
         out["start_ref"] = _ref_if(out["start_time"], file, doc, "start_time")
         stack = data.get("stack")
         out["stack"] = dict(stack) if isinstance(stack, dict) else {}
+        out["stack_refs"] = {k: json_key_ref(file, doc, k) for k in out["stack"]}
         argv = data.get("workload_argv")
         if isinstance(argv, list) and all(isinstance(a, str) for a in argv):
             # the injector's own options come first, the workload's after its "--"
@@ -284,6 +311,52 @@ def read_manifest(path: Path, run_dir: Path, result_path: Path | None = None) ->
         out["interrupted"] = _interrupted(rdoc, rfile)
         _raise_if_wrong(rfile, rfields)
     return Manifest(**out)
+
+
+def _plant_labels(data: dict[str, Any], doc: JsonFile, file: str) -> tuple[PlantLabel, ...]:
+    """The plant labels of the recorded launch environment: ``env``'s variables, then the same
+    variables as ``command`` spells them (``NAME=value`` words before the launcher)."""
+    found: list[PlantLabel] = []
+    env = data.get("env")
+    if isinstance(env, dict):
+        found += _env_labels(
+            {k: v for k, v in env.items() if isinstance(v, str)},
+            lambda key: json_key_ref(file, doc, key),
+            "env",
+        )
+    command = data.get("command")
+    if isinstance(command, str):
+        words: dict[str, str] = {}
+        for word in command.split():
+            name, eq, value = word.partition("=")
+            if not eq or not name.isidentifier():
+                break  # the assignments end where the launcher's path begins
+            words[name] = value
+        found += _env_labels(words, lambda _: json_key_ref(file, doc, "command"), "command")
+    return tuple(found)
+
+
+def _env_labels(
+    env: Mapping[str, str], ref: Callable[[str], EvidenceRef], where: str
+) -> list[PlantLabel]:
+    out: list[PlantLabel] = []
+    plant = env.get(PLANT_ENV)
+    if plant:
+        out.append(PlantLabel(plant, f"{where} {PLANT_ENV}={clip_line(plant, 40)}", ref(PLANT_ENV)))
+    if env.get(RECORDS_ENV):
+        out.append(
+            PlantLabel(None, f"{where} {RECORDS_ENV} (where plant records go)", ref(RECORDS_ENV))
+        )
+    path = env.get("PYTHONPATH", "")
+    if any(Path(entry).name == PLANT_HOOK_DIR for entry in path.split(":") if entry):
+        out.append(
+            PlantLabel(
+                None,
+                f"{where} PYTHONPATH with the plant hook ({PLANT_HOOK_DIR})",
+                ref("PYTHONPATH"),
+            )
+        )
+    return out
 
 
 def _recorded_null(data: dict[str, Any], doc: JsonFile, file: str, key: str) -> Setting | None:

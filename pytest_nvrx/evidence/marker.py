@@ -38,6 +38,7 @@ marker without its ``window`` or with a fault its window cannot have (``ckpt-wor
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -58,7 +59,7 @@ from pytest_nvrx.evidence.refs import (
     json_key_ref,
     read_json_file,
 )
-from pytest_nvrx.layout import INJECTED_FAULTS, SCHEDULE_WINDOWS, window_allowed
+from pytest_nvrx.layout import INJECTED_FAULTS, MARKER_NAME, SCHEDULE_WINDOWS, window_allowed
 from pytest_nvrx.settings.schedule import ALL_WINDOWS, windows_at
 
 #: The marker schemas this reader knows (1: the tracker trigger; 2: fault windows).
@@ -139,6 +140,26 @@ class Marker:
 # What a marker records; a field of the wrong type makes the marker unusable (issue #9: typed
 # fields). Required: fault, rank, time (with its timezone); the rest may be absent or null.
 FAULTS = INJECTED_FAULTS
+
+
+#: How many marker-like names :func:`marker_like_names` returns at most (a schedule writes one
+#: marker per fault; more is a directory nobody's injector wrote).
+MAX_MARKER_NAMES = 100
+
+
+def marker_like_names(run_dir: Path) -> tuple[str, ...]:
+    """The names in ``run_dir`` that look like a marker (``fault_injected*.json``, whatever their
+    kind), sorted, at most :data:`MAX_MARKER_NAMES`; none when the directory cannot be listed
+    (the run's loader reports that)."""
+    stem, _, suffix = MARKER_NAME.rpartition(".")
+    try:
+        with os.scandir(run_dir) as entries:
+            names = sorted(
+                e.name for e in entries if e.name.startswith(stem) and e.name.endswith(f".{suffix}")
+            )
+    except OSError:
+        return ()
+    return tuple(names[:MAX_MARKER_NAMES])
 
 
 def read_marker(path: Path, run_dir: Path) -> Marker | None:

@@ -55,7 +55,8 @@ _FIELDS = {
     "loss scale": "loss_scale",
     "grad norm": "grad_norm",
 }
-#   no_load_optim ................................... True   (the startup argument dump)
+#   no_load_optim ................................... True   (the startup argument dump: every
+#   entry is a SettingReported, compared between cycles by criteria/resume_settings.py)
 _SETTING = re.compile(r"\s+(?P<name>[a-z][a-z0-9_]*) \.{3,} (?P<value>.*?)\s*$")
 #: The dump's entries that lay the model out over the ranks.
 PARALLEL_LAYOUT = (
@@ -65,25 +66,6 @@ PARALLEL_LAYOUT = (
     "pipeline_model_parallel_size",
     "context_parallel_size",
     "expert_model_parallel_size",
-)
-# the dump's entries that say how a cycle resumes (criterion 3 and the replay comparison)
-SETTINGS = frozenset(
-    {
-        "load",
-        "save",
-        "finetune",
-        "no_load_optim",
-        "no_load_rng",
-        *PARALLEL_LAYOUT,
-        "log_interval",
-        "iterations_to_skip",
-        "train_iters",
-        "global_batch_size",
-        "rampup_batch_size",
-        "seed",
-        "use_distributed_optimizer",
-        "ckpt_format",
-    }
 )
 #   [ts] scheduled an async checkpoint save at iteration      10 to /ckpt
 _SCHEDULED = re.compile(
@@ -158,7 +140,7 @@ def _recognize(text: str) -> tuple[type, re.Match[str] | None] | None:
     if " ...." in text:
         m = _SETTING.match(text)
         if m is not None:
-            return (SettingReported, m) if m["name"] in SETTINGS else None
+            return SettingReported, m
     if "checkpoint" in text:
         found = _checkpoint_line(text)
         if found is not None:

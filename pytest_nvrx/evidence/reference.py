@@ -28,6 +28,7 @@ from pytest_nvrx.evidence.workload import (
     LoadCompleted,
     LoadFailed,
     Milestone,
+    ProcessStarted,
     SaveCompleted,
     SaveScheduled,
     StartedFromScratch,
@@ -69,6 +70,12 @@ _LOADED = re.compile(
 # the rank the head states ("[ref] <time> rank 1 ..."): it must be the line's NVRx prefix
 _STATED_RANK = re.compile(r"\[ref\] \S+ rank (\d+) ")
 _EXIT = re.compile(r"exit code (?P<code>-?\d+)$")
+# "started pid 539 world_size 2 restart_count 0" (later lines add " cpus N"; the first recorded
+# runs' print no restart count)
+_STARTED = re.compile(
+    r"started pid \d{1,12} world_size (?P<world>\d{1,9})"
+    r"(?: restart_count (?P<restarts>\d{1,9}))?(?: |$)"
+)
 
 
 def _float_or_none(value: str) -> float | None:
@@ -98,10 +105,11 @@ class ReferenceLogAdapter:
     LoadCompleted with its parts, data position and path; ``no
     checkpoint found ..., starting from scratch`` → StartedFromScratch; ``load failed: ...`` →
     LoadFailed; ``training finished`` → Milestone ``training_done``; ``aborted``, ``save failed``,
-    ``ft monitoring failed``, a non-zero ``exit code`` and Python tracebacks → WorkloadError.
-    ``started``, ``ft monitoring initialized``/``disabled``, ``restore skipped ...`` (its load
-    line already leaves the part out) and ``exit code 0`` are not evidence; neither is any line
-    without the ``[ref]`` head (the injector's, torch's warnings).
+    ``ft monitoring failed``, a non-zero ``exit code`` and Python tracebacks → WorkloadError;
+    ``started pid P world_size W restart_count R`` → ProcessStarted (run.json's world size and
+    the cycle are checked against it). ``ft monitoring initialized``/``disabled``, ``restore
+    skipped ...`` (its load line already leaves the part out) and ``exit code 0`` are not
+    evidence; neither is any line without the ``[ref]`` head (the injector's, torch's warnings).
     """
 
     name = "reference"
@@ -176,6 +184,12 @@ class ReferenceLogAdapter:
             ", starting from scratch"
         ):
             return StartedFromScratch(at.ref())
+        if event.startswith("started "):
+            m = _STARTED.match(event)
+            if m is None:
+                return None
+            restarts = int(m["restarts"]) if m["restarts"] is not None else None
+            return ProcessStarted(int(m["world"]), restarts, at.ref())
         if event.startswith("training finished iteration "):
             return Milestone("training_done", time, at.ref())
         if event.startswith("aborted ") or event.startswith("ft monitoring failed: "):

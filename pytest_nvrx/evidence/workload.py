@@ -206,6 +206,17 @@ class VersionReported:
 
 
 @dataclass(frozen=True, slots=True)
+class ProcessStarted:
+    """A worker process says it started: the world size it joined and its restart count
+    (``TORCHELASTIC_RESTART_COUNT``: ft_launcher sets it to the number of the cycle it starts),
+    as the reference workload's ``started`` line prints them (None: its line does not say)."""
+
+    world_size: int
+    restart_count: int | None
+    ref: EvidenceRef
+
+
+@dataclass(frozen=True, slots=True)
 class SettingReported:
     """A training setting the workload prints at start (Megatron's argument dump), under its
     own name (``no_load_optim``, ``finetune``, ``load``, ``save``, ``world_size``,
@@ -231,6 +242,7 @@ WorkloadEvent = (
     | Milestone
     | VersionReported
     | SettingReported
+    | ProcessStarted
 )
 
 # Events that say a restore did not bring back the full training state.

@@ -5,7 +5,8 @@
 ``config.selftest``) the report has a self-test section, and a line on stdout, saying of each
 plant whether it was caught at that tolerance (docs/report.md). A RUN_DIR that is a file (a
 README a glob matched) is skipped with a note on stderr. Exit status, over the run
-directories: 0 every scenario qualified, 1 one did not, 2 no run directory remains, a path does
+directories: 0 every scenario qualified, 1 one did not or one is planted (a planted self-test run
+is never a qualification), 2 no run directory remains, a path does
 not exist or is no run directory, an output cannot be written, or an output would land in a
 RUN_DIR (links followed) or on the other output.
 """
@@ -104,7 +105,8 @@ def build_parser() -> argparse.ArgumentParser:
         "(matrix, timeline, recovery cost, loss curve) and its report.json.",
         epilog="A baseline run (fault=none) among the RUN_DIRs is drawn under the loss curve of "
         "each faulted run of the same workload and length; a RUN_DIR that is a file is skipped "
-        "with a note. Exit status: 0 all qualified, 1 one not qualified, 2 bad arguments, no "
+        "with a note. Exit status: 0 all qualified, 1 one not qualified or planted, 2 bad "
+        "arguments, no "
         "run directory, unwritable output, or an output inside a RUN_DIR (links followed) or "
         "on the other output (refused before anything is written).",
     )
@@ -175,4 +177,6 @@ def report_main(
         shown = ", ".join(f"{row['plant']} {row['status']}" for row in section["rows"])
         out.write(printable(f"report: self-test{at}: {shown}") + "\n")
     out.write(printable(f"report: wrote {html} and {json_path}") + "\n")
-    return EXIT_QUALIFIED if all(r.passed for r in reports) else EXIT_NOT_QUALIFIED
+    # a planted run is never a qualification, even one whose plant every criterion let through
+    qualified = all(r.passed and r.planted is None for r in reports)
+    return EXIT_QUALIFIED if qualified else EXIT_NOT_QUALIFIED

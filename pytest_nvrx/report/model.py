@@ -119,9 +119,15 @@ class ScenarioReport:
     @property
     def outcome(self) -> str:
         """``QUALIFIED`` or ``NOT QUALIFIED: <cause>``, after ``planted: <name>: `` in a planted
-        run."""
-        outcome = "QUALIFIED" if self.passed else f"NOT QUALIFIED: {self.cause}"
-        return f"planted: {self.planted}: {outcome}" if self.planted is not None else outcome
+        run, which is never QUALIFIED: where every criterion held it says so."""
+        if self.planted is not None:
+            outcome = (
+                "every criterion held, NOT A QUALIFICATION (a planted run)"
+                if self.passed
+                else f"NOT QUALIFIED: {self.cause}"
+            )
+            return f"planted: {self.planted}: {outcome}"
+        return "QUALIFIED" if self.passed else f"NOT QUALIFIED: {self.cause}"
 
     @property
     def downtime_s(self) -> float | None:
