@@ -69,7 +69,7 @@ def is_claim_name(name: str) -> bool:
     return name.startswith("checkpoint.") and name.endswith(".claim")
 
 
-def _pid_start(pid: int) -> int | None:
+def pid_start(pid: int) -> int | None:
     """The process's start time in clock ticks since boot (``/proc/PID/stat`` field 22), None
     where that cannot be read: with the pid it names one process, a reused pid another."""
     try:
@@ -116,7 +116,7 @@ class Holder:
             pass  # another user's process: alive
         if self.pid_start is None:
             return True
-        return _pid_start(self.pid) in (self.pid_start, None)
+        return pid_start(self.pid) in (self.pid_start, None)
 
 
 def read_holder(path: Path) -> Holder:
@@ -361,7 +361,7 @@ def claim_checkpoint_dir(
         "run_dir": str(run_dir),
         "host": host,
         "pid": os.getpid(),
-        "pid_start": _pid_start(os.getpid()),
+        "pid_start": pid_start(os.getpid()),
         "time": _dt.datetime.now(_dt.UTC).isoformat(timespec="milliseconds"),
         "tool": __version__,
     }

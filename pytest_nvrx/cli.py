@@ -24,6 +24,7 @@ from pytest_nvrx.evidence.progress import Progress
 from pytest_nvrx.evidence.refs import printable
 from pytest_nvrx.launch import Launch
 from pytest_nvrx.layout import RESULT_NAME
+from pytest_nvrx.outputs import full_disk_note
 from pytest_nvrx.planning import Plan
 from pytest_nvrx.scenario_run import find_launcher, launch_run, plan_launch
 from pytest_nvrx.settings import (
@@ -69,7 +70,7 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
         elif setting.cli_form == "choice":
             parser.add_argument(option, choices=setting.choices, help=text)
         elif setting.cli_form == "path":
-            parser.add_argument(option, type=Path, help=text)
+            parser.add_argument(option, type=argparse_type(setting.parse, option), help=text)
         elif setting.cli_form == "typed":
             parser.add_argument(
                 option,
@@ -171,6 +172,8 @@ def _cmd_run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
 
     if planned.stack is not None:
         print(format_stack_line(planned.stack), file=sys.stderr)
+    if planned.first_use is not None and planned.first_use.line is not None:
+        print(planned.first_use.line, file=sys.stderr)
     for note in planned.notes:
         print(f"note: {note}", file=sys.stderr)
 
@@ -202,8 +205,14 @@ def _cmd_run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     result = outcome.result
     if result is None:
         print(f"pytest-nvrx run: {outcome.timed_out}", file=sys.stderr)
+    else:
+        print(f"ft_launcher exited with {result.exit_code} after {result.wall_s:.1f}s")
+    # a run that filled its disk says little about it itself (its logs are cut short)
+    full = full_disk_note([recipe.layout.run_dir, recipe.layout.checkpoint_dir])
+    if full is not None:
+        print(printable(f"pytest-nvrx run: {full}"), file=sys.stderr)
+    if result is None:
         return TIMED_OUT
-    print(f"ft_launcher exited with {result.exit_code} after {result.wall_s:.1f}s")
     return result.exit_code if result.exit_code is not None else 1
 
 

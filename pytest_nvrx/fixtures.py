@@ -36,6 +36,7 @@ import pytest
 from pytest_nvrx.evidence.refs import printable
 from pytest_nvrx.evidence.rundir import RunEvidence
 from pytest_nvrx.gpu_slots import visible_gpus
+from pytest_nvrx.megatron_prepare import ensure_prepared
 from pytest_nvrx.plants import PLANTS
 from pytest_nvrx.retention import prune_checkpoint_payload
 from pytest_nvrx.scenario_pool import ScenarioPool, parallel_limit
@@ -202,6 +203,50 @@ def progress_writer(config: pytest.Config) -> Callable[[str], None]:
     if config.get_verbosity() < 0:
         return lambda line: None
     return terminal_writer(config)
+
+
+def _scenario_of(item: pytest.Item) -> Scenario | None:
+    callspec = getattr(item, "callspec", None)
+    if callspec is None:
+        return None
+    scenario = callspec.params.get(SCENARIO_FIXTURE, callspec.params.get(SELFTEST_FIXTURE))
+    return scenario if isinstance(scenario, Scenario) else None
+
+
+def prepare_session_checkout(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Before any scenario launches: when Megatron scenarios are selected, what the checkout
+    builds at first use is built once (pytest_nvrx.megatron_prepare), and one line says so.
+    Called where the header is printed (a session without xdist, or xdist's gw0); the other
+    workers' scenarios make sure of it as they plan (scenario_run.plan_launch), waiting for
+    this build under its lock.
+
+    An unbuildable checkout is a usage error before any launch. An xdist worker cannot end the
+    session with one (xdist reports it as an internal error): it prints the line, and every
+    Megatron scenario then fails with it as it plans, launching nothing."""
+    if config.option.collectonly:
+        return
+    if config.stash.get(REFUSED_KEY, None) is not None:
+        return  # a refused session launches nothing, so it builds nothing in the checkout
+    settings = nvrx_settings(config)
+    if settings.megatron_path is None or settings.run_dir is not None:
+        return
+    if not any((sc := _scenario_of(item)) and sc.workload == "megatron" for item in items):
+        return
+    workerinput = getattr(config, "workerinput", None)
+    who = "pytest session" + (f", xdist {workerinput.get('workerid')}" if workerinput else "")
+    try:
+        # SIGTERM/SIGHUP stop the build like Ctrl-C: its make and compiler are killed, the
+        # claim removed
+        with interrupt_on_stop_signals():
+            prepared = ensure_prepared(settings.megatron_path, who=who, say=terminal_writer(config))
+    except ConfigError as exc:
+        message = f"pytest-nvrx: {exc.message_for('plugin')}"
+        if workerinput is None:
+            raise pytest.UsageError(message) from None
+        terminal_writer(config)(message)
+        return
+    if prepared.line is not None:
+        terminal_writer(config)(prepared.line)
 
 
 def _require_gpu_host(settings: NvrxSettings, scenario: Scenario) -> None:

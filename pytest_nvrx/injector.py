@@ -116,7 +116,9 @@ FAULT_SIGNALS: Final[Mapping[str, signal.Signals]] = {
 # Signals whose default action writes a core file; the injector switches that off before sending.
 CORE_DUMPING_SIGNALS: Final = frozenset({signal.SIGSEGV})
 
-_ITERATION_RE: Final = re.compile(r"[0-9]+")
+# at most 20 digits, as the core reads a tracker (evidence/refs.py MAX_DIGITS): no iteration
+# is longer, and the two readers must agree (tests/test_tracker_readers_agree.py)
+_ITERATION_RE: Final = re.compile(r"[0-9]{1,20}")
 
 
 class TrackerState(enum.Enum):

@@ -5,7 +5,10 @@ Every file pytest-nvrx writes (run.json, result.json, reports, ``verify --json``
 a failed write (a full disk, a quota) leaves the old file whole and no temp file behind.
 :func:`check_outputs` refuses an output path that resolves (links followed) into a run directory
 being judged, or onto another output of the same command: ``report X -o X/run.json`` would
-replace the manifest it judges.
+replace the manifest it judges. :func:`check_output_targets` refuses a path where something
+other than a regular file lies (a device, FIFO, socket, directory or symlink): a rename would
+replace it (``--json /dev/full`` turned the device into a file); :func:`write_atomic` checks
+again just before its rename.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import stat
 from collections.abc import Iterable
 from pathlib import Path
 
+from pytest_nvrx.evidence.refs import file_kind
 from pytest_nvrx.layout import CHECKPOINTS_DIR
 
 #: errno values that mean "the filesystem has no room for this": an ordinary error, never a
@@ -30,8 +34,62 @@ class OutputRefused(ValueError):
     fix."""
 
 
+class NotAnOutputFile(OSError):
+    """Something other than a regular file lies where an output would be written: nothing is
+    written (a rename would replace the device, FIFO, socket, directory or link)."""
+
+
+def target_refusal(path: Path | str) -> str | None:
+    """Why ``path`` must not be replaced by an output, as a phrase after the path ("is a FIFO,
+    not a regular file"); None for a regular file or a new path. A symlink is refused whatever
+    it points to: the rename would replace the link, not write where it leads."""
+    try:
+        st = os.lstat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return None  # a new path (a parent that is a file fails the write itself)
+    except OSError as exc:
+        return f"cannot be examined ({exc.strerror})"
+    if stat.S_ISREG(st.st_mode):
+        return None
+    what = "a symlink" if stat.S_ISLNK(st.st_mode) else file_kind(st.st_mode)
+    return f"is {what}, not a regular file: only a regular file or a new path is written"
+
+
+def check_output_targets(outputs: Iterable[tuple[str, Path]]) -> None:
+    """Refuse an output (``(how the user named it, path)``) whose path holds anything but a
+    regular file: :class:`OutputRefused` with one line that names the fix."""
+    for flag, path in outputs:
+        why = target_refusal(path)
+        if why is not None:
+            raise OutputRefused(f"{flag} {path} {why}; give another path")
+
+
 def is_disk_full(exc: BaseException) -> bool:
     return isinstance(exc, OSError) and exc.errno in DISK_FULL
+
+
+#: A run's file system with less free than this once the run ended has filled up: its
+#: result.json came out of the space kept for it (16 KiB), and a checkpoint needs megabytes.
+FULL_BELOW_BYTES = 1 << 20
+
+
+def full_disk_note(paths: Iterable[Path]) -> str | None:
+    """One line naming the full disk when the file system of one of ``paths`` (a run's run and
+    checkpoint dirs, after the run) has less than :data:`FULL_BELOW_BYTES` free; None else.
+    What the run's own logs say about it is the judgement's (a fatal problem of the evidence)."""
+    for path in paths:
+        try:
+            st = os.statvfs(path)
+        except OSError:
+            continue
+        free = st.f_bavail * st.f_frsize
+        if free < FULL_BELOW_BYTES:
+            return (
+                f"{os.strerror(errno.ENOSPC)}: the file system of {path} has {free} bytes free"
+                " after the run, so the run's writes there (checkpoints, logs, cycle records)"
+                " may have failed; free space there and run it again"
+            )
+    return None
 
 
 def reserve_of(path: Path) -> Path:
@@ -59,17 +117,20 @@ def reserve_space(path: Path, size: int) -> None:
         raise
 
 
-def write_atomic(path: Path | str, data: str | bytes) -> None:
-    """Write ``data`` (text as UTF-8) to ``path`` through a temp file in its directory.
+def write_atomic(path: Path | str, data: str | bytes, *, mode: int = 0o644) -> None:
+    """Write ``data`` (text as UTF-8) to ``path`` through a temp file in its directory, with
+    ``mode`` (less the umask).
 
     The temp file (``.<name>.<pid>.<random>.tmp``, created exclusively, never through a link)
     is renamed over ``path`` once written and synced; on any failure it is removed and ``path``
     keeps its old content. On a full disk the space kept by :func:`reserve_space` is given back
-    and the write tried once more. Errors are OSError naming ``path``, not the temp file."""
+    and the write tried once more. Errors are OSError naming ``path``, not the temp file;
+    :class:`NotAnOutputFile` where ``path`` holds anything but a regular file (nothing written)."""
     path = Path(path)
     raw = data.encode("utf-8") if isinstance(data, str) else data
+    _refuse_target(path)
     try:
-        _write_replace(path, raw)
+        _write_replace(path, raw, mode)
     except OSError as exc:
         reserve = reserve_of(path)
         if not (is_disk_full(exc) and reserve.is_file()):
@@ -77,7 +138,7 @@ def write_atomic(path: Path | str, data: str | bytes) -> None:
         with contextlib.suppress(OSError):
             reserve.unlink()
         try:
-            _write_replace(path, raw)
+            _write_replace(path, raw, mode)
         except OSError as again:
             raise _naming(again, path) from None
     with contextlib.suppress(OSError):
@@ -139,9 +200,9 @@ def check_in_place_output(flag: str, path: Path, evidence: Iterable[tuple[str, P
 _WALK_LIMIT = 50_000
 
 
-def _write_replace(path: Path, raw: bytes) -> None:
+def _write_replace(path: Path, raw: bytes, mode: int = 0o644) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(3)}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
     try:
         try:
             _write_all(fd, raw)
@@ -149,11 +210,18 @@ def _write_replace(path: Path, raw: bytes) -> None:
             os.fsync(fd)
         finally:
             os.close(fd)
+        _refuse_target(path)  # again: it may have appeared while the temp file was written
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
             tmp.unlink()
         raise
+
+
+def _refuse_target(path: Path) -> None:
+    why = target_refusal(path)
+    if why is not None:
+        raise NotAnOutputFile(f"{path} {why}; nothing written")
 
 
 def _write_all(fd: int, raw: bytes) -> None:

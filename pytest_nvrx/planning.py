@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from pytest_nvrx.megatron_prepare import Preparation
 from pytest_nvrx.megatron_source import (
     DOCUMENTED_ENV_CHECKS,
     EnvCheck,
@@ -49,6 +50,9 @@ class Plan:
     #: Human-readable decisions (profile, flags found), also written to the manifest.
     notes: tuple[str, ...] = ()
     megatron_flags: dict[str, Any] = field(default_factory=dict)
+    #: the checkout's first-use build, made sure of before the launch (None: not a Megatron
+    #: run, or a dry run)
+    first_use: Preparation | None = None
 
     def manifest_stack(self) -> dict[str, Any] | None:
         if self.stack is None:

@@ -31,6 +31,7 @@ from pytest_nvrx.fixtures import (
     SELFTEST_FIXTURE,
     WORKEROUTPUT_JUDGED,
     nvrx_settings,
+    prepare_session_checkout,
     refuse_infeasible,
     resolve_settings,
     run_of,
@@ -39,12 +40,23 @@ from pytest_nvrx.fixtures import (
     terminal_writer,
 )
 from pytest_nvrx.layout import FAULT_WINDOWS, INJECTED_FAULTS, RUNS_DIR, windows_of
-from pytest_nvrx.outputs import OutputRefused, check_in_place_output, check_outputs
-from pytest_nvrx.scenario_run import EXISTING_RUN, Limits, ScenarioRun
+from pytest_nvrx.outputs import (
+    OutputRefused,
+    check_in_place_output,
+    check_output_targets,
+    check_outputs,
+)
+from pytest_nvrx.scenario_run import EXISTING_RUN, Limits, ScenarioRun, check_scenarios
 from pytest_nvrx.scenarios import WORKLOAD_ORDER, Scenario, matrix_scenarios
 from pytest_nvrx.selftest import selftest_scenarios
 from pytest_nvrx.selftest_outcome import PlantOutcome
-from pytest_nvrx.settings import PLUGIN_SETTINGS, NvrxSettings, ScheduledFault, option_hint
+from pytest_nvrx.settings import (
+    PLUGIN_SETTINGS,
+    ConfigError,
+    NvrxSettings,
+    ScheduledFault,
+    option_hint,
+)
 
 # the fixtures (and the session state the hooks share with them); that module imports nothing
 # from this one
@@ -126,12 +138,17 @@ MARKERS: dict[str, str] = {
     "baseline": "uninterrupted scenario, no fault injected",
     **{
         fault: f"scenario with fault {fault}: {FAULT_HELP[fault]}; windows "
-        f"{', '.join(windows_of(fault))}"
+        f"{', '.join(windows_of(fault))}; every fault-schedule scenario with this fault too"
         for fault in INJECTED_FAULTS
     },
-    **{window: f"scenario window: {WINDOW_HELP[window]}" for window in FAULT_WINDOWS},
+    **{
+        window: f"scenario window: {WINDOW_HELP[window]}; also every fault-schedule scenario"
+        " with a fault in that window"
+        for window in FAULT_WINDOWS
+    },
     "schedule": "a fault-schedule scenario: several faults, one per cycle, each recovery judged "
-    "(--nvrx-schedules; docs/windows.md)",
+    "(--nvrx-schedules; docs/windows.md); it carries the markers of all its faults and windows, "
+    "so -m kill selects every schedule with a kill",
     "restore": "a fault-schedule scenario with a fault in a replacement while it loads its "
     "checkpoint (window restore)",
     SELFTEST_MARKER: "a self-test run (--nvrx-selftest): the unplanted control, or one planted "
@@ -408,10 +425,13 @@ def _junit_properties(item: pytest.Item, run: ScenarioRun) -> list[tuple[str, st
         ]
     if item.get_closest_marker(DOWNTIME_GATE) is not None:
         limits = Limits.of(nvrx_settings(item.config))
-        for name, value in (
-            ("nvrx_downtime_s", run.downtime_s),
-            ("nvrx_max_downtime_s", limits.downtime_s),
-        ):
+        # a schedule's downtime is its total; the limit holds each recovery's (listed after it)
+        measured = [("nvrx_downtime_s", run.downtime_s)] + [
+            (f"nvrx_fault{r.position}_downtime_s", r.downtime_s)
+            for r in run.judgement.recoveries
+            if r.due
+        ]
+        for name, value in [*measured, ("nvrx_max_downtime_s", limits.downtime_s)]:
             if value is not None:
                 props.append((name, str(value)))
         for phase, limit in limits.phases.items():
@@ -512,15 +532,19 @@ def output_refusal(
     judged: Sequence[Path] = (),
 ) -> str | None:
     """Why the session's outputs (the report, report.json beside it, --junitxml) must not be
-    written: one resolves (links followed) into a run dir judged (--nvrx-run-dir, the work
-    dir's runs/, a run judged this session) or onto another of them."""
+    written: something other than a regular file lies where the report or its report.json
+    would go (a device, FIFO, symlink), or one resolves (links followed) into a run dir judged
+    (--nvrx-run-dir, the work dir's runs/, a run judged this session) or onto another of
+    them."""
     here = config.invocation_params.dir
-    outputs: list[tuple[str, Path]] = []
+    # ours, renamed over their paths (pytest writes --junitxml and its cache in place)
+    ours: list[tuple[str, Path]] = []
     if report is not None:
-        outputs += [
+        ours += [
             ("--nvrx-report", here / report),
             ("--nvrx-report's report.json", (here / report).with_name("report.json")),
         ]
+    outputs = list(ours)
     junit = junit_path(config)
     if junit is not None:
         outputs.append(("--junitxml", junit))
@@ -540,6 +564,7 @@ def output_refusal(
         evidence.append(("the scenarios' run dirs", work_dir / RUNS_DIR))
     try:
         check_outputs(outputs, evidence)
+        check_output_targets(ours)
         if junit is not None:
             # pytest truncates it in place: a hard link of run.json would be overwritten
             check_in_place_output("--junitxml", junit, evidence)
@@ -736,6 +761,70 @@ def pytest_deselected(items: Sequence[pytest.Item]) -> None:
         config.stash[DESELECTED_KEY] = config.stash.get(DESELECTED_KEY, 0) + len(items)
 
 
+def _item_scenarios(items: Sequence[pytest.Item]) -> list[Scenario]:
+    """The scenarios (and self-test runs) the items read, once each, in order."""
+    scenarios: dict[str, Scenario] = {}
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        params = callspec.params if callspec is not None else {}
+        for fixture in (SCENARIO_FIXTURE, SELFTEST_FIXTURE):
+            scenario = params.get(fixture)
+            if isinstance(scenario, Scenario):
+                scenarios.setdefault(scenario.id, scenario)
+    return list(scenarios.values())
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_node_collection_finished(node: Any, ids: Sequence[str]) -> None:
+    """Under xdist the controller holds the selected scenarios to the rules, from the test ids
+    a worker collected (a worker's usage error would crash it): before any is scheduled."""
+    config = node.config
+    try:
+        settings = nvrx_settings(config)
+    except pytest.UsageError:
+        return  # a bad value of the environment: the workers' collection error
+    known = {
+        sc.id: sc
+        for sc in matrix_scenarios(
+            settings.matrix, settings.windows, settings.workloads, _schedules(settings)
+        )
+    }
+    known.update(
+        (sc.id, sc)
+        for w in WORKLOAD_ORDER
+        if w in settings.workloads
+        for sc in selftest_scenarios(w)
+    )
+    scenarios: dict[str, Scenario] = {}
+    for nodeid in ids:
+        param = nodeid.rpartition("[")[2].rstrip("]")
+        # test_recovery_criterion[<scenario>-<criterion>]: criterion ids hold no hyphen
+        scenario = known.get(param) or known.get(param.rpartition("-")[0])
+        if scenario is not None:
+            scenarios.setdefault(scenario.id, scenario)
+    _check_scenarios(config, list(scenarios.values()))
+
+
+def _check_scenarios(config: pytest.Config, scenarios: Sequence[Scenario]) -> None:
+    """The selected scenarios' settings held to the walkthrough's rules now, once -k and -m
+    chose them and before anything launches: a value they break is the usage error every bad
+    option gets (exit 4), not an error of each scenario's run."""
+    if not scenarios:
+        return
+    try:
+        settings = nvrx_settings(config)
+    except pytest.UsageError:
+        return  # a bad value of the environment: already its module's collection error
+    # a GPU scenario without a Megatron checkout is skipped when it runs, never launched
+    runnable = [s for s in scenarios if not (s.needs_gpu and settings.megatron_path is None)]
+    # only the form of the work dir is a rule: the scenarios' own are made when they run
+    work_dir = settings.work_dir or config.rootpath
+    try:
+        check_scenarios(settings, runnable, work_dir)
+    except ConfigError as exc:
+        raise pytest.UsageError(f"pytest-nvrx: {exc.message_for('plugin')}") from None
+
+
 def selection_lines(config: pytest.Config, selected: Sequence[str]) -> list[str]:
     """What pytest's own "deselected" and "skipped" will mean, said once before the runs."""
     settings = nvrx_settings(config)
@@ -768,6 +857,9 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         if key is not None and key not in selected:
             selected.append(key)
     config = session.config
+    if not hasattr(config, "workerinput"):
+        # (an xdist worker leaves it to the controller: pytest_xdist_node_collection_finished)
+        _check_scenarios(config, _item_scenarios(session.items))
     config.stash[SELECTED_KEY] = selected
     workerinput = getattr(config, "workerinput", None)
     if workerinput is not None:
@@ -776,5 +868,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         config.workeroutput[WORKEROUTPUT_SELECTED] = list(selected)  # type: ignore[attr-defined]
         if selected and workerinput.get("workerid") == "gw0":
             _print_header_once(config)
+            prepare_session_checkout(config, session.items)
     elif selected:
         _print_header_once(config)
+        prepare_session_checkout(config, session.items)

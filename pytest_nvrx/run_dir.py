@@ -25,7 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from pytest_nvrx import __version__
-from pytest_nvrx.checkpoint_claim import another_checkpoint_dir
+from pytest_nvrx.checkpoint_claim import another_checkpoint_dir, is_claim_name
 from pytest_nvrx.evidence.tracker import read_tracker
 from pytest_nvrx.layout import (
     RESULT_NAME,
@@ -310,6 +310,41 @@ def check_run_paths(config: RunConfig) -> None:
             "the fixed-timeout recipe needs a directory without it (archive it deliberately)"
         )
     read_baseline(layout.tracker)
+    _check_unused_checkpoint_dir(layout)
+
+
+#: Entries of a checkpoint dir looked at for another run's checkpoints.
+_LISTED_MAX = 10_000
+
+
+def _check_unused_checkpoint_dir(layout: RunLayout) -> None:
+    """Refuse a checkpoint dir that holds another run's checkpoints (a tracker, an ``iter_N``).
+
+    The run would resume them in its first cycle (``--load`` is ``--save``), so it is no longer
+    a run of its own: a finished run's dir leaves nothing to train and the fault never fires,
+    and its criteria would read that run's checkpoints as this one's (a prior checkpoint, an
+    in-flight save left behind). A qualification run starts from scratch: a self-test's seed
+    is copied in only after this check."""
+    found: str | None = None
+    try:
+        with os.scandir(layout.checkpoint_dir) as entries:
+            names = [e.name for _, e in zip(range(_LISTED_MAX), entries, strict=False)]
+    except OSError:
+        return  # absent (made later); unreadable: _check_writable_dir refused it
+    if any(is_claim_name(name) for name in names):
+        return  # a run holds it, or held it: the claim's refusal says which (checkpoint_claim)
+    if _lexists(layout.tracker):
+        found = f"its tracker {layout.tracker.name}"
+    else:
+        found = next((f"{name}/" for name in names if name.startswith("iter_")), None)
+    if found is not None:
+        checkpoint_dir = layout.checkpoint_dir
+        raise _refused(
+            f"checkpoint dir {show_path(checkpoint_dir)} holds another run's checkpoints"
+            f" ({found}): this run would resume them instead of training from its start, and"
+            " its criteria would read them as its own; move them away or ",
+            _checkpoint_dir_fix,
+        )
 
 
 def validate_run(config: RunConfig) -> None:

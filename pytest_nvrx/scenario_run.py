@@ -22,15 +22,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pytest_nvrx.checkpoint_claim import check_checkpoint_dir, claim_checkpoint_dir, release_dir
-from pytest_nvrx.console import Row
+from pytest_nvrx.console import Row, fault_rows
 from pytest_nvrx.criteria import Judgement, judge, judge_run_dir
 from pytest_nvrx.criteria.baseline import baseline_refusal
 from pytest_nvrx.evidence.progress import Progress
 from pytest_nvrx.evidence.rundir import RunEvidence, load_run
+from pytest_nvrx.evidence.timeline import Phase
 from pytest_nvrx.gpu_slots import GpuLedger, Slot, gpu_locks, visible_gpus
 from pytest_nvrx.gpu_slots import gpu_available as gpu_available  # re-exported
 from pytest_nvrx.launch import Launch, RunResult, RunTimeout, tail_text
 from pytest_nvrx.layout import CONSOLE_LOG_NAME, RunLayout
+from pytest_nvrx.megatron_prepare import Preparation, ensure_prepared
+from pytest_nvrx.outputs import full_disk_note
 from pytest_nvrx.planning import Plan, plan_run
 from pytest_nvrx.plant_hook.nvrx_plants import PLANT_ENV
 from pytest_nvrx.run_dir import (
@@ -51,6 +54,7 @@ from pytest_nvrx.settings import (
     quote,
     resolve,
     shared_run_id,
+    validate,
     workload_defaults,
 )
 
@@ -163,11 +167,35 @@ class ScenarioRun:
             ]
         props += [(f"nvrx_stack_{k}", v) for k, v in sorted(self.stack.items())]
         props += [(f"nvrx_timing_{k}", v) for k, v in sorted(self.judgement.timings.items())]
+        props += self._recovery_properties()
         shared = self.judgement.gpu_shared_with
         if shared is not None:
             # the timings above were measured beside these runs on one GPU ("" alone)
             props.append(("nvrx_gpu_shared_with", ",".join(shared)))
         return _properties(props)
+
+    def _recovery_properties(self) -> list[tuple[str, Any]]:
+        """A fault schedule's every recovery (``nvrx_fault<k>_...``: its fault, how it ended, its
+        downtime, verify's timings and the report's phases) and the schedule's total; none for a
+        run of one fault (its timings are the run's)."""
+        judgement = self.judgement
+        if not judgement.schedule:
+            return []
+        props: list[tuple[str, Any]] = [
+            ("nvrx_schedule_downtime_s", judgement.total_downtime_s),
+            ("nvrx_recoveries", judgement.recovery_count),
+        ]
+        for r in judgement.recoveries:
+            head = f"nvrx_fault{r.position}"
+            props += [
+                (head, r.fault),
+                (f"{head}_outcome", r.outcome),
+                (f"{head}_note", r.note()),
+                (f"{head}_downtime_s", r.downtime_s),
+            ]
+            props += [(f"{head}_timing_{k}", v) for k, v in sorted(r.timings().items())]
+            props += [(f"{head}_phase_{p.id}_s", p.seconds) for p in r.phases]
+        return props
 
     def criterion_properties(self, criterion: str) -> list[tuple[str, str]]:
         """One criterion's testcase: its own verdict and the lines that prove it."""
@@ -213,14 +241,20 @@ class ScenarioRun:
     @property
     def downtime_s(self) -> float | None:
         """The fault's instant to the first step committed after the restore, as judged (verify's
-        timing, the recovery clock's downtime); None: the evidence shows no such pair."""
+        timing, the recovery clock's downtime); a fault schedule's total downtime (every
+        recovery's, evidence/segments.py); None: the evidence shows no such pair."""
+        if self.judgement.schedule:
+            return self.judgement.total_downtime_s
         return self.judgement.timings.get(DOWNTIME_TIMING)
 
     def downtime_failure(self, limit_s: float) -> str | None:
         """Why the run breaks ``--nvrx-max-downtime limit_s``; None when it keeps to it (a
-        baseline has no downtime to hold). No measurement is a failure, never a pass."""
+        baseline has no downtime to hold). No measurement is a failure, never a pass. A fault
+        schedule holds every recovery to the limit (:meth:`_recoveries_downtime_failure`)."""
         if self.baseline:
             return None
+        if self.judgement.schedule:
+            return self._recoveries_downtime_failure(limit_s)
         clock = self.judgement.clock
         downtime = clock.downtime_s
         if downtime is None:
@@ -242,36 +276,74 @@ class ScenarioRun:
             f"fault to first step committed after the restore{split}"
         )
 
+    def _recoveries_downtime_failure(self, limit_s: float) -> str | None:
+        """A fault schedule under ``--nvrx-max-downtime``: every recovery that was due is held to
+        the limit, each by its own clock. One the next fault struck while it restored is held
+        by what it has: the time it was down until that fault (already over the limit is a
+        failure; its restore is judged again, in full, in the next fault's recovery, which
+        loads the same checkpoint). A recovery without a measurement fails, as does a
+        schedule with no recovery to measure; after a fault at which the launcher had to stop
+        the job no recovery was due (no_repeat_injection judges that stop)."""
+        given = f"limit {limit_s:g} s (--nvrx-max-downtime)"
+        due = [r for r in self.judgement.recoveries if r.due]
+        if not due:
+            return (
+                f"no measurable downtime, {given}: no recovery of the schedule"
+                f" {','.join(self.judgement.schedule)} to measure"
+            )
+        out = []
+        for recovery in due:
+            downtime = recovery.downtime_s
+            if downtime is None:
+                out.append(
+                    f"{recovery.label}: no measurable downtime, {given}: the evidence shows no"
+                    " fault instant or no step committed after its restore"
+                )
+            elif downtime < 0:
+                out.append(
+                    f"{recovery.label}: downtime {downtime:.3f} s is negative, {given}: the"
+                    " clocks disagree, nothing was measured"
+                )
+            elif downtime > limit_s and recovery.struck_by is not None:
+                out.append(
+                    f"{recovery.label}: down {downtime:.3f} s until fault {recovery.struck_by}"
+                    f" struck its replacement while it restored, over the {given}"
+                )
+            elif downtime > limit_s:
+                parts = downtime_breakdown(recovery.timings())
+                split = f" ({', '.join(parts)})" if parts else ""
+                out.append(
+                    f"{recovery.label}: downtime {downtime:.3f} s exceeds the {given}: fault to"
+                    f" first step committed after the restore{split}"
+                )
+        return "; ".join(out) or None
+
     def phase_failures(self, limits: Mapping[str, float]) -> list[str]:
         """Why the run breaks ``--nvrx-max-phase`` (the recovery clock's phases, the recovery
-        report's); a phase the evidence cannot measure breaks its limit too."""
+        report's); a phase the evidence cannot measure breaks its limit too. A fault schedule
+        holds every due recovery's phases to the limits, each named by its fault; the phases a
+        recovery struck while it restored never reached (its checkpoint load, its first step)
+        are judged in the next fault's recovery, which loads the same checkpoint."""
         if self.baseline or not limits:
             return []
+        if self.judgement.schedule:
+            due = [r for r in self.judgement.recoveries if r.due]
+            if not due:
+                return [
+                    f"phase {phase_id} not measurable, limit {limit:g} s (--nvrx-max-phase"
+                    f" {phase_id}={limit:g}): no recovery of the schedule to measure"
+                    for phase_id, limit in limits.items()
+                ]
+            return [
+                f"{r.label}: {failure}"
+                for r in due
+                for failure in _phase_failures(
+                    {p.id: p for p in r.phases}, limits, unreached=r.unreached
+                )
+            ]
         clock = self.judgement.clock
         phases = {phase.id: phase for phase in clock.phases} if clock.has_recovery else {}
-        out = []
-        for phase_id, limit in limits.items():
-            given = f"--nvrx-max-phase {phase_id}={limit:g}"
-            phase = phases.get(phase_id)
-            if phase is None:
-                out.append(f"phase {phase_id} not measurable, limit {limit:g} s ({given}): no "
-                           "recovery to measure (no fault instant)")  # fmt: skip
-            elif phase.seconds is None:
-                out.append(
-                    f"phase {phase_id} ({phase.label}) not measurable, limit {limit:g} s "
-                    f"({given}): {phase.missing}"
-                )
-            elif phase.seconds < 0:
-                out.append(
-                    f"phase {phase_id} ({phase.label}) is {phase.seconds:.3f} s, negative, limit"
-                    f" {limit:g} s ({given}): the clocks disagree, nothing was measured"
-                )
-            elif phase.seconds > limit:
-                out.append(
-                    f"phase {phase_id} ({phase.label}) {phase.seconds:.3f} s exceeds the limit "
-                    f"{limit:g} s ({given})"
-                )
-        return out
+        return _phase_failures(phases, limits)
 
     def gate_failures(self, limits: Limits | None) -> list[str]:
         """Every limit the run breaks (none for a baseline or without limits)."""
@@ -329,6 +401,8 @@ class ScenarioRun:
             cause=cause,
             baseline=self.baseline,
             shared_gpu=self.judgement.gpu_shared,
+            recoveries=fault_rows(self.judgement.recoveries),
+            total_downtime_s=self.judgement.total_downtime_s,
         )
 
     def outcome_line(self, limits: Limits | None = None) -> str:
@@ -353,6 +427,39 @@ class ScenarioRun:
             max_downtime_s=limits.downtime_s,
             max_phases=dict(limits.phases) or None,
         )
+
+
+def _phase_failures(
+    phases: Mapping[str, Phase], limits: Mapping[str, float], *, unreached: Sequence[str] = ()
+) -> list[str]:
+    """Each of ``limits`` (phase id -> seconds) that ``phases`` break; a phase the evidence
+    cannot measure breaks its limit too. ``unreached``: phases a recovery struck while it
+    restored never reached, held to no limit here."""
+    out = []
+    for phase_id, limit in limits.items():
+        if phase_id in unreached:
+            continue
+        given = f"--nvrx-max-phase {phase_id}={limit:g}"
+        phase = phases.get(phase_id)
+        if phase is None:
+            out.append(f"phase {phase_id} not measurable, limit {limit:g} s ({given}): no "
+                       "recovery to measure (no fault instant)")  # fmt: skip
+        elif phase.seconds is None:
+            out.append(
+                f"phase {phase_id} ({phase.label}) not measurable, limit {limit:g} s "
+                f"({given}): {phase.missing}"
+            )
+        elif phase.seconds < 0:
+            out.append(
+                f"phase {phase_id} ({phase.label}) is {phase.seconds:.3f} s, negative, limit"
+                f" {limit:g} s ({given}): the clocks disagree, nothing was measured"
+            )
+        elif phase.seconds > limit:
+            out.append(
+                f"phase {phase_id} ({phase.label}) {phase.seconds:.3f} s exceeds the limit "
+                f"{limit:g} s ({given})"
+            )
+    return out
 
 
 @dataclass(frozen=True)
@@ -425,6 +532,27 @@ def scenario_config(
     return resolve(values, environ={})
 
 
+def check_scenarios(settings: NvrxSettings, scenarios: Sequence[Scenario], work_dir: Path) -> None:
+    """The walkthrough's rules between the values (:func:`pytest_nvrx.settings.validate`,
+    nothing on disk read) over the RunConfig of each scenario, before any is launched: a value
+    no scenario of the session can run with (``--nvrx-tp 3`` on 2 ranks, a save interval past
+    the train iterations, a fault rank beyond the world) is one ConfigError, never an error per
+    scenario once the session runs. It names the first scenario the value breaks and how many
+    more. ``work_dir``: the scenarios' (only its form is a rule)."""
+    broken: list[tuple[Scenario, ConfigError]] = []
+    for scenario in scenarios:
+        try:
+            validate(scenario_config(settings, scenario, work_dir))
+        except ConfigError as exc:
+            broken.append((scenario, exc))
+    if not broken:
+        return
+    first, error = broken[0]
+    more = len(broken) - 1
+    also = f" (and {more} more scenario{'' if more == 1 else 's'})" if more else ""
+    raise ConfigError.naming(lambda entry: f"scenario {first.id}{also}: {error.message_for(entry)}")
+
+
 def refuse_stray_plant(config: RunConfig, environ: Mapping[str, str]) -> None:
     """A run that plants nothing refuses to start where the environment names a plant: its
     workers would inherit it, and a planted run must never pass for a qualification run."""
@@ -437,6 +565,15 @@ def refuse_stray_plant(config: RunConfig, environ: Mapping[str, str]) -> None:
         )
 
 
+def prepare_megatron(config: RunConfig) -> Preparation | None:
+    """A Megatron run's checkout made ready for its first use: what Megatron builds there at
+    first use (its dataset helpers) built once, under a lock every session shares
+    (:mod:`pytest_nvrx.megatron_prepare`; done once per process). ConfigError: it cannot be."""
+    if config.workload != "megatron" or config.megatron_path is None:
+        return None
+    return ensure_prepared(config.megatron_path, who=f"run {config.run_id}")
+
+
 def plan_launch(
     config: RunConfig,
     *,
@@ -445,9 +582,13 @@ def plan_launch(
     run_timeout: float | None = None,
 ) -> Plan:
     """Validate, claim and create the run dirs, build the recipe (nothing launched). A dry run
-    writes nothing (no claim, no directory), probes no stack and names ``ft_launcher`` without
-    looking for it. ``run_timeout``: the seconds the launch will be given; a run that cannot
-    detect and recover from its faults in that time is refused (settings/feasibility.py).
+    writes nothing (no claim, no directory, no build), probes no stack and names ``ft_launcher``
+    without looking for it. ``run_timeout``: the seconds the launch will be given; a run that
+    cannot detect and recover from its faults in that time is refused
+    (settings/feasibility.py).
+
+    Before the run dir is made, a Megatron checkout is made ready for its first use
+    (:func:`prepare_megatron`): the plan's ``first_use`` says what was done.
 
     The checkpoint dir is claimed too (one run at a time, :mod:`pytest_nvrx.checkpoint_claim`):
     checked before the run dir is made, so a refused run writes nothing, and claimed after it;
@@ -465,6 +606,7 @@ def plan_launch(
             check_fresh_run_dir(layout)
         check_unclaimed_run_dir(layout, nnodes=config.nnodes, node_index=config.node_index)
         return plan_run(config, launcher_exe="ft_launcher", port=port, probe=False)
+    first_use = prepare_megatron(config)
     prepare_run_dir(config)
     try:
         claim_checkpoint_dir(
@@ -479,7 +621,8 @@ def plan_launch(
         give_back_run_dir(layout, nnodes=config.nnodes, node_index=config.node_index)
         raise
     try:
-        return plan_run(config, launcher_exe=find_launcher(), port=port, probe=True)
+        planned = plan_run(config, launcher_exe=find_launcher(), port=port, probe=True)
+        return dataclasses.replace(planned, first_use=first_use)
     except BaseException:
         release_dir(layout.checkpoint_dir)
         give_back_run_dir(layout, nnodes=config.nnodes, node_index=config.node_index)
@@ -686,7 +829,12 @@ def judge_scenario(
     release_dir(layout.checkpoint_dir)  # a pool's launch (not hold_launch's): the tree is gone
     if outcome.result is not None:
         say(f"launcher exit {outcome.result.exit_code} after {outcome.result.wall_s:.1f}s")
-    evidence = load_run(layout.run_dir, layout.checkpoint_dir)
+    full = full_disk_note([layout.run_dir, layout.checkpoint_dir])
+    if full is not None:
+        say(full)
+    # a node > 0 of a run started node by node has its own result file (node 0's may be due)
+    node = planned.recipe.config.node_index
+    evidence = load_run(layout.run_dir, layout.checkpoint_dir, node_index=node)
     reference = baselines.get(scenario.workload) if scenario.fault != "none" else None
     judgement = judge(
         evidence, scenario.fault, baseline=reference, continuity_rtol=settings.continuity_rtol

@@ -21,7 +21,13 @@ from typing import TextIO
 
 from pytest_nvrx.evidence.refs import printable
 from pytest_nvrx.layout import RUNS_DIR
-from pytest_nvrx.outputs import OutputRefused, check_outputs, write_output
+from pytest_nvrx.megatron_prepare import ensure_prepared
+from pytest_nvrx.outputs import (
+    OutputRefused,
+    check_output_targets,
+    check_outputs,
+    write_output,
+)
 from pytest_nvrx.plants import PLANTS
 from pytest_nvrx.selftest import SelftestResult, choose_plants, run_selftest
 from pytest_nvrx.settings import (
@@ -176,6 +182,7 @@ def selftest_main(
             check_outputs(
                 [("--json", Path(args.json_file))], [("the runs", settings.work_dir / RUNS_DIR)]
             )
+            check_output_targets([("--json", Path(args.json_file))])
     except (ConfigError, OutputRefused) as exc:
         sys.stderr.write(f"selftest: error: {printable(str(exc))}\n")
         return EXIT_USAGE
@@ -189,6 +196,13 @@ def selftest_main(
 
     try:
         with interrupt_on_stop_signals():
+            if settings.megatron_path is not None:
+                # before any run: what the checkout builds at first use, built once
+                prepared = ensure_prepared(
+                    settings.megatron_path, who="python -m pytest_nvrx selftest"
+                )
+                if prepared.line is not None:
+                    write(prepared.line)
             result = run_selftest(
                 settings,
                 args.workload,

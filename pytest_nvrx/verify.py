@@ -49,7 +49,13 @@ from pytest_nvrx.criteria import FAULT_CHOICES, WINDOW_CHOICES, Judgement, judge
 from pytest_nvrx.criteria.baseline import baseline_refusal
 from pytest_nvrx.evidence.refs import printable
 from pytest_nvrx.evidence.rundir import RunDirError, load_run
-from pytest_nvrx.outputs import OutputRefused, check_outputs, write_output
+from pytest_nvrx.evidence.segments import FaultRecovery
+from pytest_nvrx.outputs import (
+    OutputRefused,
+    check_output_targets,
+    check_outputs,
+    write_output,
+)
 from pytest_nvrx.settings import argparse_type, parse_rtol
 
 EXIT_PASSED = 0
@@ -142,8 +148,10 @@ def _write_json(target: str, data: dict[str, Any], out: TextIO) -> str | None:
 
 
 def _output_refusal(args: argparse.Namespace) -> str | None:
-    """Why ``--json FILE`` must not be written: it lies in the run dir judged, its checkpoint
-    dir or the baseline's run dir (verify X --json X/logs/launcher.log replaced the log)."""
+    """Why ``--json FILE`` must not be written: something other than a regular file is there (a
+    device, FIFO, symlink: the rename would replace it), or it lies in the run dir judged, its
+    checkpoint dir or the baseline's run dir (verify X --json X/logs/launcher.log replaced the
+    log)."""
     if args.json_file in (None, "-"):
         return None
     evidence = [("the run dir", args.run_dir)]
@@ -151,8 +159,10 @@ def _output_refusal(args: argparse.Namespace) -> str | None:
         evidence.append(("the checkpoint dir", args.checkpoint_dir))
     if args.baseline is not None:
         evidence.append(("the baseline run dir", args.baseline))
+    outputs = [("--json", Path(args.json_file))]
     try:
-        check_outputs([("--json", Path(args.json_file))], evidence)
+        check_outputs(outputs, evidence)
+        check_output_targets(outputs)
     except OutputRefused as exc:
         return str(exc)
     return None
@@ -200,12 +210,41 @@ def _report_lines(judgement: Judgement, out: TextIO) -> None:
     for verdict in judgement.verdicts:
         out.write(verdict.render() + "\n")
     if judgement.timings:
-        shown = ", ".join(f"{k[:-2]} {v:.1f}s" for k, v in judgement.timings.items())
-        out.write(f"timings: {shown}\n")
+        out.write(f"timings: {_timings_text(judgement.timings)}\n")
+    if judgement.schedule:
+        # every recovery of the schedule, by its own clock, then the schedule's total
+        for recovery in judgement.recoveries:
+            out.write(f"{recovery_line(recovery)}\n")
+        out.write(f"{total_line(judgement)}\n")
     note = judgement.sharing_note()
     if note is not None:
         out.write(f"note: {note}\n")
     out.write(f"verify: {judgement.summary()}\n")
+
+
+def _timings_text(timings: dict[str, float]) -> str:
+    return ", ".join(f"{k[:-2]} {v:.1f}s" for k, v in timings.items())
+
+
+def recovery_line(recovery: FaultRecovery) -> str:
+    """One recovery of a schedule: ``fault 1 of 2, kill@step: downtime 7.7s, struck while
+    restoring by fault 2; failure_to_detected 0.1s, ...``."""
+    downtime = recovery.downtime_s
+    text = f"{recovery.label}: "
+    if recovery.due:
+        text += f"downtime {downtime:.1f}s" if downtime is not None else "downtime —"
+    note = recovery.note()
+    if note is not None:
+        text += f", {note}" if recovery.due else note
+    timings = recovery.timings()
+    return text + (f"; {_timings_text(timings)}" if timings else "")
+
+
+def total_line(judgement: Judgement) -> str:
+    """A schedule's total downtime and its number of recoveries."""
+    total, n = judgement.total_downtime_s, judgement.recovery_count
+    shown = f"{total:.1f}s" if total is not None else "— (a recovery's downtime is not measurable)"
+    return f"schedule downtime: {shown} in total, {n} recover{'y' if n == 1 else 'ies'}"
 
 
 def verify_main(argv: list[str], stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:

@@ -130,3 +130,16 @@ def glog_failed(time: str, local_rank: int, pid: int, code: int = -9) -> str:
         f"E1129 {time} 547 torch/distributed/elastic/multiprocessing/api.py:986] failed "
         f"(exitcode: {code}) local_rank: {local_rank} (pid: {pid}) of binary: /usr/bin/python3"
     )
+
+
+#: A result.json as our harness writes one at the end of a launch that exited 0 (every key it
+#: always writes; the times unknown here), for a doctored run given a run.json: a run our
+#: harness launched has both (#36 item 5)
+HARNESS_RESULT: dict[str, Any] = {
+    "exit_code": 0,
+    "wall_s": None,
+    "timed_out": False,
+    "interrupted": None,
+    "start_time": None,
+    "end_time": None,
+}

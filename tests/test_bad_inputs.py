@@ -248,6 +248,48 @@ BAD: list[Case] = [
     bad("endpoint-port-zero", [*MULTINODE, "--rdzv-endpoint", "node1:0"], "1 to 65535"),
     bad("endpoint-space", [*MULTINODE, "--rdzv-endpoint", "node 1:29400"], "host:port"),
     bad("endpoint-ipv6-unbracketed", [*MULTINODE, "--rdzv-endpoint", "fe80::1:29400"], "[addr]"),
+    # one node too: torch would read these its own way (issue #36)
+    bad("endpoint-empty-one-node", ["--rdzv-endpoint", ""], "endpoint '' is not host:port"),
+    bad("endpoint-host-alone", ["--rdzv-endpoint", "nohostport"], "'nohostport' is not host:port"),
+    # --- numbers of seconds as the integers are: ASCII digits (issue #36) ------------------
+    bad("timeout-arabic-digit", ["--timeout", "\u0663.5"], "--timeout must be a positive number"),
+    bad("timeout-fullwidth", ["--timeout", "\uff13"], "--timeout must be a positive number"),
+    bad("timeout-underscore", ["--timeout", "1_0"], "--timeout must be a positive number"),
+    bad("timeout-infinity-word", ["--timeout", "infinity"], "--timeout must be a positive number"),
+    bad(
+        "out-of-section-arabic",
+        ["--out-of-section-timeout", "\u0663"],
+        "--out-of-section-timeout must be a positive number",
+    ),
+    bad(
+        "section-timeouts-arabic",
+        ["--section-timeouts", "setup:\u0661,step:1,checkpointing:1"],
+        "must be a positive number of seconds",
+    ),
+    bad("workload-interval-arabic", ["--workload-check-interval", "\u0661"], "positive number"),
+    # --- paths with a control character: refused, shown quoted (issue #36) ----------------
+    bad("work-dir-newline", ["--work-dir", "{tmp}/a\nb"], "holds the control character '\\n'"),
+    bad("work-dir-escape", ["--work-dir", "{tmp}/a\x1b[2Jb"], "the control character '\\x1b'"),
+    bad("ckpt-dir-escape", ["--checkpoint-dir", "{tmp}/c\x1b]0;x\x07"], "control character"),
+    bad("megatron-newline", ["--megatron-path", "{meg}\n"], "holds the control character"),
+    bad(
+        "env-work-dir-newline",
+        env={"NVRX_WORK_DIR": "{tmp}/a\nb"},
+        message="environment variable NVRX_WORK_DIR '",
+    ),
+    # --- a checkpoint dir another run filled: its first cycle would resume it (issue #36) ---
+    bad(
+        "existing-ckpt-dir",
+        ["--checkpoint-dir", "{tmp}/ck"],
+        "holds another run's checkpoints (its tracker",
+        setup="tracker-10",
+    ),
+    bad(
+        "existing-ckpt-iter-dir",
+        ["--checkpoint-dir", "{tmp}/ck"],
+        "holds another run's checkpoints (iter_0000010/)",
+        setup="iter-dir",
+    ),
     bad("env-endpoint-garbage", MULTINODE, "host:port", env={"RDZV_ENDPOINT": "a:b:c"}),
     # --- log server port -----------------------------------------------------------------
     bad("log-port-negative", ["--log-server-port", "-1"], "1 to 65535"),
@@ -373,7 +415,6 @@ GOOD: list[Case] = [
     good("extra-args", ["--dry-run", "--", "--seed", "7", "--save-retain-interval", "10"]),
     good("extra-load-prefix", ["--dry-run", "--", "--load-main-params-from-ckpt"]),
     good("work-dir-symlink", ["--dry-run", "--work-dir", "{tmp}/link"], setup="dir-link"),
-    good("existing-ckpt-dir", ["--dry-run", "--checkpoint-dir", "{tmp}/ck"], setup="tracker-10"),
     good("reference", ["--dry-run", "--workload", "reference", "--train-iters", "12"]),
     good("window-finalize", ["--dry-run", "--window", "finalize"]),
     good("exception-save", ["--dry-run", "--fault", "exception", "--window", "save"]),
@@ -444,6 +485,7 @@ SETUPS: dict[str, Callable[[Path, Cleanups], None]] = {
     "tracker-empty": lambda tmp, _: _write(tmp / TRACKER, ""),
     "tracker": lambda tmp, _: _write(tmp / TRACKER, "five\n"),
     "tracker-10": lambda tmp, _: _write(tmp / TRACKER, "10\n"),
+    "iter-dir": lambda tmp, _: (tmp / "ck" / "iter_0000010").mkdir(parents=True),
 }
 
 

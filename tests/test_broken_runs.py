@@ -11,6 +11,7 @@ runs, judged in test_selftest.py; the self-test never runs the ``finalize`` wind
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -88,3 +89,50 @@ def test_a_finalize_fault_that_never_lands_says_the_tracker_advanced_at_submit(
         if not verdict.passed:
             assert verdict.reason.startswith(cause.text + "; "), verdict.render()
     assert run.judgement.summary().startswith(f"FAILED: {NEVER_HAPPENED}: ")
+
+
+# ----------------------------------------------------------------------------------------------
+# a checkpoint dir that held a finished run's checkpoints (issue #36 item 16)
+
+
+@pytest.fixture(scope="module")
+def resumed_finished_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokenRun]:
+    """Run A trains 8 iterations (saves 4 and 8) and ends; run B, asked for 12 with a kill in a
+    step, starts on A's checkpoints: it resumes 8 and trains 9..12, and the fault never fires.
+    The harness now refuses such a checkpoint dir (run_dir.py); here B's is filled after its
+    checks (``seed``), as a reused ``--checkpoint-dir`` was before."""
+    finished, code, _ = launch_reference(
+        tmp_path_factory.mktemp("finished"), "finished", FAST, fault="none", train_iters=8
+    )
+    assert code == 0
+
+    def seed(checkpoint_dir: Path) -> None:
+        for entry in (finished / "checkpoints").iterdir():
+            if entry.is_dir():
+                shutil.copytree(entry, checkpoint_dir / entry.name)
+            elif entry.name == "latest_checkpointed_iteration.txt":
+                shutil.copy(entry, checkpoint_dir / entry.name)
+
+    run_id = "resumed-finished"
+    run_dir, exit_code, wall_s = launch_reference(
+        tmp_path_factory.mktemp("resumed"), run_id, FAST, seed=seed, train_iters=12, window="step"
+    )
+    print(f"\n{run_id}: launcher exit {exit_code} after {wall_s:.1f}s")  # -s shows it
+    yield BrokenRun(run_dir, exit_code, judge_run_dir(run_dir), load_run(run_dir))
+
+
+def test_a_resumed_cycle_that_trained_is_never_said_to_have_trained_nothing(
+    resumed_finished_run: BrokenRun,
+) -> None:
+    """Before, the first cause said "the cycle resumed checkpoint 8 and trained no iteration"
+    of a cycle that trained 9..12 (it looked for iterations among the log's events, where no
+    iteration line is kept); now it says what the lines show."""
+    run = resumed_finished_run
+    log = run.run.cycle_log(0)
+    assert log is not None
+    assert [e.iteration for e in log.iterations if e.ref.text.startswith("0: ")] == [9, 10, 11, 12]
+    cause = run.judgement.first_cause
+    assert cause is not None and cause.never, run.verdicts()
+    assert "trained no iteration" not in cause.text, cause.text
+    assert "baseline 8" in cause.text, cause.text
+    assert not run.judgement.passed

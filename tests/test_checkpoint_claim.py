@@ -127,7 +127,7 @@ def test_reused_pid_is_not_the_claiming_run(tmp_path: Path) -> None:
     """The claim's pid is alive but started at another time: another process got the pid."""
     ckpt = tmp_path / "ckpt"
     ckpt.mkdir()
-    start = claims._pid_start(os.getpid())
+    start = claims.pid_start(os.getpid())
     assert start is not None
     write_claim(ckpt / "checkpoint.claim", pid=os.getpid(), pid_start=start - 1)
     with pytest.raises(ConfigError, match="which is no longer running: remove "):
@@ -384,7 +384,7 @@ def run_argv(work: Path, run_id: str, ckpt: Path, *extra: str) -> list[str]:
 def test_second_run_on_a_busy_checkpoint_dir_is_refused(tmp_path: Path) -> None:
     """A trains with ``--checkpoint-dir D``; B with the same D exits 2 with one line naming A,
     before it makes its run dir or starts a launcher; A recovers and verify passes; once A has
-    ended D is free (a dry run of C with D is accepted)."""
+    ended D is no longer claimed (a dry run of C with D is refused for A's checkpoints alone)."""
     work, ckpt = tmp_path / "work", tmp_path / "ckpt"
     a_dir, b_dir = work / "runs" / "a", work / "runs" / "b"
     mark_a, mark_b = new_mark(), new_mark()
@@ -430,11 +430,12 @@ def test_second_run_on_a_busy_checkpoint_dir_is_refused(tmp_path: Path) -> None:
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert verify.returncode == 0, verify.stdout + verify.stderr
-    # C on D after A: not refused for A's claim (D holds A's checkpoints: a resume, see options.md)
+    # C on D after A: not refused for A's claim, but for A's checkpoints (issue #36)
     c = subprocess.run(
         run_argv(work, "c", ckpt, "--dry-run"), capture_output=True, text=True, timeout=60
     )
-    assert c.returncode == 0, c.stdout + c.stderr
+    assert c.returncode == 2, c.stdout + c.stderr
+    assert "is in use" not in c.stderr and "holds another run's checkpoints" in c.stderr
     print(f"run A took {a_wall:.1f} s")
 
 
@@ -457,7 +458,7 @@ def test_a_checkpoint_dir_inside_or_around_a_claimed_one_is_refused(
     outer = tmp_path / "ckpt"
     (outer / inside).mkdir(parents=True)
     write_claim(
-        outer / "checkpoint.claim", pid=os.getpid(), pid_start=claims._pid_start(os.getpid())
+        outer / "checkpoint.claim", pid=os.getpid(), pid_start=claims.pid_start(os.getpid())
     )
     with pytest.raises(ConfigError, match=f"is inside checkpoint dir {outer}: .*is in use by run"):
         claim(outer / inside, "mine")
@@ -468,7 +469,7 @@ def test_a_checkpoint_dir_inside_or_around_a_claimed_one_is_refused(
     write_claim(
         other / inside / "checkpoint.claim",
         pid=os.getpid(),
-        pid_start=claims._pid_start(os.getpid()),
+        pid_start=claims.pid_start(os.getpid()),
     )
     with pytest.raises(ConfigError, match=f"holds checkpoint dir {other / inside}: .*is in use"):
         claim(other, "mine")

@@ -26,6 +26,8 @@ from typing import Any
 import pytest
 import yaml  # type: ignore[import-untyped]
 
+from pytest_nvrx.scenarios import schedule_scenarios
+
 REPO = Path(__file__).resolve().parents[1]
 WORKFLOW = REPO / "docs" / "ci" / "github-actions-gpu.yml"
 CHECK_JSONSCHEMA = Path(sys.executable).with_name("check-jsonschema")
@@ -95,7 +97,8 @@ def test_the_containers_nvrx_is_never_replaced() -> None:
 
 def test_the_pytest_command_collects_the_baseline_once(tmp_path: Path) -> None:
     """The Qualify step's command as the shell runs it (``$FAULTS`` from the job's default),
-    collected against a stand-in checkout: 7 tests of each of 3 scenarios."""
+    collected against a stand-in checkout: 7 tests of each of 6 scenarios (the baseline, the
+    kill and the hang, and the three default schedules, which hold a kill or a hang)."""
     workflow = _workflow()
     (job,) = workflow["jobs"].values()
     # YAML 1.1 reads the key `on` as true
@@ -122,9 +125,14 @@ def test_the_pytest_command_collects_the_baseline_once(tmp_path: Path) -> None:
     runs = [line for line in done.stdout.splitlines() if "::test_run_finished[" in line]
     assert sorted(runs) == sorted(
         f"test_recovery.py::test_run_finished[{s}]"
-        for s in ("megatron-baseline", "megatron-kill-save", "megatron-hang-finalize")
+        for s in (
+            "megatron-baseline",
+            "megatron-kill-save",
+            "megatron-hang-finalize",
+            *(sc.id for sc in schedule_scenarios("megatron")),
+        )
     ), done.stdout
-    assert "21/" in done.stdout, done.stdout
+    assert "42/" in done.stdout, done.stdout
 
 
 @pytest.mark.parametrize("name", ["github-actions-gpu.yml", "slurm-qualify.sbatch"])

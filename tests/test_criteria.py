@@ -15,6 +15,7 @@ from tests.doctor import (
     BASELINE_RUN,
     CYCLE0,
     CYCLE1,
+    HARNESS_RESULT,
     KILL_RUN,
     LAUNCHER,
     MARKER,
@@ -110,7 +111,9 @@ def test_real_baseline_judged_as_baseline_passes() -> None:
 
 def test_baseline_from_run_json_and_a_marker_in_it_fails(tmp_path: Path) -> None:
     base = copy_run(BASELINE_RUN, tmp_path / "b")
+    # made as our harness makes a run: run.json, and result.json at its end
     base.set_json("run.json", schema=1, config={"fault": "none", "train_iters": 20})
+    base.set_json("result.json", **HARNESS_RESULT)
     assert judged(base.root).passed
     assert judged(base.root).expected.source == "run.json"
     base.set_json(MARKER, fault="kill", rank=0, time="2026-11-29T10:54:52+00:00")

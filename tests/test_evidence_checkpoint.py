@@ -177,5 +177,10 @@ def test_oversized_metadata_is_not_read(tmp_path: Path) -> None:
     with (directory / ".metadata").open("wb") as f:
         f.truncate(MAX_METADATA_BYTES + 1)  # sparse: no disk used
     meta = read_checkpoint_metadata(directory, 5, tmp_path)
-    assert meta.state is OptimizerState.UNKNOWN  # the criteria fall back to the logs
-    assert "over the" in meta.detail and "read cap" in meta.detail
+    # what it says went unread: the load it proves cannot be judged (#36 item 4), never the
+    # "pruned, judged from the logs" of a checkpoint without metadata
+    assert meta.state is OptimizerState.TOO_LARGE
+    assert meta.detail == (
+        f"torch DCP metadata not read: iter_0000005/.metadata is {MAX_METADATA_BYTES + 1} bytes,"
+        f" over the {MAX_METADATA_BYTES}-byte read cap"
+    )

@@ -20,6 +20,7 @@ from pytest_nvrx.evidence.tracebacks import (
     MAX_IDLE,
     MAX_OPEN,
     TracebackAssembler,
+    half_built,
     is_checkpoint_load,
     short_path,
 )
@@ -305,3 +306,32 @@ def test_reference_workload_death_while_loading_is_quoted(tmp_path: Path) -> Non
         f"{cycle1}:{at + 9}",
         f"{cycle1}:{at + 10}",
     ]
+
+
+SO = "/m/megatron/core/datasets/helpers_cpp.cpython-312-x86_64-linux-gnu.so"
+
+
+EOF_WORDS = "ELF load command past end of file"
+IO_WORDS = "cannot read file data: Input/output error"
+MISSING_LIB = "libcudart.so.13: cannot open shared object file: No such file or directory"
+
+
+@pytest.mark.parametrize(
+    ("exception", "why"),
+    [
+        (f"ImportError: {SO}: file too short", "file too short"),
+        (f"ImportError: {SO}: invalid ELF header", "invalid ELF header"),
+        (f"ImportError: {SO}: {EOF_WORDS}", EOF_WORDS),
+        (f"ImportError: {SO}: {IO_WORDS}", IO_WORDS),
+        ("ImportError: /with space/helpers.so: file too short", "file too short"),
+        (f"ImportError: {MISSING_LIB}", None),
+        ("ImportError: No module named 'megatron.core.datasets.helpers_cpp'", None),
+        (f"OSError: {SO}: file too short", None),
+        (None, None),
+    ],
+)
+def test_a_compiled_module_imported_half_built(exception: str | None, why: str | None) -> None:
+    found = half_built(exception)
+    assert (found.why if found is not None else None) == why
+    if found is not None:
+        assert found.name in ("helpers_cpp.cpython-312-x86_64-linux-gnu.so", "helpers.so")

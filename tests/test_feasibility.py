@@ -233,3 +233,29 @@ def test_every_cli_fault_and_default_schedule_fits_the_default_timeout(
     for argv in runs:
         args = parser.parse_args(["run", "--workload", workload, *argv])
         check_run_timeout(cli.config_from_args(args, env), args.timeout)
+
+
+def test_a_hang_under_no_ft_is_timed_by_the_peers_collective_timeout_alone() -> None:
+    """Under -- --no-ft no NVRx section watches the reference's ranks: the step section's 10 s
+    counts for nothing, only the other rank's 600 s collective timeout detects the hang."""
+    run = config(
+        workload="reference", gpus_per_node=2, fault_rank=1, train_iters=20, save_interval=5,
+        fault="hang", window="step", extra_args=("--no-ft",),
+        section_timeouts=SectionTimeouts(setup=120, step=10, checkpointing=15),
+    )  # fmt: skip
+    assert least_time(run).faults[0].detection_s == 600.0
+    text = refusal(run, 60.0).message_for("cli")
+    assert "seen by no NVRx section" in text and "collective timeout (600 s" in text, text
+    assert "--timeout above" in text, text
+    check_run_timeout(run, 700.0)  # time enough for the peer's timeout
+
+
+def test_a_hang_under_no_ft_on_one_rank_is_refused_whatever_the_run_timeout() -> None:
+    """One rank, no NVRx section, no peer: nothing ever detects the hang."""
+    run = config(
+        workload="reference", gpus_per_node=1, fault_rank=0, train_iters=20, save_interval=5,
+        fault="hang", window="step", extra_args=("--no-ft",),
+    )  # fmt: skip
+    text = refusal(run, 1e9).message_for("plugin")
+    assert "on one rank" in text and "drop --no-ft" in text, text
+    assert "\n" not in text

@@ -1,4 +1,5 @@
-"""Issue #11: a cycle that dies before the fault is reported by its first cause, quoted.
+"""Issue #11: a cycle that dies before the fault is reported by its first cause, quoted (and
+issue #35: Megatron's dataset helpers imported half built say so).
 
 The real run (tests/data/setup-failure/ref-setup-failure, README there) is the reference
 workload with ``-- --dropout 2`` through the real ft_launcher: every cycle dies in setup of
@@ -384,3 +385,103 @@ def test_plugin_reports_the_first_cause_first(pytester: pytest.Pytester, tmp_pat
     result.stdout.fnmatch_lines(
         ["*= nvrx verdicts =*", "existing-run: *", f"  FAIL prior_checkpoint: {BEFORE_FAULT}: *"]
     )
+
+
+# ----------------------------------------------------------------------------------------------
+# Megatron's dataset helpers imported half built (issue #35): another job's make was writing
+# them on a shared checkout; this job's make found the file newer than its source, called it up
+# to date, and the import found it cut
+
+HELPERS = "/work/main/.megatron/megatron/core/datasets/helpers_cpp.cpython-312-x86_64-linux-gnu.so"
+
+
+def half_built_import(rank: int, why: str) -> list[str]:
+    """The traceback a Megatron core_v0.19.0 rank prints when its dataset build imports the
+    helpers while another process writes them (the frames' lines are core_v0.19.0's)."""
+    root = "/work/main/.megatron"
+    body = [
+        "Traceback (most recent call last):",
+        '  File "/work/main/pytest_nvrx/injector.py", line 1097, in _run_workload',
+        '    runpy.run_path(path, run_name="__main__")',
+        f'  File "{root}/pretrain_gpt.py", line 523, in <module>',
+        "    pretrain(",
+        f'  File "{root}/megatron/training/training.py", line 1354, in pretrain',
+        "    iterators = build_train_valid_test_data_iterators(",
+        f'  File "{root}/pretrain_gpt.py", line 473, in train_valid_test_datasets_provider',
+        "    ).build()",
+        f'  File "{root}/megatron/core/datasets/blended_megatron_dataset_builder.py", line 531,'
+        " in build_generic_dataset",
+        "    dataset = cls(*args)",
+        f'  File "{root}/megatron/core/datasets/gpt_dataset.py", line 149, in __init__',
+        "    self._build_document_sample_shuffle_indices()",
+        f'  File "{root}/megatron/core/datasets/gpt_dataset.py", line 563, in'
+        " _build_document_sample_shuffle_indices",
+        "    from megatron.core.datasets import helpers",
+        f'  File "{root}/megatron/core/datasets/helpers.py", line 8, in <module>',
+        "    from megatron.core.datasets.helpers_cpp import *",
+        f"ImportError: {HELPERS}: {why}",
+    ]
+    return [f"{rank}: [rank{rank}]: {line}" for line in body]
+
+
+@pytest.mark.parametrize("why", ["file too short", "invalid ELF header"])
+def test_helpers_imported_half_built_are_named_as_such(tmp_path: Path, why: str) -> None:
+    """g2-term-30 as if another job on the checkout were still building the helpers: in cycles
+    0 and 1 rank 0's make finds them up to date and its dataset build dies importing them."""
+    doc = copy_run(G2_TERM, tmp_path / "run")
+    doc.remove(MARKER)
+    # cycle 0 built them itself (its g++ line): here the other job's file was already there
+    doc.replace(
+        CYCLE0,
+        doc.lines(CYCLE0)[doc.line_no(CYCLE0, "/opt/gcc/bin/g++ ") - 1].rstrip("\n"),
+        "0: make: Nothing to be done for 'default'.",
+    )
+    line = 0
+    for rel in (CYCLE0, CYCLE1):
+        doc.truncate_after(rel, "Build and save the MockGPTDataset train indices")
+        first = doc.append(rel, *half_built_import(0, why))
+        if rel == CYCLE0:
+            line = first + len(half_built_import(0, why)) - 1
+    doc.replace(
+        LAUNCHER, "failed (exitcode: -15) local_rank: 1", "failed (exitcode: 1) local_rank: 0"
+    )
+    judgement = judge_run_dir(doc.root)
+    cause = judgement.first_cause
+    assert cause is not None
+    exception = f"ImportError: {HELPERS}: {why}"
+    assert cause.ref.location == f"{CYCLE0}:{line}"
+    assert cause.ref.text == f"0: [rank0]: {exception}"
+    assert cause.what == (
+        f"{exception} at megatron/core/datasets/helpers.py:8; helpers_cpp.cpython-312-x86_64-"
+        f"linux-gnu.so was half built ({why}): it was imported while another process was still"
+        " building it (Megatron builds it at first use, on rank 0 of every job using the"
+        " checkout)"
+    )
+    assert cause.text == f"{BEFORE_FAULT}: {cause.what} [{CYCLE0}:{line}] (the same in cycle 1)"
+    # the proof: the exception line, the import that raised it and its source
+    assert [ref.text for ref in cause.evidence[:3]] == [
+        f"0: [rank0]: {exception}",
+        '0: [rank0]:   File "/work/main/.megatron/megatron/core/datasets/helpers.py", line 8,'
+        " in <module>",
+        "0: [rank0]:     from megatron.core.datasets.helpers_cpp import *",
+    ]
+    assert_led_by_cause(judgement)
+    assert judgement.summary().startswith(f"FAILED: {BEFORE_FAULT}: ImportError: ")
+
+
+def test_other_import_errors_are_not_called_half_built(tmp_path: Path) -> None:
+    """A missing library or module is no half-built file: described as before."""
+    doc = copy_run(G2_TERM, tmp_path / "run")
+    doc.remove(MARKER)
+    missing = (
+        "ImportError: libcudart.so.13: cannot open shared object file: No such file or directory"
+    )
+    for rel in (CYCLE0, CYCLE1):
+        doc.truncate_after(rel, "Build and save the MockGPTDataset train indices")
+        doc.append(rel, *half_built_import(0, "x")[:-1], f"0: [rank0]: {missing}")
+    doc.replace(
+        LAUNCHER, "failed (exitcode: -15) local_rank: 1", "failed (exitcode: 1) local_rank: 0"
+    )
+    cause = judge_run_dir(doc.root).first_cause
+    assert cause is not None
+    assert cause.what == f"{missing} at megatron/core/datasets/helpers.py:8"

@@ -183,12 +183,16 @@ def test_replacement_loading_from_elsewhere_fails_criterion_3(kill: Doctor) -> N
     assert not c3.passed and "loads from /tmp/w/runs/g2-kill-30/other-checkpoints" in c3.reason
 
 
-def test_nothing_replayed_without_a_baseline_is_not_applicable(kill: Doctor) -> None:
-    # the failed cycle printed no iteration past the restored 5: nothing computed twice
+def test_nothing_replayed_without_a_baseline_cannot_be_judged(kill: Doctor) -> None:
+    # the failed cycle printed no iteration past the restored 5, and nothing else in the run
+    # (this schema-1 marker has no in-flight save) says it trained further: nothing computed
+    # twice is no pass (#36 item 1): the run cannot be judged, and says why
     for it in (6, 7, 8, 9):
         kill.delete(CYCLE0, f"iteration        {it}/")
     c6 = judge_run_dir(kill.root).verdict("training_continuity")
-    assert c6.not_applicable and "nothing was computed twice" in c6.reason
+    assert c6.cannot_judge and not c6.passed and not c6.not_applicable
+    assert "nothing was computed twice" in c6.reason
+    assert "the marker read the tracker at 5, fault_injected.json:48" in c6.reason
     # with a baseline there is something to compare again
     c6 = judge_run_dir(kill.root, baseline=BASELINE).verdict("training_continuity")
     assert c6.passed and not c6.not_applicable and "25/25 equal" in c6.reason

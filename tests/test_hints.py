@@ -129,10 +129,10 @@ def test_the_same_bad_input_gets_each_entry_points_spelling(
     capsys: pytest.CaptureFixture[str],
     tmp_path: Path,
 ) -> None:
-    # the pytest plugin: the scenario fails before anything is launched, in --nvrx-* words
+    # the pytest plugin: the usage error before anything is launched, in --nvrx-* words
     result = pytester.runpytest(*SUITE_ARGS, "--nvrx-workload", "reference", *case.plugin_args)
-    out = result.stdout.str()
-    assert result.ret == pytest.ExitCode.TESTS_FAILED, out
+    out = result.stdout.str() + result.stderr.str()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR, out
     assert "launching" not in out
     assert case.plugin_hint in " ".join(out.split()), out
     assert " --save-interval" not in out and " --train-iters" not in out

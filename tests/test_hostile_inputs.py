@@ -16,9 +16,12 @@ before these items (a RecursionError or OverflowError traceback, or raw ESC byte
 
 from __future__ import annotations
 
+import html
 import io
 import json
+import re
 import xml.etree.ElementTree as ET
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -343,3 +346,52 @@ def test_plugin_output_escapes_the_run_s_control_characters(
     assert "\x1b" not in xml and "\r" not in xml
     failure = next(ET.parse(junit).getroot().iter("failure"))
     assert SHOWN in (failure.get("message") or "") + (failure.text or "")
+
+
+# -- issue #36 item 16: the HTML report too ----------------------------------------------------
+
+#: a C1 control (CSI), a bidi override, NUL and DEL besides the ESC sequences
+MORE_HOSTILE = HOSTILE + "\x9b2J\u202etxt\x00\x7f"
+#: what the page and the terminal show of them
+MORE_SHOWN = SHOWN + "\\x9b2J\\u202etxt\\x00\\x7f"
+_RAW_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+@pytest.mark.parametrize("src", [REF_KILL_SAVE, MEGATRON_KILL], ids=["reference", "megatron"])
+def test_report_html_shows_the_run_s_control_characters_escaped(src: Path, tmp_path: Path) -> None:
+    """Before, report.html carried the log line's raw ESC, BEL, CR, CSI and bidi bytes (``cat
+    report.html`` drove the terminal); now shown as the terminal output shows them, the
+    report.json keeping the exact text."""
+    run = copy_run(src, tmp_path / "run")
+    rel, line = _a_replayed_line(run)
+    number = re.search(r"(loss:? +)([0-9.E+-]+)", line)
+    assert number is not None, line
+    changed = line[: number.end()] + "1" + line[number.end() :] + " " + MORE_HOSTILE
+    run.replace(rel, line, changed, count=1)
+    status, out, err = report(run.root, tmp_path)
+    assert status == 1, out + err
+    page = (tmp_path / "out" / "report.html").read_text(encoding="utf-8")
+    assert _RAW_CONTROL.search(page) is None, repr(_RAW_CONTROL.search(page))
+    assert MORE_SHOWN in html.unescape(page)
+    document = json.loads((tmp_path / "out" / "report.json").read_text(encoding="utf-8"))
+    assert any(MORE_HOSTILE in text for text in _strings(document))
+
+
+def _strings(value: object) -> Iterator[str]:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _strings(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _strings(item)
+
+
+def _a_replayed_line(run: Doctor) -> tuple[str, str]:
+    """The replacement's first iteration line that training_continuity compares (the first
+    after its load line), where a changed loss is quoted."""
+    for line in run.lines(CYCLE1):
+        if re.search(r"\biteration +\d+/ *\d+", line) and "loss" in line:
+            return CYCLE1, line.rstrip("\n")
+    raise AssertionError("no iteration line in the replacement")

@@ -18,6 +18,8 @@ import io
 import json
 import os
 import shutil
+import socket
+import stat
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -747,3 +749,242 @@ def test_a_run_dir_never_configures_its_own_judgement(run_dir: Path, tmp_path: P
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240,
     )  # fmt: skip
     assert ok.returncode == 0, ok.stdout + ok.stderr
+
+
+# -- issue #36 item 14: an output replaces only a regular file -----------------------------
+
+
+def special(kind: str, path: Path, elsewhere: Path) -> Iterator[None]:
+    """Make a ``kind`` of non-regular file at ``path`` (a symlink leads to ``elsewhere``)."""
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "directory":
+        path.mkdir()
+    elif kind == "symlink":
+        elsewhere.write_text("someone's file\n")
+        path.symlink_to(elsewhere)
+    elif kind == "dangling-symlink":
+        path.symlink_to(elsewhere / "nothing")
+    elif kind == "device":  # /dev/full's numbers: the device the review turned into a file
+        if os.geteuid() != 0:
+            pytest.skip("making a device node needs root")
+        os.mknod(path, stat.S_IFCHR | 0o666, os.makedev(1, 7))
+    elif kind == "socket":
+        server = socket.socket(socket.AF_UNIX)
+        server.bind(str(path))
+        try:
+            yield
+        finally:
+            server.close()
+        return
+    yield
+
+
+SPECIAL_KINDS = ["fifo", "directory", "symlink", "dangling-symlink", "device", "socket"]
+SHOWN_KIND = {
+    "fifo": "a FIFO",
+    "directory": "a directory",
+    "symlink": "a symlink",
+    "dangling-symlink": "a symlink",
+    "device": "a character device",
+    "socket": "a socket",
+}
+
+
+def identity(path: Path) -> tuple[int, int, int]:
+    st = os.lstat(path)
+    return st.st_ino, stat.S_IFMT(st.st_mode), st.st_rdev
+
+
+@pytest.fixture
+def short_dir() -> Iterator[Path]:
+    """A directory with a short path (an AF_UNIX socket's must fit in 108 bytes)."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(dir="/tmp", prefix="o36-") as folder:
+        yield Path(folder)
+
+
+@pytest.mark.parametrize("kind", SPECIAL_KINDS)
+@pytest.mark.parametrize(
+    ("command", "flags", "named"),
+    [
+        ("verify", ["--json", "{p}"], "--json {p}"),
+        ("report", ["-o", "{p}"], "-o {p}"),
+        ("report", ["-o", "{d}/r.html", "--json", "{p}"], "--json {p}"),
+        # report.json beside the HTML page, where -o puts it
+        ("report", ["-o", "{d}/out/r.html"], "--json (default) {d}/out/report.json"),
+    ],
+    ids=["verify-json", "report-o", "report-json", "report-json-beside"],
+)
+def test_an_output_onto_anything_but_a_regular_file_is_refused_and_nothing_written(
+    run_dir: Path, short_dir: Path, kind: str, command: str, flags: list[str], named: str
+) -> None:
+    """Before, the rename replaced it (``--json /dev/full`` left a regular file where the
+    device was) and the command exited 0."""
+    target = short_dir / "out" / "report.json" if "{d}/out" in flags[-1] else short_dir / "p"
+    target.parent.mkdir(exist_ok=True)
+    maker = special(kind, target, short_dir / "elsewhere")
+    next(maker)
+    try:
+        before = identity(target)
+        main = verify_main if command == "verify" else report_main
+        args = [f.format(p=target, d=short_dir) for f in flags]
+        code, out, err = cli(main, str(run_dir), *args)
+        assert code == 2, out + err
+        line = one_line(err)
+        shown = named.format(p=target, d=short_dir)
+        assert f"{shown} is {SHOWN_KIND[kind]}, not a regular file" in line, line
+        assert identity(target) == before
+        assert strays(short_dir) == [] and not (short_dir / "r.html").exists()
+        if kind == "symlink":
+            assert (short_dir / "elsewhere").read_text() == "someone's file\n"
+    finally:
+        next(maker, None)
+
+
+@pytest.mark.parametrize("kind", ["fifo", "symlink", "device"])
+def test_write_atomic_refuses_anything_but_a_regular_file(short_dir: Path, kind: str) -> None:
+    """The writer of every file (run.json, result.json, reports) checks again before it
+    renames: nothing is written, no temp file is left."""
+    from pytest_nvrx.outputs import NotAnOutputFile
+
+    target = short_dir / "result.json"
+    maker = special(kind, target, short_dir / "elsewhere")
+    next(maker)
+    before = identity(target)
+    with pytest.raises(NotAnOutputFile, match=f"is {SHOWN_KIND[kind]}, not a regular file"):
+        write_atomic(target, '{"exit_code": 0}\n')
+    assert identity(target) == before and strays(short_dir) == []
+    write_atomic(short_dir / "new.json", "{}\n")  # a new path is fine
+    (short_dir / "old.json").write_text("old\n")
+    write_atomic(short_dir / "old.json", "{}\n")  # and so is a regular file
+    assert (short_dir / "old.json").read_text() == "{}\n"
+
+
+@pytest.mark.parametrize("kind", ["fifo", "symlink", "device"])
+@pytest.mark.parametrize("beside", [False, True], ids=["report", "report-json"])
+def test_plugin_report_onto_anything_but_a_regular_file_is_a_usage_error(
+    pytester: pytest.Pytester, run_dir: Path, short_dir: Path, kind: str, beside: bool
+) -> None:
+    target = short_dir / ("report.json" if beside else "r.html")
+    maker = special(kind, target, short_dir / "elsewhere")
+    next(maker)
+    before = identity(target)
+    report = short_dir / "r.html"
+    result = pytester.runpytest(
+        *SUITE_ARGS, "--nvrx-run-dir", str(run_dir), "--nvrx-report", str(report)
+    )
+    assert result.ret == pytest.ExitCode.USAGE_ERROR, result.stdout.str()
+    flag = "--nvrx-report's report.json" if beside else "--nvrx-report"
+    result.stderr.fnmatch_lines([f"*pytest-nvrx: {flag} {target} is {SHOWN_KIND[kind]}*"])
+    assert identity(target) == before
+
+
+# -- issue #36 item 16: a full disk is named --------------------------------------------------
+
+
+#: NVRx's line on a real run on a full 1.2 MB tmpfs, after its own line's stamp and level
+DISK_FULL_MESSAGE = (
+    " [WARNING] [vm] [workload:?(?) infra:?(?)] cycle_info_writer.py:306 Failed to update cycle"
+    " info in /tmp/w/runs/x/cycle_infos/cycle_info..0.1: [Errno 28] No space left on device"
+)
+#: what a worker whose checkpoint write hit the full disk prints last (its traceback's line)
+WORKER_LINE = (
+    "1: [rank1]: OSError: [Errno 122] Disk quota exceeded: '/ckpt/iter_0000010/__1_0.distcp'"
+)
+
+FULL_DISK_RUNS = sorted(
+    p for group in ("windows/cpu", "windows/gpu") for p in (DATA / group).iterdir()
+    if (p / "run.json").is_file()
+)  # fmt: skip
+
+
+@pytest.mark.parametrize("src", FULL_DISK_RUNS, ids=lambda p: p.name)
+def test_a_run_that_says_its_disk_filled_cannot_be_judged_and_says_so(
+    src: Path, tmp_path: Path
+) -> None:
+    """NVRx's own line (seen on a real run on a full 1.2 MB tmpfs: verify said only that a
+    cycle record held no time) leads: verify names "No space left on device" in one line."""
+    run = tmp_path / src.name
+    shutil.copytree(src, run)
+    log = run / "logs" / "launcher.log"
+    lines = log.read_text().splitlines(keepends=True)
+    # in the middle of the log, stamped as the NVRx line before it
+    at = next(i for i in range(len(lines) // 2, len(lines)) if lines[i][:4].isdigit()) + 1
+    lines.insert(at, lines[at - 1][:23] + DISK_FULL_MESSAGE + "\n")
+    log.write_text("".join(lines))
+    code, out, err = cli(verify_main, str(run))
+    assert code == 2, out + err
+    assert err.splitlines()[0] == (
+        f"verify: error: cannot judge {run}: logs/launcher.log:{at + 1} says No space left on"
+        " device: a write of the run failed for a full disk or quota, so its logs, records and"
+        " checkpoints may be cut short and it cannot be judged; free space where it writes and"
+        " run it again"
+    ), err
+    assert "Traceback" not in err
+
+
+def test_a_worker_error_of_a_full_quota_is_named_too(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    shutil.copytree(DATA / "windows" / "gpu" / "g2-kill-save", run)
+    log = run / "logs" / "train_cycle0.log"
+    log.write_text(log.read_text() + WORKER_LINE + "\n")
+    code, out, err = cli(verify_main, str(run))
+    assert code == 2, out + err
+    assert "logs/train_cycle0.log:" in err and "says Disk quota exceeded:" in err, err
+
+
+@pytest.fixture
+def small_fs(tmp_path: Path) -> Iterator[Path]:
+    """A 4 MiB tmpfs: more free than a full disk leaves until a run fills it."""
+    with mounted(tmp_path / "small", "-t", "tmpfs", "-o", "size=4m", "tmpfs") as mnt:
+        yield mnt
+
+
+def test_the_harness_names_a_disk_the_run_filled(small_fs: Path) -> None:
+    """The launcher filled the disk (a real tmpfs): the harness's note names it, in the words
+    a write there fails with; with the space given back, no note."""
+    from pytest_nvrx.outputs import full_disk_note
+
+    tiny_fs = small_fs
+    cfg = config(tiny_fs / "work")
+    recipe, _ = launch_filling(cfg)
+    note = full_disk_note([recipe.layout.run_dir, recipe.layout.checkpoint_dir])
+    assert note is not None and note.startswith("No space left on device: the file system of")
+    assert str(recipe.layout.run_dir) in note
+    (recipe.layout.checkpoint_dir / "filler").unlink()
+    assert full_disk_note([recipe.layout.run_dir, recipe.layout.checkpoint_dir]) is None
+
+
+def test_the_run_command_prints_the_full_disk_note(
+    small_fs: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``python -m pytest_nvrx run`` on a disk its run filled: after the launcher's exit, one
+    line naming "No space left on device" (its launcher a stand-in that fills the disk)."""
+    from pytest_nvrx import cli as cli_module
+    from pytest_nvrx import scenario_run
+
+    tiny_fs = small_fs
+    monkeypatch.setattr(scenario_run, "find_launcher", lambda: _filling_launcher(tiny_fs))
+    work = tiny_fs / "work"
+    status = cli_module.main(
+        ["run", "--workload", "reference", "--work-dir", str(work), "--run-id", "full",
+         "--timeout", "60"],
+        {},
+    )  # fmt: skip
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if "No space left on device" in line]
+    assert len(lines) == 1 and lines[0].startswith("pytest-nvrx run: No space left on device"), err
+    assert status == 0, err
+
+
+def _filling_launcher(tiny_fs: Path) -> str:
+    """A stand-in for ft_launcher (beside the tmpfs, not on it) that fills the tmpfs and exits
+    0, as a run whose checkpoints took the last byte would."""
+    script = tiny_fs.parent / "filling-launcher"
+    script.write_text(
+        f"#!{sys.executable}\n" + FILL_DISK.replace("sys.argv[1]", repr(str(tiny_fs / "work")))
+    )
+    script.chmod(0o755)
+    return str(script)

@@ -121,7 +121,13 @@ def test_markers_are_registered(pytester: pytest.Pytester, clean_env: None) -> N
             *(f"@pytest.mark.{window}: scenario window:*" for window in FAULT_WINDOWS),
         ]
     )
-    result.stdout.fnmatch_lines(["@pytest.mark.ckpt-worker: *checkpoint worker*; windows finalize"])
+    result.stdout.fnmatch_lines(
+        [
+            "@pytest.mark.ckpt-worker: *checkpoint worker*; windows finalize;*",
+            "@pytest.mark.schedule: *markers of all its faults and windows*",
+        ]
+    )
+    result.stdout.fnmatch_lines(["@pytest.mark.kill: *; every fault-schedule scenario with*"])
 
 
 def test_collect_only_needs_no_gpu(pytester: pytest.Pytester, clean_env: None) -> None:
@@ -236,7 +242,7 @@ def test_matrix_and_window_choose_the_scenarios(
 def test_gpu_scenarios_skip_with_reason(pytester: pytest.Pytester, clean_env: None) -> None:
     """No Megatron checkout given: GPU scenarios skip, but a session that qualified nothing is
     not green (exit 5, said in one line)."""
-    result = pytester.runpytest(*SUITE_ARGS, "-m", "gpu and kill", "-rs")
+    result = pytester.runpytest(*SUITE_ARGS, "-m", "gpu and kill and not schedule", "-rs")
     result.assert_outcomes(skipped=TESTS_PER_SCENARIO)
     result.stdout.fnmatch_lines(["*gpu scenario: give --nvrx-megatron-path*"])
     result.stdout.fnmatch_lines(
@@ -258,7 +264,11 @@ def test_gpu_selected_with_megatron_on_a_gpu_less_host_is_an_error(
     """The user named a checkout and selected GPU scenarios: no GPU is an error, not a skip
     (a CI runner that cannot see its GPUs must go red), with what was probed."""
     result = pytester.runpytest(
-        *SUITE_ARGS, "-m", "gpu and kill", "--nvrx-megatron-path", str(megatron_stub)
+        *SUITE_ARGS,
+        "-m",
+        "gpu and kill and not schedule",
+        "--nvrx-megatron-path",
+        str(megatron_stub),
     )
     result.assert_outcomes(errors=1 + len(CRITERIA_IDS))
     assert result.ret == pytest.ExitCode.TESTS_FAILED
@@ -270,16 +280,17 @@ def test_gpu_selected_with_megatron_on_a_gpu_less_host_is_an_error(
     )
     # the same through the environment variable
     monkeypatch.setenv("MEGATRON_PATH", str(megatron_stub))
-    result = pytester.runpytest(*SUITE_ARGS, "-m", "gpu and kill")
+    result = pytester.runpytest(*SUITE_ARGS, "-m", "gpu and kill and not schedule")
     assert result.ret == pytest.ExitCode.TESTS_FAILED
 
 
-def test_a_scenario_refused_at_launch_fails_with_one_line_in_the_plugins_spelling(
+def test_a_scenario_breaking_a_rule_is_a_usage_error_in_the_plugins_spelling(
     pytester: pytest.Pytester, clean_env: None
 ) -> None:
-    """A scenario whose settings break a rule only its launch checks (a schedule that does not
-    fit the iterations) errors with one line naming the scenario, its fix-it hint spelled for
-    pytest (--nvrx-*, ini nvrx_*), no traceback and no run directory: nothing launched."""
+    """A scenario whose settings break a rule between values (a schedule that does not fit the
+    iterations) is the usage error every bad option gets (exit 4, issue #36), one line naming
+    the scenario, its fix-it hint spelled for pytest (--nvrx-*, ini nvrx_*), no traceback and
+    no run directory: nothing launched."""
     work = pytester.path / "work"
     work.mkdir()
     result = pytester.runpytest(
@@ -291,16 +302,15 @@ def test_a_scenario_refused_at_launch_fails_with_one_line_in_the_plugins_spellin
         "--nvrx-work-dir",
         str(work),
     )
-    result.assert_outcomes(errors=1)
-    out = result.stdout.str()
-    line = "pytest-nvrx: scenario reference-schedule-kill-step_kill-restore: window step on"
-    # One line of its own under ERRORS; the short summary repeats it after "ERROR <nodeid> - ",
-    # cut to the terminal's width unless CI or BUILD_NUMBER is set (then whole: pytest's CI mode).
-    own_lines = [row for row in out.splitlines() if row.startswith(line)]
-    assert len(own_lines) == 1, out
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    err = result.stderr.str()
+    line = "ERROR: pytest-nvrx: scenario reference-schedule-kill-step_kill-restore: window step on"
+    own_lines = [row for row in err.splitlines() if row.startswith(line)]
+    assert len(own_lines) == 1, err
     assert own_lines[0].endswith("ini nvrx_window)"), own_lines
-    assert "--nvrx-train-iters (TRAIN_ITERS, ini nvrx_train_iters)" in out
-    assert "Traceback" not in out and "ConfigError" not in out
+    assert "--nvrx-train-iters (TRAIN_ITERS, ini nvrx_train_iters)" in err
+    out = result.stdout.str() + err
+    assert "Traceback" not in out and "ConfigError" not in out and "launching" not in out
     assert not any(work.rglob("run.json")), sorted(work.rglob("*"))
 
 
@@ -380,6 +390,77 @@ def test_the_default_scenarios_fit_their_run_timeouts(
     assert "cannot fit" not in result.stdout.str() + result.stderr.str()
 
 
+#: Values no selected scenario can run with, from an option, the walkthrough's environment or
+#: an ini value: each was an error of every scenario once the session ran (exit 1)
+RULE_BREAKERS = [
+    (["--nvrx-tp", "3"], {}, "", "must be divisible by TP x PP = 3"),
+    (["--nvrx-pp", "3"], {}, "", "must be divisible by TP x PP = 3"),
+    (["--nvrx-tp", "3", "--nvrx-gpus-per-node", "6"], {}, "", "must divide the model's 8"),
+    (["--nvrx-pp", "3", "--nvrx-gpus-per-node", "6"], {}, "", "must divide the model's 4"),
+    (["--nvrx-save-interval", "30"], {}, "", "save interval 30 >= train iterations 20"),
+    (["--nvrx-train-iters", "3"], {}, "", "save interval 5 >= train iterations 3"),
+    (["--nvrx-fault-rank", "2"], {}, "", "fault rank 2 is not a rank of a world of size 2"),
+    (["--nvrx-gpus-per-node", "1"], {}, "", "the CPU reference workload needs at least 2 ranks"),
+    ([], {"GPUS_PER_NODE": "1"}, "", "the CPU reference workload needs at least 2 ranks"),
+    ([], {"NVRX_FAULT_RANK": "7"}, "", "fault rank 7 is not a rank of a world of size 2"),
+    ([], {}, "nvrx_save_interval = 20", "save interval 20 >= train iterations 20"),
+    (["--nvrx-nnodes", "2"], {"NVRX_RUN_ID": "j"}, "", "needs a rendezvous endpoint"),
+    (["--nvrx-rdzv-endpoint", "nohostport"], {}, "", "'nohostport' is not host:port"),
+]
+
+
+@pytest.mark.parametrize(("args", "env", "ini", "message"), RULE_BREAKERS)
+@pytest.mark.parametrize("collect_only", [True, False], ids=["collect-only", "session"])
+def test_a_value_the_selected_scenarios_break_is_a_usage_error(
+    pytester: pytest.Pytester,
+    clean_env: None,
+    monkeypatch: pytest.MonkeyPatch,
+    args: list[str],
+    env: dict[str, str],
+    ini: str,
+    message: str,
+    collect_only: bool,
+) -> None:
+    """Checked once -k/-m chose the scenarios, before any launches (issue #36)."""
+    given_by_env_and_ini(pytester, monkeypatch, env, ini)
+    work = pytester.path / "work"
+    work.mkdir()
+    more = ["--co"] if collect_only else []
+    result = pytester.runpytest(
+        *SUITE_ARGS, "-k", "reference-kill", "--nvrx-work-dir", str(work), *more, *args
+    )
+    assert result.ret == pytest.ExitCode.USAGE_ERROR, result.stdout.str()
+    result.stderr.fnmatch_lines([f"ERROR: pytest-nvrx: scenario reference-kill-*{message}*"])
+    assert "Traceback" not in result.stdout.str() + result.stderr.str()
+    assert not any(work.rglob("run.json"))
+
+
+def test_a_value_only_unselected_scenarios_break_is_no_error(
+    pytester: pytest.Pytester, clean_env: None
+) -> None:
+    """One GPU per node breaks no Megatron scenario: selecting those alone, it is no error."""
+    result = pytester.runpytest(*SUITE_ARGS, "--co", "-q", "-m", "gpu", "--nvrx-gpus-per-node", "1")
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str() + result.stderr.str()
+
+
+def test_under_xdist_the_controller_gives_the_usage_error(
+    pytester: pytest.Pytester, clean_env: None
+) -> None:
+    """A worker's usage error would crash it (an INTERNALERROR): the controller checks the
+    ids the workers collected, before any is scheduled."""
+    pytest.importorskip("xdist")
+    work = pytester.path / "work"
+    work.mkdir()
+    result = pytester.runpytest_subprocess(
+        *SUITE_ARGS, "-n", "2", "-k", "reference-kill", "--nvrx-tp", "3",
+        "--nvrx-work-dir", str(work),
+    )  # fmt: skip
+    assert result.ret == pytest.ExitCode.USAGE_ERROR, result.stdout.str()
+    result.stderr.fnmatch_lines(["ERROR: pytest-nvrx: scenario reference-kill-*TP x PP = 3*"])
+    assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()
+    assert not any(work.rglob("run.json"))
+
+
 def test_workload_option_limits_scenarios(pytester: pytest.Pytester, clean_env: None) -> None:
     result = pytester.runpytest(*SUITE_ARGS, "--collect-only", "-q", "--nvrx-workload", "megatron")
     assert "reference-" not in result.stdout.str()
@@ -392,11 +473,15 @@ def test_workload_option_limits_scenarios(pytester: pytest.Pytester, clean_env: 
         (["--nvrx-tp", "0"], {}, "", "--nvrx-tp must be a positive integer"),
         (["--nvrx-workload", "bert"], {}, "", "must be one of megatron, reference"),
         (["--nvrx-work-dir", "relative"], {}, "", "must be an absolute path"),
+        (["--nvrx-work-dir", "/tmp/a\x1bb"], {}, "", "'/tmp/a\\x1bb' holds the control char"),
+        (["--nvrx-report", "r\x1b.html"], {}, "", "holds the control character"),
         (["--nvrx-section-timeouts", "step:5"], {}, "", "missing setup, checkpointing"),
         (["--nvrx-megatron-path", "/nonexistent"], {}, "", "pretrain_gpt.py not found"),
         (["--nvrx-run-dir", "/nonexistent"], {}, "", "is not a directory"),
-        (["--nvrx-continuity-rtol", "nan"], {}, "", "need 0 <= rtol < 1"),
+        (["--nvrx-continuity-rtol", "nan"], {}, "", "'nan' is not a number"),
         (["--nvrx-continuity-rtol", "-0.1"], {}, "", "need 0 <= rtol < 1"),
+        (["--nvrx-continuity-rtol", "\u0660.1"], {}, "", "is not a number"),
+        (["--nvrx-max-downtime", "\u0663"], {}, "", "must be a positive number of seconds"),
         (
             [],
             {},
@@ -437,6 +522,7 @@ def test_bad_values_are_usage_errors(
         ({"TP": "x"}, "environment variable TP must be a positive integer"),
         ({"NVRX_FAULT_MATRIX": "big"}, "environment variable NVRX_FAULT_MATRIX must be"),
         ({"NVRX_FAULT_WINDOW": "Step"}, "environment variable NVRX_FAULT_WINDOW must be"),
+        ({"NVRX_WORK_DIR": "/tmp/a\nb"}, "NVRX_WORK_DIR '/tmp/a\\nb' holds the control char"),
     ],
 )
 def test_bad_environment_is_an_error_once_scenarios_are_collected(

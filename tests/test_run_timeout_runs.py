@@ -37,10 +37,10 @@ RESULT = "result.json"
 #: What each run's first cause must say after the lead, as a pattern.
 SAYS = {
     HANG_STEP: r"the hang@step struck at 23:58:59\.740 \(fault_injected\.json:\d+\) and was still"
-    r" undetected 52\.9 s later \(its rank stopped in the open step section, whose deadline had"
+    r" undetected 51\.8 s later \(its rank stopped in the open step section, whose deadline had"
     r" not come\); the launch lasted 65\.2 s",
     HANG_RESTORE: r"fault 2 of 2 \(hang@restore in cycle 1\) struck at 00:00:12\.337"
-    r" \(fault_injected_2\.json:\d+\) and was still undetected 50\.1 s later \(its rank stopped in"
+    r" \(fault_injected_2\.json:\d+\) and was still undetected 49\.0 s later \(its rank stopped in"
     r" the open setup section, whose deadline had not come\); the launch lasted 65\.2 s",
     BEFORE_FAULT: r"before the kill@step was injected \(no iteration was logged\); the launch"
     r" lasted 11\.2 s",
@@ -74,7 +74,7 @@ def test_verify_says_it_in_text_and_json(tmp_path: Path) -> None:
     doc = json.loads((tmp_path / "v.json").read_text())
     first = doc["first_cause"]
     assert first["run_timeout"] is True and first["location"].startswith("result.json:")
-    assert "still undetected 50.1 s later" in first["text"]
+    assert "still undetected 49.0 s later" in first["text"]
     assert any(e.startswith("fault_injected_2.json:") for e in first["evidence"])
     assert doc["passed"] is False
 
@@ -108,7 +108,7 @@ def test_a_fault_detected_before_the_stop_and_not_recovered_says_so(tmp_path: Pa
     doctor = copy_run(HANG_STEP, tmp_path / "detected")
     doctor.insert_before(
         LAUNCHER,
-        "Sending process 3077 closing signal SIGTERM",
+        "Received 15 death signal",
         "2026-12-04 23:59:45,100 [WARNING] [vm] [workload:?(1) infra:?(?)] rank_monitor_server.py"
         ":522 [Cycle 0] Section 'step' has been open for 45.36 seconds. Timeout is 45.00 seconds.",
     )
@@ -116,8 +116,8 @@ def test_a_fault_detected_before_the_stop_and_not_recovered_says_so(tmp_path: Pa
     assert cause is not None and cause.run_timeout
     assert (
         "the hang@step struck at 23:58:59.740 (fault_injected.json:24) and was detected at"
-        " 23:59:45.100 (logs/launcher.log:79) but not recovered: no step was committed after its"
-        " restore 52.9 s later"
+        " 23:59:45.100 (logs/launcher.log:46) but not recovered: no step was committed after its"
+        " restore 51.8 s later"
     ) in cause.text, cause.text
 
 

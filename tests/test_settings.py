@@ -258,11 +258,29 @@ def test_existing_tracker_gives_baseline(tmp_path: Path) -> None:
     assert read_baseline(tracker) == 15
 
 
-def test_existing_checkpoint_dir_is_not_modified(tmp_path: Path, megatron_stub: Path) -> None:
+@pytest.mark.parametrize("tracker", [True, False], ids=["tracker", "iter-dir-alone"])
+def test_a_checkpoint_dir_holding_another_run_s_checkpoints_is_refused_untouched(
+    tmp_path: Path, megatron_stub: Path, tracker: bool
+) -> None:
+    """Its first cycle would resume them (issue #36): refused before anything is written."""
     user_ckpt = tmp_path / "existing-ckpt"
     user_ckpt.mkdir()
-    (user_ckpt / "latest_checkpointed_iteration.txt").write_text("10")
+    if tracker:
+        (user_ckpt / "latest_checkpointed_iteration.txt").write_text("10")
     (user_ckpt / "iter_0000010").mkdir()
+    before = snapshot(tmp_path)
+    found = "its tracker" if tracker else "iter_0000010/"
+    with pytest.raises(ConfigError, match=f"holds another run's checkpoints \\({found}"):
+        prepare_run_dir(make(tmp_path, megatron_stub, checkpoint_dir=user_ckpt))
+    assert snapshot(tmp_path) == before
+
+
+def test_an_empty_checkpoint_dir_of_the_user_is_not_modified(
+    tmp_path: Path, megatron_stub: Path
+) -> None:
+    user_ckpt = tmp_path / "existing-ckpt"
+    user_ckpt.mkdir()
+    (user_ckpt / "README").write_text("mine\n")
     before = snapshot(user_ckpt)
     layout = prepare_run_dir(make(tmp_path, megatron_stub, checkpoint_dir=user_ckpt))
     assert layout.checkpoint_dir == user_ckpt
@@ -480,8 +498,6 @@ def test_good_ports() -> None:
     ("endpoint", "nnodes"),
     [
         ("localhost:0", 1),
-        ("", 1),
-        ("node1", 1),  # torch's own default port
         ("node-1.cluster:29400", 2),
         ("10.0.0.1:1", 8),
         ("[fe80::1]:29400", 2),
@@ -495,6 +511,9 @@ def test_good_rendezvous_endpoints(endpoint: str, nnodes: int) -> None:
     ("endpoint", "nnodes", "message"),
     [
         ("localhost:0", 2, "reachable from all nodes"),
+        # torch would read these its own way (any port; its default 29400): issue #36
+        ("", 1, "is not host:port"),
+        ("node1", 1, "is not host:port"),
         ("node1", 2, "is not host:port"),
         ("node1:", 2, "is not host:port"),
         (":29400", 1, "is not host:port"),

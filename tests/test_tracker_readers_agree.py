@@ -34,7 +34,9 @@ CONTENTS: tuple[bytes, ...] = (
     b"12\x00",
     b"\xff12",
     b"\xef\xbc\x91\xef\xbc\x92",  # fullwidth digits
-    b"9" * 30,
+    b"9" * 30,  # past the digits any count of a run has: no iteration in either
+    b"9" * 20,
+    b"9" * 21,
     b"1" * (injector.TRACKER_MAX_BYTES + 1),
 )
 

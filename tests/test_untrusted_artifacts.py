@@ -27,7 +27,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.doctor import copy_run
+from tests.doctor import Doctor, copy_run
+from tests.recipe_runs import whole
 
 DATA = Path(__file__).parent / "data"
 REFERENCE_KILL = DATA / "cpu" / "reference-kill"
@@ -173,7 +174,8 @@ def malicious_metadata(real: bytes, target: Path) -> bytes:
 
 
 def test_malicious_metadata_executes_nothing(tmp_path: Path) -> None:
-    run = copy_run(MEGATRON_KILL, tmp_path / "run")
+    # a whole run: with the result.json the device packer dropped (tests/recipe_runs.py)
+    run = Doctor(whole(MEGATRON_KILL, tmp_path))
     meta = run.path("checkpoints/iter_0000005/.metadata")
     proof = tmp_path / "code-ran"
     meta.write_bytes(malicious_metadata(meta.read_bytes(), proof))
@@ -241,12 +243,15 @@ def test_dry_run_refuses_unsafe_tracker(
         assert len(quoted) <= EXCERPT_CHARS + len(" (4096 characters)"), quoted
 
 
-def test_dry_run_still_reads_a_good_tracker(dry_run_dirs: tuple[Path, Path]) -> None:
+def test_dry_run_reads_a_good_tracker_as_another_run_s_checkpoints(
+    dry_run_dirs: tuple[Path, Path],
+) -> None:
+    """A tracker that reads well names checkpoints another run left: refused (issue #36)."""
     work, ckpt = dry_run_dirs
     (ckpt / "latest_checkpointed_iteration.txt").write_text("15\n")
     done = dry_run(work, ckpt)
-    assert done.returncode == 0, done.stderr
-    assert "ft_launcher" in done.stdout
+    assert done.returncode == 2, done.stderr
+    assert "holds another run's checkpoints (its tracker" in done.stderr
 
 
 # ---- the primitives -------------------------------------------------------------------------

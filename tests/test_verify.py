@@ -13,8 +13,9 @@ import pytest
 
 from pytest_nvrx.criteria import CRITERIA_IDS
 from pytest_nvrx.verify import JSON_SCHEMA_VERSION, verify_main
-from tests.doctor import BASELINE_RUN, CYCLE1, KILL_RUN, MARKER, Doctor, copy_run
+from tests.doctor import BASELINE_RUN, CYCLE1, HARNESS_RESULT, KILL_RUN, MARKER, Doctor, copy_run
 
+SCHEDULE_RUN = Path(__file__).parent / "data" / "cpu-schedules" / "ref-kill-step+kill-restore"
 LINE = re.compile(r"^(PASS|FAIL|N/A) (\w+): (.+) \[([^\]]+)\]$")
 
 
@@ -130,8 +131,13 @@ def test_json_schema_version_and_documented_fields() -> None:
     assert data["schema_version"] == JSON_SCHEMA_VERSION == 1
     assert isinstance(data["schema_version"], int)
     # every field is documented, and every documented field is there, in the documented order
-    # (``planted`` only in a planted run: tests/test_planted_labels.py)
-    assert list(data) == [f for f in documented_json_fields() if f != "planted"]
+    # (``planted`` only in a planted run: tests/test_planted_labels.py; a fault schedule's
+    # recoveries and total only in its run's)
+    documented = [f for f in documented_json_fields() if f != "planted"]
+    schedule_only = ("recoveries", "total_downtime_s")
+    assert list(data) == [f for f in documented if f not in schedule_only]
+    code, out, _ = run_verify(SCHEDULE_RUN, "--json", "-")
+    assert code == 0 and list(json.loads(out)) == documented
 
 
 def test_cli_json_pipes_into_json_tool() -> None:
@@ -163,12 +169,14 @@ def test_cli_json_pipes_into_json_tool() -> None:
 
 
 def test_stack_from_run_json(kill: Doctor) -> None:
+    # made as our harness makes a run: run.json, and result.json at its end
     kill.set_json(
         "run.json",
         schema=1,
         config={"fault": "kill"},
         stack={"torch": "2.11.0+cu130", "nccl": "2.28.9"},
     )
+    kill.set_json("result.json", **HARNESS_RESULT)
     code, out, _ = run_verify(kill.root, "--json", "-")
     assert code == 0
     assert json.loads(out)["stack"] == {

@@ -21,7 +21,15 @@ every criterion that would have passed says "cannot judge"), quoting the lines:
   (every fault of a run: :func:`_faulted_rank_lines`);
 * no iteration is stamped before a line of its cycle that says the restore completed
   (:func:`_trained_before_loaded`);
-* the marker's time lies inside the launcher's record of the faulted cycle;
+* the marker's time lies inside the launcher's record of the faulted cycle, and not after the
+  launcher was told to stop (:func:`marker_after_stop`: a fault struck after the stop would
+  have waited a negative time for it);
+* the marker's time is not before the first line its own rank stamped in the faulted cycle
+  (:func:`marker_before_its_rank`: one process took both; measured, the marker came 0.6 s or
+  more after it in every committed run);
+* nothing after the launcher's stop line says the run went on (:func:`went_on_after_stop`: a
+  cycle's rendezvous or start, a restart decision, a finish): only its shutdown's records follow
+  it, and the detections after it would otherwise be dropped as the stop's;
 * the records bracket each other (:func:`_records_out_of_order`): result.json's start is
   run.json's (both taken by the harness as it launches) and its end is that start plus its
   ``wall_s`` (the harness's monotonic clock); every launcher line (its earliest and latest
@@ -40,7 +48,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from pytest_nvrx.criteria.helpers import clock, stamp
+from pytest_nvrx.criteria.helpers import clock, launcher_words, stamp
 from pytest_nvrx.evidence.cycle_log import CycleLog
 from pytest_nvrx.evidence.launcher_log import LauncherEventKind
 from pytest_nvrx.evidence.marker import Marker
@@ -108,6 +116,9 @@ def clock_problems(run: RunEvidence, timeline: Timeline) -> tuple[Problem, ...]:
         problems += _faulted_rank_lines(run, fault, cycle)
     problems += _trained_before_loaded(run)
     problems += marker_outside_its_cycle(run, timeline)
+    problems += marker_after_stop(run)
+    problems += marker_before_its_rank(run, timeline)
+    problems += went_on_after_stop(run)
     return tuple(problems)
 
 
@@ -479,6 +490,104 @@ def marker_outside_its_cycle(run: RunEvidence, timeline: Timeline) -> list[Probl
             )
         ]
     return []
+
+
+def marker_before_its_rank(run: RunEvidence, timeline: Timeline) -> list[Problem]:
+    """The marker stamped before the first line its rank stamped in the faulted cycle (less
+    :data:`DEATH_SLACK`): the process that took the marker's time had not started."""
+    marker = run.marker
+    cycle = timeline.failed_cycle
+    if marker is None or not marker.ok or marker.time is None or marker.rank is None:
+        return []
+    log = run.cycle_log(cycle) if cycle is not None else None
+    if log is None:
+        return []
+    own = [t for t in _timed(log) if split_rank_prefix(t[1].text)[0] == marker.rank]
+    if not own:
+        return []
+    first = min(own, key=lambda t: t[0])
+    if marker.time >= first[0] - DEATH_SLACK:
+        return []
+    return [
+        Problem(
+            "fatal",
+            f"the marker's time {clock(marker.time)} ({marker.ref('time').location}) is before"
+            f" rank {marker.rank}'s first line of cycle {cycle}, {first[1].location}, stamped"
+            f" {clock(first[0])}: the fault cannot precede the process that took it",
+            marker.ref("time"),
+        )
+    ]
+
+
+def marker_after_stop(run: RunEvidence) -> list[Problem]:
+    """The marker stamped after the launcher's line saying it was told to stop (our run timeout,
+    a stop signal; less :data:`CLOCK_SLACK`): the workers it stops inject nothing after it, so
+    one of the two clocks is wrong and no wait from the fault to the stop can be measured."""
+    marker = run.marker
+    stop = run.launcher.signalled()
+    if marker is None or not marker.ok or marker.time is None or stop is None or stop.time is None:
+        return []
+    if marker.time <= stop.time + CLOCK_SLACK:
+        return []
+    return [
+        Problem(
+            "fatal",
+            f"the marker's time {clock(marker.time)} ({marker.ref('time').location}) is after"
+            f" the launcher was told to stop at {clock(stop.time)} ({stop.ref.location}): the"
+            " clocks disagree",
+            marker.ref("time"),
+        )
+    ]
+
+
+#: Launcher records of a run going on: a rendezvous, a cycle's workers starting, a restart
+#: decision, a finish. The launcher told to stop writes none of them: only its shutdown's
+#: (the workers' -15 exits, its SignalException, the sections left open), as every committed
+#: timed-out run shows.
+_GOING_ON = (
+    LauncherEventKind.WORKERS_STARTING,
+    LauncherEventKind.GROUP_FAILED,
+    LauncherEventKind.GROUP_SUCCEEDED,
+    LauncherEventKind.RUN_OK,
+    LauncherEventKind.PROGRESS,
+    LauncherEventKind.NO_PROGRESS,
+)
+_GOING_ON_PROFILING = ("rendezvous_started", "rendezvous_completed", "worker_start_started")
+
+
+def went_on_after_stop(run: RunEvidence) -> list[Problem]:
+    """A record of the run going on after the launcher's line saying it was told to stop: the
+    log contradicts itself (its detections after that line cannot be told from the stop's)."""
+    launcher = run.launcher
+    stop = launcher.signalled()
+    if stop is None:
+        return []
+    for event in launcher.events:
+        going_on = (
+            event.kind in _GOING_ON
+            or (event.kind is LauncherEventKind.PROFILING and event.name in _GOING_ON_PROFILING)
+            or (event.kind is LauncherEventKind.AGENT_EXIT and event.exit_code == 0)
+        )
+        if going_on and _later(event.ref, event.time, stop.ref, stop.time):
+            return [
+                Problem(
+                    "fatal",
+                    f"the launcher was told to stop ({stop.ref.location}), yet {event.ref.location}"
+                    f" says the run went on: {launcher_words(event.ref)}",
+                    event.ref,
+                )
+            ]
+    return []
+
+
+def _later(
+    ref: EvidenceRef, time: datetime | None, anchor: EvidenceRef, anchor_time: datetime | None
+) -> bool:
+    """Whether a record comes after ``anchor``: a later line of the same file, else a later
+    time (beyond :data:`CLOCK_SLACK`: the nodes of a run share no clock)."""
+    if ref.file == anchor.file and ref.line is not None and anchor.line is not None:
+        return ref.line > anchor.line
+    return time is not None and anchor_time is not None and time > anchor_time + CLOCK_SLACK
 
 
 def timing_problems(timings: dict[str, float]) -> tuple[Problem, ...]:

@@ -58,7 +58,6 @@ from pytest_nvrx.evidence.rundir import RunEvidence
 from pytest_nvrx.evidence.segments import FaultSegment, fault_segments
 from pytest_nvrx.evidence.timeline import CLOCK_SLACK, Timeline
 from pytest_nvrx.evidence.workload import (
-    IterationCommitted,
     LoadCompleted,
     SaveCompleted,
     SaveScheduled,
@@ -380,7 +379,8 @@ def _why_never(
     this = [log for log in logs if cycle is None or log.cycle == cycle]
     scheduled = [e for log in this for e in log.of_type(SaveScheduled)]
     completed = [e for log in this for e in log.of_type(SaveCompleted)]
-    iterations = [e for log in this for e in log.of_type(IterationCommitted)]
+    # (a log keeps its iteration lines apart from its events)
+    iterations = [e for log in this for e in log.iterations]
     line_refs = [line.ref] if line is not None else []
     if line is None and watching is None and not any(log.injector for log in run.cycle_logs):
         files = [log.file for log in run.cycle_logs][:1]
@@ -457,6 +457,7 @@ def run_timeout_cause(
     timeline: Timeline,
     expected: ExpectedFault,
     segments: Sequence[FaultSegment] | None = None,
+    ending: tuple[int, str | None] | None = None,
 ) -> FirstCause | None:
     """What our run timeout cut short, when result.json says it stopped the launcher
     (``timed_out`` true); None otherwise.
@@ -466,7 +467,11 @@ def run_timeout_cause(
     committed after its restore), or recovered with a fault still due and not injected, or
     every fault recovered and training unfinished; on a run where no fault happened, the fault
     still to come. The launcher's records after it was signalled (:func:`before_stop`) are the
-    stop's and detect nothing. ``segments``: the schedule's, where the caller has them."""
+    stop's and detect nothing. ``segments``: the schedule's, where the caller has them;
+    ``ending``: after how many faults the schedule's run must end and, where the launcher had to
+    stop the job then, why (criteria/schedule.py run_ending), computed with NVRx's default
+    no-progress limit if None. After the fault at which the job had to stop no recovery was
+    due: that fault is not "detected but not recovered"."""
     manifest = run.manifest
     flag = manifest.timed_out if manifest is not None else None
     if manifest is None or flag is None or flag.value is not True:
@@ -478,11 +483,17 @@ def run_timeout_cause(
     scheduled = manifest.scheduled_faults
     happened: list[tuple[str, Marker, Timeline, RunEvidence]] = []
     pending: list[str] = []
+    stop_due: str | None = None
     if scheduled:
         cut = list(segments) if segments is not None else fault_segments(run, scheduled)
         happened = [(_segment_label(s), s.marker, s.timeline, s.view) for s in cut]
-        budget = manifest.max_restarts.value if manifest.max_restarts is not None else None
-        due, _ = schedule_ending(scheduled, budget, NVRX_NO_PROGRESS_LIMIT)
+        if ending is None:
+            budget = manifest.max_restarts.value if manifest.max_restarts is not None else None
+            due, how = schedule_ending(scheduled, budget, NVRX_NO_PROGRESS_LIMIT)
+            ending = (due, None if how == "finished" else f"its {how} limit")
+        due, stopping = ending
+        if stopping is not None and len(happened) == due:
+            stop_due = stopping
         pending = [
             f"fault {k} of {len(scheduled)}, {scheduled[k - 1]}"
             for k in range(len(happened) + 1, due + 1)
@@ -496,7 +507,7 @@ def run_timeout_cause(
             pending = [label]
     cycle = None
     if happened:
-        what, more = _cut_short(run, *happened[-1], stop_time, pending)
+        what, more = _cut_short(run, *happened[-1], stop_time, pending, stop_due)
         cycle = happened[-1][2].failed_cycle
     else:
         what = f"before {pending[0]} was injected" if pending else "before training finished"
@@ -538,10 +549,19 @@ def _cut_short(
     view: RunEvidence,
     stop_time: datetime | None,
     pending: list[str],
+    stop_due: str | None = None,
 ) -> tuple[str, list[EvidenceRef]]:
-    """How far the last fault that happened got before the stop, and the lines that show it."""
+    """How far the last fault that happened got before the stop, and the lines that show it;
+    ``stop_due``: why the launcher had to stop the job after this fault (no recovery due)."""
     struck = marker.ref("time")
     since = seconds_between(marker.time, stop_time)
+    if since is not None and since < 0:
+        # the stop before the fault: a contradiction (clocks.marker_after_stop), no wait to tell
+        return (
+            f"{label} is stamped {clock(marker.time)} ({struck.location}), {-since:.1f} s after"
+            " the launcher was told to stop: the records contradict each other",
+            [struck],
+        )
     later = f" {since:.1f} s later" if since is not None else ""
     detected = timeline.detected
     if detected is not None and not any(e is detected for e in before_stop(run)):
@@ -557,6 +577,13 @@ def _cut_short(
             f"{label} struck at {clock(marker.time)} ({struck.location}) and was still"
             f" undetected{later}{where}",
             [struck],
+        )
+    if stop_due is not None:
+        return (
+            f"{label} struck at {clock(marker.time)} ({struck.location}) and was detected at"
+            f" {clock(detected.time)} ({detected.ref.location}); no recovery was due ({stop_due}"
+            f" had to stop the job after it), but the launcher had not exited{later}",
+            [struck, detected.ref],
         )
     replacement = timeline.replacement_cycle
     log = view.cycle_log(replacement) if replacement is not None else None

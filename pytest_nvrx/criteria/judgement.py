@@ -21,11 +21,17 @@ from pytest_nvrx.criteria.manifest_agreement import manifest_problems
 from pytest_nvrx.criteria.marker_agreement import marker_problems, stray_markers
 from pytest_nvrx.criteria.planted import plant_label_problems, planted_name
 from pytest_nvrx.criteria.registry import CRITERIA
-from pytest_nvrx.criteria.schedule import schedule_problems, schedule_verdicts
+from pytest_nvrx.criteria.required_evidence import required_problems
+from pytest_nvrx.criteria.schedule import run_ending, schedule_problems, schedule_verdicts
 from pytest_nvrx.criteria.verdict import CRITERIA_IDS, Verdict, failing
 from pytest_nvrx.evidence.refs import EvidenceRef, Problem
 from pytest_nvrx.evidence.rundir import RunEvidence, load_run
-from pytest_nvrx.evidence.segments import fault_segments
+from pytest_nvrx.evidence.segments import (
+    FaultRecovery,
+    fault_recoveries,
+    fault_segments,
+    schedule_downtime_s,
+)
 from pytest_nvrx.evidence.timeline import RecoveryClock, recovery_clock
 from pytest_nvrx.plants import plant_named
 
@@ -39,6 +45,9 @@ class Judgement:
     expected: ExpectedFault
     verdicts: tuple[Verdict, ...]
     problems: tuple[Problem, ...]
+    # verify's timings: the recovery clock's; a fault schedule's run's only the whole run's
+    # (RUN_TIMINGS), its recoveries' are each fault's (``recoveries``): no figure of one fault
+    # stands for the run's
     timings: dict[str, float]
     stack: dict[str, Any]
     # the recovery's instants (``timings`` are this clock's): the downtime gate and the report
@@ -61,6 +70,20 @@ class Judgement:
     # a fault schedule's faults (FAULT@WINDOW, run.json's), judged fault by fault; () for a run
     # of one fault
     schedule: tuple[str, ...] = ()
+    # a fault schedule's recoveries, one per fault that happened, each measured by its own
+    # recovery clock (evidence/segments.py); () for a run of one fault
+    recoveries: tuple[FaultRecovery, ...] = ()
+
+    @property
+    def total_downtime_s(self) -> float | None:
+        """A schedule's total downtime (:func:`~pytest_nvrx.evidence.segments.
+        schedule_downtime_s`); None for a run of one fault or where not measurable."""
+        return schedule_downtime_s(self.recoveries) if self.schedule else None
+
+    @property
+    def recovery_count(self) -> int:
+        """A schedule's recoveries that were due (the job was not stopped before them)."""
+        return sum(r.due for r in self.recoveries)
 
     @property
     def gpu_shared(self) -> bool:
@@ -165,6 +188,15 @@ class Judgement:
             "problems": [{"severity": p.severity, "message": p.message} for p in self.problems],
             "stack": self.stack,
             "timings": self.timings,
+            # a fault schedule's every recovery, and its total; absent from a one-fault run's
+            **(
+                {
+                    "recoveries": [r.as_dict() for r in self.recoveries],
+                    "total_downtime_s": self.total_downtime_s,
+                }
+                if self.schedule
+                else {}
+            ),
             "gpu_shared_with": (
                 list(self.gpu_shared_with) if self.gpu_shared_with is not None else None
             ),
@@ -217,6 +249,7 @@ def judge(
         + evidence_problems(run)
         + clock_problems(run, ctx.timeline)
         + marker_problems(run, ctx.timeline)
+        + required_problems(run)
         + stray_markers(run)
         + plant_label_problems(run)
         + manifest_problems(run)
@@ -226,11 +259,15 @@ def judge(
     schedule = run.manifest.schedule if run.manifest is not None else None
     scheduled = run.manifest.scheduled_faults if run.manifest is not None else ()
     segments = None
+    ends: tuple[int, str | None] | None = None
+    recoveries: tuple[FaultRecovery, ...] = ()
     if schedule is not None and scheduled:
         segments = fault_segments(run, scheduled)
         later = [p for s in segments[1:] for p in marker_problems(s.view, s.timeline)]
         later += schedule_problems(run, scheduled, segments)
         problems += tuple(p for p in dict.fromkeys(later) if p not in problems)
+        ending = run_ending(run, scheduled)
+        ends = (ending.due, ending.why() if ending.stopped else None)
         verdicts = schedule_verdicts(
             run,
             scheduled,
@@ -238,7 +275,13 @@ def judge(
             segments,
             baseline=baseline,
             continuity_rtol=continuity_rtol,
+            ending=ending,
         )
+        recoveries = fault_recoveries(
+            segments, (ending.due, ending.why()) if ending.stopped else None
+        )
+        # the run's own timings only: each fault's are its recovery's
+        timed = clock.run_timings()
     else:
         verdicts = tuple(CRITERIA[cid](ctx) for cid in CRITERIA_IDS)
     fatal = [p for p in problems if p.severity == "fatal"]
@@ -248,7 +291,7 @@ def judge(
     if cause is None or cause.never:
         # our run timeout stopped a run whose workers had not failed by themselves: that
         # leads, with what it cut short (a fault that "never happened" may just have been late)
-        cause = run_timeout_cause(run, ctx.timeline, ctx.expected, segments) or cause
+        cause = run_timeout_cause(run, ctx.timeline, ctx.expected, segments, ends) or cause
     if cause is not None and not fatal and all(v.passed for v in verdicts):
         # a cause says the run failed short of what every verdict found it did: one side reads
         # evidence that is not what it says, and no outcome can be printed beside the other
@@ -281,6 +324,7 @@ def judge(
         gpu_shared_ref=shared.ref if shared is not None else None,
         planted=planted,
         schedule=tuple(str(e) for e in scheduled),
+        recoveries=recoveries,
     )
 
 

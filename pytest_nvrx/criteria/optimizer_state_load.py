@@ -17,6 +17,7 @@ from pathlib import Path, PurePosixPath
 from pytest_nvrx.criteria.context import NO_TARGET, JudgeContext, RestoreTarget
 from pytest_nvrx.criteria.expected import ExpectedFault
 from pytest_nvrx.criteria.helpers import marker_ref
+from pytest_nvrx.criteria.required_evidence import world_ranks
 from pytest_nvrx.criteria.resume_settings import resume_settings_problem
 from pytest_nvrx.criteria.verdict import (
     CriterionId,
@@ -25,6 +26,7 @@ from pytest_nvrx.criteria.verdict import (
     failing,
     not_applicable,
     passing,
+    unjudgeable,
 )
 from pytest_nvrx.criteria.windows import in_flight_dir_text
 from pytest_nvrx.criteria.workload_errors import (
@@ -229,15 +231,26 @@ def _ranks_disagree(run: RunEvidence, restore: _Restore) -> Verdict | None:
     if not loads_on_every_rank(get_adapter(run.workload)):
         return None
     loaded = {_rank(e.ref) for e in loads}
-    missing = [r for r in restore.log.ranks if r not in loaded]
+    # every rank the world size names, not only those that printed something
+    world = world_ranks(run)
+    ranks = sorted(set(restore.log.ranks) | set(world[0] if world is not None else ()))
+    missing = [r for r in ranks if r not in loaded]
     if missing:
+        silent = missing[0] not in restore.log.ranks and world is not None
         return failing(
             ID,
             f"cycle {cycle} rank {missing[0]} shows no checkpoint load while rank(s)"
             f" {', '.join(_n(r) for r in sorted(loaded, key=_order))} loaded iteration"
-            f" {iterations[0]}: every rank of the workload prints its own load line",
+            f" {iterations[0]}: every rank of the workload prints its own load line"
+            + (
+                f" (rank {missing[0]} printed no line at all in {restore.log.file}, one of the"
+                f" {len(world[0])} ranks {world[1].location} names)"
+                if silent and world is not None
+                else ""
+            ),
             loads[0].ref,
-            _first_line_of_rank(restore.log, missing[0]),
+            world[1] if silent and world is not None else None,
+            None if silent else _first_line_of_rank(restore.log, missing[0]),
         )
     return None
 
@@ -516,7 +529,16 @@ def _check_optimizer_state(
     restore: _Restore, load: LoadCompleted, meta: CheckpointMetadata | None
 ) -> Verdict | None:
     """The checkpoint on disk holds optimizer state (when it is still there), and every rank that
-    lists what it restored lists the optimizer."""
+    lists what it restored lists the optimizer. A metadata file too large to read says something
+    about the restore that nobody read: the load cannot be judged, whatever the logs say."""
+    if meta is not None and meta.state is OptimizerState.TOO_LARGE:
+        return unjudgeable(
+            ID,
+            f"checkpoint {load.iteration} on disk: {meta.detail}: whether it holds the optimizer"
+            " state the replacement had to restore is unknown",
+            meta.ref,
+            load.ref,
+        )
     if meta is not None and meta.state in (OptimizerState.MISSING, OptimizerState.UNREADABLE):
         return failing(
             ID,

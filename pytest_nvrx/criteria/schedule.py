@@ -40,8 +40,8 @@ from pytest_nvrx.criteria.verdict import (
 from pytest_nvrx.evidence.launcher_log import LauncherEvent, LauncherEventKind
 from pytest_nvrx.evidence.refs import EvidenceRef, Problem
 from pytest_nvrx.evidence.rundir import RunEvidence
-from pytest_nvrx.evidence.segments import FaultSegment, unexplained_failures
-from pytest_nvrx.evidence.timeline import recovery_clock
+from pytest_nvrx.evidence.segments import FaultSegment, fault_recoveries, unexplained_failures
+from pytest_nvrx.evidence.timeline import PHASES
 from pytest_nvrx.evidence.workload import LoadCompleted, LoadStarted
 from pytest_nvrx.layout import SCHEDULE_WINDOWS, marker_name
 from pytest_nvrx.settings.schedule import (
@@ -121,6 +121,11 @@ def expected_ending(
     return Ending(due, how, budget, limit)
 
 
+def run_ending(run: RunEvidence, schedule: tuple[ScheduledFault, ...]) -> Ending:
+    """How ``run``, a run of ``schedule``, must end: by its restart budget and no-progress limit."""
+    return expected_ending(schedule, restart_budget(run), no_progress_limit(run))
+
+
 def schedule_verdicts(
     run: RunEvidence,
     schedule: tuple[ScheduledFault, ...],
@@ -129,10 +134,13 @@ def schedule_verdicts(
     *,
     baseline: RunEvidence | None = None,
     continuity_rtol: float = 0.0,
+    ending: Ending | None = None,
 ) -> tuple[Verdict, ...]:
     """Every criterion over ``run``, a run of ``schedule`` (run.json's, at ``schedule_ref``) cut
-    into ``segments`` (:func:`~pytest_nvrx.evidence.segments.fault_segments`)."""
-    ending = expected_ending(schedule, restart_budget(run), no_progress_limit(run))
+    into ``segments`` (:func:`~pytest_nvrx.evidence.segments.fault_segments`); ``ending``: its
+    :func:`run_ending`, computed if None."""
+    if ending is None:
+        ending = run_ending(run, schedule)
     due = ending.due
     per_fault: dict[CriterionId, list[tuple[str, Verdict]]] = {c: [] for c in CRITERIA_IDS}
     for segment in segments:
@@ -355,6 +363,18 @@ def _whole_run(
         LauncherEventKind.NO_RESTART,
         LauncherEventKind.RUN_FAILED,
     )
+    timed_out = manifest.timed_out if manifest is not None else None
+    if timed_out is not None and timed_out.value is True:
+        # whatever the logs show, our deadline ended the run: it neither finished nor stopped
+        # as the schedule says it must
+        return failing(
+            cid,
+            "the launch timed out (result.json: timed_out true): the launch deadline stopped the"
+            " launcher, the run did not end as the schedule must",
+            timed_out.ref,
+            exit_code.ref if exit_code is not None else None,
+            launcher_outcome(run),
+        )
     if ending.stopped:
         return _stopped(run, segments, ending, cycles, stops, schedule_ref)
     if stops:
@@ -576,11 +596,67 @@ def schedule_problems(
         if segment.position == 1:
             continue  # the whole run's clock checks hold the first marker
         found += clocks.marker_outside_its_cycle(segment.view, segment.timeline)
-        found += clocks.timing_problems(recovery_clock(segment.view, segment.timeline).timings())
+        found += clocks.marker_after_stop(segment.view)
+        found += clocks.marker_before_its_rank(segment.view, segment.timeline)
+        found += clocks.timing_problems(segment.clock.timings())
+    found += _recovery_problems(run, schedule, segments)
     found += _arming_disagrees(run, schedule, segments)
     found += _budget_disagrees(run)
     found += _progress_disagrees(run, schedule, segments)
     return tuple(found)
+
+
+def _recovery_problems(
+    run: RunEvidence, schedule: tuple[ScheduledFault, ...], segments: list[FaultSegment]
+) -> list[Problem]:
+    """Each fault's recovery as every output measures it (FaultRecovery): a struck restore that
+    began after the fault that struck it (its marker before its cycle's workers started), or
+    phases longer than the downtime that holds them, is no measurement."""
+    ending = run_ending(run, schedule)
+    out = []
+    for recovery in fault_recoveries(
+        segments, (ending.due, ending.why()) if ending.stopped else None
+    ):
+        restoring = recovery.restoring_s
+        if restoring is not None and restoring < 0:
+            nxt = segments[recovery.position].marker if recovery.position < len(segments) else None
+            out.append(
+                Problem(
+                    "fatal",
+                    f"fault {recovery.position + 1}'s marker"
+                    + (f" ({nxt.ref('time').location})" if nxt is not None else "")
+                    + f" is {-restoring:.3f} s before the workers of the cycle it struck started:"
+                    f" {recovery.label}'s restore would be negative",
+                    nxt.ref("time") if nxt is not None else None,
+                )
+            )
+            continue
+        downtime = recovery.downtime_s
+        if downtime is None:
+            continue
+        # a struck recovery: its phases up to its workers' start, then its restore until the
+        # next fault (what its replacement logged while restoring lies inside that restore)
+        counted = _UP_TO_START if restoring is not None else {p.id for p in PHASES}
+        known = sum(p.seconds for p in recovery.phases if p.seconds is not None and p.id in counted)
+        known += restoring or 0.0
+        if known > downtime + _ROUNDING_S:
+            out.append(
+                Problem(
+                    "fatal",
+                    f"impossible timing: {recovery.label}'s phases sum to {known:.3f} s, more than"
+                    f" its downtime {downtime:.3f} s",
+                    recovery.marker.ref("time"),
+                )
+            )
+    return out
+
+
+_UP_TO_START = frozenset(
+    spec.id
+    for spec in PHASES[: next(i for i, p in enumerate(PHASES) if p.end == "workers_started") + 1]
+)
+#: Each phase and downtime is rounded to the millisecond: their sum may exceed it by that much.
+_ROUNDING_S = 0.01
 
 
 def _arming_disagrees(

@@ -17,6 +17,14 @@ from dataclasses import dataclass
 
 from pytest_nvrx.criteria.context import JudgeContext
 from pytest_nvrx.criteria.helpers import marker_ref
+from pytest_nvrx.criteria.progress_past_restore import print_rule
+from pytest_nvrx.criteria.required_evidence import (
+    printed_by_rule,
+    process_start,
+    spans,
+    trained_through,
+    unprinted,
+)
 from pytest_nvrx.criteria.resume_settings import settings_of
 from pytest_nvrx.criteria.verdict import (
     CriterionId,
@@ -163,6 +171,7 @@ def check(ctx: JudgeContext) -> Verdict:
             [r.ref for r in run.cycles],
             ctx.launcher_outcome,
         )
+    struck = failed  # the cycle the fault ended: the marker's facts are about it
     failed_log = run.cycle_log(failed)
     if failed_log is None or not failed_log.iterations:
         # a fault schedule's cycle struck while it loaded trained nothing: what the replacement
@@ -192,6 +201,9 @@ def check(ctx: JudgeContext) -> Verdict:
     restored = f"restored iteration {loads[0].iteration}" if loads else "no checkpoint load"
     cycles = f"cycle {replacement} vs cycle {failed}"
     comparisons = [replay]
+    required = _required_lines(ctx, failed_log, replacement_log, struck, replay)
+    if required is not None:
+        return required
     blank = [p for p in replayed if p.iteration not in replay.compared]
     if blank:
         ref_line = next((r for r in reference if r.iteration == blank[0].iteration), None)
@@ -202,6 +214,15 @@ def check(ctx: JudgeContext) -> Verdict:
             " judged from it",
             blank[0].event.ref,
             ref_line.event.ref if ref_line is not None else None,
+        )
+    if replay.gaps:
+        gap = replay.gaps[0]
+        return unjudgeable(
+            CID,
+            f"{gap.describe(f'cycle {replacement}', f'cycle {failed}')}: the comparison needs it"
+            " on both sides, so the replay cannot be judged from it",
+            gap.printed_ref,
+            gap.missing_refs,
         )
     if not replay.passed:
         bad = replay.mismatches[0]
@@ -233,6 +254,21 @@ def check(ctx: JudgeContext) -> Verdict:
         result = compare(printed(base.cycle_logs, model), after, model, rtol=rtol)
         comparisons.append(result)
         base_name = base.run_dir.name
+        if result.gaps:
+            gap = result.gaps[0]
+            where = f"cycle {next(p.cycle for p in after if p.iteration == gap.iteration)}"
+            ours, theirs = (
+                (gap.missing_refs, [gap.printed_ref])
+                if gap.missing_in_candidate
+                else ((gap.printed_ref,), gap.missing_refs)
+            )
+            return unjudgeable(
+                CID,
+                f"{gap.describe(where, f'baseline {base_name}')}: the comparison needs it on"
+                " both sides, so the run cannot be judged against the baseline from it",
+                ours,
+                [_in_baseline(ref, base_name) for ref in theirs],
+            )
         if not result.passed:
             bad = result.mismatches[0]
             where = f"cycle {next(p.cycle for p in after if p.iteration == bad.iteration)}"
@@ -258,12 +294,14 @@ def check(ctx: JudgeContext) -> Verdict:
         first_equal = result.equal[0]
         baseline_refs = [next(p.event.ref for p in after if p.iteration == first_equal)]
     if not replay.compared and ctx.baseline is None:
+        # _required_lines found every line the run says was trained twice: none was
         last = reference[-1].event.ref if reference else None
-        return not_applicable(
+        return unjudgeable(
             CID,
             f"the failed cycle {failed} committed no iteration that cycle {replacement} trained"
             f" again ({restored}, failed cycle printed up to {top if top is not None else 'none'})"
-            ": nothing was computed twice; a baseline run would give a reference",
+            ": nothing was computed twice, so no replay shows the resume reproduced the"
+            " training; a baseline run of the same configuration would give a reference",
             last,
             candidate[0].event.ref,
         )
@@ -283,6 +321,103 @@ def check(ctx: JudgeContext) -> Verdict:
         baseline_refs,
         loads[0].ref if loads else None,
         candidate[0].event.ref,
+    )
+
+
+def _required_lines(
+    ctx: JudgeContext,
+    failed_log: CycleLog | None,
+    replacement_log: CycleLog,
+    struck: int,
+    replay: Comparison,
+) -> Verdict | None:
+    """The lines the replay needs, derived from what the run says was trained (module
+    criteria/required_evidence.py): the failed cycle's of every iteration it trained past the
+    restore (unless a baseline is the reference), the replacement's of every one of them it
+    trained again. A missing line is never "nothing to compare"."""
+    run = ctx.run
+    loads = replacement_log.of_type(LoadCompleted)
+    restored = loads[0].iteration if loads else 0
+    replacement = replacement_log.cycle
+    f_start = process_start(failed_log) if failed_log is not None else 0
+    low = max(restored, f_start)
+    proof = (
+        trained_through(run, failed_log, struck=failed_log.cycle == struck)
+        if failed_log is not None
+        else None
+    )
+    high = proof.iteration if proof is not None else low
+    if failed_log is None or proof is None or high <= low:
+        if ctx.baseline is not None or replay.compared:
+            return None
+        name = failed_log.file if failed_log is not None else f"cycle {struck}"
+        said = f" ({proof.why}, {proof.ref.location})" if proof and proof.ref else ""
+        return unjudgeable(
+            CID,
+            f"nothing in the run shows that cycle {failed_log.cycle if failed_log else struck}"
+            f" trained past iteration {low}, the one cycle {replacement} restored{said}: nothing"
+            " was computed twice, so no replay shows the resume reproduced the training; a"
+            " baseline run of the same configuration would give a reference",
+            proof.ref if proof is not None else None,
+            failed_log.last_iteration.ref
+            if failed_log is not None and failed_log.last_iteration is not None
+            else absent(name, "no iteration line"),
+            loads[0].ref if loads else None,
+            replacement_log.first_iteration.ref if replacement_log.first_iteration else None,
+        )
+    failed = failed_log.cycle
+    why = f"{proof.why} ({proof.ref.location})" if proof.ref is not None else proof.why
+    if ctx.baseline is None:
+        missing = unprinted(
+            failed_log, printed_by_rule(print_rule(failed_log, run), f_start, low, high)
+        )
+        if missing:
+            last = failed_log.last_iteration
+            return unjudgeable(
+                CID,
+                f"cycle {failed} printed no line of iteration {spans(missing)}, although it"
+                f" trained through {high}: {why}; cycle {replacement} trained"
+                f" {low + 1}..{high} again after restoring {restored}, and without the failed"
+                " cycle's lines that replay cannot be judged"
+                + (f" (its last line is iteration {last.iteration})" if last else "")
+                + "; a baseline run of the same configuration would give a reference",
+                proof.ref,
+                last.ref if last is not None else absent(failed_log.file, "no iteration line"),
+                loads[0].ref if loads else None,
+            )
+    again = trained_through(run, replacement_log, struck=False)
+    until = min(high, again.iteration) if again is not None else low
+    rule = print_rule(replacement_log, run)
+    wanted = printed_by_rule(rule, restored, low, until)
+    missing = unprinted(replacement_log, wanted)
+    if not missing:
+        return None
+    first = replacement_log.first_iteration
+    if not replay.compared and first is not None and first.iteration != rule.first_after(restored):
+        # its counter never passed through the replay: progress_past_restore fails that
+        # sequence by the same rule, so the run is no pass; here nothing can be matched
+        return not_applicable(
+            CID,
+            f"cycle {replacement} printed none of iterations {spans(wanted)} that cycle {failed}"
+            f" trained ({why}): its first line is iteration {first.iteration} after restoring"
+            f" {restored}, where the first after it is {rule.first_after(restored)}"
+            " (progress_past_restore judges that sequence), so no replayed iteration can be"
+            " matched",
+            first.ref,
+            loads[0].ref if loads else None,
+            proof.ref,
+        )
+    assert again is not None  # wanted is empty without it
+    trained = f"{again.why}, {again.ref.location}" if again.ref is not None else again.why
+    return failing(
+        CID,
+        f"cycle {replacement} printed no line of iteration {spans(missing)}, although cycle"
+        f" {failed} trained through {high} ({why}) and cycle {replacement} trained through"
+        f" {again.iteration} after restoring {restored} ({trained}): what it computed again"
+        " there is not in the log",
+        again.ref,
+        loads[0].ref if loads else None,
+        proof.ref,
     )
 
 

@@ -10,6 +10,7 @@ from pytest_nvrx.evidence.cycle_log import CycleLog
 from pytest_nvrx.evidence.refs import EvidenceRef
 from pytest_nvrx.evidence.rundir import RunEvidence
 from pytest_nvrx.evidence.timeline import logs_from
+from pytest_nvrx.evidence.tracebacks import HalfBuilt, half_built
 from pytest_nvrx.evidence.workload import LoadStarted, WorkloadError
 
 _MAX_EXCEPTION_CHARS = 160
@@ -17,14 +18,28 @@ _MAX_EXCEPTION_CHARS = 160
 
 def describe(error: WorkloadError, *, code: bool = True) -> str:
     """What failed where: ``AssertionError at megatron/core/optimizer/distrib_optimizer.py:839
-    (assert len(steps) == 1)``; a plain error line is quoted as it is."""
+    (assert len(steps) == 1)``; a plain error line is quoted as it is. A compiled module
+    imported half built says so (:func:`half_built_text`)."""
     what = error.exception or error.ref.text.strip()
     if len(what) > _MAX_EXCEPTION_CHARS:
         what = what[: _MAX_EXCEPTION_CHARS - 1] + "…"
     frame = error.innermost
-    if frame is None:
-        return what
-    return f"{what} at {frame.where}" + (f" ({frame.code})" if code and frame.code else "")
+    if frame is not None:
+        what = f"{what} at {frame.where}" + (f" ({frame.code})" if code and frame.code else "")
+    half = half_built(error.exception)
+    return what if half is None else f"{what}; {half_built_text(half)}"
+
+
+def half_built_text(half: HalfBuilt) -> str:
+    """Why a compiled module is found cut: it was being written when it was imported. Megatron
+    builds its dataset helpers at first use, with make on rank 0 of every job on the checkout,
+    and a job whose make finds the file of another job's build (newer than its source) calls it
+    up to date and imports it."""
+    return (
+        f"{half.name} was half built ({half.why}): it was imported while another process was"
+        " still building it (Megatron builds it at first use, on rank 0 of every job using the"
+        " checkout)"
+    )
 
 
 def error_refs(error: WorkloadError) -> list[EvidenceRef | None]:

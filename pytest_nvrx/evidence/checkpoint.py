@@ -35,10 +35,10 @@ from pytest_nvrx.settings.values import quote
 DCP_METADATA = ".metadata"
 COMMON_PT = "common.pt"
 OPTIMIZER_PREFIX = "optimizer."
-#: A larger .metadata is not read (the criteria then judge from the logs). Real ones are ~0.5 KB
-#: per key (42 KB for the recorded 83-key GPT) and grow with the number of shards. A crafted
-#: pickle expands in memory (measured: 32 MiB of "empty dict, append" opcodes peaks at 1.2 GB
-#: RSS, 64 MiB at 2.4 GB), so the cap is also the memory bound.
+#: A larger .metadata is not read (TOO_LARGE: what it would prove about the restore cannot be
+#: judged). Real ones are ~0.5 KB per key (42 KB for the recorded 83-key GPT) and grow with the
+#: number of shards. A crafted pickle expands in memory (measured: 32 MiB of "empty dict,
+#: append" opcodes peaks at 1.2 GB RSS, 64 MiB at 2.4 GB), so the cap is also the memory bound.
 MAX_METADATA_BYTES = 32 << 20
 _METADATA_CLASS = "torch.distributed.checkpoint.metadata.Metadata"
 
@@ -49,6 +49,8 @@ class OptimizerState(StrEnum):
     MISSING = "missing"  # metadata readable and lists no optimizer keys
     UNREADABLE = "unreadable"  # metadata file exists but cannot be read
     UNKNOWN = "unknown"  # directory exists but nothing here can tell
+    # metadata file exists but is over the read cap: it says something that went unread
+    TOO_LARGE = "too large"
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,9 +229,9 @@ def read_checkpoint_metadata(directory: Path, iteration: int, run_dir: Path) -> 
             return CheckpointMetadata(
                 iteration,
                 shown,
-                OptimizerState.UNKNOWN,
-                detail=f"cannot tell optimizer state: {DCP_METADATA} is {exc.size} bytes,"
-                f" over the {exc.limit}-byte read cap",
+                OptimizerState.TOO_LARGE,
+                detail=f"torch DCP metadata not read: {meta_shown} is {exc.size} bytes, over"
+                f" the {exc.limit}-byte read cap",
             )
         except Exception as exc:  # a corrupt pickle can raise anything
             return CheckpointMetadata(

@@ -18,6 +18,7 @@ after another, the first from 0).
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -28,11 +29,13 @@ from pytest_nvrx.evidence.fields import shown
 from pytest_nvrx.evidence.refs import (
     EvidenceRef,
     JsonFile,
+    NumberTooLong,
     Problem,
     display_path,
     file_refusal,
     json_key_ref,
     parse_iso_utc,
+    read_int,
     read_json_file,
 )
 
@@ -101,7 +104,7 @@ def _numbering_problem(file: str, doc: JsonFile, name: re.Match[str]) -> Problem
         if key not in data:
             continue  # older records held no numbers: the name says them
         value = data[key]
-        named = int(name[part])
+        named = read_int(name[part])  # read_cycle_infos read it already
         if type(value) is not int or value != named:
             ref = json_key_ref(file, doc, key)
             return Problem(
@@ -123,23 +126,46 @@ def read_cycle_infos(directory: Path, run_dir: Path) -> CycleInfos:
     Symlinks are skipped: NVRx writes only its ``.current`` pointer as a link.
     """
     shown = display_path(directory, run_dir)
-    if not directory.is_dir():
+    if not os.path.isdir(directory):
         return CycleInfos(shown, exists=False)
     records: list[CycleInfo] = []
     problems: list[Problem] = []
     contradictions: list[Problem] = []
     # every record's name, read or not: (attempt, cycle) -> file
     named: dict[tuple[int, int], str] = {}
-    for path in sorted(directory.iterdir()):
-        m = _NAME.fullmatch(path.name)
-        if m is None or path.is_symlink():
+    try:
+        with os.scandir(directory) as listing:
+            entries = sorted((e.name, e.is_symlink()) for e in listing)
+    except OSError as exc:
+        why = f"cannot be read ({exc.strerror or exc})"
+        problem = Problem("fatal", f"{shown}/ {why}", EvidenceRef(shown, None, f"({why})"))
+        return CycleInfos(shown, exists=True, problems=(problem,))
+    for name, link in entries:
+        m = _NAME.fullmatch(name)
+        if m is None or link:
             continue  # ".current" pointer, temp files of the atomic writer, strays
+        path = directory / name
         file = display_path(path, run_dir)
-        named.setdefault((int(m["attempt"]), int(m["cycle"])), file)
-        why = file_refusal(path, run_dir)
-        if why is not None:
+        try:
+            numbers = (read_int(m["attempt"]), read_int(m["cycle"]))
+        except NumberTooLong as exc:
             problems.append(
-                Problem("fatal", f"cycle record {file} {why}", EvidenceRef(file, None, f"({why})"))
+                Problem(
+                    "fatal",
+                    f"cycle record {file} is named with {exc}: no cycle of a run is numbered so",
+                    EvidenceRef(file, None, "(a name no cycle has)"),
+                )
+            )
+            continue
+        named.setdefault(numbers, file)
+        refusal = file_refusal(path, run_dir)
+        if refusal is not None:
+            problems.append(
+                Problem(
+                    "fatal",
+                    f"cycle record {file} {refusal}",
+                    EvidenceRef(file, None, f"({refusal})"),
+                )
             )
             continue
         try:
@@ -169,8 +195,8 @@ def read_cycle_infos(directory: Path, run_dir: Path) -> CycleInfos:
         contradictions += _unlike_nvrx(file, doc, m)
         records.append(
             CycleInfo(
-                cycle=int(m["cycle"]),
-                attempt=int(m["attempt"]),
+                cycle=numbers[1],
+                attempt=numbers[0],
                 job_id=m["job"],
                 start=None if start is _NO_TIME else start,
                 end=None if end is _NO_TIME else end,
@@ -252,17 +278,20 @@ def _gaps(named: dict[tuple[int, int], str]) -> list[Problem]:
     for attempt in attempts:
         cycles = sorted(c for a, c in named if a == attempt)
         start = 0 if attempt == attempts[0] else cycles[0]
-        missing = sorted(set(range(start, cycles[-1])) - set(cycles))
-        if missing:
-            cycle = next(c for c in cycles if c > missing[0])
+        # the first number missing, found over the records (never over the numbers between
+        # them: a record named for cycle 10**200 must not cost 10**200 steps)
+        missing, cycle = next(
+            ((start + k, c) for k, c in enumerate(cycles) if c != start + k), (None, None)
+        )
+        if missing is not None and cycle is not None:
             later = named[(attempt, cycle)]
             out.append(
                 Problem(
                     "fatal",
                     f"{later} records cycle {cycle} of attempt {attempt}, but no record of cycle"
-                    f" {missing[0]} exists: NVRx records every cycle, so a record of this run is"
+                    f" {missing} exists: NVRx records every cycle, so a record of this run is"
                     " missing",
-                    EvidenceRef(later, None, f"(no record of cycle {missing[0]})"),
+                    EvidenceRef(later, None, f"(no record of cycle {missing})"),
                 )
             )
     return out

@@ -41,6 +41,7 @@ from pytest_nvrx.evidence.injector_log import TAG as INJECTOR_TAG
 from pytest_nvrx.evidence.refs import (
     EvidenceRef,
     LineCursor,
+    NumberTooLong,
     clip_line,
     iter_raw_line_batches,
     open_regular,
@@ -97,6 +98,8 @@ class CycleLog:
     injector: tuple[InjectorLine, ...] = ()
     # the first line parsed whose stamp is no time (refs.LineCursor.bad_stamp)
     bad_stamp: EvidenceRef | None = None
+    # the first line recognised but unread for a number past refs.MAX_DIGITS (its event dropped)
+    bad_number: EvidenceRef | None = None
 
     def of_type[E](self, kind: type[E]) -> tuple[E, ...]:
         if kind is SettingReported:
@@ -147,6 +150,7 @@ class _Part:
     open_tracebacks: bool = False
     read_error: str | None = None
     bad_stamp: EvidenceRef | None = None
+    bad_number: EvidenceRef | None = None
 
 
 def _scan(
@@ -202,83 +206,88 @@ def _scan(
         for batch in iter_raw_line_batches(f):
             for raw in batch:
                 lineno += 1
-                text = raw.decode("utf-8", "replace")
-                if text[-1:] == "\r":
-                    text = text[:-1]
-                if text.startswith(prefix):
-                    head = prefix_rank
-                    body = text[skip:]
-                    at = skip
-                else:
-                    # NVRx's rank prefix ("0: ", "12: "); inlined split_rank_prefix (hot loop)
-                    colon = text.find(": ", 0, 8)
-                    head = text[:colon].strip() if colon > 0 else ""
-                    if head.isdigit():
-                        rank_texts.add(head)
-                        skip = colon + 2
-                        prefix, prefix_rank = text[:skip], head
+                try:
+                    text = raw.decode("utf-8", "replace")
+                    if text[-1:] == "\r":
+                        text = text[:-1]
+                    if text.startswith(prefix):
+                        head = prefix_rank
                         body = text[skip:]
                         at = skip
                     else:
-                        unprefixed += 1
-                        body = text
-                        at = 0
-                number = iteration_of(body)
-                if number is not None:
-                    n_iterations += 1
-                    kept = (lineno, text, at)
-                    if first_it is None:
-                        first_it = kept
-                    last_it = kept
-                    if number > max_no:
-                        max_no, max_it = number, kept
-                    if len(its_head) < ITERATIONS_KEPT:
-                        its_head.append(kept)
-                    else:
-                        its_tail.append(kept)
-                    continue
-                cursor.lineno = lineno
-                cursor.raw = text
-                if lineno == 1:
-                    part.first_line = cursor.ref()
-                if tracebacks.active or HEAD in body:
-                    consumed, finished = tracebacks.feed(head, body, cursor)
-                    for error in finished:
-                        keep_error(error)
-                    if consumed:
+                        # NVRx's rank prefix ("0: ", "12: "); inlined split_rank_prefix (hot loop)
+                        colon = text.find(": ", 0, 8)
+                        head = text[:colon].strip() if colon > 0 else ""
+                        if head.isdigit():
+                            rank_texts.add(head)
+                            skip = colon + 2
+                            prefix, prefix_rank = text[:skip], head
+                            body = text[skip:]
+                            at = skip
+                        else:
+                            unprefixed += 1
+                            body = text
+                            at = 0
+                    number = iteration_of(body)
+                    if number is not None:
+                        n_iterations += 1
+                        kept = (lineno, text, at)
+                        if first_it is None:
+                            first_it = kept
+                        last_it = kept
+                        if number > max_no:
+                            max_no, max_it = number, kept
+                        if len(its_head) < ITERATIONS_KEPT:
+                            its_head.append(kept)
+                        else:
+                            its_tail.append(kept)
                         continue
-                if body[:1] == "[" and INJECTOR_TAG in body[:40]:
-                    line = parse_injector_line(body, cursor)
-                    if line is not None:
-                        if len(injector) < MAX_INJECTOR_LINES:
-                            injector.append(line)
+                    cursor.lineno = lineno
+                    cursor.raw = text
+                    if lineno == 1:
+                        part.first_line = cursor.ref()
+                    if tracebacks.active or HEAD in body:
+                        consumed, finished = tracebacks.feed(head, body, cursor)
+                        for error in finished:
+                            keep_error(error)
+                        if consumed:
+                            continue
+                    if body[:1] == "[" and INJECTOR_TAG in body[:40]:
+                        line = parse_injector_line(body, cursor)
+                        if line is not None:
+                            if len(injector) < MAX_INJECTOR_LINES:
+                                injector.append(line)
+                            continue
+                    if event_kind is not None:
+                        kind = event_kind(body)
+                        if kind is None:
+                            continue
+                        if (kind is SaveCompleted or kind is SaveScheduled) and saves_head[
+                            kind
+                        ] >= SAVES_KEPT:
+                            saves_seen += 1
+                            saves_tail[kind].append((lineno, text, at, None))
+                            continue
+                    event = parse(body, cursor)
+                    if event is None:
                         continue
-                if event_kind is not None:
-                    kind = event_kind(body)
-                    if kind is None:
-                        continue
-                    if (kind is SaveCompleted or kind is SaveScheduled) and saves_head[
-                        kind
-                    ] >= SAVES_KEPT:
+                    kind = type(event)
+                    if kind is SaveCompleted or kind is SaveScheduled:
                         saves_seen += 1
-                        saves_tail[kind].append((lineno, text, at, None))
+                        if saves_head[kind] < SAVES_KEPT:
+                            saves_head[kind] += 1
+                            events.append(event)
+                        else:
+                            saves_tail[kind].append((lineno, text, at, event))
                         continue
-                event = parse(body, cursor)
-                if event is None:
-                    continue
-                kind = type(event)
-                if kind is SaveCompleted or kind is SaveScheduled:
-                    saves_seen += 1
-                    if saves_head[kind] < SAVES_KEPT:
-                        saves_head[kind] += 1
-                        events.append(event)
-                    else:
-                        saves_tail[kind].append((lineno, text, at, event))
-                    continue
-                if isinstance(event, WorkloadError):
-                    keep_error(event)
-                    continue
-                events.append(event)
+                    if isinstance(event, WorkloadError):
+                        keep_error(event)
+                        continue
+                    events.append(event)
+                except NumberTooLong:
+                    # a line of evidence that cannot be read: the run cannot be judged by it
+                    cursor.lineno, cursor.raw = lineno, text
+                    cursor.unreadable_number()
     except OSError as exc:
         part.read_error = str(exc)
     if last:
@@ -289,7 +298,10 @@ def _scan(
         for lineno_, text_, at_, made in tail:
             if made is None:
                 cursor.lineno, cursor.raw = lineno_, text_
-                made = parse(text_[at_:], cursor)
+                try:
+                    made = parse(text_[at_:], cursor)
+                except NumberTooLong:
+                    cursor.unreadable_number()
             if made is not None:
                 part.saves_tail[kind].append(made)
     part.lines = lineno - first_lineno + 1
@@ -299,6 +311,7 @@ def _scan(
     part.iterations = n_iterations
     part.first_it, part.last_it, part.max_it, part.max_no = first_it, last_it, max_it, max_no
     part.bad_stamp = cursor.bad_stamp
+    part.bad_number = cursor.bad_number
     return part
 
 
@@ -337,9 +350,11 @@ class _Merge:
         self.its_tail: deque[_Kept] = deque(maxlen=ITERATIONS_KEPT)
         self.built: dict[int, IterationCommitted | None] = {}
         self.bad_stamp: EvidenceRef | None = None
+        self.bad_number: EvidenceRef | None = None
 
     def add(self, part: _Part) -> None:
         self.bad_stamp = _first_ref(self.bad_stamp, part.bad_stamp)
+        self.bad_number = _first_ref(self.bad_number, part.bad_number)
         if self.lines == 0 and part.first_line is not None:
             self.first_line = part.first_line
         self.lines += part.lines
@@ -431,6 +446,7 @@ class _Merge:
             saves_not_kept=self.saves_seen - sum(self.saves_head.values()) - len(tails),
             injector=tuple(self.injector),
             bad_stamp=_first_ref(self.bad_stamp, cursor.bad_stamp),
+            bad_number=_first_ref(self.bad_number, cursor.bad_number),
         )
 
 
@@ -445,7 +461,11 @@ def _iteration_event(
     kept: _Kept, adapter: WorkloadLogAdapter, cursor: LineCursor
 ) -> IterationCommitted | None:
     cursor.lineno, cursor.raw = kept[0], kept[1]
-    event = adapter.parse_line(kept[1][kept[2] :], cursor)
+    try:
+        event = adapter.parse_line(kept[1][kept[2] :], cursor)
+    except NumberTooLong:  # its total or consumed samples: iteration_of read only its number
+        cursor.unreadable_number()
+        return None
     return event if isinstance(event, IterationCommitted) else None
 
 
@@ -689,6 +709,7 @@ def _range_worker() -> None:
         if one is not None and one[0] not in part.built:
             part.built[one[0]] = _flat_iteration(_iteration_event(one, adapter, cursor))
     part.bad_stamp = _first_ref(part.bad_stamp, cursor.bad_stamp)
+    part.bad_number = _first_ref(part.bad_number, cursor.bad_number)
     part.its_head = [(one[0], "", 0) for one in heads]
     part.its_tail = deque(((one[0], "", 0) for one in tails), maxlen=ITERATIONS_KEPT)
     pickle.dump(part, pipe_out, protocol=pickle.HIGHEST_PROTOCOL)

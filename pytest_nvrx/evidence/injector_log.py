@@ -37,7 +37,7 @@ from datetime import datetime
 from functools import partial
 from typing import Literal
 
-from pytest_nvrx.evidence.refs import EvidenceRef, LineCursor
+from pytest_nvrx.evidence.refs import EvidenceRef, LineCursor, read_int
 from pytest_nvrx.evidence.tracebacks import split_tag
 
 TAG = "[pytest-nvrx injector] "
@@ -126,7 +126,7 @@ def parse_injector_line(body: str, at: LineCursor) -> InjectorLine | None:
     head = _HEAD.match(text)
     if head is None:
         return None
-    rank, pid, msg = int(head["rank"]), int(head["pid"]), head["msg"]
+    rank, pid, msg = read_int(head["rank"]), read_int(head["pid"]), head["msg"]
     line = partial(InjectorLine, rank=rank, pid=pid, ref=at.ref())
     if msg.startswith("checkpoint tracker reads "):
         m = _TRACKER_READ.match(msg)
@@ -135,7 +135,7 @@ def parse_injector_line(body: str, at: LineCursor) -> InjectorLine | None:
             return None
         return line(
             "tracker",
-            tracker_iteration=int(m["t"]),
+            tracker_iteration=read_int(m["t"]),
             trigger=m["where"],
             time=when,
         )
@@ -148,15 +148,15 @@ def parse_injector_line(body: str, at: LineCursor) -> InjectorLine | None:
         target: int | None = None
         named_rank: int | None = None
         if (a := _TO_WORKER.match(action)) is not None:
-            signal, target, named_rank = a["sig"], int(a["target"]), int(a["rp"])
+            signal, target, named_rank = a["sig"], read_int(a["target"]), read_int(a["rp"])
         elif (a := _SIGNAL_TO_PID.match(action)) is not None:
-            signal, target = a["sig"], int(a["target"])
+            signal, target = a["sig"], read_int(a["target"])
         return line(
             "fired",
             window=m["window"],
             trigger=m["trigger"],
-            in_flight_iteration=None if m["n"] == "none" else int(m["n"]),
-            tracker_iteration=int(m["t"]),
+            in_flight_iteration=None if m["n"] == "none" else read_int(m["n"]),
+            tracker_iteration=read_int(m["t"]),
             action=action,
             signal=signal,
             target_pid=target,
@@ -169,11 +169,11 @@ def parse_injector_line(body: str, at: LineCursor) -> InjectorLine | None:
             return None
         return line(
             "fired",
-            tracker_iteration=int(m["t"]),
-            baseline_iteration=int(m["base"]),
+            tracker_iteration=read_int(m["t"]),
+            baseline_iteration=read_int(m["base"]),
             action=m["action"],
             signal=m["sig"],
-            target_pid=int(m["target"]) if m["target"] else pid,
+            target_pid=read_int(m["target"]) if m["target"] else pid,
             legacy=True,
         )
     if msg.startswith("watching "):
@@ -184,7 +184,7 @@ def parse_injector_line(body: str, at: LineCursor) -> InjectorLine | None:
             "watching",
             fault=m["fault"],
             window=m["window"],
-            baseline_iteration=int(m["base"]),
+            baseline_iteration=read_int(m["base"]),
             signal=m["sig"],
             legacy=m["window"] is None,
         )
@@ -194,7 +194,7 @@ def parse_injector_line(body: str, at: LineCursor) -> InjectorLine | None:
         return line(
             "armed",
             schedule=armed["schedule"],
-            position=int(armed["k"]),
+            position=read_int(armed["k"]),
             fault=fault,
             window=window,
         )
@@ -211,7 +211,7 @@ def parse_injector_line(body: str, at: LineCursor) -> InjectorLine | None:
             "never",
             fault=m["fault"] or m["entry"],
             window=window["window"] if window is not None else None,
-            baseline_iteration=int(base["base"]) if base is not None else None,
+            baseline_iteration=read_int(base["base"]) if base is not None else None,
             reason=why,
         )
     return None
@@ -242,8 +242,8 @@ def parse_injected_exception(text: str) -> InjectedException | None:
     if m is None:
         return None
     return InjectedException(
-        rank=int(m["rank"]),
+        rank=read_int(m["rank"]),
         window=m["window"],
-        in_flight_iteration=None if m["n"] == "none" else int(m["n"]),
-        tracker_iteration=int(m["t"]),
+        in_flight_iteration=None if m["n"] == "none" else read_int(m["n"]),
+        tracker_iteration=read_int(m["t"]),
     )

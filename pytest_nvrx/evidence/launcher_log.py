@@ -25,7 +25,17 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from pytest_nvrx.evidence.refs import EvidenceRef, clip_line, iter_lines, parse_time, time_in_range
+from pytest_nvrx.evidence.refs import (
+    EvidenceRef,
+    NumberTooLong,
+    check_numbers,
+    clip_line,
+    iter_lines,
+    parse_time,
+    read_int,
+    says_disk_full,
+    time_in_range,
+)
 
 
 class LauncherEventKind(StrEnum):
@@ -50,6 +60,10 @@ class LauncherEventKind(StrEnum):
     # the workers and before the next rendezvous, until every GPU of the node is nearly empty,
     # whoever holds the memory (other runs on a shared GPU included)
     GPU_RECLAIM = "gpu_reclaim"
+    # "Received 15 death signal, shutting down workers, timeout 1800 sec.": the launcher was told
+    # to stop (our run timeout, a stop signal); every failure it records after it is its own
+    # shutdown's, no fault's
+    STOP_SIGNAL = "stop_signal"
 
 
 # How torchelastic's launcher says a signal stopped it (its signal handler's exception).
@@ -135,6 +149,11 @@ class LauncherLog:
     # the first line whose stamp is no time (impossible, or outside refs.TIME_RANGE; a profiling
     # event's "Time:" included): the run's clocks cannot be checked
     bad_stamp: EvidenceRef | None = None
+    # the first line of evidence (an event, a launch setting) unread for a number past
+    # refs.MAX_DIGITS: it is left out, and the run cannot be judged
+    bad_number: EvidenceRef | None = None
+    # the first line that says a write failed for a full disk or quota (refs.says_disk_full)
+    disk_full: EvidenceRef | None = None
     # the largest step back in time between a line and one above it of the same writer: on one
     # node every stamped line (one launcher and the processes it started, writing as they log);
     # on several, each launcher's own lines (its glog lines by their pid, its profiling events
@@ -150,19 +169,25 @@ class LauncherLog:
         )
 
     def signalled(self) -> LauncherEvent | None:
-        """The launcher's record of the signal that stopped it (``Agent .run() raised
-        SignalException: Process P got signal: 15``): what our run timeout, a stop signal or a
-        scheduler sends. The workers' exits recorded after it (-15) are that stop's, no fault's.
-        None: nothing signalled the launcher."""
+        """The launcher's first record of the signal that stopped it (``Received 15 death
+        signal, shutting down workers``, else ``Agent .run() raised SignalException: Process P
+        got signal: 15``): what our run timeout, a stop signal or a scheduler sends. The
+        workers' exits recorded after it (-15) are that stop's, no fault's detection. None:
+        nothing signalled the launcher."""
         return next(
-            (e for e in self.of_kind(LauncherEventKind.RUN_FAILED) if _SIGNALLED in e.ref.text),
+            (
+                e
+                for e in self.events
+                if e.kind is LauncherEventKind.STOP_SIGNAL
+                or (e.kind is LauncherEventKind.RUN_FAILED and _SIGNALLED in e.ref.text)
+            ),
             None,
         )
 
     @property
     def nproc_per_node(self) -> int | None:
         value = self.config.get("nproc_per_node", "")
-        return int(value) if value.isdigit() else None
+        return read_int(value) if value.isdigit() else None
 
 
 _PREFIX = r"(?:(?:\d+|\?)\s*: )?"
@@ -211,7 +236,7 @@ _NPROC = re.compile(r"Using nproc_per_node=(?P<n>\d+)")
 
 
 def _int(value: str | None) -> int | None:
-    return int(value) if value is not None and value.lstrip("-").isdigit() else None
+    return read_int(value) if value is not None and value.lstrip("-").isdigit() else None
 
 
 #: Lines told apart by a phrase alone, tried in this order ("made NO progress" before "made
@@ -224,6 +249,7 @@ _TOLD_BY_PHRASE: tuple[tuple[str, LauncherEventKind], ...] = (
     ("starting workers for entrypoint", LauncherEventKind.WORKERS_STARTING),
     ("worker group successfully finished", LauncherEventKind.GROUP_SUCCEEDED),
     ("Agent .run() is OK", LauncherEventKind.RUN_OK),
+    ("death signal, shutting down workers", LauncherEventKind.STOP_SIGNAL),
 )
 
 
@@ -243,7 +269,7 @@ def _classify(msg: str, ref: EvidenceRef) -> tuple[LauncherEvent, str | None] | 
                 None,
                 ref,
                 name=m["name"],
-                cycle=int(m["cycle"]),
+                cycle=read_int(m["cycle"]),
                 rank=_int(m["rank"]),
             )
             return event, m["utc"]
@@ -252,9 +278,9 @@ def _classify(msg: str, ref: EvidenceRef) -> tuple[LauncherEvent, str | None] | 
         if m is not None:
             return ev(
                 kinds.WORKER_FAILED,
-                exit_code=int(m["code"]),
-                rank=int(m["rank"]),
-                pid=int(m["pid"]),
+                exit_code=read_int(m["code"]),
+                rank=read_int(m["rank"]),
+                pid=read_int(m["pid"]),
             )
     if "Worker group" in msg:
         m = _GROUP_FAILED.search(msg)
@@ -266,16 +292,21 @@ def _classify(msg: str, ref: EvidenceRef) -> tuple[LauncherEvent, str | None] | 
         m = _SECTION_TIMEOUT.search(msg)
         if m is not None:
             return ev(
-                kinds.SECTION_TIMEOUT, name=m["section"] or "out_of_section", cycle=int(m["cycle"])
+                kinds.SECTION_TIMEOUT,
+                name=m["section"] or "out_of_section",
+                cycle=read_int(m["cycle"]),
             )
         m = _HEARTBEAT.search(msg)
         if m is not None:
-            return ev(kinds.HEARTBEAT_TIMEOUT, name="heartbeat", cycle=int(m["cycle"]))
+            return ev(kinds.HEARTBEAT_TIMEOUT, name="heartbeat", cycle=read_int(m["cycle"]))
     if "reclaimed" in msg:
         m = _GPU_RECLAIMED.search(msg)
         if m is not None:
             return ev(
-                kinds.GPU_RECLAIM, name="reclaimed", rank=int(m["gpu"]), duration_s=float(m["s"])
+                kinds.GPU_RECLAIM,
+                name="reclaimed",
+                rank=read_int(m["gpu"]),
+                duration_s=float(m["s"]),
             )
         m = _GPU_RECLAIM_TIMEOUT.search(msg)
         if m is not None:
@@ -289,7 +320,7 @@ def _classify(msg: str, ref: EvidenceRef) -> tuple[LauncherEvent, str | None] | 
         m = _EXIT_CODE.search(msg)
         if m is not None:
             kind = kinds.NO_RESTART if "must not be restarted" in msg else kinds.AGENT_EXIT
-            return ev(kind, exit_code=int(m["code"]))
+            return ev(kind, exit_code=read_int(m["code"]))
         if "Some rank(s) exited with non-zero exit code" in msg:
             return ev(kinds.RUN_FAILED)
     if (
@@ -331,6 +362,8 @@ def parse_launcher_log(path: Path, *, file: str | None = None) -> LauncherLog:
     known_span: list[tuple[datetime, EvidenceRef]] = []
     pending_span: list[tuple[datetime, EvidenceRef]] = []
     bad_stamp: EvidenceRef | None = None
+    bad_number: EvidenceRef | None = None
+    disk_full: EvidenceRef | None = None
     # which node's launcher a glog line's pid is (from the profiling events' node ids)
     node_of_pid: dict[int, int] = {}
     launcher_pids: list[int | None] = []
@@ -341,97 +374,111 @@ def parse_launcher_log(path: Path, *, file: str | None = None) -> LauncherLog:
     lineno = 0
     try:
         for lineno, text in iter_lines(path):
-            ts: datetime | None = None
-            msg: str
-            wlocal: str | None = None
-            node: int | None = None
-            launcher_pid: int | None = None
-            m = _NVRX_LINE.match(text) or _PLAIN_LINE.match(text)
-            if m is not None:
-                ts = _naive(m["ts"])
-                msg = m["msg"]
-                wlocal = m.groupdict().get("wlocal")
-                node = _int(m.groupdict().get("infra"))
-                if ts is not None:
-                    last_year = ts.year
-                elif bad_stamp is None:
-                    bad_stamp = EvidenceRef(name, lineno, clip_line(text))
-            else:
-                g = _GLOG_LINE.match(text)
-                if g is not None:
-                    try:
-                        ts = datetime.fromisoformat(
-                            f"{last_year or 1:04d}-{g['mon']}-{g['day']} {g['time']}"
-                        )
-                    except ValueError:  # month 13; Feb 29 waits for its year (below)
-                        ts = None
-                        if last_year is not None and bad_stamp is None:
-                            bad_stamp = EvidenceRef(name, lineno, clip_line(text))
-                    if last_year is None and ts is not None:
-                        pending_year.append(len(events))
-                    msg = g["msg"]
-                    launcher_pid = int(g["lpid"])
+            if disk_full is None and says_disk_full(text) is not None:
+                disk_full = EvidenceRef(name, lineno, clip_line(text))
+            try:
+                ts: datetime | None = None
+                msg: str
+                wlocal: str | None = None
+                node: int | None = None
+                launcher_pid: int | None = None
+                m = _NVRX_LINE.match(text) or _PLAIN_LINE.match(text)
+                if m is not None:
+                    ts = _naive(m["ts"])
+                    msg = m["msg"]
+                    wlocal = m.groupdict().get("wlocal")
+                    node = _int(m.groupdict().get("infra"))
+                    if ts is not None:
+                        last_year = ts.year
+                    elif bad_stamp is None:
+                        bad_stamp = EvidenceRef(name, lineno, clip_line(text))
                 else:
-                    # An untimestamped line: the launch-config block, or junk.
-                    if in_config:
-                        c = _CONFIG_LINE.match(text)
-                        if c is not None:
-                            config.setdefault(c["key"], c["value"].strip())
-                            config_refs.setdefault(
-                                c["key"], EvidenceRef(name, lineno, clip_line(text))
+                    g = _GLOG_LINE.match(text)
+                    if g is not None:
+                        try:
+                            ts = datetime.fromisoformat(
+                                f"{last_year or 1:04d}-{g['mon']}-{g['day']} {g['time']}"
                             )
-                            continue
-                        in_config = False
+                        except ValueError:  # month 13; Feb 29 waits for its year (below)
+                            ts = None
+                            if last_year is not None and bad_stamp is None:
+                                bad_stamp = EvidenceRef(name, lineno, clip_line(text))
+                        if last_year is None and ts is not None:
+                            pending_year.append(len(events))
+                        msg = g["msg"]
+                        launcher_pid = read_int(g["lpid"])
+                    else:
+                        # An untimestamped line: the launch-config block, or junk.
+                        if in_config:
+                            c = _CONFIG_LINE.match(text)
+                            if c is not None:
+                                value = c["value"].strip()
+                                if value.isdigit():  # read as a number later (max_restarts)
+                                    read_int(value)
+                                config.setdefault(c["key"], value)
+                                config_refs.setdefault(
+                                    c["key"], EvidenceRef(name, lineno, clip_line(text))
+                                )
+                                continue
+                            in_config = False
+                        continue
+                in_config = "Starting elastic_operator with launch configs" in msg
+                if ts is not None:
+                    ref = EvidenceRef(name, lineno, clip_line(text))
+                    if first is None:
+                        first = (ts, ref)
+                    last = (ts, ref)
+                    pending = launcher_pid is not None and last_year is None
+                    _widen(pending_span if pending else known_span, ts, ref)
+                    if not pending:
+                        writer = launcher_pid
+                        if writer is None and "Event: " in msg:
+                            p = _PROFILING_NODE.search(msg)
+                            writer = read_int(p["pid"]) if p is not None else None
+                        keys: tuple[int | None, ...] = (None,) if writer is None else (None, writer)
+                        for key in keys:
+                            _step(newest, steps, key, ts, ref)
+                if "nproc_per_node=" in msg:
+                    n = _NPROC.search(msg)
+                    if n is not None:
+                        read_int(n["n"])  # read as a number later
+                        config.setdefault("nproc_per_node", n["n"])
+                        config_refs.setdefault(
+                            "nproc_per_node", EvidenceRef(name, lineno, clip_line(text))
+                        )
+                found = _classify(msg, EvidenceRef(name, lineno, clip_line(text)))
+                if found is None:
                     continue
-            in_config = "Starting elastic_operator with launch configs" in msg
-            if ts is not None:
-                ref = EvidenceRef(name, lineno, clip_line(text))
-                if first is None:
-                    first = (ts, ref)
-                last = (ts, ref)
-                pending = launcher_pid is not None and last_year is None
-                _widen(pending_span if pending else known_span, ts, ref)
-                if not pending:
-                    writer = launcher_pid
-                    if writer is None and "Event: " in msg:
+                # the criteria read an event's line again for its other numbers (restart
+                # attempts, a cycle's progress): none may be past MAX_DIGITS either
+                check_numbers(msg)
+                event, utc_text = found
+                if utc_text is not None and ts is not None:
+                    stamp = _naive(utc_text)
+                    if stamp is not None:
+                        offsets.append(ts - stamp)
+                        utc_stamps[len(events)] = stamp
+                    elif bad_stamp is None:
+                        bad_stamp = EvidenceRef(name, lineno, clip_line(text))
+                if event.kind in (
+                    LauncherEventKind.SECTION_TIMEOUT,
+                    LauncherEventKind.HEARTBEAT_TIMEOUT,
+                ):
+                    # rank monitors log as workload:?(<local rank>)
+                    event = replace(event, rank=_int(wlocal))
+                if node is not None:
+                    event = replace(event, node=node)
+                    if event.kind is LauncherEventKind.PROFILING:
                         p = _PROFILING_NODE.search(msg)
-                        writer = int(p["pid"]) if p is not None else None
-                    keys: tuple[int | None, ...] = (None,) if writer is None else (None, writer)
-                    for key in keys:
-                        _step(newest, steps, key, ts, ref)
-            if "nproc_per_node=" in msg:
-                n = _NPROC.search(msg)
-                if n is not None:
-                    config.setdefault("nproc_per_node", n["n"])
-                    config_refs.setdefault(
-                        "nproc_per_node", EvidenceRef(name, lineno, clip_line(text))
-                    )
-            found = _classify(msg, EvidenceRef(name, lineno, clip_line(text)))
-            if found is None:
-                continue
-            event, utc_text = found
-            if utc_text is not None and ts is not None:
-                stamp = _naive(utc_text)
-                if stamp is not None:
-                    offsets.append(ts - stamp)
-                    utc_stamps[len(events)] = stamp
-                elif bad_stamp is None:
-                    bad_stamp = EvidenceRef(name, lineno, clip_line(text))
-            if event.kind in (
-                LauncherEventKind.SECTION_TIMEOUT,
-                LauncherEventKind.HEARTBEAT_TIMEOUT,
-            ):
-                # rank monitors log as workload:?(<local rank>)
-                event = replace(event, rank=_int(wlocal))
-            if node is not None:
-                event = replace(event, node=node)
-                if event.kind is LauncherEventKind.PROFILING:
-                    p = _PROFILING_NODE.search(msg)
-                    if p is not None:
-                        node_of_pid.setdefault(int(p["pid"]), node)
-            events.append(event)
-            naive_times.append(ts)
-            launcher_pids.append(launcher_pid)
+                        if p is not None:
+                            node_of_pid.setdefault(read_int(p["pid"]), node)
+                events.append(event)
+                naive_times.append(ts)
+                launcher_pids.append(launcher_pid)
+            except NumberTooLong:
+                # a line of evidence that cannot be read: the run cannot be judged by it
+                if bad_number is None:
+                    bad_number = EvidenceRef(name, lineno, clip_line(text))
     except OSError as exc:
         return LauncherLog(name, exists=True, line_count=lineno, read_error=str(exc))
 
@@ -487,6 +534,8 @@ def parse_launcher_log(path: Path, *, file: str | None = None) -> LauncherLog:
         config_refs=config_refs,
         utc_offset=offset,
         bad_stamp=bad_stamp,
+        bad_number=bad_number,
+        disk_full=disk_full,
         earliest_time=earliest[0] if earliest else None,
         earliest_ref=earliest[1] if earliest else None,
         latest_time=latest[0] if latest else None,

@@ -156,6 +156,8 @@ class Manifest:
     gpu_shared_with: Setting | None = None
     timed_out: Setting | None = None  # True: our launch deadline stopped the launcher
     interrupted: Setting | None = None  # the stop signal's name (True: unnamed); None: not
+    # the keys result.json holds (None: there is no result.json)
+    result_keys: frozenset[str] | None = None
 
     @property
     def planted(self) -> str | None:
@@ -286,6 +288,8 @@ def read_manifest(path: Path, run_dir: Path, result_path: Path | None = None) ->
         _raise_if_wrong(file, fields)
     if result is not None:
         rdoc, rfile = result
+        # _load made sure it is a JSON object
+        out["result_keys"] = frozenset(rdoc.data if isinstance(rdoc.data, dict) else ())
         rfields = Fields(rdoc.data)  # type: ignore[arg-type]
         out["exit_code"] = _exit_code(rfields, rdoc, rfile)
         out["end_time"] = rfields.get(time_field, "end_time")

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import cast
 
-from pytest_nvrx.evidence.refs import LineCursor
+from pytest_nvrx.evidence.refs import LineCursor, check_numbers, read_int
 from pytest_nvrx.evidence.replay import PrintModel
 from pytest_nvrx.evidence.workload import (
     IterationCommitted,
@@ -107,7 +107,7 @@ _EXCEPTION = re.compile(
 
 
 def _int_or_none(value: str | None) -> int | None:
-    return int(value) if value is not None else None
+    return read_int(value) if value is not None else None
 
 
 def _float_or_none(value: str | None) -> float | None:
@@ -199,7 +199,7 @@ class MegatronLogAdapter:
         if "] iteration " not in text:
             return None
         m = _ITERATION_NO.match(text)
-        return int(m[1]) if m is not None else None
+        return read_int(m[1]) if m is not None else None
 
     def event_kind(self, text: str) -> type | None:
         """The type of event :meth:`parse_line` makes of ``text`` (None: none), without making
@@ -221,8 +221,8 @@ class MegatronLogAdapter:
                 if f["key"] in _FIELDS
             )
             return IterationCommitted(
-                iteration=int(m["it"]),
-                total=int(m["total"]),
+                iteration=read_int(m["it"]),
+                total=read_int(m["total"]),
                 consumed_samples=_int_or_none(m["consumed"]),
                 loss=_float_or_none(loss["loss"]) if loss is not None else None,
                 time=at.local_time(m["ts"]),
@@ -233,12 +233,15 @@ class MegatronLogAdapter:
             return cast(_RefOnly, kind)(at.ref())
         if kind is SaveCompleted or kind is SaveScheduled:
             ts = m["ts"]
-            return kind(int(m["it"]), at.local_time(ts) if ts else None, at.ref())
+            return kind(read_int(m["it"]), at.local_time(ts) if ts else None, at.ref())
         if kind is LoadCompleted or kind is LoadStarted:
             # the line names the --load directory, not the iter_N checkpoint in it
-            return kind(int(m["it"]), at.ref(), directory=m["dir"])
+            return kind(read_int(m["it"]), at.ref(), directory=m["dir"])
         if kind is SettingReported:
-            return SettingReported(m["name"], m["value"], at.ref())
+            value = m["value"]
+            if m["name"] not in ("load", "save"):  # read as numbers later (log_interval, ...)
+                check_numbers(value)
+            return SettingReported(m["name"], value, at.ref())
         if kind is Milestone:
             return Milestone(_MILESTONES[m["what"]], at.local_time(m["ts"]), at.ref())
         component, version = _COMPONENTS[m["what"]], m["version"]

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pytest_nvrx.evidence.marker import read_marker
-from pytest_nvrx.evidence.refs import LineCursor
+from pytest_nvrx.evidence.refs import LineCursor, NumberTooLong, read_int
 from pytest_nvrx.evidence.workload import (
     LoadCompleted,
     LoadStarted,
@@ -212,7 +212,10 @@ class ProgressReader:
             end = len(line) - 1 if line.endswith(b"\r") else len(line)
             text = line[_body_start(line) : end].decode("utf-8", "replace")
             cursor.raw = text
-            event = adapter.parse_line(text, cursor)
+            try:
+                event = adapter.parse_line(text, cursor)
+            except NumberTooLong:  # no load of a run: the judgement says so, not the progress
+                continue
             if isinstance(event, LoadCompleted):
                 self._restored = event.iteration
             elif isinstance(event, LoadStarted):
@@ -281,7 +284,10 @@ def _iterations(pattern: re.Pattern[bytes], data: bytes) -> Iterator[tuple[int, 
     for line in data.split(b"\n"):
         found = pattern.match(line, _body_start(line))
         if found is not None:
-            yield int(found["it"]), int(found["total"])
+            try:
+                yield read_int(found["it"].decode()), read_int(found["total"].decode())
+            except NumberTooLong:  # no iteration of a run: left to the judgement
+                continue
 
 
 def _body_start(line: bytes) -> int:

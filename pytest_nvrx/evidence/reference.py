@@ -22,7 +22,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from pytest_nvrx.evidence.refs import LineCursor
+from pytest_nvrx.evidence.refs import LineCursor, read_int
 from pytest_nvrx.evidence.workload import (
     IterationCommitted,
     LoadCompleted,
@@ -41,7 +41,8 @@ from pytest_nvrx.layout import iteration_dir_name
 _TAG = "[ref] "
 # [ref] 2026-11-29T11:52:52.917+00:00 rank 0 <event>; any ISO offset is accepted and honoured
 _HEAD = re.compile(
-    r"\[ref\] (?P<ts>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:[+-]\d\d:\d\d|Z)) rank \d+ "
+    r"\[ref\] (?P<ts>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:[+-]\d\d:\d\d|Z))"
+    r" rank (?P<rank>\d+) "
 )
 # Only the event part (after the head) is matched below. Current lines print the floats with
 # repr and end with grad_norm; lines recorded before that (``loss 4.7973 lr 9.051e-03``) match
@@ -125,13 +126,13 @@ class ReferenceLogAdapter:
         if not text.startswith(_TAG):
             return None
         m = _STATED_RANK.match(text)
-        return int(m[1]) if m is not None else None
+        return read_int(m[1]) if m is not None else None
 
     def iteration_of(self, text: str) -> int | None:
         if not text.startswith(_TAG) or " iteration " not in text:
             return None
         m = _ITERATION_NO.match(text)
-        return int(m[1]) if m is not None else None
+        return read_int(m[1]) if m is not None else None
 
     def parse_line(self, text: str, at: LineCursor) -> WorkloadEvent | None:
         if not text.startswith(_TAG):
@@ -141,6 +142,7 @@ class ReferenceLogAdapter:
         head = _HEAD.match(text)
         if head is None:
             return None
+        read_int(head["rank"])  # a rank no count reads is no evidence (stated_rank reads it)
         event = text[head.end() :]
         time = at.aware_time(head["ts"])  # None: no clock reads it (year 9999)
         first = event[:4]
@@ -149,9 +151,9 @@ class ReferenceLogAdapter:
             if m is None:
                 return None
             return IterationCommitted(
-                iteration=int(m["it"]),
-                total=int(m["total"]),
-                consumed_samples=int(m["consumed"]),
+                iteration=read_int(m["it"]),
+                total=read_int(m["total"]),
+                consumed_samples=read_int(m["consumed"]),
                 loss=_float_or_none(m["loss"]),
                 time=time,
                 ref=at.ref(),
@@ -159,21 +161,21 @@ class ReferenceLogAdapter:
             )
         if first == "save":
             if (m := _SAVE_SCHEDULED.match(event)) is not None:
-                return SaveScheduled(int(m["it"]), time, at.ref(), path=_path(event))
+                return SaveScheduled(read_int(m["it"]), time, at.ref(), path=_path(event))
             if (m := _SAVE_COMPLETED.match(event)) is not None:
-                return SaveCompleted(int(m["it"]), time, at.ref())
+                return SaveCompleted(read_int(m["it"]), time, at.ref())
             if event.startswith("save failed "):
                 return WorkloadError(at.ref())
             return None
         if first == "load":
             if (m := _LOADED.match(event)) is not None:
                 return LoadCompleted(
-                    int(m["it"]),
+                    read_int(m["it"]),
                     at.ref(),
                     parts=_parts(m["parts"]),
                     path=_path(event),
                     time=time,
-                    consumed_samples=int(m["consumed"]) if m["consumed"] else None,
+                    consumed_samples=read_int(m["consumed"]) if m["consumed"] else None,
                 )
             if event.startswith("load failed: "):
                 return LoadFailed(at.ref())
@@ -194,7 +196,7 @@ class ReferenceLogAdapter:
             return WorkloadError(at.ref())
         if first == "exit":
             m = _EXIT.match(event)
-            if m is not None and int(m["code"]) != 0:
+            if m is not None and read_int(m["code"]) != 0:
                 return WorkloadError(at.ref())
         return None
 

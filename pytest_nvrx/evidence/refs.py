@@ -14,6 +14,8 @@ holds through the one :func:`~pytest_nvrx.settings.values.quote` (a ``repr``, cu
 
 from __future__ import annotations
 
+import errno
+import html
 import json
 import os
 import re
@@ -100,6 +102,23 @@ def printable(text: str, *, lines: bool = False) -> str:
     return (_CONTROL_BUT_NEWLINE if lines else _CONTROL).sub(_escaped, text)
 
 
+def html_text(text: str, quote: bool = True) -> str:
+    """Text from a judged run as it goes into an HTML page: :func:`printable` (a terminal escape
+    in a log line shows as ``\\x1b``, never as a raw byte someone may ``cat`` or copy into a
+    terminal), then ``html.escape``; newlines kept."""
+    return html.escape(printable(text, lines=True), quote)
+
+
+#: What a full disk or an exhausted quota makes a write say (ENOSPC, EDQUOT), as the launcher
+#: and the workers log it: a run that says it lost writes to it.
+DISK_FULL_WORDS = tuple(os.strerror(code) for code in (errno.ENOSPC, errno.EDQUOT))
+
+
+def says_disk_full(text: str) -> str | None:
+    """The words of :data:`DISK_FULL_WORDS` that ``text`` holds, None when none."""
+    return next((words for words in DISK_FULL_WORDS if words in text), None)
+
+
 class RefusedFile(OSError):
     """A path that is not read as evidence; the message says why, naming the path."""
 
@@ -127,8 +146,10 @@ def file_refusal(path: Path, root: Path | None = None, *, want_dir: bool = False
     """Why ``path`` cannot be read as evidence, or None when it can be (or does not exist).
 
     Refused: anything but a regular file (a directory with ``want_dir``), a symlink to nothing,
-    and a symlink whose target lies outside ``root`` (a file of the run must not be another
-    user's file). Only ``stat`` is used: nothing is opened, so a FIFO or device has no effect.
+    a symlink whose target lies outside ``root`` (a file of the run must not be another
+    user's file), and a directory that cannot be listed or searched (its permissions: its
+    files cannot be read, and absence is no evidence). Only ``stat`` is used on a file: nothing
+    is opened, so a FIFO or device has no effect; only a directory is opened (``O_DIRECTORY``).
     The reason is a phrase to put after the path ("is a FIFO, not a regular file").
     """
     try:
@@ -148,10 +169,24 @@ def file_refusal(path: Path, root: Path | None = None, *, want_dir: bool = False
             if not _inside(target, os.path.realpath(root)):
                 return f"is a symlink leaving {root.name or root}/ (to {quote(target)})"
     if want_dir:
-        return None if stat.S_ISDIR(st.st_mode) else f"is {file_kind(st.st_mode)}, not a directory"
+        if not stat.S_ISDIR(st.st_mode):
+            return f"is {file_kind(st.st_mode)}, not a directory"
+        return _unreadable_dir(path)
     if stat.S_ISREG(st.st_mode):
         return None
     return f"is {file_kind(st.st_mode)}, not a regular file"
+
+
+def _unreadable_dir(path: Path) -> str | None:
+    """Why the directory cannot be listed (no read permission) or its entries examined (no
+    search permission), None when both work."""
+    try:
+        with os.scandir(path):
+            pass
+        os.stat(os.path.join(path, os.curdir))
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror or exc})"
+    return None
 
 
 _OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0)
@@ -281,6 +316,40 @@ def split_rank_prefix(text: str) -> tuple[int | None, str]:
     return None, text
 
 
+#: The most digits a number read from a run's files may have. Every count a run writes (an
+#: iteration, consumed samples, a pid, an exit code, a cycle, a rank) fits in 64 bits, 19
+#: digits; a longer one is no count a run wrote, and ``int()`` of thousands of digits is
+#: refused (past 4300) or slow. Its line cannot be read: the run cannot be judged by it.
+MAX_DIGITS = 20
+# any script's digits, as the parsers' patterns read numbers (\d)
+_LONG_NUMBER = re.compile(f"\\d{{{MAX_DIGITS + 1},}}")
+
+
+class NumberTooLong(ValueError):
+    """A number of more than :data:`MAX_DIGITS` digits in a line a parser reads."""
+
+    def __init__(self, digits: int) -> None:
+        super().__init__(f"a number of {digits} digits (a run's counts have at most {MAX_DIGITS})")
+
+
+def read_int(text: str) -> int:
+    """The one reader of a number in a run's text (a pattern's ``\\d+``, an optional sign):
+    :class:`NumberTooLong` past :data:`MAX_DIGITS` digits, checked before ``int()`` is asked."""
+    digits = len(text) - (text[:1] in "+-")
+    if digits > MAX_DIGITS:
+        raise NumberTooLong(digits)
+    return int(text)
+
+
+def check_numbers(text: str) -> str:
+    """``text`` when no run of digits in it is longer than :data:`MAX_DIGITS`, else
+    :class:`NumberTooLong`: for a line whose numbers are read again later, as text."""
+    found = _LONG_NUMBER.search(text)
+    if found is not None:
+        raise NumberTooLong(len(found[0]))
+    return text
+
+
 class LineCursor:
     """The line a parser is looking at; turned into an :class:`EvidenceRef` only on a match.
 
@@ -288,7 +357,7 @@ class LineCursor:
     :meth:`ref` only for the few lines it recognises.
     """
 
-    __slots__ = ("bad_stamp", "file", "lineno", "raw", "tz")
+    __slots__ = ("bad_number", "bad_stamp", "file", "lineno", "raw", "tz")
 
     def __init__(self, file: str, tz: tzinfo = UTC) -> None:
         self.file = file
@@ -299,9 +368,17 @@ class LineCursor:
         # The first line whose stamp is no time (impossible, or outside TIME_RANGE): the
         # caller makes it "cannot judge" (a run's clock never reads such a time).
         self.bad_stamp: EvidenceRef | None = None
+        # The first line a parser recognised but could not read for a number longer than
+        # MAX_DIGITS (NumberTooLong): the caller makes it "cannot judge".
+        self.bad_number: EvidenceRef | None = None
 
     def ref(self) -> EvidenceRef:
         return EvidenceRef(self.file, self.lineno, clip_line(self.raw))
+
+    def unreadable_number(self) -> None:
+        """The line at the cursor holds a number past :data:`MAX_DIGITS` (its event dropped)."""
+        if self.bad_number is None or (self.bad_number.line or 0) > self.lineno:
+            self.bad_number = self.ref()
 
     def _unusable(self) -> None:
         if self.bad_stamp is None or (self.bad_stamp.line or 0) > self.lineno:

@@ -143,6 +143,27 @@ class Mismatch:
 
 
 @dataclass(frozen=True, slots=True)
+class FieldGap:
+    """A value one side prints for a compared iteration and the other side's line of it does not:
+    the comparison needs it on both, so it cannot be made (never "fewer values compared")."""
+
+    iteration: int
+    name: str
+    # the side that prints the value, and the line(s) of the side that does not
+    printed_ref: EvidenceRef
+    missing_refs: tuple[EvidenceRef, ...]
+    missing_in_candidate: bool
+
+    def describe(self, candidate: str, reference: str) -> str:
+        what = self.name.replace("_", " ")
+        has, lacks = (reference, candidate) if self.missing_in_candidate else (candidate, reference)
+        return (
+            f"iteration {self.iteration}'s {what} is printed by {has} ({self.printed_ref.location})"
+            f" but not by {lacks}'s line of it ({self.missing_refs[0].location})"
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class Derivation:
     """A candidate line whose averaged values were compared with a mean of reference lines."""
 
@@ -162,6 +183,8 @@ class Comparison:
     not_comparable: tuple[int, ...] = ()  # candidate lines the reference printed no match for
     max_relative: float = 0.0  # largest relative difference among values that agreed
     names: tuple[str, ...] = field(default=())
+    # values printed on one side only, for iterations both sides printed (at most ``keep``)
+    gaps: tuple[FieldGap, ...] = ()
 
     @property
     def passed(self) -> bool:
@@ -225,19 +248,50 @@ def compare(
     max_rel = 0.0
     n_values = 0
     seen_names: list[str] = []
+    gaps: list[FieldGap] = []
+
+    def compared_name(name: str) -> bool:
+        return name not in NOT_COMPARED and (wanted is None or name in wanted)
+
+    def gap(
+        it: int, name: str, printed: EvidenceRef, missing: Sequence[Printed], cand: bool
+    ) -> None:
+        if len(gaps) < keep and all((g.iteration, g.name) != (it, name) for g in gaps):
+            gaps.append(FieldGap(it, name, printed, tuple(p.event.ref for p in missing), cand))
+
     for cand in candidate:
         it = cand.iteration
         ok = True
         any_value = False
         same_line = by_iteration.get(it)
+        # what the reference prints for this line, the candidate must print too: a value of
+        # its own iteration from the same iteration's line, an averaged one from the line(s) of
+        # the same window
+        own = {name for name, _ in cand.event.values}
+        window_line = by_window.get(cand.window)
+        window = [window_line] if window_line is not None else None
+        if window is None and model.averaged:
+            window = _tile(cand.first, it, by_first)
+        sources = [(same_line, False)] if same_line is not None else []
+        sources += [(line, True) for line in window or ()]
+        for line, averaged_only in sources:
+            for name, _ in line.event.values:
+                if not compared_name(name) or name in own:
+                    continue
+                if (name in model.averaged) != averaged_only:
+                    continue
+                gap(it, name, line.event.ref, [cand], True)
+                ok = False
         for name, text in cand.event.values:
-            if name in NOT_COMPARED or (wanted is not None and name not in wanted):
+            if not compared_name(name):
                 continue
             if name in model.averaged:
                 ref_line = by_window.get(cand.window)
                 if ref_line is not None:
                     expected_text = ref_line.event.value(name)
                     if expected_text is None:
+                        gap(it, name, cand.event.ref, [ref_line], False)
+                        ok = False
                         continue
                     result = _direct(text, expected_text, rtol)
                     refs: tuple[EvidenceRef, ...] = (ref_line.event.ref,)
@@ -248,6 +302,9 @@ def compare(
                         continue
                     texts = [t.event.value(name) for t in tiles]
                     if any(t is None for t in texts):
+                        lacking = [t for t, x in zip(tiles, texts, strict=True) if x is None]
+                        gap(it, name, cand.event.ref, lacking, False)
+                        ok = False
                         continue
                     weights = [t.iteration - t.first + 1 for t in tiles]
                     result, expected_text = _derived(
@@ -262,6 +319,8 @@ def compare(
                     continue
                 expected_text = same_line.event.value(name)
                 if expected_text is None:
+                    gap(it, name, cand.event.ref, [same_line], False)
+                    ok = False
                     continue
                 result = _direct(text, expected_text, rtol)
                 refs = (same_line.event.ref,)
@@ -295,6 +354,7 @@ def compare(
         not_comparable=tuple(not_comparable),
         max_relative=max_rel,
         names=tuple(seen_names),
+        gaps=tuple(gaps),
     )
 
 

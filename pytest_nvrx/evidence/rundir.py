@@ -21,12 +21,21 @@ from pytest_nvrx.evidence.launcher_log import LauncherLog, parse_launcher_log
 from pytest_nvrx.evidence.manifest import Manifest, ManifestError, read_manifest
 from pytest_nvrx.evidence.marker import Marker, read_marker
 from pytest_nvrx.evidence.megatron import MEGATRON
-from pytest_nvrx.evidence.refs import EvidenceRef, Problem, display_path, file_refusal
+from pytest_nvrx.evidence.refs import (
+    MAX_DIGITS,
+    EvidenceRef,
+    Problem,
+    absent,
+    display_path,
+    file_refusal,
+    says_disk_full,
+)
 from pytest_nvrx.evidence.tracker import Tracker, read_tracker
 from pytest_nvrx.evidence.workload import (
     LoadCompleted,
     LoadStarted,
     VersionReported,
+    WorkloadError,
     WorkloadLogAdapter,
     get_adapter,
 )
@@ -35,8 +44,10 @@ from pytest_nvrx.layout import (
     CYCLE_LOG_NAMES,
     CYCLE_LOG_PATTERN,
     LATER_MARKER_PATTERN,
+    RESULT_NAME,
     RunLayout,
     marker_name,
+    node_file_name,
 )
 
 
@@ -104,6 +115,73 @@ class RunEvidence:
         return found
 
 
+#: What launch.RunResult.as_dict and the watchdog write in every result.json (launcher_pid and
+#: gpu_shared_with came later or are optional: runs recorded before them lack them)
+RESULT_KEYS = ("exit_code", "wall_s", "timed_out", "interrupted", "start_time", "end_time")
+
+
+def _result_missing(
+    layout: RunLayout, run_dir: Path, manifest: Manifest | None, node_index: int | None
+) -> list[Problem]:
+    """A run our harness launched (its run.json is there) and no result.json, or a result.json
+    without what it records: the harness writes it at every end of the launch, its watchdog when
+    the harness dies first; without it nothing says how the launch ended (its exit code, our
+    deadline, a stop signal), or that it ended at all (both SIGKILLed, the launcher ran on
+    unwatched; or the launch is still running). The logs then cannot show a whole recovery:
+    fatal. A run made by hand has neither file (the walkthrough's): its missing run.json claims
+    nothing, and it is judged from its logs. The harness of node ``node_index`` > 0 of a run
+    started node by node judges with its own record (``result.node1.json``): node 0's harness
+    may not have written result.json yet."""
+    if manifest is None:
+        return []
+    result = run_dir / RESULT_NAME
+    if manifest.result_keys is not None:
+        lacking = [key for key in RESULT_KEYS if key not in manifest.result_keys]
+        if not lacking:
+            return _no_exit_code(manifest)
+        return [
+            Problem(
+                "fatal",
+                f"{RESULT_NAME} records no {', '.join(map(repr, lacking))}: the harness and its"
+                f" watchdog write {', '.join(RESULT_KEYS)} in every {RESULT_NAME} (null where"
+                " unknown), so this one is not their record of how the launch ended",
+                absent(RESULT_NAME, f"no {lacking[0]!r} key"),
+            )
+        ]
+    if result.exists() or result.is_symlink() or not layout.manifest.exists():
+        return []  # there but unusable (read_manifest said why), or no run.json claims it
+    if node_index and (run_dir / node_file_name(RESULT_NAME, node_index)).is_file():
+        return []
+    return [
+        Problem(
+            "fatal",
+            f"{manifest.file} says our harness launched this run, but there is no {RESULT_NAME}:"
+            " the harness writes it when the launch ends (its watchdog, when the harness dies"
+            " first), so how the launch ended (its exit code, our deadline, a stop signal) is"
+            " unknown, or it has not ended",
+            absent(RESULT_NAME, "absent: the end of the launch was never recorded"),
+        )
+    ]
+
+
+def _no_exit_code(manifest: Manifest) -> list[Problem]:
+    """result.json's exit code is null though nothing stopped the launch: the harness records
+    the launcher's exit code whenever it saw it end; only a stop (the watchdog's "harness
+    killed", a signal, our deadline) leaves it unknown."""
+    timed_out = manifest.timed_out is not None and manifest.timed_out.value is True
+    if manifest.exit_code is not None or manifest.interrupted is not None or timed_out:
+        return []
+    return [
+        Problem(
+            "fatal",
+            f"{RESULT_NAME} records no exit code (null), yet neither a stop signal nor our"
+            " deadline ended the launch: the harness records the launcher's exit code whenever"
+            " it saw it end, so how this launch ended is unknown",
+            absent(RESULT_NAME, "exit_code null"),
+        )
+    ]
+
+
 def _adapter_for(
     manifest: Manifest | None, adapter: WorkloadLogAdapter | None
 ) -> WorkloadLogAdapter:
@@ -120,6 +198,7 @@ def load_run(
     *,
     adapter: WorkloadLogAdapter | None = None,
     read_checkpoints: bool = True,
+    node_index: int | None = None,
 ) -> RunEvidence:
     """Read a run directory in the walkthrough's layout.
 
@@ -127,24 +206,30 @@ def load_run(
     registered for run.json's ``workload`` (Megatron when there is no manifest). With
     ``read_checkpoints`` the metadata of each checkpoint the logs say was loaded is read, and of
     the save the marker says was in flight at the fault (whether a partial ``iter_N/`` is left).
+    ``node_index``: the node of a run of several nodes started by hand whose harness is judging
+    (its own end is recorded in its own result file, node 0's may not be written yet).
     Raises :class:`RunDirError` only when ``run_dir`` is not a directory; everything else
     missing or broken becomes a Problem.
     """
     run_dir = Path(run_dir)
-    if not run_dir.exists():
+    if not os.path.lexists(run_dir):
         raise RunDirError(f"run directory {run_dir} does not exist")
-    if not run_dir.is_dir():
-        raise RunDirError(f"run directory {run_dir} is not a directory")
+    why = file_refusal(run_dir, want_dir=True)
+    if why is not None:
+        raise RunDirError(f"run directory {run_dir} {why}")
     layout = RunLayout.for_run(
         run_dir, Path(checkpoint_dir) if checkpoint_dir is not None else None
     )
     problems: list[Problem] = []
-    # Only a directory is a directory of evidence: a file (or FIFO, ...) in its place is no run.
+    # Only a directory is a directory of evidence: a file (or FIFO, ...) in its place is no run,
+    # and one that cannot be read (its permissions) hides what it holds.
+    refused_dirs: set[Path] = set()
     for directory in (layout.checkpoint_dir, layout.cycle_infos, layout.logs):
         why = file_refusal(directory, want_dir=True)
         if why is not None:
             problems.append(Problem("fatal", f"{display_path(directory, run_dir)} {why}"))
-    if checkpoint_dir is not None and not layout.checkpoint_dir.exists():
+            refused_dirs.add(directory)
+    if checkpoint_dir is not None and not os.path.lexists(layout.checkpoint_dir):
         problems.append(
             Problem("fatal", f"checkpoint directory {layout.checkpoint_dir} does not exist")
         )
@@ -156,6 +241,7 @@ def load_run(
         problems.append(
             Problem("fatal", f"{exc}: cannot tell what this run was asked to do or how it ended")
         )
+    problems += _result_missing(layout, run_dir, manifest, node_index)
     if manifest is not None and manifest.interrupted is not None:
         signal = manifest.interrupted
         named = f" ({signal.value})" if isinstance(signal.value, str) else ""
@@ -191,7 +277,8 @@ def load_run(
     if not launcher.exists:
         problems.append(Problem("warning", f"{launcher.file} is missing"))
     elif launcher.read_error and refused is None:
-        problems.append(Problem("warning", f"{launcher.file} unreadable: {launcher.read_error}"))
+        # it is there and could not be read (its permissions, EIO): what it says is unknown
+        problems.append(Problem("fatal", f"{launcher.file} unreadable: {launcher.read_error}"))
     # Megatron's naive timestamps are in the same host zone as the launcher's.
     zone: tzinfo = timezone(launcher.utc_offset) if launcher.utc_offset is not None else UTC
 
@@ -201,6 +288,20 @@ def load_run(
         problems.append(Problem("warning", f"{infos.dir}/ is missing: no launcher cycle records"))
 
     cycle_logs = _read_cycle_logs(layout, infos, workload_adapter, zone, problems)
+    problems += _unread_numbers(launcher, cycle_logs)
+    full = _disk_full(launcher, cycle_logs)
+    if full is not None:
+        # it explains what else is missing or cut short: it leads
+        problems.insert(
+            0,
+            Problem(
+                "fatal",
+                f"{full.location} says {says_disk_full(full.text)}: a write of the run failed"
+                " for a full disk or quota, so its logs, records and checkpoints may be cut"
+                " short and it cannot be judged; free space where it writes and run it again",
+                full,
+            ),
+        )
 
     if not (launcher.exists or cycle_logs or infos.records or marker is not None):
         problems.append(
@@ -222,7 +323,7 @@ def load_run(
         problems.append(Problem("warning", f"tracker {tracker.file}: {tracker.error}", tracker.ref))
 
     checkpoints: list[CheckpointMetadata] = []
-    if read_checkpoints:
+    if read_checkpoints and layout.checkpoint_dir not in refused_dirs:
         loaded = sorted(
             {
                 e.iteration
@@ -254,6 +355,33 @@ def load_run(
         problems=tuple(problems),
         later_markers=later_markers,
     )
+
+
+def _unread_numbers(launcher: LauncherLog, logs: tuple[CycleLog, ...]) -> list[Problem]:
+    """A line of evidence the parsers left out for a number past MAX_DIGITS (refs.read_int)."""
+    refs = [launcher.bad_number, *(log.bad_number for log in logs)]
+    return [
+        Problem(
+            "fatal",
+            f"{ref.location} holds a number of more than {MAX_DIGITS} digits, which no count of"
+            " a run has: the line cannot be read, so the run cannot be judged by it",
+            ref,
+        )
+        for ref in refs
+        if ref is not None
+    ]
+
+
+def _disk_full(launcher: LauncherLog, logs: tuple[CycleLog, ...]) -> EvidenceRef | None:
+    """The first line that says a write failed for a full disk or quota: the launcher's, else
+    a worker's error."""
+    if launcher.disk_full is not None:
+        return launcher.disk_full
+    for log in logs:
+        for error in log.of_type(WorkloadError):
+            if says_disk_full(error.ref.text) is not None:
+                return error.ref
+    return None
 
 
 def _later_markers(layout: RunLayout, problems: list[Problem]) -> tuple[tuple[int, Marker], ...]:
@@ -309,8 +437,8 @@ def _read_cycle_logs(
             problems.append(
                 Problem("warning", f"{log.file} is missing (cycle {cycle} is in {infos.dir}/)")
             )
-        elif log.read_error:
-            problems.append(Problem("warning", f"{log.file} unreadable: {log.read_error}"))
+        elif log.read_error:  # there, and not read: what it says is unknown
+            problems.append(Problem("fatal", f"{log.file} unreadable: {log.read_error}"))
         logs.append(log)
     return tuple(logs)
 
@@ -329,6 +457,18 @@ def _cycle_log_paths(
     problem: nothing says which file is the evidence."""
     run_dir = layout.run_dir
     candidates = {c: list(files) for c, files in layout.cycle_log_candidates().items()}
+    for cycle in [c for c in candidates if c >= 10**MAX_DIGITS]:
+        # (a name holds at most 255 bytes: its number is cheap to read, but no cycle's)
+        for path in candidates.pop(cycle):
+            name = display_path(path, run_dir)
+            problems.append(
+                Problem(
+                    "fatal",
+                    f"{name} is named for a cycle of {len(str(cycle))} digits, which no cycle of"
+                    " a run has: which cycle's log it is cannot be told",
+                    EvidenceRef(name, None, "(a name no cycle has)"),
+                )
+            )
     strays = _look_alikes(layout)
     records: dict[int, CycleInfo] = {}
     for info in infos.records:

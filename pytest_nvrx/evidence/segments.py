@@ -7,17 +7,38 @@ it*: its own marker, the launcher's events without the other faults' failure rec
 cycles up to its replacement (the last recovery keeps every later cycle: it runs to the end). The
 criteria then judge each recovery as they judge a run of one fault; what is no single recovery's
 (the end of the run, failures no fault explains, the restart budget) is judged over the whole run.
+
+Each segment's recovery clock (:func:`~pytest_nvrx.evidence.timeline.recovery_clock` over its
+view) is computed here, once: :class:`FaultRecovery` is what every output reads of it (verify's
+per-fault timings, the console's rows, the report's bars, the JUnit properties, the downtime
+gate), and :func:`schedule_downtime_s` the schedule's total. A recovery whose replacement the
+next fault struck while it restored ends at that fault's instant: it is down until then, and
+the milestones a fault in the restore comes before (the checkpoint loaded, the first committed
+step) are *not reached*, not missing.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from typing import Any, Literal
 
 from pytest_nvrx.evidence.launcher_log import LauncherEvent
 from pytest_nvrx.evidence.manifest import Setting
 from pytest_nvrx.evidence.marker import Marker
+from pytest_nvrx.evidence.refs import seconds_between
 from pytest_nvrx.evidence.rundir import RunEvidence
-from pytest_nvrx.evidence.timeline import Timeline, build_timeline, is_failure
+from pytest_nvrx.evidence.timeline import (
+    PHASES,
+    Instant,
+    Phase,
+    RecoveryClock,
+    Timeline,
+    build_timeline,
+    is_failure,
+    recovery_clock,
+)
 from pytest_nvrx.settings.schedule import ScheduledFault
 
 
@@ -30,6 +51,8 @@ class FaultSegment:
     marker: Marker
     view: RunEvidence
     timeline: Timeline
+    #: the recovery clock of :attr:`view` (computed once, here)
+    clock: RecoveryClock
     #: the next fault struck this fault's replacement while it loaded (window restore): the
     #: replacement never trained, and the next fault's recovery restores in its place
     interrupted_restore: bool
@@ -98,13 +121,15 @@ def fault_segments(run: RunEvidence, schedule: tuple[ScheduledFault, ...]) -> li
                 ),
             )
         nxt = markers[i + 1] if not last else None
+        own = build_timeline(view)
         out.append(
             FaultSegment(
                 position=i + 1,
                 schedule=schedule,
                 marker=marker,
                 view=view,
-                timeline=build_timeline(view),
+                timeline=own,
+                clock=recovery_clock(view, own),
                 interrupted_restore=nxt is not None and nxt.window == "restore",
                 last=last,
                 next_marker=nxt,
@@ -117,3 +142,228 @@ def unexplained_failures(run: RunEvidence, segments: list[FaultSegment]) -> list
     """The launcher's failure records that no scheduled fault's recovery window holds."""
     explained = {id(e) for s in segments for e in s.timeline.failure_events}
     return [e for e in run.launcher.events if is_failure(e) and id(e) not in explained]
+
+
+# ----------------------------------------------------------------------------------------------
+# Every recovery of a schedule, measured
+
+#: the milestones a fault in a replacement's restore comes before: the replacement it struck never
+#: reached them (the fault fires inside its checkpoint load, after its workers started)
+CUT_BY_RESTORE_FAULT = frozenset({"checkpoint_loaded", "first_step"})
+#: the milestones of a replacement: where the launcher had to stop the job, none was started
+CUT_BY_STOP = frozenset({"rendezvous", "workers_started", "checkpoint_loaded", "first_step"})
+
+#: how a scheduled fault's recovery ended: its first committed step; the next fault struck its
+#: replacement while it restored; no restart was due (the launcher had to stop the job); or
+#: none of these (the evidence shows no step committed after the restore)
+RecoveryOutcome = Literal["recovered", "struck", "stopped", "not recovered"]
+
+
+def outcome_note(outcome: str | None, struck_by: int | None, stopped: str | None) -> str | None:
+    """How a schedule's recovery ended, in words, where it did not recover: what verify, the
+    console's row and the report's bar say instead of a downtime to a first step (None: it
+    recovered)."""
+    if outcome == "stopped":
+        return f"no restart due: {stopped} stopped the job"
+    if outcome == "struck":
+        return f"struck while restoring by fault {struck_by}"
+    if outcome == "not recovered":
+        return "not recovered: no step committed after the restore"
+    return None
+
+
+@dataclass(frozen=True)
+class FaultRecovery:
+    """One scheduled fault's recovery, as its segment's recovery clock measured it.
+
+    It ends at its first committed step; where the next fault struck its replacement while it
+    restored, at that fault's instant (:attr:`struck`): the recovery was down until then, and
+    the next fault's recovery restores in its place. After the fault at which the launcher had
+    to stop the job (:attr:`stopped`: its restart budget, NVRx's no-progress limit) no recovery
+    was due: it has no downtime and adds none to the schedule's.
+    """
+
+    position: int  # 1-based
+    count: int  # the faults of the schedule
+    fault: str  # FAULT@WINDOW
+    clock: RecoveryClock = field(compare=False, repr=False)
+    marker: Marker = field(compare=False, repr=False)
+    #: the next fault's instant, where it struck this recovery's replacement while it restored
+    struck: Instant | None = None
+    #: why no restart was due after this fault (the judgement's expected end of the run: the
+    #: launcher's restart budget, NVRx's no-progress limit); None: a recovery was due
+    stopped: str | None = None
+
+    @property
+    def label(self) -> str:
+        """``fault 1 of 2, kill@step``."""
+        return f"fault {self.position} of {self.count}, {self.fault}"
+
+    @property
+    def struck_by(self) -> int | None:
+        """The fault that struck this recovery's replacement while it restored."""
+        return self.position + 1 if self.struck is not None else None
+
+    @property
+    def due(self) -> bool:
+        """A recovery was due (the job was not to be stopped after this fault)."""
+        return self.stopped is None
+
+    @property
+    def outcome(self) -> RecoveryOutcome:
+        if self.stopped is not None:
+            return "stopped"
+        if self.struck is not None:
+            return "struck"
+        return "recovered" if self.clock.at("first_step") is not None else "not recovered"
+
+    @property
+    def end(self) -> datetime | None:
+        """When the recovery ended: the next fault's instant where that struck it, else its
+        first committed step (None: neither, or no recovery was due)."""
+        if self.stopped is not None:
+            return None
+        if self.struck is not None:
+            return self.struck.time
+        return self.clock.at("first_step")
+
+    @property
+    def downtime_s(self) -> float | None:
+        """The fault's instant to the end of its recovery (:attr:`end`); None where the evidence
+        does not show both, or no recovery was due."""
+        return seconds_between(self.clock.at("failure"), self.end)
+
+    @property
+    def unreached(self) -> tuple[str, ...]:
+        """The phases a recovery never reached (ids of :data:`PHASES`): a struck one's that end
+        at a milestone the fault in its restore came before (:data:`CUT_BY_RESTORE_FAULT`), a
+        stopped one's that end at a replacement's (:data:`CUT_BY_STOP`), each starting at a
+        milestone it reached or at another such one. Any other phase the evidence lacks is
+        missing."""
+        if self.stopped is not None:
+            cut = CUT_BY_STOP
+        elif self.struck is not None:
+            cut = CUT_BY_RESTORE_FAULT
+        else:
+            return ()
+        return tuple(
+            spec.id
+            for spec in PHASES
+            if spec.end in cut
+            and self.clock.at(spec.end) is None
+            and (spec.start in cut or self.clock.at(spec.start) is not None)
+        )
+
+    @property
+    def phases(self) -> tuple[Phase, ...]:
+        """The clock's phases; those the recovery never reached say why."""
+        unreached = self.unreached
+        if not unreached:
+            return self.clock.phases
+        if self.stopped is not None:
+            why = f"not reached: no restart was due ({self.stopped} stopped the job)"
+        else:
+            why = f"not reached: fault {self.struck_by} struck the replacement while it restored"
+        return tuple(replace(p, missing=why) if p.id in unreached else p for p in self.clock.phases)
+
+    @property
+    def restoring_s(self) -> float | None:
+        """A struck recovery's restore, cut short: its workers started to the next fault's
+        instant (None: not struck, or its workers' start is not in the evidence)."""
+        if self.struck is None:
+            return None
+        return seconds_between(self.clock.at("workers_started"), self.struck.time)
+
+    @property
+    def unattributed_s(self) -> float | None:
+        """The downtime neither a known phase nor a struck restore covers (milestones
+        missing): known phases plus :attr:`restoring_s` plus this are the downtime."""
+        if self.struck is None:
+            return self.clock.unattributed_s if self.due else None
+        downtime = self.downtime_s
+        if downtime is None:
+            return None
+        phases = self.phases
+        unreached = set(self.unreached)
+        restoring = self.restoring_s
+        if (
+            restoring is not None
+            and restoring >= 0
+            and all(p.seconds is not None for p in phases if p.id not in unreached)
+        ):
+            return 0.0
+        known = sum(p.seconds for p in phases if p.seconds is not None)
+        return round(downtime - known - (restoring or 0.0), 3)
+
+    def note(self) -> str | None:
+        """How the recovery ended, in words, where it did not recover (:func:`outcome_note`)."""
+        return outcome_note(self.outcome, self.struck_by, self.stopped)
+
+    def timings(self) -> dict[str, float]:
+        """verify's timings of this recovery (the clock's, less the whole run's)."""
+        return self.clock.recovery_timings()
+
+    def as_dict(self) -> dict[str, Any]:
+        """verify's ``recoveries`` entry (docs/criteria.md)."""
+        return {
+            "position": self.position,
+            "fault": self.fault,
+            "outcome": self.outcome,
+            "struck_by": self.struck_by,
+            "stopped": self.stopped,
+            "downtime_s": self.downtime_s,
+            "timings": self.timings(),
+        }
+
+
+def fault_recoveries(
+    segments: Sequence[FaultSegment], stop: tuple[int, str] | None = None
+) -> tuple[FaultRecovery, ...]:
+    """Every segment's recovery; ``stop``: the fault after which the launcher had to stop the
+    job, and why (no recovery was due after it)."""
+    out = []
+    for segment in segments:
+        nxt = segment.next_marker
+        struck = None
+        if segment.interrupted_restore and nxt is not None:
+            struck = Instant(nxt.time, nxt.ref("time"))
+        stopped = stop[1] if stop is not None and stop[0] == segment.position else None
+        out.append(
+            FaultRecovery(
+                position=segment.position,
+                count=len(segment.schedule),
+                fault=str(segment.scheduled),
+                clock=segment.clock,
+                marker=segment.marker,
+                struck=struck,
+                stopped=stopped,
+            )
+        )
+    return tuple(out)
+
+
+def schedule_downtime_s(recoveries: Sequence[FaultRecovery]) -> float | None:
+    """A schedule's total downtime: the union of its due recoveries' down intervals (each fault's
+    instant to the end of its recovery). None where one of them is not measurable (or runs
+    backwards: the clocks disagree), or no recovery was due."""
+    intervals: list[tuple[datetime, datetime]] = []
+    for recovery in recoveries:
+        if not recovery.due:
+            continue
+        start, end = recovery.clock.at("failure"), recovery.end
+        if start is None or end is None or end < start:
+            return None
+        intervals.append((start, end))
+    if not intervals:
+        return None
+    total = 0.0
+    intervals.sort()
+    run_start, run_end = intervals[0]
+    for start, end in intervals[1:]:
+        if start > run_end:
+            total += (run_end - run_start).total_seconds()
+            run_start, run_end = start, end
+        else:
+            run_end = max(run_end, end)
+    total += (run_end - run_start).total_seconds()
+    return round(total, 3)

@@ -7,7 +7,10 @@ Any failure record outside that window is "another" failure.
 
 The recovery clock (:func:`recovery_clock`) is computed here once from the timeline: the
 recovery's milestones, its phases and the downtime. verify's timings, the recovery report
-(pytest_nvrx.report) and the downtime gate (pytest_nvrx.scenario_run) all read it.
+(pytest_nvrx.report) and the downtime gate (pytest_nvrx.scenario_run) all read it. A failure
+the launcher recorded after it was told to stop (its ``death signal`` line: our run timeout
+killed the run, a stop signal) is its own shutdown's, never the fault's detection: the clock
+then has no detection, and no timing from one (the criteria judge that record as they do).
 """
 
 from __future__ import annotations
@@ -270,6 +273,16 @@ PHASES: tuple[PhaseSpec, ...] = (
 )
 
 
+#: the timings of :meth:`RecoveryClock.timings` that are the whole run's, not its recovery's
+RUN_TIMINGS = frozenset(
+    {
+        "launcher_start_to_first_iteration_s",
+        "launcher_start_to_first_checkpoint_s",
+        "whole_run_s",
+    }
+)
+
+
 @dataclass(frozen=True, slots=True)
 class Instant:
     """A milestone: when it was (None: the evidence does not show it) and the line that shows it."""
@@ -350,6 +363,15 @@ class RecoveryClock:
             return 0.0
         return round(downtime - sum(p.seconds for p in phases if p.seconds is not None), 3)
 
+    def run_timings(self) -> dict[str, float]:
+        """The whole run's timings of :meth:`timings` (:data:`RUN_TIMINGS`): a fault schedule's
+        run reports these for the run and every other one per fault."""
+        return {k: v for k, v in self.timings().items() if k in RUN_TIMINGS}
+
+    def recovery_timings(self) -> dict[str, float]:
+        """The recovery's own timings of :meth:`timings` (all but :data:`RUN_TIMINGS`)."""
+        return {k: v for k, v in self.timings().items() if k not in RUN_TIMINGS}
+
     def timings(self) -> dict[str, float]:
         """verify's timings: seconds between the recovery's instants, where the evidence shows
         both ends (``checkpoint_loaded``: :func:`loaded_at`)."""
@@ -394,6 +416,8 @@ def recovery_clock(run: RunEvidence, timeline: Timeline | None = None) -> Recove
     )
 
     detected = timeline.detected
+    if detected is not None and _after_stop(run, detected):
+        detected = None  # the launcher's shutdown, not a detection of the fault
     detected_t = detected.time if detected is not None else None
     started_first = (
         timeline.replacement_started.time if timeline.replacement_started is not None else None
@@ -446,6 +470,18 @@ def recovery_clock(run: RunEvidence, timeline: Timeline | None = None) -> Recove
         first_iteration=first_it.time if first_it else None,
         first_checkpoint=first_saved.time if first_saved else None,
     )
+
+
+def _after_stop(run: RunEvidence, event: LauncherEvent) -> bool:
+    """Whether the launcher wrote ``event`` after it was told to stop
+    (:meth:`~pytest_nvrx.evidence.launcher_log.LauncherLog.signalled`): a record of its own
+    shutdown."""
+    stop = run.launcher.signalled()
+    if stop is None:
+        return False
+    if stop.ref.file == event.ref.file and stop.ref.line is not None and event.ref.line is not None:
+        return event.ref.line > stop.ref.line
+    return stop.time is not None and event.time is not None and event.time >= stop.time
 
 
 def _instant(event: LauncherEvent | None) -> Instant:

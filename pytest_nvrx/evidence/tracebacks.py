@@ -27,7 +27,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from pytest_nvrx.evidence.refs import EvidenceRef, LineCursor
+from pytest_nvrx.evidence.refs import EvidenceRef, LineCursor, read_int
 from pytest_nvrx.evidence.workload import TracebackFrame, WorkloadError
 
 HEAD = "Traceback (most recent call last)"
@@ -43,6 +43,37 @@ _FRAME = re.compile(r'\s+File "(?P<path>[^"]*)", line (?P<line>\d+), in (?P<func
 _EXCEPTION = re.compile(r"(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?::(?:\s.*)?)?\s*$")
 _MARKS = frozenset("^~ \t")
 _SITE_DIRS = ("/site-packages/", "/dist-packages/")
+
+
+#: What the dynamic loader says of a compiled module it could not load whole: one cut short,
+#: as a file still being written (or left cut) is when it is imported.
+_HALF_BUILT = re.compile(
+    r"ImportError: (?P<path>.+?\.(?:so|pyd)): (?P<why>file too short|invalid ELF header"
+    r"|ELF load command past end of file|cannot read file data.*?)\s*$"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class HalfBuilt:
+    """An ImportError of a compiled module the loader found incomplete."""
+
+    path: str
+    #: the loader's words: ``file too short``, ``invalid ELF header``, ...
+    why: str
+
+    @property
+    def name(self) -> str:
+        return self.path.replace("\\", "/").rsplit("/", 1)[-1]
+
+
+def half_built(exception: str | None) -> HalfBuilt | None:
+    """The module an exception line says was imported half built, else None:
+    ``ImportError: /m/megatron/core/datasets/helpers_cpp.cpython-312-x86_64-linux-gnu.so: file
+    too short``."""
+    if exception is None:
+        return None
+    match = _HALF_BUILT.match(exception)
+    return HalfBuilt(match["path"], match["why"]) if match is not None else None
 
 
 def short_path(path: str, roots: tuple[str, ...] = ()) -> str:
@@ -145,7 +176,9 @@ class TracebackAssembler:
             m = _FRAME.match(text)
             if m is not None:
                 path, func = m["path"], m["func"]
-                frame = _Frame(path, int(m["line"]), func, at.ref(), is_checkpoint_load(path, func))
+                frame = _Frame(
+                    path, read_int(m["line"]), func, at.ref(), is_checkpoint_load(path, func)
+                )
                 if tb.load is None and frame.load:
                     tb.load = frame
                 tb.last = frame

@@ -13,16 +13,19 @@ and word its :class:`Tracker` for their readers. The stdlib-only injector keeps 
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from pytest_nvrx.evidence.refs import (
     EvidenceRef,
     FileTooLarge,
+    NumberTooLong,
     clip_line,
     display_path,
     file_refusal,
     read_capped,
+    read_int,
 )
 from pytest_nvrx.settings.values import quote
 
@@ -60,8 +63,12 @@ def read_tracker(path: Path, run_dir: Path, *, confined: bool = True) -> Tracker
     only one in the checkpoint directory: a symlink leaving it is refused. A user's own
     checkpoint directory (its baseline) may link its tracker anywhere."""
     file = display_path(path, run_dir)
-    if not path.exists() and not path.is_symlink():
+    try:
+        os.lstat(path)
+    except (FileNotFoundError, NotADirectoryError):
         return Tracker(file, exists=False, ref=EvidenceRef(file, None, "(absent)"))
+    except OSError as exc:  # its directory cannot be searched: absence is not known
+        return _refused(file, f"cannot be examined ({exc.strerror or exc})")
     root = path.parent if confined else None
     why = file_refusal(path, root)
     if why is not None:
@@ -70,8 +77,8 @@ def read_tracker(path: Path, run_dir: Path, *, confined: bool = True) -> Tracker
         raw = read_capped(path, _MAX_BYTES, root, shown=file)
     except FileTooLarge as exc:
         return _refused(file, f"is {exc.size} bytes, over the {exc.limit}-byte cap of a tracker")
-    except OSError as exc:
-        return Tracker(file, exists=True, error=str(exc), ref=EvidenceRef(file, None, str(exc)))
+    except OSError as exc:  # (its permissions, EIO): what it holds is unknown, not absent
+        return _refused(file, f"cannot be read ({exc.strerror or exc})")
     try:
         text = raw.decode("utf-8").strip(_ASCII_SPACE)
     except UnicodeDecodeError as exc:
@@ -83,6 +90,11 @@ def read_tracker(path: Path, run_dir: Path, *, confined: bool = True) -> Tracker
     if text == "release":
         return Tracker(file, exists=True, release=True, ref=ref, text=text)
     if text.isascii() and text.isdigit():  # not str.isdigit alone: it accepts '²', int() not
-        return Tracker(file, exists=True, iteration=int(text), ref=ref, text=text)
+        try:
+            return Tracker(file, exists=True, iteration=read_int(text), ref=ref, text=text)
+        except NumberTooLong as exc:
+            return Tracker(
+                file, exists=True, error=f"not an iteration: {exc}", ref=ref, junk=True, text=text
+            )
     what = "empty" if not text else f"not an iteration: {quote(text)}"
     return Tracker(file, exists=True, error=what, ref=ref, junk=bool(text), text=text)

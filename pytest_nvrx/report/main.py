@@ -22,7 +22,12 @@ from typing import Any, TextIO
 
 from pytest_nvrx.evidence.refs import printable
 from pytest_nvrx.evidence.rundir import RunDirError
-from pytest_nvrx.outputs import OutputRefused, check_outputs, write_output
+from pytest_nvrx.outputs import (
+    OutputRefused,
+    check_output_targets,
+    check_outputs,
+    write_output,
+)
 from pytest_nvrx.report.model import ScenarioReport
 from pytest_nvrx.report.render import render_html, report_json, selftest_section
 from pytest_nvrx.settings import argparse_type, parse_rtol
@@ -68,10 +73,12 @@ def write_report(
 
 
 def output_refusal(outputs: Sequence[tuple[str, Path]], run_dirs: Sequence[Path]) -> str | None:
-    """Why the outputs must not be written: one resolves into a RUN_DIR being judged
-    (``report X -o X/run.json`` replaced the manifest with HTML) or two are one file."""
+    """Why the outputs must not be written: something other than a regular file lies at one (a
+    device, FIFO, symlink: the rename would replace it), one resolves into a RUN_DIR being
+    judged (``report X -o X/run.json`` replaced the manifest with HTML) or two are one file."""
     try:
         check_outputs(outputs, [("run dir", Path(d)) for d in run_dirs])
+        check_output_targets(outputs)
     except OutputRefused as exc:
         return str(exc)
     return None
@@ -161,7 +168,7 @@ def report_main(
         err.write(printable(f"report: error: cannot write the report: {exc}") + "\n")
         return EXIT_USAGE
     for r in reports:
-        down = f" (downtime {r.downtime_s:.1f} s)" if r.downtime_s is not None else ""
+        down = f" ({r.downtime_text()})" if r.downtime_s is not None else ""
         out.write(printable(f"{r.name}: {r.outcome}{down}") + "\n")  # the run's text, escaped
     section = selftest_section(reports)
     if section is not None:

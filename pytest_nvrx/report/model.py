@@ -27,7 +27,7 @@ from pytest_nvrx.evidence.timeline import PHASES as PHASES  # re-exported: the r
 from pytest_nvrx.plants import Plant, plant_named
 from pytest_nvrx.report.loss import LossSeries, loss_series
 from pytest_nvrx.report.plain import flat_dict, start_time
-from pytest_nvrx.report.recovery import Recovery, recovery_of
+from pytest_nvrx.report.recovery import Recovery, fault_recovery_of, recovery_of
 from pytest_nvrx.report.timeline import TimelineData, timeline_data
 from pytest_nvrx.selftest_outcome import PlantOutcome, control_outcome, plant_outcome
 
@@ -69,7 +69,8 @@ class ScenarioReport:
     problems: tuple[str, ...]
     stack: dict[str, Any]
     timings: dict[str, float]
-    recovery: Recovery | None  # None: a baseline, or no fault time to measure from
+    # None: a baseline, or no fault time to measure from; a fault schedule's first recovery
+    recovery: Recovery | None
     timeline: TimelineData
     loss: LossSeries
     #: the limits the run was held to (--nvrx-max-downtime, --nvrx-max-phase), and why it
@@ -86,6 +87,11 @@ class ScenarioReport:
     #: a self-test run's row (pytest_nvrx.selftest_outcome.PlantOutcome.as_dict, plus the
     #: tolerance it was judged at): was its plant caught, by what; None: not a self-test run
     selftest: dict[str, Any] | None = None
+    #: a fault schedule's faults (FAULT@WINDOW), its every recovery, one per fault that
+    #: happened, and its total downtime; (), () and None for a run of one fault
+    schedule: tuple[str, ...] = ()
+    recoveries: tuple[Recovery, ...] = ()
+    total_downtime_s: float | None = None
 
     @property
     def baseline(self) -> bool:
@@ -125,7 +131,40 @@ class ScenarioReport:
 
     @property
     def downtime_s(self) -> float | None:
+        """The recovery's downtime; a fault schedule's total (every recovery's)."""
+        if self.schedule:
+            return self.total_downtime_s
         return self.recovery.downtime_s if self.recovery is not None else None
+
+    @property
+    def recovery_count(self) -> int:
+        """A schedule's recoveries that were due (not after the fault that stopped the job)."""
+        return sum(r.outcome != "stopped" for r in self.recoveries)
+
+    def downtime_text(self) -> str | None:
+        """``downtime 12.9 s``; a schedule's ``downtime 15.9 s in total over 2 recoveries``."""
+        if self.downtime_s is None:
+            return None
+        if not self.schedule:
+            return f"downtime {self.downtime_s:.1f} s"
+        n = self.recovery_count
+        return f"downtime {self.downtime_s:.1f} s in total over {n} recover" + (
+            "y" if n == 1 else "ies"
+        )
+
+    @property
+    def fault_recoveries(self) -> tuple[Recovery, ...]:
+        """Every recovery to show: a schedule's, one per fault, else the run's one (if any)."""
+        if self.recoveries:
+            return self.recoveries
+        return (self.recovery,) if self.recovery is not None else ()
+
+    @property
+    def fault_text(self) -> str:
+        """The fault as the matrix names it: ``kill (step)``, a schedule's every fault."""
+        if self.schedule:
+            return ", ".join(self.schedule)
+        return self.fault + (f" ({self.window})" if self.window else "")
 
     def held_to(
         self,
@@ -196,7 +235,11 @@ class ScenarioReport:
                 None,
             )
         window = judgement.window.window if judgement.window is not None else None
-        recovery = None if judgement.expected.baseline else recovery_of(run, clock, t0)
+        recoveries = tuple(fault_recovery_of(run, r, t0) for r in judgement.recoveries)
+        if judgement.schedule:
+            recovery = recoveries[0] if recoveries else None
+        else:
+            recovery = None if judgement.expected.baseline else recovery_of(run, clock, t0)
         return cls(
             name=name or run.run_dir.name,
             run_dir=str(run.run_dir),
@@ -216,11 +259,14 @@ class ScenarioReport:
             stack=dict(judgement.stack),
             timings=dict(judgement.timings),
             recovery=recovery,
-            timeline=timeline_data(run, clock.timeline, t0, recovery),
+            timeline=timeline_data(run, clock.timeline, t0, recovery, judgement.recoveries),
             loss=loss_series(run.cycle_logs, print_model(run)),
             gpu_shared_with=judgement.gpu_shared_with,
             planted=judgement.planted,
             selftest=_selftest_row(run, judgement),
+            schedule=judgement.schedule,
+            recoveries=recoveries,
+            total_downtime_s=judgement.total_downtime_s,
         )
 
     def as_dict(self) -> dict[str, Any]:
@@ -235,6 +281,8 @@ class ScenarioReport:
             "workload": self.workload,
             "fault": self.fault,
             "window": self.window,
+            # a schedule's every fault; absent from a one-fault run's document (as it was)
+            **({"schedule": list(self.schedule)} if self.schedule else {}),
             "train_iters": self.train_iters,
             "passed": self.passed,
             "judgeable": self.judgeable,
@@ -253,6 +301,14 @@ class ScenarioReport:
                 list(self.gpu_shared_with) if self.gpu_shared_with is not None else None
             ),
             "recovery": self.recovery.as_dict() if self.recovery is not None else None,
+            **(
+                {
+                    "recoveries": [r.as_dict() for r in self.recoveries],
+                    "total_downtime_s": self.total_downtime_s,
+                }
+                if self.schedule
+                else {}
+            ),
             "timeline": self.timeline.as_dict(),
             "loss": self.loss.as_dict(),
             **selftest,
@@ -287,6 +343,10 @@ class ScenarioReport:
             ),
             planted=data.get("planted"),
             selftest=data.get("selftest"),
+            # a document written before schedules' recoveries has none of these
+            schedule=tuple(data.get("schedule") or ()),
+            recoveries=tuple(Recovery.from_dict(r) for r in data.get("recoveries") or ()),
+            total_downtime_s=data.get("total_downtime_s"),
         )
 
 

@@ -8,16 +8,24 @@ the time between the known milestones around it is ``unattributed_s``, so that t
 plus ``unattributed_s`` are always the downtime. The milestones, phases and downtime are the
 recovery clock's (:func:`pytest_nvrx.evidence.timeline.recovery_clock`), the computation verify's
 timings and the downtime gate read too; here they are only put in seconds from ``t0``.
+
+A fault schedule has one recovery per fault (:class:`~pytest_nvrx.evidence.segments.
+FaultRecovery`, each its own clock's), which says which fault it is and how it ended: one whose
+replacement the next fault struck while it restored is down until that fault (``downtime_s``),
+its restore cut short (``restoring_s``: its workers' start to the strike) and its checkpoint load
+and first step *not reached* (``unreached``), never "not recovered".
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
 from pytest_nvrx.evidence.cycle_log import CycleLog
+from pytest_nvrx.evidence.marker import Marker
 from pytest_nvrx.evidence.rundir import RunEvidence
+from pytest_nvrx.evidence.segments import FaultRecovery, outcome_note
 from pytest_nvrx.evidence.timeline import Phase, RecoveryClock, Timeline
 from pytest_nvrx.report.plain import flat_dict, seconds_from
 
@@ -46,14 +54,56 @@ class LostWork:
 class Recovery:
     milestones: tuple[MilestoneTime, ...]
     phases: tuple[Phase, ...]
-    downtime_s: float | None  # failure -> first committed step after restore
+    # failure -> first committed step after restore (a schedule's struck recovery: -> the next
+    # fault)
+    downtime_s: float | None
     unattributed_s: float | None  # downtime not covered by a known phase (milestones missing)
     lost_work: LostWork
+    # a fault schedule's recovery (None/() for a run of one fault): its fault's position and
+    # FAULT@WINDOW, how it ended (recovered, struck, stopped, not recovered), the fault that
+    # struck its restore, why no restart was due, its restore cut short, the phases it never
+    # reached
+    position: int | None = None
+    fault: str | None = None
+    outcome: str | None = None
+    struck_by: int | None = None
+    stopped: str | None = None
+    restoring_s: float | None = None
+    unreached: tuple[str, ...] = ()
+
+    @property
+    def scheduled(self) -> bool:
+        """One recovery of a fault schedule's."""
+        return self.position is not None
+
+    def note(self) -> str | None:
+        """How a schedule's recovery ended where it did not recover (None: it recovered, or
+        a run of one fault)."""
+        return outcome_note(self.outcome, self.struck_by, self.stopped)
 
     def as_dict(self) -> dict[str, Any]:
+        # a schedule's recovery says which fault it is first; a one-fault run's is as it was
+        scheduled = (
+            {
+                "position": self.position,
+                "fault": self.fault,
+                "outcome": self.outcome,
+                "struck_by": self.struck_by,
+                "stopped": self.stopped,
+            }
+            if self.scheduled
+            else {}
+        )
+        struck = (
+            {"restoring_s": self.restoring_s, "unreached": list(self.unreached)}
+            if self.scheduled
+            else {}
+        )
         return {
+            **scheduled,
             "downtime_s": self.downtime_s,
             "unattributed_s": self.unattributed_s,
+            **struck,
             "milestones": [flat_dict(m) for m in self.milestones],
             "phases": [flat_dict(p) for p in self.phases],
             "lost_work": flat_dict(self.lost_work),
@@ -61,31 +111,29 @@ class Recovery:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Recovery:
+        # a document of a version before schedules' recoveries lacks their keys: defaults
         return cls(
             **{
                 **data,
                 "milestones": tuple(MilestoneTime(**m) for m in data["milestones"]),
                 "phases": tuple(Phase(**p) for p in data["phases"]),
                 "lost_work": LostWork(**data["lost_work"]),
+                "unreached": tuple(data.get("unreached") or ()),
             }
         )
 
 
-def recovery_of(run: RunEvidence, clock: RecoveryClock, t0: datetime | None) -> Recovery | None:
-    """The recovery clock's milestones (from ``t0``), phases and downtime, and the lost work."""
+def recovery_of(
+    run: RunEvidence, clock: RecoveryClock, t0: datetime | None, marker: Marker | None = None
+) -> Recovery | None:
+    """The recovery clock's milestones (from ``t0``), phases and downtime, and the lost work
+    (``marker``: the fault's, where not run.marker: a schedule's later fault)."""
     if not clock.has_recovery:
         return None
-    milestones = tuple(
-        MilestoneTime(
-            mid,
-            seconds_from(t0, at.time),
-            None if at.ref is None or at.time is None else at.ref.location,
-        )
-        for mid, at in clock.milestones.items()
-    )
     timeline = clock.timeline
     restored = clock.restored_iteration
-    marker = run.marker
+    if marker is None:
+        marker = run.marker
     if restored is None and marker is not None and marker.ok:
         restored = marker.tracker_iteration
     replacement = (
@@ -94,11 +142,48 @@ def recovery_of(run: RunEvidence, clock: RecoveryClock, t0: datetime | None) -> 
         else None
     )
     return Recovery(
-        milestones=milestones,
+        milestones=_milestones(clock, t0),
         phases=clock.phases,
         downtime_s=clock.downtime_s,
         unattributed_s=clock.unattributed_s,
         lost_work=_lost_work(run, timeline, restored, replacement),
+    )
+
+
+def fault_recovery_of(run: RunEvidence, fault: FaultRecovery, t0: datetime | None) -> Recovery:
+    """One recovery of a fault schedule's run, as :class:`FaultRecovery` measured it (its
+    segment's clock: nothing computed again but the lost work)."""
+    clock = fault.clock
+    failed = clock.timeline.failed_cycle
+    if failed is not None:
+        # the work this fault threw away is its own cycle's, not an earlier fault's
+        run = replace(run, cycle_logs=tuple(g for g in run.cycle_logs if g.cycle >= failed))
+    base = recovery_of(run, clock, t0, fault.marker)
+    lost = base.lost_work if base is not None else LostWork(None, None, None, None, None)
+    return Recovery(
+        milestones=_milestones(clock, t0),
+        phases=fault.phases,
+        downtime_s=fault.downtime_s,
+        unattributed_s=fault.unattributed_s,
+        lost_work=lost,
+        position=fault.position,
+        fault=fault.fault,
+        outcome=fault.outcome,
+        struck_by=fault.struck_by,
+        stopped=fault.stopped,
+        restoring_s=fault.restoring_s,
+        unreached=fault.unreached,
+    )
+
+
+def _milestones(clock: RecoveryClock, t0: datetime | None) -> tuple[MilestoneTime, ...]:
+    return tuple(
+        MilestoneTime(
+            mid,
+            seconds_from(t0, at.time),
+            None if at.ref is None or at.time is None else at.ref.location,
+        )
+        for mid, at in clock.milestones.items()
     )
 
 

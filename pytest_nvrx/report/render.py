@@ -4,11 +4,11 @@ offline HTML page (:func:`render_html`): inline CSS and SVG, no script, nothing 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from html import escape
 from typing import Any
 
 from pytest_nvrx import __version__
 from pytest_nvrx.criteria.verdict import CRITERIA_IDS
+from pytest_nvrx.evidence.refs import html_text as escape  # control characters shown too
 from pytest_nvrx.plants import PLANTS
 from pytest_nvrx.report.model import PHASES, SCHEMA_VERSION, ScenarioReport
 from pytest_nvrx.report.recovery import Recovery
@@ -288,13 +288,16 @@ def _matrix(reports: Sequence[ScenarioReport]) -> str:
             )
         elif gated:
             cells.append('<td title="not held to a time limit">—</td>')
-        fault = r.fault + (f" ({r.window})" if r.window else "")
         # a planted run is labelled before its name: it is never a qualification run
         planted = f"<b>planted: {escape(r.planted)}</b> " if r.planted is not None else ""
+        downtime = _seconds(r.downtime_s)
+        if r.schedule:  # its total, over its recoveries
+            n = r.recovery_count
+            downtime += f"<br><span class=small>total, {n} recover{'y' if n == 1 else 'ies'}</span>"
         rows.append(
             f'<tr><th>{planted}<a href="#{_anchor(r)}">{escape(r.name)}</a></th>'
-            f"<td>{escape(fault)}</td>"
-            f'<td class="{cls}">{outcome}</td><td class=num>{_seconds(r.downtime_s)}</td>'
+            f"<td>{escape(r.fault_text)}</td>"
+            f'<td class="{cls}">{outcome}</td><td class=num>{downtime}</td>'
             + "".join(cells)
             + "</tr>"
         )
@@ -325,19 +328,29 @@ def _shared_gpu_note(reports: Sequence[ScenarioReport]) -> str:
 
 
 def _cost_table(reports: Sequence[ScenarioReport]) -> str:
-    """Phases as rows, scenarios as columns: a handful fits the page, more (a 17-scenario
-    matrix) scroll sideways in the table's own box rather than past the page's edge."""
-    faulted = [r for r in reports if r.recovery is not None]
-    if not faulted:
+    """Phases as rows, recoveries as columns (a schedule's one per fault): a handful fits the
+    page, more (a 17-scenario matrix) scroll sideways in the table's own box rather than past
+    the page's edge."""
+    columns = [(r, rec) for r in reports for rec in r.fault_recoveries]
+    if not columns:
         return ""
-    recoveries = [r.recovery for r in faulted if r.recovery is not None]
-    head = "".join(f"<th class=num>{escape(r.name)}</th>" for r in faulted)
+    recoveries = [rec for _, rec in columns]
+    head = "".join(
+        f"<th class=num>{escape(r.name)}"
+        + (f"<br>fault {rec.position} {escape(rec.fault or '')}" if rec.scheduled else "")
+        + "</th>"
+        for r, rec in columns
+    )
     rows: list[str] = []
     for n, spec in enumerate(PHASES):
         cells = []
         for rec in recoveries:
             phase = rec.phases[n]
-            if phase.seconds is None:
+            if phase.seconds is None and phase.id in rec.unreached:
+                # a restore the next fault struck: never reached, not missing
+                why = escape(phase.missing or "")
+                cells.append(f'<td class="num NA" title="{why}">not reached</td>')
+            elif phase.seconds is None:
                 why = escape(phase.missing or "")
                 cells.append(f'<td class="num missing" title="{why}">missing</td>')
             else:
@@ -349,8 +362,26 @@ def _cost_table(reports: Sequence[ScenarioReport]) -> str:
         cells = "".join(f"<td class=num>{tag[0]}{v}{tag[1]}</td>" for v in values)
         return f"<tr><td>{tag[0]}{escape(label)}{tag[1]}</td>{cells}</tr>"
 
+    if any(rec.outcome == "struck" for rec in recoveries):
+        rows.append(
+            row(
+                "restoring, until the next fault struck",
+                [_seconds(r.restoring_s) if r.outcome == "struck" else "—" for r in recoveries],
+            )
+        )
     rows.append(row("not attributed", [_seconds(r.unattributed_s) for r in recoveries]))
-    rows.append(row("downtime", [_seconds(r.downtime_s) for r in recoveries], bold=True))
+    rows.append(row("downtime", [_downtime_cell(r) for r in recoveries], bold=True))
+    schedules = [r for r in reports if r.schedule and r.recoveries]
+    if schedules:
+        # a schedule's total, under its recoveries' columns
+        total = "".join(
+            f"<td class=num colspan={len(r.fault_recoveries)}><b>{_seconds(r.downtime_s)}</b></td>"
+            if r.schedule and r.recoveries
+            else "<td class=num>—</td>" * len(r.fault_recoveries)
+            for r in reports
+            if r.fault_recoveries
+        )
+        rows.append(f"<tr><td><b>schedule downtime (total)</b></td>{total}</tr>")
     rows.append(
         row("iterations lost (restored → last before failure)", [_lost(r) for r in recoveries])
     )
@@ -358,6 +389,15 @@ def _cost_table(reports: Sequence[ScenarioReport]) -> str:
     rows.append(row("recomputed (s)", [_seconds(r.lost_work.recomputed_s) for r in recoveries]))
     table = f"<table class=cost><tr><th>seconds</th>{head}</tr>{''.join(rows)}</table>"
     return f'<div class="wide">{table}</div>'
+
+
+def _downtime_cell(recovery: Recovery) -> str:
+    """A recovery's downtime; how a schedule's ended where it did not recover."""
+    note = recovery.note()
+    if note is None:
+        return _seconds(recovery.downtime_s)
+    text = f"{_seconds(recovery.downtime_s)}<br>" if recovery.downtime_s is not None else ""
+    return f"{text}<span class=small>{escape(note)}</span>"
 
 
 def _lost(recovery: Recovery) -> str:
@@ -436,13 +476,16 @@ def _scenario(report: ScenarioReport, baseline: ScenarioReport | None) -> str:
     else:
         outcome = f'<span class="bad">NOT QUALIFIED</span>: {escape(report.cause or "")}'
     window = f" in window <b>{escape(report.window)}</b>" if report.window else ""
+    fault = f"fault <b>{escape(report.fault)}</b>{window}"
+    if report.schedule:
+        fault = f"fault schedule <b>{escape(', '.join(report.schedule))}</b>"
     workload = f" · workload {escape(report.workload)}" if report.workload else ""
     parts = [f'<h2 id="{anchor}">{escape(report.name)}</h2>']
     if report.planted is not None:
         # before anything else: the verdicts below are a self-test's, never a qualification
         parts.append(f'<p class="cause"><b>{escape(_planted_note(report))}</b></p>')
     parts += [
-        f"<p>{outcome} · fault <b>{escape(report.fault)}</b>{window} · {escape(report.summary)}<br>"
+        f"<p>{outcome} · {fault} · {escape(report.summary)}<br>"
         f"<span class=small>run dir <code>{escape(report.run_dir)}</code>{workload}</span></p>",
     ]
     if report.first_cause:
@@ -531,7 +574,15 @@ def render_html(
             "<h2>Recovery cost</h2>",
             "<p class=small>Downtime: from the fault to the first step the replacement "
             "committed after restoring its checkpoint. A phase whose milestone the logs do not "
-            "show is <i>missing</i>, never 0; its time is drawn hatched as not attributed.</p>",
+            "show is <i>missing</i>, never 0; its time is drawn hatched as not attributed."
+            + (
+                " A fault schedule has one bar per fault: a recovery whose restore the next"
+                " fault struck is down until that fault (its load and first step <i>not"
+                " reached</i>), and the schedule's downtime is the total of its recoveries'."
+                if any(r.schedule for r in reports)
+                else ""
+            )
+            + "</p>",
             f'<div class="chart">{breakdown}</div>',
             _cost_table(reports),
             _shared_gpu_note(reports),

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Sequence
-from html import escape
 
+from pytest_nvrx.evidence.refs import html_text as escape  # control characters shown too
 from pytest_nvrx.report.loss import LossPoint
 from pytest_nvrx.report.model import PHASES, ScenarioReport
+from pytest_nvrx.report.recovery import Recovery
 from pytest_nvrx.report.timeline import EVENT_KINDS, TimelineEvent
 
 WIDTH = 1000
@@ -34,6 +35,10 @@ PHASE_COLORS: dict[str, str] = {
 #: chart that fills with it), as ids must be unique in an HTML page
 HATCH_ID = "nvrx-hatch"
 UNATTRIBUTED = f"url(#{HATCH_ID})"
+#: a restore the next fault of a schedule cut short: the checkpoint load's colour, striped (a
+#: pattern the recovery cost chart defines beside the hatch)
+RESTORING_ID = "nvrx-restoring"
+RESTORING = f"url(#{RESTORING_ID})"
 CYCLE_COLORS = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00")
 FAULT_COLOR = "#C0392B"
 
@@ -130,20 +135,32 @@ def mark(
     return f"<g>{tip}{body}</g>"
 
 
-def _defs() -> str:
+def _defs(restoring: bool = False) -> str:
+    """The hatch pattern; ``restoring``: the struck restore's stripes too (a schedule's)."""
+    stripes = (
+        f'<pattern id="{RESTORING_ID}" width="8" height="8" patternUnits="userSpaceOnUse" '
+        'patternTransform="rotate(-45)"><rect width="8" height="8" fill="#cfe3f1"/>'
+        f'<line x1="0" y1="0" x2="0" y2="8" stroke="{PHASE_COLORS["checkpoint_load"]}" '
+        'stroke-width="3"/></pattern>'
+        if restoring
+        else ""
+    )
     return (
         f'<defs><pattern id="{HATCH_ID}" width="6" height="6" patternUnits="userSpaceOnUse" '
         'patternTransform="rotate(45)"><rect width="6" height="6" fill="#eee"/>'
-        '<line x1="0" y1="0" x2="0" y2="6" stroke="#999" stroke-width="2"/></pattern></defs>'
+        '<line x1="0" y1="0" x2="0" y2="6" stroke="#999" stroke-width="2"/></pattern>'
+        f"{stripes}</defs>"
     )
 
 
-def _svg(height: float, body: Iterable[str], label: str, *, defs: bool = False) -> str:
-    """One chart; ``defs``: it defines the hatch pattern (one chart of the page may)."""
+def _svg(
+    height: float, body: Iterable[str], label: str, *, defs: bool = False, restoring: bool = False
+) -> str:
+    """One chart; ``defs``: it defines the patterns (one chart of the page may)."""
     return (
         f'<svg role="img" aria-label="{escape(label)}" '
         f'viewBox="0 0 {WIDTH} {_f(height)}" width="100%" style="max-width:{WIDTH}px;{FONT}">'
-        + (_defs() if defs else "")
+        + (_defs(restoring) if defs else "")
         + "".join(body)
         + "</svg>"
     )
@@ -313,8 +330,10 @@ def timeline_svg(report: ScenarioReport) -> str:
                 fill=FAULT_COLOR if "✕" in name else "#222",
             )
         )
-    if timeline.fault_window is not None:
-        a, b = timeline.fault_window
+    shaded = timeline.fault_windows or (
+        (timeline.fault_window,) if timeline.fault_window is not None else ()
+    )
+    for a, b in shaded:  # a schedule's: one per fault
         out.append(
             _el(
                 "rect",
@@ -492,9 +511,12 @@ def loss_svg(report: ScenarioReport, baseline: ScenarioReport | None) -> str | N
     out.append(_line(left, bottom, left + plot_w, bottom, "#444"))
     out.append(_text(left + plot_w, bottom + 32, "iteration", size=11, anchor="end", fill="#555"))
     out.append(_text(14, top - 14, "loss", size=11, fill="#555"))
-    recovery = report.recovery
-    if recovery is not None and recovery.lost_work.restored_iteration is not None:
-        r = recovery.lost_work.restored_iteration
+    restored = {
+        rec.lost_work.restored_iteration
+        for rec in report.fault_recoveries
+        if rec.lost_work.restored_iteration is not None
+    }  # a schedule's every restore (one line where several restored one checkpoint)
+    for r in sorted(restored):
         if lo_i <= r <= hi_i:
             out.append(_line(x(r), top, x(r), bottom, FAULT_COLOR, stroke_dasharray="4,3"))
             text = f"restored {r}"
@@ -633,34 +655,53 @@ def _curve(
 
 
 def breakdown_svg(reports: Sequence[ScenarioReport]) -> str | None:
-    """One stacked bar per faulted scenario: the downtime split into its phases, on one scale."""
-    rows = [
-        r for r in reports if r.recovery is not None and r.recovery.milestones[0].t_s is not None
-    ]
+    """One stacked bar per recovery (a scenario's one, a schedule's one per fault under its
+    name and total): the downtime split into its phases, on one scale."""
+    # (the bar's label, its recovery); a schedule's heading: (its name and total, None)
+    rows: list[tuple[str, Recovery | None]] = []
+    for report in reports:
+        drawn = [r for r in report.fault_recoveries if r.milestones[0].t_s is not None]
+        if not drawn:
+            continue
+        if not report.schedule:
+            rows.append((report.name, drawn[0]))
+            continue
+        total = report.total_downtime_s
+        n = report.recovery_count
+        down = f"{total:.1f} s down in total" if total is not None else "total downtime —"
+        rows.append((f"{report.name}: {down}, {n} recover{'y' if n == 1 else 'ies'}", None))
+        rows += [(f"fault {r.position} {r.fault}", r) for r in drawn]
     if not rows:
         return None
-    longest = max(_drawn_seconds(r) for r in rows) or 1.0
-    longest_name = max(len(r.name) for r in rows)
+    longest = max(_drawn_seconds(r) for _, r in rows if r is not None) or 1.0
+    longest_name = max(len(label) for label, r in rows if r is not None)
     left, right = min(330.0, max(120.0, longest_name * 7.4 + 16)), 190.0
     plot_w = WIDTH - left - right
-    bar_h, gap, top = 26.0, 16.0, 16.0
+    bar_h, gap, top, heading_h = 26.0, 16.0, 16.0, 22.0
     out: list[str] = []
 
     def w(seconds: float) -> float:
         return max(0.0, seconds) / longest * plot_w
 
-    for n, report in enumerate(rows):
-        recovery = report.recovery
-        assert recovery is not None
-        y0 = top + n * (bar_h + gap)
-        out.append(
-            _text(left - 8, y0 + bar_h / 2 + 4, report.name, anchor="end", size=12, weight="bold")
-        )
+    y0 = top - bar_h - gap
+    for label, recovery in rows:
+        if recovery is None:  # a schedule's name and total, its faults' bars below
+            y0 += bar_h + gap
+            out.append(_text(10, y0 + heading_h - 6, label, size=12, weight="bold"))
+            y0 += heading_h - bar_h - gap + 4
+            continue
+        y0 += bar_h + gap
+        weight = None if recovery.scheduled else "bold"
+        out.append(_text(left - 8, y0 + bar_h / 2 + 4, label, anchor="end", size=12, weight=weight))
         px = left
         segments: list[tuple[str, float, str, str]] = []
         for phase in recovery.phases:
             if phase.seconds is not None:
                 segments.append((phase.id, phase.seconds, PHASE_COLORS[phase.id], phase.label))
+        if recovery.restoring_s:
+            # the restore the next fault cut short: the load it never finished
+            why = f"restoring until fault {recovery.struck_by} struck"
+            segments.append(("restoring", recovery.restoring_s, RESTORING, why))
         if recovery.unattributed_s:
             # where the missing milestones were: after the known phases before them
             why = "not attributed (milestones missing)"
@@ -683,7 +724,7 @@ def breakdown_svg(reports: Sequence[ScenarioReport]) -> str | None:
             )
             text = f"{seconds:.1f}s"
             if width > len(text) * 7 + 6:
-                dark = pid in ("termination", "unattributed")
+                dark = pid in ("termination", "unattributed", "restoring")
                 out.append(
                     _text(
                         px + width / 2,
@@ -697,15 +738,22 @@ def breakdown_svg(reports: Sequence[ScenarioReport]) -> str | None:
                 )
             px += width
         lost = recovery.lost_work
+        if recovery.outcome == "stopped":
+            # no recovery was due: how the schedule had to end, not a failure to recover
+            note = recovery.note() or ""
+            out.append(_text(px + 8, y0 + bar_h / 2 + 4, note, size=12, fill="#555"))
+            continue
         if recovery.downtime_s is None:
             why = "not recovered: no step committed after the restore"
             out.append(_text(px + 8, y0 + bar_h / 2 + 4, why, size=12, fill=FAULT_COLOR))
             continue
         tail = f"{recovery.downtime_s:.1f} s down"
-        if lost.iterations is not None:
+        if recovery.outcome == "struck":
+            tail += f": struck while restoring by fault {recovery.struck_by}"
+        elif lost.iterations is not None:
             tail += f", {lost.iterations} it lost"
         out.append(_text(px + 8, y0 + bar_h / 2 + 4, tail, size=12))
-    y_axis = top + len(rows) * (bar_h + gap) - gap + 6
+    y_axis = y0 + bar_h + 6
     out.append(_line(left, y_axis, left + plot_w, y_axis, "#444"))
     for t in nice_ticks(0.0, longest, 8):
         out.append(_line(left + w(t), y_axis, left + w(t), y_axis + 4, "#444"))
@@ -725,21 +773,26 @@ def breakdown_svg(reports: Sequence[ScenarioReport]) -> str | None:
         out.append(_el("rect", x=px, y=py - 11, width=14, height=14, fill=PHASE_COLORS[spec.id]))
         out.append(_text(px + 19, py, label, size=12))
         px += 34 + len(label) * 6.6
-    if any(r.recovery is not None and r.recovery.unattributed_s for r in rows):
+    restoring = any(r is not None and r.restoring_s for _, r in rows)
+    if restoring:
+        label = "restoring, until the next fault struck"
+        if px + 22 + len(label) * 6.6 > WIDTH:
+            px, py = 10.0, py + 20
+        out.append(_el("rect", x=px, y=py - 11, width=14, height=14, fill=RESTORING))
+        out.append(_text(px + 19, py, label, size=12))
+        px += 34 + len(label) * 6.6
+    if any(r is not None and r.unattributed_s for _, r in rows):
         if px + 200 > WIDTH:
             px, py = 10.0, py + 20
         out.append(
             _el("rect", x=px, y=py - 11, width=14, height=14, fill=UNATTRIBUTED, stroke="#999")
         )
         out.append(_text(px + 19, py, "not attributed (a milestone is missing)", size=12))
-    return _svg(py + 12, out, "recovery cost breakdown", defs=True)
+    return _svg(py + 12, out, "recovery cost breakdown", defs=True, restoring=restoring)
 
 
-def _drawn_seconds(report: ScenarioReport) -> float:
-    """The length of a scenario's bar: its downtime, else the phases it did show."""
-    recovery = report.recovery
-    if recovery is None:
-        return 0.0
+def _drawn_seconds(recovery: Recovery) -> float:
+    """The length of a recovery's bar: its downtime, else the phases it did show."""
     if recovery.downtime_s is not None:
         return recovery.downtime_s
     return sum(p.seconds for p in recovery.phases if p.seconds is not None and p.seconds > 0)

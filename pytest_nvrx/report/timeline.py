@@ -4,14 +4,15 @@ scenario's ``t0``."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from pytest_nvrx.evidence.launcher_log import FAILURE_KINDS, LauncherEvent, LauncherEventKind
 from pytest_nvrx.evidence.rundir import RunEvidence
-from pytest_nvrx.evidence.segments import fault_segments
-from pytest_nvrx.evidence.timeline import MILESTONE_LABELS, Timeline, marker_ref, recovery_clock
+from pytest_nvrx.evidence.segments import FaultRecovery
+from pytest_nvrx.evidence.timeline import MILESTONE_LABELS, Timeline, marker_ref
 from pytest_nvrx.evidence.workload import SaveCompleted, SaveScheduled
 from pytest_nvrx.report.plain import flat_dict, seconds_from
 from pytest_nvrx.report.recovery import Recovery
@@ -67,8 +68,11 @@ class TimelineData:
     cycles: tuple[CycleSpan, ...]
     events: tuple[TimelineEvent, ...]
     fault_rank: int | None
-    # the shaded window: the fault's instant to the first committed step after the restore
+    # the shaded window: the fault's instant to the first committed step after the restore (a
+    # schedule's: its first fault's)
     fault_window: tuple[float, float] | None
+    # a fault schedule's windows, one per fault: to the end of its recovery (() for one fault)
+    fault_windows: tuple[tuple[float, float], ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -76,6 +80,12 @@ class TimelineData:
             "end_s": self.end_s,
             "fault_rank": self.fault_rank,
             "fault_window": list(self.fault_window) if self.fault_window is not None else None,
+            # a schedule's; absent from a one-fault run's document (as it was)
+            **(
+                {"fault_windows": [list(w) for w in self.fault_windows]}
+                if self.fault_windows
+                else {}
+            ),
             "cycles": [flat_dict(c) for c in self.cycles],
             "events": [flat_dict(e) for e in self.events],
         }
@@ -90,6 +100,9 @@ class TimelineData:
                 "cycles": tuple(CycleSpan.from_dict(c) for c in data["cycles"]),
                 "events": tuple(TimelineEvent(**e) for e in data["events"]),
                 "fault_window": window,
+                "fault_windows": tuple(
+                    (float(a), float(b)) for a, b in data.get("fault_windows") or ()
+                ),
             }
         )
 
@@ -114,15 +127,13 @@ _PROFILING_KINDS = {
 }
 
 
-def _later_faults(run: RunEvidence, t0: datetime | None) -> list[TimelineEvent]:
+def _later_faults(recoveries: Sequence[FaultRecovery], t0: datetime | None) -> list[TimelineEvent]:
     """A fault schedule's later faults (issue #26), each with its cycle, and each later
-    recovery's checkpoint load and first committed step: the timeline shows every fault."""
-    scheduled = run.manifest.scheduled_faults if run.manifest is not None else ()
-    if not scheduled:
-        return []
+    recovery's checkpoint load and first committed step (its own clock's): the timeline shows
+    every fault."""
     out: list[TimelineEvent] = []
-    for segment in fault_segments(run, scheduled)[1:]:
-        marker, timeline = segment.marker, segment.timeline
+    for recovery in recoveries[1:]:
+        marker, timeline = recovery.marker, recovery.clock.timeline
         t_s = seconds_from(t0, marker.time)
         if t_s is None:
             continue
@@ -131,21 +142,37 @@ def _later_faults(run: RunEvidence, t0: datetime | None) -> list[TimelineEvent]:
             TimelineEvent(
                 "fault",
                 t_s,
-                f"fault {segment.position}: {what} into rank {marker.rank} ({segment.scheduled})",
+                f"fault {recovery.position}: {what} into rank {marker.rank} ({recovery.fault})",
                 timeline.failed_cycle,
                 marker.rank,
                 marker.ref("time").location,
             )
         )
-        clock = recovery_clock(segment.view, timeline)
         for mid in ("checkpoint_loaded", "first_step"):
-            instant = clock.milestones[mid]
+            instant = recovery.clock.milestones[mid]
             at = seconds_from(t0, instant.time)
             if at is not None:
                 ref = instant.ref.location if instant.ref is not None else None
-                label = f"{MILESTONE_LABELS[mid]} (fault {segment.position})"
+                label = f"{MILESTONE_LABELS[mid]} (fault {recovery.position})"
                 out.append(TimelineEvent(mid, at, label, timeline.replacement_cycle, None, ref))
     return out
+
+
+def _down_windows(
+    recoveries: Sequence[FaultRecovery], t0: datetime | None, end_s: float | None
+) -> tuple[tuple[float, float], ...]:
+    """A schedule's shaded windows: each fault to the end of its recovery (its first committed
+    step, the next fault that struck its restore); to the end of the evidence where it has no
+    end (the job stopped after it, or it never recovered)."""
+    out = []
+    for recovery in recoveries:
+        start = seconds_from(t0, recovery.clock.at("failure"))
+        end = seconds_from(t0, recovery.end)
+        if end is None:
+            end = end_s
+        if start is not None and end is not None and end > start:
+            out.append((start, end))
+    return tuple(out)
 
 
 def _launcher_event(event: LauncherEvent, t_s: float) -> TimelineEvent | None:
@@ -175,8 +202,13 @@ def _launcher_event(event: LauncherEvent, t_s: float) -> TimelineEvent | None:
 
 
 def timeline_data(
-    run: RunEvidence, timeline: Timeline, t0: datetime | None, recovery: Recovery | None
+    run: RunEvidence,
+    timeline: Timeline,
+    t0: datetime | None,
+    recovery: Recovery | None,
+    recoveries: Sequence[FaultRecovery] = (),
 ) -> TimelineData:
+    """The run's timeline (``recoveries``: a fault schedule's, evidence/segments.py)."""
     events: list[TimelineEvent] = []
     for event in run.launcher.events:
         t_s = seconds_from(t0, event.time)
@@ -205,7 +237,7 @@ def timeline_data(
                 ref.location if ref else None,
             )
         )
-    events += _later_faults(run, t0)
+    events += _later_faults(recoveries, t0)
     cycles: list[CycleSpan] = []
     numbers = sorted({r.cycle for r in run.cycles} | {log.cycle for log in run.cycle_logs})
     for cycle in numbers:
@@ -256,7 +288,10 @@ def timeline_data(
     if known:
         end_s = max([*known, end_s or 0.0])
     window = None
-    if recovery is not None and fault_t is not None:
+    windows = _down_windows(recoveries, t0, end_s)
+    if windows:
+        window = windows[0]
+    elif recovery is not None and fault_t is not None:
         # to the first committed step after the restore; without one, to the end of the evidence
         by_id = {m.id: m.t_s for m in recovery.milestones}
         end_t = by_id["first_step"] if by_id["first_step"] is not None else end_s
@@ -269,4 +304,5 @@ def timeline_data(
         events=tuple(events),
         fault_rank=fault_rank,
         fault_window=window,
+        fault_windows=windows,
     )

@@ -8,7 +8,10 @@ from that section's start (``rank_monitor_server.py``: ``_is_section_timeout_ela
 where the replacement loads its checkpoint (docs/windows.md). On a run of several ranks a peer
 waiting for the stopped rank in a collective fails at the workload's collective timeout, which
 the launcher sees as a process exit: the hang is detected at the sooner of the two. Every
-window lies inside a section, so the out-of-section timeout detects none of them.
+window lies inside a section, so the out-of-section timeout detects none of them. The reference
+workload under ``--no-ft`` never connects to NVRx's rank monitor, which checks section timeouts
+only for a connected rank (``_periodic_rank_check``): there a hang is seen by no section, only by
+a peer's collective timeout, and on one rank by nothing at all (such a run is always refused).
 
 :func:`least_time` adds, cycle by cycle, what no run can do without: a cycle that trains starts
 up, a fault waits for its detection, a failure the launcher restarts costs its restart, and a
@@ -24,7 +27,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from pytest_nvrx.settings.record import RunConfig, WorkloadKind
+from pytest_nvrx.settings.record import REFERENCE_NO_FT_FLAG, RunConfig, WorkloadKind
 from pytest_nvrx.settings.schedule import (
     NVRX_NO_PROGRESS_LIMIT,
     ScheduledFault,
@@ -70,10 +73,11 @@ class FaultCost:
     before_s: float
     detection_s: float
     restart_s: float
-    #: the section whose timeout detects it (None: its process exits)
+    #: the section it strikes in, for a hang (None: its process exits)
     section: str | None
-    #: that section's timeout, and the peers' collective timeout (None: one rank); the
-    #: detection is the sooner
+    #: that section's timeout (None: no NVRx section watches the rank, ``--no-ft``), and the
+    #: peers' collective timeout (None: one rank); the detection is the sooner (``inf``:
+    #: nothing detects it)
     section_s: float | None = None
     collective_s: float | None = None
     #: the workload's option that sets that collective timeout
@@ -167,6 +171,11 @@ def _number(text: str) -> float | None:
     return value if math.isfinite(value) else None
 
 
+def no_nvrx_sections(config: RunConfig) -> bool:
+    """Whether no NVRx section watches the workload's ranks: the reference under ``--no-ft``."""
+    return config.workload == "reference" and REFERENCE_NO_FT_FLAG in config.extra_args
+
+
 def least_time(config: RunConfig) -> LeastTime:
     """The least time ``config``'s run takes (a lower bound; see the module's docstring)."""
     startup = STARTUP_S[config.workload]
@@ -174,13 +183,20 @@ def least_time(config: RunConfig) -> LeastTime:
     if not faults:
         return LeastTime((), startup, startup)
     due, ending = schedule_ending(faults, config.max_restarts, NVRX_NO_PROGRESS_LIMIT)
+    unmonitored = no_nvrx_sections(config)
     costs = []
     for position, entry in enumerate(faults[:due], start=1):
         section = WINDOW_SECTION.get(entry.window) if entry.fault == "hang" else None
-        section_s = getattr(config.section_timeouts, section) if section is not None else None
+        section_s = (
+            getattr(config.section_timeouts, section)
+            if section is not None and not unmonitored
+            else None
+        )
         peers = _collective_timeout(config, entry.window) if section is not None else None
         collective, option = peers if peers is not None else (None, None)
-        detection = 0.0 if section_s is None else min(section_s, collective or section_s)
+        detection = 0.0
+        if section is not None:
+            detection = min(s for s in (section_s, collective, math.inf) if s is not None)
         ends_run = position == due and ending != "finished"
         costs.append(
             FaultCost(
@@ -208,6 +224,8 @@ def check_run_timeout(config: RunConfig, run_timeout_s: float) -> None:
     if need <= run_timeout_s:
         return
     slowest = least.slowest
+    if slowest is not None and slowest.section_s is None:
+        _refuse_unmonitored(config, slowest, least, run_timeout_s)
     above = f"~{need:.0f} s"
     estimate = f"(a lower-bound estimate: {least.breakdown()})"
     timeout = _secs(run_timeout_s)
@@ -242,6 +260,39 @@ def check_run_timeout(config: RunConfig, run_timeout_s: float) -> None:
         )
 
     raise ConfigError.naming(message)
+
+
+def _refuse_unmonitored(
+    config: RunConfig, slowest: FaultCost, least: LeastTime, run_timeout_s: float
+) -> None:
+    """A hang no NVRx section sees (``--no-ft``): only a peer's collective timeout detects it,
+    and on one rank nothing does."""
+    which = str(slowest.entry)
+    if least.scheduled > 1:
+        which += f" (fault {slowest.position} of {least.scheduled})"
+    unseen = (
+        f"{which} is seen by no NVRx section: under {REFERENCE_NO_FT_FLAG} the"
+        f" {config.workload} workload's ranks do not connect to NVRx's rank monitor"
+    )
+    if slowest.collective_s is None:
+        raise ConfigError(
+            f"{unseen}, and on one rank no peer's collective timeout detects it either: the run"
+            f" could only end at its run timeout; drop {REFERENCE_NO_FT_FLAG} from the"
+            " workload's arguments, or run it on several ranks"
+        )
+    need = least.seconds
+    if need <= run_timeout_s:
+        return
+    raise ConfigError.naming(
+        lambda entry: (
+            f"{unseen}; only the other ranks' collective timeout"
+            f" ({_secs(slowest.collective_s or 0.0)}: the workload's"
+            f" {slowest.collective_option}) detects it; the run timeout {_secs(run_timeout_s)}"
+            f" cannot fit it: raise {_run_timeout_option(entry)} above ~{need:.0f} s, lower"
+            f" {slowest.collective_option} or drop {REFERENCE_NO_FT_FLAG} (a lower-bound"
+            f" estimate: {least.breakdown()})"
+        )
+    )
 
 
 def _faults_text(least: LeastTime) -> str:

@@ -26,7 +26,13 @@ from pytest_nvrx.settings.schedule import (
     windows_at,
 )
 from pytest_nvrx.settings.table import option_hint
-from pytest_nvrx.settings.values import INT64_MAX, MAX_SECONDS, ConfigError, quote
+from pytest_nvrx.settings.values import (
+    INT64_MAX,
+    MAX_SECONDS,
+    ConfigError,
+    check_path_text,
+    quote,
+)
 
 #: The walkthrough model: four layers, eight attention heads.
 MODEL_LAYERS = 4
@@ -178,6 +184,13 @@ def validate(config: RunConfig) -> None:
     ):
         check_reference_schedule(config)
 
+    for what, path in (
+        ("work dir", config.work_dir),
+        ("checkpoint dir", config.checkpoint_dir),
+        ("Megatron path", config.megatron_path),
+    ):
+        if path is not None:
+            check_path_text(path, what)
     if not config.work_dir.is_absolute():
         raise ConfigError(f"work dir must be an absolute path, got {quote(str(config.work_dir))}")
     if config.checkpoint_dir is not None and not config.checkpoint_dir.is_absolute():
@@ -244,8 +257,9 @@ def check_node_index(config: RunConfig) -> None:
 def check_rdzv_endpoint(endpoint: str, nnodes: int) -> None:
     """``host:port`` as torch's c10d rendezvous reads it; several nodes need a real port.
 
-    One node may keep torch's forms (empty, a host alone, port 0: any free port); every node of
-    a multinode run must reach the same explicit ``host:port``.
+    One node may keep port 0 (any free port); every node of a multinode run must reach the same
+    explicit ``host:port``. An empty endpoint or a host alone, which torch would read its own
+    way, is refused: the endpoint given is the one the run uses and records.
     """
     multinode = nnodes > 1
     if multinode and endpoint in ("", DEFAULT_RDZV_ENDPOINT):
@@ -256,11 +270,7 @@ def check_rdzv_endpoint(endpoint: str, nnodes: int) -> None:
                 f"which chooses one: {option_hint('launcher', entry, 'slurm')}"
             )
         )
-    if not multinode and endpoint == "":
-        return
-    host, sep, port = endpoint.rpartition(":")
-    if not sep and not multinode:
-        host, port = endpoint, "0"
+    host, _, port = endpoint.rpartition(":")
     if not (_HOST.fullmatch(host) and re.fullmatch(r"[0-9]{1,5}", port)):
         raise ConfigError.naming(
             lambda entry: (

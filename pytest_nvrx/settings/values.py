@@ -91,12 +91,20 @@ def _non_negative_int(raw: str, what: str) -> int:
     return _int64(raw, what, r"0|[1-9][0-9]*", "non-negative")
 
 
+#: A number as the options take it: ASCII digits, a point, an exponent. ``float()`` alone also
+#: reads any script's digits (``٣.5``), ``1_0`` and ``infinity``, which the integer options refuse.
+_DECIMAL = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+
+
+def _decimal(raw: str) -> float:
+    """``raw`` as a float, NaN where it is no plain ASCII decimal number."""
+    text = raw.strip()
+    return float(text) if _DECIMAL.fullmatch(text) else math.nan
+
+
 def parse_seconds(raw: str, what: str) -> float:
     """A positive, finite number of seconds that fits in 64-bit nanoseconds."""
-    try:
-        value = float(raw)
-    except ValueError:
-        value = math.nan
+    value = _decimal(raw)
     if not (value > 0 and math.isfinite(value)):
         raise ConfigError(f"{what} must be a positive number of seconds, got {quote(raw)}")
     if value > MAX_SECONDS:
@@ -131,10 +139,9 @@ def named_seconds(
 
 def parse_rtol(raw: str, what: str) -> float:
     """A relative tolerance 0 <= rtol < 1 (0: exact), or a ConfigError naming ``what``."""
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ConfigError(f"{what}: {quote(raw)} is not a number") from None
+    value = _decimal(raw)
+    if math.isnan(value):
+        raise ConfigError(f"{what}: {quote(raw)} is not a number")
     if not 0.0 <= value < 1.0:  # also rejects nan
         raise ConfigError(f"{what}: {quote(raw)}: need 0 <= rtol < 1 (0 means exact)")
     return value
@@ -186,9 +193,30 @@ def _choice(choices: tuple[str, ...]) -> Callable[[str, str], str]:
     return parse
 
 
+#: What a terminal obeys rather than shows (C0 controls, DEL, C1 controls) and what reorders
+#: or breaks a line without being a control (bidi marks, embeddings, overrides and isolates,
+#: line and paragraph separators): refused in a path we are given (a run's own text is shown
+#: with them escaped instead, :func:`pytest_nvrx.evidence.refs.printable`).
+CONTROL_CHARACTERS = "\\x00-\\x1f\\x7f-\\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069\u2028\u2029"
+_CONTROL = re.compile(f"[{CONTROL_CHARACTERS}]")
+
+
+def check_path_text(path: Path | str, what: str) -> None:
+    """Refuse a path holding a control character (a newline, ESC, ...): it would be printed to
+    terminals, written into logs and passed on to the launcher as it is."""
+    text = str(path)
+    found = _CONTROL.search(text)
+    if found is not None:
+        raise ConfigError(
+            f"{what} {quote(text)} holds the control character {found[0]!r}: a path with a"
+            " newline or a terminal escape cannot be shown or passed on safely; use another path"
+        )
+
+
 def _path(raw: str, what: str) -> Path:
     if not raw:
         raise ConfigError(f"{what} must not be empty")
+    check_path_text(raw, what)
     return Path(raw)
 
 

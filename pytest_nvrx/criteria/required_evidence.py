@@ -1,0 +1,206 @@
+"""Required evidence, declared: the lines a criterion needs, derived from what the run says it did.
+
+A criterion that finds nothing to compare must not read that as "nothing to judge". What has to be
+in a run directory follows from the run's own statements, and each requirement here says which
+statement makes it one:
+
+* the iterations a cycle trained (:func:`trained_through`): the marker's in-flight save and
+  tracker reading (the fault struck that cycle), the saves the cycle scheduled or finalized, the
+  lines it printed; the workload's print rule (``progress_past_restore.print_rule``) then says
+  which of them it printed (:func:`printed_by_rule`), and a missing one is named
+  (:func:`unprinted`). training_continuity needs the failed cycle's lines of what the replacement
+  trained again.
+* the ranks of the world (:func:`world_ranks`: run.json's world size, else the marker's): a
+  workload whose every rank prints where it starts (``loads_on_every_rank``: the reference
+  workload's ``load checkpoint`` or ``no checkpoint found`` on each rank) prints it on every rank
+  the world size names, in every cycle that trained (:func:`required_problems` for a fresh
+  start, optimizer_state_load for a restore). Which ranks print what differs by workload:
+  Megatron prints its load lines on rank 0 and its iteration lines on the last rank only; the
+  reference workload its iterations on rank 0 and its start on every rank.
+
+A requirement nobody can check (no world size recorded, a middle of a huge log the parser did not
+keep) is no requirement: absence of a statement claims nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from pytest_nvrx.criteria.helpers import or_none
+from pytest_nvrx.evidence.cycle_log import ITERATIONS_KEPT, CycleLog
+from pytest_nvrx.evidence.refs import EvidenceRef, Problem, split_rank_prefix
+from pytest_nvrx.evidence.rundir import RunEvidence
+from pytest_nvrx.evidence.sequence import PrintRule
+from pytest_nvrx.evidence.workload import (
+    LOAD_FAILURES,
+    LoadCompleted,
+    SaveCompleted,
+    SaveScheduled,
+    StartedFromScratch,
+    get_adapter,
+    loads_on_every_rank,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Trained:
+    """The highest iteration a cycle is proven to have trained, and the statement that proves
+    it (``why`` reads after "although": ``the marker says the save of 10 was in flight``)."""
+
+    iteration: int
+    why: str
+    ref: EvidenceRef | None
+
+
+def trained_through(run: RunEvidence, log: CycleLog, *, struck: bool) -> Trained | None:
+    """The highest iteration ``log``'s cycle trained by what the run says; None: nothing says.
+
+    ``struck``: the run's marker records the fault that ended this cycle, so its in-flight save
+    (submitted after its iteration was trained, on every rank) and its tracker reading (a
+    finalized checkpoint) count. A save the cycle scheduled or finalized is one of an iteration
+    it trained; so is a line it printed."""
+    proofs: list[Trained] = []
+    marker = run.marker
+    if struck and marker is not None and marker.ok:
+        if marker.in_flight_iteration is not None:
+            proofs.append(
+                Trained(
+                    marker.in_flight_iteration,
+                    f"the marker says the save of {marker.in_flight_iteration} was in flight at"
+                    " the fault",
+                    marker.ref("in_flight_iteration"),
+                )
+            )
+        if marker.tracker_iteration is not None:
+            proofs.append(
+                Trained(
+                    marker.tracker_iteration,
+                    f"the marker read the tracker at {marker.tracker_iteration}",
+                    marker.ref("tracker_iteration"),
+                )
+            )
+    for event in log.events:
+        if isinstance(event, SaveScheduled | SaveCompleted):
+            verb = "scheduled" if isinstance(event, SaveScheduled) else "finalized"
+            proofs.append(
+                Trained(event.iteration, f"it {verb} the save of {event.iteration}", event.ref)
+            )
+    top = log.max_iteration
+    if top is not None:
+        proofs.append(Trained(top.iteration, f"it printed iteration {top.iteration}", top.ref))
+    # the highest; of equal ones the first found (the marker's, then the log's own)
+    return max(proofs, key=lambda p: p.iteration, default=None)
+
+
+def process_start(log: CycleLog) -> int:
+    """The iteration a cycle's process resumed from: its restore, 0 for a fresh start (or when
+    it says neither: a restore it never printed cannot be required of it)."""
+    loads = log.of_type(LoadCompleted)
+    return loads[0].iteration if loads else 0
+
+
+def printed_by_rule(rule: PrintRule, start: int, low: int, high: int) -> list[int]:
+    """The iterations in ``(low, high]`` that a process resumed from ``start`` prints by
+    ``rule``: its first, then every multiple of the log interval not skipped."""
+    out: list[int] = []
+    if high <= low:
+        return out
+    it = rule.first_after(start)
+    while it <= high:
+        if it > low:
+            out.append(it)
+        it = rule.next_after(it)
+    return out
+
+
+def unprinted(log: CycleLog, iterations: Iterable[int]) -> list[int]:
+    """Those of ``iterations`` that ``log`` has no line of. The middle of a log the parser did
+    not keep (more than twice ITERATIONS_KEPT lines) is not looked at: it is not missing."""
+    its = log.iterations
+    printed = {e.iteration for e in its}
+    dropped: tuple[int, int] | None = None
+    if log.iterations_not_kept > 0 and len(its) > ITERATIONS_KEPT:
+        head, tail = its[:ITERATIONS_KEPT], its[ITERATIONS_KEPT:]
+        dropped = (max(e.iteration for e in head), min(e.iteration for e in tail))
+    return [
+        i
+        for i in iterations
+        if i not in printed and not (dropped is not None and dropped[0] < i < dropped[1])
+    ]
+
+
+def spans(iterations: Sequence[int]) -> str:
+    """``6..10``, ``6..8, 10``: sorted iterations as runs of consecutive numbers."""
+    out: list[str] = []
+    ordered = sorted(iterations)
+    i = 0
+    while i < len(ordered):
+        j = i
+        while j + 1 < len(ordered) and ordered[j + 1] == ordered[j] + 1:
+            j += 1
+        out.append(str(ordered[i]) if i == j else f"{ordered[i]}..{ordered[j]}")
+        i = j + 1
+    return ", ".join(out)
+
+
+def world_ranks(run: RunEvidence) -> tuple[tuple[int, ...], EvidenceRef] | None:
+    """The ranks the run's world size names, with the line that says it: run.json's
+    ``world_size``, else the marker's, else a single node's ranks per node (the launcher's
+    launch configs, for runs recorded before run.json named the world size); None when nothing
+    records one."""
+    manifest = run.manifest
+    if manifest is not None and manifest.world_size is not None:
+        size = manifest.world_size.value
+        if isinstance(size, int) and not isinstance(size, bool) and size > 0:
+            return tuple(range(size)), manifest.world_size.ref
+    marker = run.marker
+    if marker is not None and marker.ok and marker.world_size is not None and marker.world_size > 0:
+        return tuple(range(marker.world_size)), marker.ref("world_size")
+    launcher = run.launcher
+    per_node, ref = launcher.nproc_per_node, launcher.config_refs.get("nproc_per_node")
+    one_node = launcher.config.get("min_nodes") == launcher.config.get("max_nodes") == "1"
+    if per_node and ref is not None and one_node:
+        return tuple(range(per_node)), ref
+    return None
+
+
+def _rank(ref: EvidenceRef) -> int | None:
+    return split_rank_prefix(ref.text)[0]
+
+
+def required_problems(run: RunEvidence) -> tuple[Problem, ...]:
+    """The run cannot be judged when a line its workload prints on every rank is missing on a
+    rank the world size names: a cycle that trained from scratch where some rank never said so
+    (what that rank trained from is unknown). A cycle that restored, or failed to, is
+    optimizer_state_load's to judge (a rank without its load line did not load)."""
+    try:
+        adapter = get_adapter(run.workload)
+    except KeyError:
+        return ()
+    world = world_ranks(run)
+    if world is None or not loads_on_every_rank(adapter):
+        return ()
+    ranks, size_ref = world
+    out: list[Problem] = []
+    for log in run.cycle_logs:
+        said = log.of_type(StartedFromScratch)
+        restoring = any(isinstance(e, (LoadCompleted, *LOAD_FAILURES)) for e in log.events)
+        if not log.iterations or not said or restoring:
+            continue
+        told = {_rank(e.ref) for e in said}
+        silent = [r for r in ranks if r not in told]
+        if not silent:
+            continue
+        out.append(
+            Problem(
+                "fatal",
+                f"{log.file}: rank {silent[0]} of the {len(ranks)} {size_ref.location} names"
+                f" printed no start (no checkpoint load, no fresh start) while rank"
+                f" {or_none(_rank(said[0].ref))} did ({said[0].ref.location}), and cycle"
+                f" {log.cycle} trained: the {run.workload} workload prints one on every rank"
+                " before it trains, so what that rank trained from is unknown",
+                said[0].ref,
+            )
+        )
+    return tuple(out)
