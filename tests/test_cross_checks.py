@@ -323,11 +323,13 @@ def test_manifest_fields_of_the_wrong_type_cannot_be_judged(
     assert fatal and message in fatal[0] and fatal[0].startswith(rel), fatal
 
 
-def test_a_null_exit_code_is_not_recorded_rather_than_wrong(ref: Doctor) -> None:
-    # an interrupted launch writes exit_code null: nothing recorded, the launcher log decides
+def test_a_null_exit_code_nothing_stopped_is_a_missing_record(ref: Doctor) -> None:
+    # the harness records the launcher's exit code whenever it saw the launch end; null with no
+    # stop (our deadline, a stop signal) recorded beside it is a record emptied, not a pass
     ref.set_json(RESULT, exit_code=None)
     j = judged(ref.root)
-    assert j.judgeable and j.passed
+    assert not j.judgeable and not j.passed
+    assert any("records no exit code (null)" in p.message for p in j.problems), j.problems
 
 
 def test_a_huge_bad_value_is_not_echoed(ref: Doctor) -> None:
