@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
+from pytest_nvrx.criteria.verdict import CriterionId, Verdict, failing
 from pytest_nvrx.evidence.launcher_log import LauncherEvent, LauncherEventKind
 from pytest_nvrx.evidence.refs import EvidenceRef, absent
 from pytest_nvrx.evidence.rundir import RunEvidence
@@ -75,3 +76,21 @@ def on_faulted_node(run: RunEvidence, events: Sequence[LauncherEvent]) -> list[L
         return list(events)
     node = marker.rank // nproc
     return [e for e in events if e.node is None or e.node == node]
+
+
+def timed_out_failure(criterion: CriterionId, run: RunEvidence, ending: str) -> Verdict | None:
+    """Whatever the logs show, a run our deadline stopped (result.json: timed_out true) did not
+    end as it must (``ending`` says how it must); None when it did not time out."""
+    manifest = run.manifest
+    timed_out = manifest.timed_out if manifest is not None else None
+    if timed_out is None or timed_out.value is not True:
+        return None
+    exit_code = manifest.exit_code if manifest is not None else None
+    return failing(
+        criterion,
+        "the launch timed out (result.json: timed_out true): the launch deadline stopped the"
+        f" launcher, the run did not {ending}",
+        timed_out.ref,
+        exit_code.ref if exit_code is not None else None,
+        launcher_outcome(run),
+    )

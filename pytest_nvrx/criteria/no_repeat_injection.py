@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pytest_nvrx.criteria.context import JudgeContext
 from pytest_nvrx.criteria.expected import ExpectedFault
-from pytest_nvrx.criteria.helpers import launcher_words, marker_ref
+from pytest_nvrx.criteria.helpers import launcher_words, marker_ref, timed_out_failure
 from pytest_nvrx.criteria.verdict import CriterionId, Verdict, failing, passing
 from pytest_nvrx.evidence.launcher_log import LauncherEventKind
 from pytest_nvrx.evidence.refs import EvidenceRef
@@ -59,17 +59,9 @@ def check(ctx: JudgeContext) -> Verdict:
             [e.ref for e in (*stops, *bad_exits)][:4],
             exit_code.ref if exit_code else None,
         )
-    timed_out = manifest.timed_out if manifest is not None else None
-    if timed_out is not None and timed_out.value is True:
-        # whatever the logs show, our deadline ended the run: no successful finish
-        return failing(
-            ID,
-            "the launch timed out (result.json: timed_out true): the launch deadline stopped the"
-            " launcher, the run did not finish",
-            timed_out.ref,
-            exit_code.ref if exit_code else None,
-            ctx.launcher_outcome,
-        )
+    timed = timed_out_failure(ID, run, "finish")
+    if timed is not None:
+        return timed
     if exit_code is not None and exit_code.value != 0:
         why = " (no-progress stop)" if exit_code.value == 93 else ""
         return failing(

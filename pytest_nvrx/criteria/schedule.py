@@ -27,7 +27,7 @@ from dataclasses import dataclass, replace
 from pytest_nvrx.criteria import clocks
 from pytest_nvrx.criteria.context import JudgeContext
 from pytest_nvrx.criteria.expected import ExpectedFault, ExpectedWindow
-from pytest_nvrx.criteria.helpers import launcher_outcome, launcher_words
+from pytest_nvrx.criteria.helpers import launcher_outcome, launcher_words, timed_out_failure
 from pytest_nvrx.criteria.registry import CRITERIA
 from pytest_nvrx.criteria.verdict import (
     CRITERIA_IDS,
@@ -363,18 +363,9 @@ def _whole_run(
         LauncherEventKind.NO_RESTART,
         LauncherEventKind.RUN_FAILED,
     )
-    timed_out = manifest.timed_out if manifest is not None else None
-    if timed_out is not None and timed_out.value is True:
-        # whatever the logs show, our deadline ended the run: it neither finished nor stopped
-        # as the schedule says it must
-        return failing(
-            cid,
-            "the launch timed out (result.json: timed_out true): the launch deadline stopped the"
-            " launcher, the run did not end as the schedule must",
-            timed_out.ref,
-            exit_code.ref if exit_code is not None else None,
-            launcher_outcome(run),
-        )
+    timed = timed_out_failure(cid, run, "end as the schedule must")
+    if timed is not None:
+        return timed
     if ending.stopped:
         return _stopped(run, segments, ending, cycles, stops, schedule_ref)
     if stops:
