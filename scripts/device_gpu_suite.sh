@@ -51,6 +51,14 @@ export NCCL_NVLS_ENABLE="${NCCL_NVLS_ENABLE:-0}"
 export TORCH_SYMM_MEM_DISABLE_MULTICAST="${TORCH_SYMM_MEM_DISABLE_MULTICAST:-1}"
 export NVSHMEM_DISABLE_NVLS="${NVSHMEM_DISABLE_NVLS:-1}"
 export NVRX_WORK_DIR="${NVRX_WORK_DIR:-/tmp/nvrx-work}"
+# The Megatron export travels packed (.megatron.tgz, see prepare_device.sh); unpacked here into
+# a fresh .megatron/, with nothing built, as a user's freshly extracted checkout is.
+if [[ -z "${MEGATRON_PATH:-}" && -f "$REPO/.megatron.tgz" && ! -e "$REPO/.megatron" ]]; then
+    mkdir "$REPO/.megatron.unpack.$$" && tar -xzf "$REPO/.megatron.tgz" -C "$REPO/.megatron.unpack.$$" \
+        && mv "$REPO/.megatron.unpack.$$" "$REPO/.megatron" \
+        || { echo "device_gpu_suite: cannot unpack .megatron.tgz" >&2; exit 2; }
+    echo "device_gpu_suite: unpacked .megatron.tgz into a fresh .megatron/"
+fi
 if [[ -z "${MEGATRON_PATH:-}" && -f "$REPO/.megatron/pretrain_gpt.py" ]]; then
     export MEGATRON_PATH="$REPO/.megatron"
 fi
