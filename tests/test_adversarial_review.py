@@ -127,6 +127,27 @@ def test_the_run_timeout_cause_never_says_a_negative_wait(tmp_path: Path) -> Non
     assert not re.search(r"-\d+(?:\.\d+)? s later", cause.text), cause.text
 
 
+TIMED_OUT = sorted(
+    p.parent
+    for p in DATA.glob("*/*/result.json")
+    if '"timed_out": true' in p.read_text(encoding="utf-8")
+)
+
+
+@pytest.mark.parametrize("src", TIMED_OUT, ids=lambda p: p.name)
+def test_a_timed_out_run_without_its_stop_line_cannot_be_judged(tmp_path: Path, src: Path) -> None:
+    """Both of the launcher's stop lines deleted from a run result.json says our deadline
+    stopped: the stop's -15 exits then read as a fault's detection ("detected ... but not
+    recovered", a detection time). The launcher was signalled while running and always logs
+    it, so its absence is a contradiction: cannot judge, no timing."""
+    assert TIMED_OUT, "no committed timed-out run"
+    doc = copy_run(src, tmp_path / "run")
+    assert doc.delete(LAUNCHER, "death signal") and doc.delete(LAUNCHER, "got signal: 15")
+    judgement = judge_run_dir(doc.root)
+    assert not judgement.judgeable
+    assert any("told to stop" in m for m in judgement.unjudgeable_reasons), judgement.problems
+
+
 @pytest.mark.parametrize(
     "name",
     [BUDGET.name, "ref-no-progress-kill-step+3x-kill-restore"],

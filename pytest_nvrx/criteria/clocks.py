@@ -30,6 +30,9 @@ every criterion that would have passed says "cannot judge"), quoting the lines:
 * nothing after the launcher's stop line says the run went on (:func:`went_on_after_stop`: a
   cycle's rendezvous or start, a restart decision, a finish): only its shutdown's records follow
   it, and the detections after it would otherwise be dropped as the stop's;
+* a run result.json says our deadline stopped (``timed_out``) has that stop line
+  (:func:`timed_out_without_stop`): without it the workers' -15 exits of the stop cannot be told
+  from a fault's detection (every committed timed-out run has it);
 * the records bracket each other (:func:`_records_out_of_order`): result.json's start is
   run.json's (both taken by the harness as it launches) and its end is that start plus its
   ``wall_s`` (the harness's monotonic clock); every launcher line (its earliest and latest
@@ -119,6 +122,7 @@ def clock_problems(run: RunEvidence, timeline: Timeline) -> tuple[Problem, ...]:
     problems += marker_after_stop(run)
     problems += marker_before_its_rank(run, timeline)
     problems += went_on_after_stop(run)
+    problems += timed_out_without_stop(run)
     return tuple(problems)
 
 
@@ -578,6 +582,31 @@ def went_on_after_stop(run: RunEvidence) -> list[Problem]:
                 )
             ]
     return []
+
+
+def timed_out_without_stop(run: RunEvidence) -> list[Problem]:
+    """result.json says our deadline stopped the run, but the launcher log has no line saying it
+    was told to stop: the harness signals a launcher still running its workers, and every
+    committed timed-out run's launcher logged it (one whose workers had all finished may not). Without it the workers' -15 exits of that stop read as
+    a fault's detection and the wait for it cannot be measured."""
+    manifest = run.manifest
+    timed_out = manifest.timed_out if manifest is not None else None
+    if timed_out is None or timed_out.value is not True or run.launcher.signalled() is not None:
+        return []
+    if run.launcher.of_kind(LauncherEventKind.RUN_OK, LauncherEventKind.GROUP_SUCCEEDED):
+        # the workers had finished and the launcher hung on its way out: a signal then finds no
+        # agent loop to log it, and no exit of the stop can pass for a detection
+        return []
+    return [
+        Problem(
+            "fatal",
+            f"{timed_out.ref.location} says the run timeout stopped the run, yet"
+            f" {run.launcher.file}"
+            " has no line saying the launcher was told to stop: the workers' exits of that stop"
+            " cannot be told from a fault's detection",
+            timed_out.ref,
+        )
+    ]
 
 
 def _later(
