@@ -497,10 +497,20 @@ def marker_outside_its_cycle(run: RunEvidence, timeline: Timeline) -> list[Probl
 
 
 def marker_before_its_rank(run: RunEvidence, timeline: Timeline) -> list[Problem]:
-    """The marker stamped before the first line its rank stamped in the faulted cycle (less
-    :data:`DEATH_SLACK`): the process that took the marker's time had not started."""
-    marker = run.marker
-    cycle = timeline.failed_cycle
+    """A marker stamped before the first line its rank stamped in the cycle it faulted (less
+    :data:`DEATH_SLACK`): the process that took the marker's time had not started. Every
+    marker of a schedule, each in its own cycle."""
+    faults: list[tuple[Marker | None, int | None]] = [(run.marker, timeline.failed_cycle)]
+    faults += [(m, m.restart_count) for _, m in run.later_markers]
+    problems: list[Problem] = []
+    for marker, cycle in faults:
+        problems += _marker_before_its_rank(run, marker, cycle)
+    return problems
+
+
+def _marker_before_its_rank(
+    run: RunEvidence, marker: Marker | None, cycle: int | None
+) -> list[Problem]:
     if marker is None or not marker.ok or marker.time is None or marker.rank is None:
         return []
     log = run.cycle_log(cycle) if cycle is not None else None
@@ -587,8 +597,9 @@ def went_on_after_stop(run: RunEvidence) -> list[Problem]:
 def timed_out_without_stop(run: RunEvidence) -> list[Problem]:
     """result.json says our deadline stopped the run, but the launcher log has no line saying it
     was told to stop: the harness signals a launcher still running its workers, and every
-    committed timed-out run's launcher logged it (one whose workers had all finished may not). Without it the workers' -15 exits of that stop read as
-    a fault's detection and the wait for it cannot be measured."""
+    committed timed-out run's launcher logged it (one whose workers had all finished may not).
+    Without it the workers' -15 exits of that stop read as a fault's detection and the wait
+    for it cannot be measured."""
     manifest = run.manifest
     timed_out = manifest.timed_out if manifest is not None else None
     if timed_out is None or timed_out.value is not True or run.launcher.signalled() is not None:

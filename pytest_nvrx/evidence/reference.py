@@ -189,7 +189,7 @@ class ReferenceLogAdapter:
             if m is None:
                 return None
             restarts = int(m["restarts"]) if m["restarts"] is not None else None
-            return ProcessStarted(int(m["world"]), restarts, at.ref())
+            return ProcessStarted(int(m["world"]), restarts, at.ref(), time)
         if event.startswith("training finished iteration "):
             return Milestone("training_done", time, at.ref())
         if event.startswith("aborted ") or event.startswith("ft monitoring failed: "):

@@ -214,6 +214,8 @@ class ProcessStarted:
     world_size: int
     restart_count: int | None
     ref: EvidenceRef
+    # its stamp: the first its process stamped in the cycle, which a fault it took cannot precede
+    time: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
