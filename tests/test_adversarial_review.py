@@ -286,3 +286,45 @@ def test_a_symlinked_build_directory_is_prepared(tmp_path: Path) -> None:
     env = env_with_path(tool_bin(tmp_path / "bin"))
     prepared = prepare_checkout(checkout, who="test", environ=env)
     assert prepared.builds
+
+
+SCHEDULES = sorted(p.parent for p in DATA.glob("**/fault_injected_2.json"))
+_ISO = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d+[+-]\d\d:\d\d")
+
+
+def _first_own_stamp(text: str, rank: int) -> datetime | None:
+    """The earliest ISO stamp with an offset on any line of ``rank`` (read from the text, not by
+    the parser under test: the reference workload's lines, the injector's)."""
+    stamps = [
+        datetime.fromisoformat(m.group(0))
+        for line in text.splitlines()
+        if line.startswith(f"{rank}: ") and (m := _ISO.search(line))
+    ]
+    return min(stamps, default=None)
+
+
+@pytest.mark.parametrize("src", SCHEDULES, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_a_later_marker_before_its_rank_started_cannot_be_judged(tmp_path: Path, src: Path) -> None:
+    """Each later marker of a schedule re-stamped 0.5 s before the first line its rank stamped in
+    the cycle it faulted (the reference workload's "rank N started", inside the 1 s slack the
+    marker has against its cycle's start): the process that took the marker's time had not
+    started; the run cannot be judged. Passed on ref-kill-step+kill-restore until the started
+    line's stamp was read."""
+    assert SCHEDULES, "no committed schedule run"
+    doc = copy_run(src, tmp_path / "run")
+    moved = 0
+    for position in range(2, 10):
+        name = f"fault_injected_{position}.json"
+        if not doc.path(name).exists():
+            break
+        data = doc.json(name)
+        log = doc.path(f"logs/train_cycle{data['restart_count']}.log")
+        first = _first_own_stamp(log.read_text(encoding="utf-8"), data["rank"])
+        assert first is not None, f"{name}: no stamped line of rank {data['rank']} in {log.name}"
+        data["time"] = (first - timedelta(seconds=0.5)).isoformat()
+        doc.set_json(name, **data)
+        moved += 1
+    assert moved
+    judgement = judge_run_dir(doc.root)
+    assert not judgement.judgeable
+    assert any("cannot precede the process" in m for m in judgement.unjudgeable_reasons)
