@@ -643,6 +643,7 @@ def test_a_wait_on_a_holder_that_cannot_be_told_dead_is_said_once(
         held.release()
     except ClaimWaitTooLong:
         assert kind == "live pid without start"
+    assert fake.now >= STALE_S  # waited, on the clock it was given, until stale at the least
     assert len(said) == 1, said
     assert str(claim) in said[0] and "waiting" in said[0], said
     assert f"{3 * STALE_S:.0f} s" in said[0], said
