@@ -157,13 +157,14 @@ SETTLE_READS = 10
 SETTLE_PAUSE_S = 0.05
 
 
-def settled_holder(path: Path) -> Holder:
-    """:func:`read_holder`, read again while it cannot be read, for :data:`SETTLE_READS`."""
+def settled_holder(path: Path, sleep: Callable[[float], None] = time.sleep) -> Holder:
+    """:func:`read_holder`, read again while it cannot be read, for :data:`SETTLE_READS`
+    (pausing through ``sleep``: a waiter's own, whose clock the pauses then count on)."""
     holder = read_holder(path)
     for _ in range(SETTLE_READS - 1):
         if holder.record or not path.exists():
             break
-        time.sleep(SETTLE_PAUSE_S)
+        sleep(SETTLE_PAUSE_S)
         holder = read_holder(path)
     return holder
 

@@ -327,7 +327,7 @@ def acquire(
         kind = _not_a_claim_file(path)
         if kind is not None:
             raise ClaimNotAFile(path, kind)
-        holder = settled_holder(path)
+        holder = settled_holder(path, sleep)
         state = _file_state(path)
         if state is None:
             continue  # released meanwhile: try again at once

@@ -134,10 +134,12 @@ def tool_bin(
     compiler: bool = True,
     make: bool = True,
     python: str = sys.executable,
+    extra: tuple[str, ...] = (),
 ) -> str:
     """A PATH of one directory: ``python3`` (the workers' interpreter), ``python3-config``
     answering ``--extension-suffix`` as that interpreter's own does (or ``suffix``), ``make``
-    and the C++ compiler (``g++``, ``c++``) as this host has them, when asked."""
+    and the C++ compiler (``g++``, ``c++``) as this host has them, when asked, and the
+    ``extra`` commands a recipe runs (:data:`SLOW_TOOLS`)."""
     where.mkdir(parents=True, exist_ok=True)
     (where / "python3").symlink_to(python)
     answer = (
@@ -149,6 +151,7 @@ def tool_bin(
     config.write_text(f"#!/bin/sh\n{answer}\n")
     config.chmod(0o755)
     tools = (["make"] if make else []) + (["g++", "c++", "cc", "as", "ld"] if compiler else [])
+    tools += extra
     for tool in tools:
         found = shutil.which(tool)
         if found is not None:
@@ -170,7 +173,10 @@ def env_with_path(path: str, **extra: str) -> dict[str, str]:
 
 #: Every run of the recipe appends its pid to $(NVRX_TEST_BUILD_LOG); the artifact, a Python
 #: module, is written in five pieces $(NVRX_TEST_PIECE_S) apart: imported before the last, it
-#: is cut (SyntaxError) or says COMPLETE is False.
+#: is cut (SyntaxError) or says COMPLETE is False. With $(NVRX_TEST_GATE) set, the recipe
+#: writes nothing until that file exists: a test holds the build there until it has seen what
+#: it waits for. A ``sleep`` that cannot run fails the recipe: a build that is not slow would
+#: let the tests of what happens meanwhile pass without anything happening meanwhile.
 SLOW_MAKEFILE = """\
 OUT = helpers_data.py
 SRC = helpers.src
@@ -179,10 +185,16 @@ default: $(OUT)
 
 $(OUT): $(SRC)
 \techo $$$$ >> "$(NVRX_TEST_BUILD_LOG)"
+\twhile [ -n "$(NVRX_TEST_GATE)" ] && [ ! -e "$(NVRX_TEST_GATE)" ]; do sleep 0.02 || exit 1; done
 \tprintf 'PIECES = [\\n' > $@
-\tfor i in 1 2 3 4 5; do sleep $(NVRX_TEST_PIECE_S); printf '    "piece %s",\\n' $$i >> $@; done
+\tfor i in 1 2 3 4 5; do \\
+\t  sleep $(NVRX_TEST_PIECE_S) || exit 1; printf '    "piece %s",\\n' $$i >> $@; \\
+\tdone
 \tprintf ']\\nCOMPLETE = len(PIECES) == 5\\n' >> $@
 """
+#: What the slow recipe runs besides make and the shell's builtins: a PATH of
+#: :func:`tool_bin` needs them.
+SLOW_TOOLS = ("sleep",)
 
 #: What Megatron's ``megatron/core/datasets/helpers.py`` does with what was built: import it.
 #: Each import is recorded in $(NVRX_TEST_IMPORT_LOG): ``<pid> whole`` or ``<pid> HALF ...``.

@@ -39,6 +39,7 @@ from tests.megatron_checkouts import (
     EXT_SUFFIX,
     MAKEFILE_PATTERN,
     PYBIND_CPP,
+    SLOW_TOOLS,
     env_with_path,
     have_compiler,
     megatron_checkout,
@@ -56,7 +57,7 @@ def tools(tmp_path: Path, **kwargs: object) -> dict[str, str]:
 
 def slow_env(tmp_path: Path, piece_s: float = 0.3) -> dict[str, str]:
     return {
-        **tools(tmp_path, compiler=False),
+        **tools(tmp_path, compiler=False, extra=SLOW_TOOLS),
         "NVRX_TEST_BUILD_LOG": str(tmp_path / "builds.log"),
         "NVRX_TEST_PIECE_S": str(piece_s),
     }
@@ -404,27 +405,52 @@ def test_a_dead_holder_on_this_host_is_taken_over_at_once(tmp_path: Path) -> Non
     assert [p.name for p in (root / DATASETS).iterdir() if p.name.startswith(".")] == []
 
 
-@pytest.mark.xfail(
-    reason="known race, open: about 1 run in 5 the second session finds the artifact 'already"
-    " built' (seconds 0.0) while the first still holds the claim; the unlocked up-to-date check"
-    " or the build tree's make is suspected; to be fixed, then this mark removed",
-    strict=False,
-)
 def test_a_live_holder_is_waited_for(tmp_path: Path) -> None:
+    """A second session that finds the first mid-build (its recipe started, the artifact not in
+    place) waits for it, through the whole build, and does not build it again. The first one's
+    recipe is held at a gate until the second is seen waiting on its claim, so the order is
+    the test's, not the scheduler's."""
     root = slow_checkout(tmp_path / "m")
-    env = slow_env(tmp_path, piece_s=0.4)
-    holder = start_preparing(root, "the first session", env)
-    claim = root / DATASETS / CLAIM_NAME
-    deadline = time.monotonic() + 60
-    while not claim.exists():
-        assert time.monotonic() < deadline and holder.poll() is None
-        time.sleep(0.02)
-    prepared = prepare_checkout(root, who="second", environ=env)
-    holder.communicate(timeout=60)
+    piece_s = 0.4
+    env = slow_env(tmp_path, piece_s=piece_s)
+    gate = tmp_path / "gate"
+    holder = start_preparing(root, "the first session", {**env, "NVRX_TEST_GATE": str(gate)})
+    opened_at: list[int] = []
+
+    def wait(seconds: float) -> None:
+        if not opened_at:  # the second session waits on the claim: let the build go on
+            opened_at.append(len(builds(tmp_path)))
+            gate.touch()
+        time.sleep(seconds)
+
+    prepared = None
+    try:
+        deadline = time.monotonic() + 60
+        while not builds(tmp_path) and holder.poll() is None:  # until its recipe has started
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        if holder.poll() is None:  # held at the gate, unless it failed before
+            prepared = prepare_checkout(root, who="second", environ=env, sleep=wait)
+    finally:
+        gate.touch()
+        try:
+            out, err = holder.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            holder.kill()
+            holder.communicate()
+            raise
+    assert holder.returncode == 0, err
+    assert out.splitlines()[0] == "built", out
+    assert prepared is not None
+    assert opened_at == [1]  # it waited while the first one's recipe ran
     [done] = prepared.builds
-    assert done.outcome is Outcome.WAITED
+    assert done.outcome is Outcome.WAITED, done
     assert done.builder == f"pid {holder.pid} on host {socket.gethostname()} (the first session)"
+    assert done.seconds >= 5 * piece_s  # the rest of the build, from the gate on
     assert len(builds(tmp_path)) == 1
+    text = (root / DATASETS / "helpers_data.py").read_text()
+    assert text.endswith("COMPLETE = len(PIECES) == 5\n")
+    assert not (root / DATASETS / CLAIM_NAME).exists()
 
 
 class FakeTime:
@@ -617,6 +643,7 @@ def test_a_wait_on_a_holder_that_cannot_be_told_dead_is_said_once(
         held.release()
     except ClaimWaitTooLong:
         assert kind == "live pid without start"
+    assert fake.now >= STALE_S  # waited, on the clock it was given, until stale at the least
     assert len(said) == 1, said
     assert str(claim) in said[0] and "waiting" in said[0], said
     assert f"{3 * STALE_S:.0f} s" in said[0], said
