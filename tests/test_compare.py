@@ -324,8 +324,8 @@ def test_phase_words_and_the_plugins_spelling() -> None:
         "verdict",
     ]
     with pytest.raises(ConfigError) as exc:
-        parse_gate(["downtime"])
-    assert exc.value.message_for("plugin").startswith("--nvrx-compare-fail 'downtime'")
+        parse_gate(["downtime"], "--nvrx-compare-fail")
+    assert str(exc.value).startswith("--nvrx-compare-fail 'downtime' is not a gate rule")
 
 
 # ----------------------------------------------------------------------------------------------

@@ -21,9 +21,9 @@ from pytest_nvrx.compare.diff import (
     compare,
     scenario_key,
 )
-from pytest_nvrx.compare.gate import GateRule, Limit, parse_gate
 from pytest_nvrx.compare.main import compare_main, run_compare
 from pytest_nvrx.compare.side import CompareInputError, Side, load_side
+from pytest_nvrx.settings.compare_gate import GateRule, Limit, parse_gate
 
 __all__ = [
     "CompareInputError",

@@ -16,10 +16,11 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from pytest_nvrx.compare.gate import PHASE_IDS, GateRule
 from pytest_nvrx.compare.side import Side, identity_stack
+from pytest_nvrx.layout import PHASE_IDS
 from pytest_nvrx.report.model import ScenarioReport
 from pytest_nvrx.report.recovery import Recovery
+from pytest_nvrx.settings.compare_gate import GateRule
 
 #: phases whose meaning changed with report.json schema 2 (NVRx's GPU memory wait moved from
 #: ``termination`` to its own ``gpu_reclaim``): not compared across that change
@@ -79,6 +80,8 @@ class TimingDiff:
     new: float | None
     #: why this timing is not compared (phases whose meaning changed between schemas)
     incomparable: str | None = None
+    #: a schedule's recovery: its fault's position (None: the scenario's, a one-fault run's)
+    position: int | None = None
 
     @property
     def label(self) -> str:
@@ -281,6 +284,7 @@ def _timings(
         olds, news = nth(key_old), nth(key_new)
         shown = next((r for r in (*olds, *news) if r is not None), None)
         label = _recovery_label(shown, i) if shown is not None else None
+        position = i + 1 if label is not None else None
         if label is not None:  # a schedule's recovery: its own downtime too
             out.append(
                 TimingDiff(
@@ -288,6 +292,7 @@ def _timings(
                     label,
                     _median([r.downtime_s if r else None for r in olds]),
                     _median([r.downtime_s if r else None for r in news]),
+                    position=position,
                 )
             )
         phases = {p.id for r in (*olds, *news) if r is not None for p in r.phases}
@@ -302,6 +307,7 @@ def _timings(
                     _median([_phase_seconds(r, phase) for r in olds]),
                     _median([_phase_seconds(r, phase) for r in news]),
                     why,
+                    position,
                 )
             )
     return tuple(out)

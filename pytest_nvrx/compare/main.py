@@ -16,12 +16,12 @@ from pathlib import Path
 from typing import TextIO
 
 from pytest_nvrx.compare.diff import Comparison, Incomparable, compare
-from pytest_nvrx.compare.gate import parse_gate
 from pytest_nvrx.compare.render import document, html, text
 from pytest_nvrx.compare.side import CompareInputError, load_side
 from pytest_nvrx.evidence.refs import printable
 from pytest_nvrx.outputs import OutputRefused, check_output_targets, check_outputs, write_output
 from pytest_nvrx.settings import ConfigError
+from pytest_nvrx.settings.compare_gate import parse_gate
 
 EXIT_OK = 0
 EXIT_GATE = 1
@@ -128,7 +128,7 @@ def compare_main(
             gate_noise=args.gate_noise,
         )
     except ConfigError as exc:
-        err.write(printable(f"compare: error: {exc.message_for('cli')}") + "\n")
+        err.write(printable(f"compare: error: {exc}") + "\n")
         return EXIT_CANNOT_COMPARE
     except (CompareInputError, Incomparable) as exc:
         err.write(printable(f"compare: cannot compare: {exc}") + "\n")

@@ -152,13 +152,7 @@ _OLD_COLOUR = "#999999"
 _NEW_COLOUR = "#0072B2"  # Okabe-Ito blue, as the report's charts
 _WORSE = "#D55E00"
 
-_CSS = (
-    REPORT_CSS
-    + """
-.regression{background:#fbe0de}.improvement{background:#dff3e4}
-.st{font-weight:700;text-transform:uppercase;font-size:12px}
-"""
-)
+_CSS = REPORT_CSS  # the report's, its status classes included
 
 
 def _bars(t: TimingDiff, scale: float) -> str:

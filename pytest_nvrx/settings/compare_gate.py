@@ -1,4 +1,5 @@
-"""The comparison's gate: which change fails it, parsed from ``--fail-on`` specs (no pytest).
+"""The comparison's gate: which change fails it, parsed from ``compare --fail-on`` and
+``--nvrx-compare-fail`` specs (pure text, as the fault schedules: pytest_nvrx.compare applies it).
 
 A spec is one rule, or several joined by commas:
 
@@ -20,21 +21,16 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from pytest_nvrx.evidence.timeline import PHASES
-from pytest_nvrx.settings import ConfigError
-from pytest_nvrx.settings.values import EntryPoint, quote
+from pytest_nvrx.layout import PHASE_IDS
+from pytest_nvrx.settings.values import ConfigError, quote
 
-PHASE_IDS: tuple[str, ...] = tuple(p.id for p in PHASES)
-
-
-def gate_flag(entry: EntryPoint) -> str:
-    """The option a gate spec came from, in the entry point's spelling."""
-    return "--fail-on" if entry == "cli" else "--nvrx-compare-fail"
+#: the CLI's option; the plugin's parser is given its own source (option, variable, ini)
+CLI_FLAG = "--fail-on"
 
 
-def _bad(spec: str, why: str) -> ConfigError:
-    """A spec refused: one line that starts with the option it came from."""
-    return ConfigError.naming(lambda entry: f"{gate_flag(entry)} {quote(spec)}{why}")
+def _bad(flag: str, spec: str, why: str) -> ConfigError:
+    """A spec refused: one line that starts with where it came from."""
+    return ConfigError(f"{flag} {quote(spec)}{why}")
 
 
 #: a limit: ``+`` then an ASCII decimal number then ``s`` or ``%``
@@ -80,7 +76,7 @@ class GateRule:
         return f"phase:{self.what}:{self.limit}"
 
 
-def phase_named(name: str, spec: str) -> str:
+def phase_named(name: str, spec: str, flag: str = CLI_FLAG) -> str:
     """The phase id ``name`` names: the id itself, or the one id that has it as a word."""
     if name in PHASE_IDS:
         return name
@@ -89,42 +85,50 @@ def phase_named(name: str, spec: str) -> str:
         return words[0]
     known = ", ".join(PHASE_IDS)
     if not words:
-        raise _bad(spec, f": no phase {quote(name)}; phases: {known}")
-    raise _bad(spec, f": {quote(name)} names several phases ({', '.join(words)}); give the id")
+        raise _bad(flag, spec, f": no phase {quote(name)}; phases: {known}")
+    raise _bad(
+        flag, spec, f": {quote(name)} names several phases ({', '.join(words)}); give the id"
+    )
 
 
-def _limit(text: str, spec: str) -> Limit:
+def _limit(text: str, spec: str, flag: str) -> Limit:
     match = _LIMIT.fullmatch(text)
     if match is None:
-        raise _bad(spec, f": the limit {quote(text)} is not +Ns or +N% (e.g. +10s, +20%)")
+        raise _bad(flag, spec, f": the limit {quote(text)} is not +Ns or +N% (e.g. +10s, +20%)")
     return Limit(float(match["number"]), match["unit"] == "%")
 
 
-def parse_rule(spec: str) -> GateRule:
-    """One rule; :class:`ConfigError` (one line, naming ``--fail-on``) for anything else."""
+def parse_rule(spec: str, flag: str = CLI_FLAG) -> GateRule:
+    """One rule; :class:`ConfigError` (one line, naming ``flag``) for anything else."""
     text = spec.strip()
     if text == "verdict":
         return GateRule("verdict", None)
     parts = text.split(":")
     if parts[0] == "downtime" and len(parts) == 2:
-        return GateRule("downtime", _limit(parts[1], spec))
+        return GateRule("downtime", _limit(parts[1], spec, flag))
     if parts[0] == "phase" and len(parts) == 3:
-        return GateRule(phase_named(parts[1], spec), _limit(parts[2], spec))
+        return GateRule(phase_named(parts[1], spec, flag), _limit(parts[2], spec, flag))
     raise _bad(
+        flag,
         spec,
         " is not a gate rule: verdict, downtime:+N%, downtime:+Ns, phase:NAME:+Ns or "
         "phase:NAME:+N%",
     )
 
 
-def parse_gate(specs: list[str] | tuple[str, ...]) -> tuple[GateRule, ...]:
+def parse_gate(specs: list[str] | tuple[str, ...], flag: str = CLI_FLAG) -> tuple[GateRule, ...]:
     """Every rule of every spec (each may join several with commas), in order, repeats once."""
     rules: list[GateRule] = []
     for spec in specs:
         for part in spec.split(","):
             if not part.strip():
-                raise _bad(spec, " holds an empty rule")
-            rule = parse_rule(part)
+                raise _bad(flag, spec, " holds an empty rule")
+            rule = parse_rule(part, flag)
             if rule not in rules:
                 rules.append(rule)
     return tuple(rules)
+
+
+def parse_gate_setting(raw: str, what: str) -> tuple[GateRule, ...]:
+    """The plugin's ``--nvrx-compare-fail`` (its variable, its ini value): ``what`` names it."""
+    return parse_gate([raw], what)
