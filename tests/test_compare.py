@@ -342,6 +342,8 @@ def _bad_inputs(tmp_path: Path) -> dict[str, tuple[Path, str]]:
     negative["scenarios"][1]["recoveries"][0]["phases"][0]["seconds"] = -4
     missing = doc(NEW)
     del missing["scenarios"][0]["criteria"]
+    letters = doc(NEW)
+    letters["scenarios"][0]["gpu_shared_with"] = "gw0"
     (tmp_path / "empty-dir").mkdir()
     cases = {
         "newer": (write(tmp_path, "newer.json", newer), "schema 3 is newer than this"),
@@ -361,6 +363,10 @@ def _bad_inputs(tmp_path: Path) -> dict[str, tuple[Path, str]]:
         "negative": (write(tmp_path, "neg.json", negative), "a negative duration"),
         "missing": (write(tmp_path, "missing.json", missing), "lacks the field 'criteria'"),
         "no run dir": (tmp_path / "empty-dir", "no run directory in it"),
+        "letters": (
+            write(tmp_path, "letters.json", letters),
+            "'gpu_shared_with' is \"gw0\", not a list",
+        ),
         "absent": (tmp_path / "absent.json", "cannot be read"),
     }
     (tmp_path / "cut.json").write_text(good[: len(good) // 2])
@@ -462,3 +468,35 @@ def test_the_committed_planted_regression_is_the_load_phase() -> None:
     code, out, _ = cli(runs / "plain", runs / "slow", "--fail-on", "phase:load:+5s")
     assert code == 1 and "checkpoint_load 6.738 s → 12.896 s (+6.158 s, +91.4%)" in out
     assert cli(runs / "plain", runs / "slow", "--fail-on", "phase:load:+7s")[0] == 0
+
+
+def test_fields_a_later_version_adds_are_read_past(tmp_path: Path) -> None:
+    # new fields do not raise the schema (docs/report.md): a reader ignores them
+    later = doc(NEW)
+    for s in later["scenarios"]:
+        s["future"] = 1
+        s["timeline"]["future"] = [1]
+        s["timeline"]["cycles"][0]["future"] = 1
+        s["timeline"]["events"][0]["future"] = 1
+        for r in s["recoveries"]:
+            r["future"] = {}
+            r["phases"][0]["future"] = 1
+            r["milestones"][0]["future"] = 1
+            r["lost_work"]["future"] = 1
+    code, out, err = cli(NEW, write(tmp_path, "later.json", later), "--fail-on", "downtime:+0s")
+    assert code == 0, err
+    assert "4 unchanged; 0 only in OLD, 0 only in NEW" in out
+
+
+def test_a_sides_text_reaches_no_terminal_or_page_raw(tmp_path: Path) -> None:
+    hostile = doc(NEW)
+    for s in hostile["scenarios"]:
+        s["workload"] = "<script>alert(1)</script>\x1b[2J\u202e"
+    hostile["stack"]["megatron_describe"] = "<img src=x>\x1b]0;title\x07"
+    side = write(tmp_path, "hostile.json", hostile)
+    page = tmp_path / "page.html"
+    code, out, _ = cli(side, side, "-o", page, "--json", tmp_path / "c.json")
+    assert code == 0
+    assert "\x1b" not in out and "\u202e" not in out and "\x07" not in out
+    text = page.read_text()
+    assert "<script>" not in text and "<img" not in text and "\x1b" not in text

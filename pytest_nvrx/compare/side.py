@@ -15,17 +15,19 @@ import math
 import os
 import stat
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
 from pytest_nvrx.evidence.refs import printable
 from pytest_nvrx.evidence.rundir import RunDirError
+from pytest_nvrx.evidence.timeline import Phase
 from pytest_nvrx.layout import LAUNCHER_LOG_NAME, LOGS_DIR, MANIFEST_NAME, RESULT_NAME
 from pytest_nvrx.report.main import build_reports
 from pytest_nvrx.report.model import SCHEMA_VERSION, ScenarioReport
-from pytest_nvrx.report.recovery import Recovery
+from pytest_nvrx.report.recovery import LostWork, MilestoneTime, Recovery
 from pytest_nvrx.report.render import STACK_IDENTITY
+from pytest_nvrx.report.timeline import CycleSpan, TimelineData, TimelineEvent
 
 #: a report.json larger than this is refused unread (a 10-scenario report is about 200 KB)
 MAX_REPORT_BYTES = 64 << 20
@@ -161,8 +163,9 @@ def _report_side(path: Path, label: str, identity: tuple[int, int]) -> Side:
         at = f"{where}: scenario {n}"
         if not isinstance(data, dict):
             raise CompareInputError(f"{at} is {_shown(data)}, not an object")
+        _check_lists(data, at)
         try:
-            report = ScenarioReport.from_dict(data)
+            report = ScenarioReport.from_dict(_known_fields(data))
         except KeyError as exc:
             raise CompareInputError(f"{at} lacks the field {exc}") from None
         except (TypeError, ValueError, AttributeError) as exc:
@@ -170,6 +173,62 @@ def _report_side(path: Path, label: str, identity: tuple[int, int]) -> Side:
         check_scenario(report, at)
         reports.append(report)
     return Side(label, str(path), "report.json", version, stack, tuple(reports), identity)
+
+
+#: the scenario's fields that are lists when present (a string there would read as its letters)
+_LISTS = ("schedule", "recoveries", "criteria", "problems", "gpu_shared_with")
+
+
+def _check_lists(data: dict[str, Any], at: str) -> None:
+    for key in _LISTS:
+        value = data.get(key)
+        if value is not None and not isinstance(value, list):
+            raise CompareInputError(f"{at}: '{key}' is {_shown(value)}, not a list")
+
+
+def _names(cls: type) -> frozenset[str]:
+    return frozenset(f.name for f in fields(cls))
+
+
+def _only(data: Any, cls: type) -> Any:
+    """``data`` less the keys ``cls`` has no field for (anything else as it is: the reader
+    refuses it)."""
+    if not isinstance(data, dict):
+        return data
+    names = _names(cls)
+    return {k: v for k, v in data.items() if k in names}
+
+
+def _each(items: Any, cls: type) -> Any:
+    return [_only(item, cls) for item in items] if isinstance(items, list) else items
+
+
+def _recovery(data: Any) -> Any:
+    data = _only(data, Recovery)
+    if not isinstance(data, dict):
+        return data
+    return {
+        **data,
+        "milestones": _each(data.get("milestones"), MilestoneTime),
+        "phases": _each(data.get("phases"), Phase),
+        "lost_work": _only(data.get("lost_work"), LostWork),
+    }
+
+
+def _known_fields(data: dict[str, Any]) -> dict[str, Any]:
+    """The scenario without the nested fields this version does not know: a later pytest-nvrx
+    adds fields without raising the schema (docs/report.md), and a reader ignores them."""
+    out = dict(data)
+    if isinstance(out.get("recovery"), dict):
+        out["recovery"] = _recovery(out["recovery"])
+    if isinstance(out.get("recoveries"), list):
+        out["recoveries"] = [_recovery(r) for r in out["recoveries"]]
+    timeline = _only(out.get("timeline"), TimelineData)
+    if isinstance(timeline, dict):
+        timeline["cycles"] = _each(timeline.get("cycles"), CycleSpan)
+        timeline["events"] = _each(timeline.get("events"), TimelineEvent)
+        out["timeline"] = timeline
+    return out
 
 
 def _shown(value: Any) -> str:
