@@ -593,8 +593,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "compare-fail",
         "fail the session, after every scenario is judged, when the comparison with "
-        "--nvrx-compare fails this gate: verdict, downtime:+20%, downtime:+10s, phase:load:+5s "
-        "(comma-joined)",
+        "--nvrx-compare fails this gate, the rules of compare --fail-on (comma-joined): verdict, "
+        "downtime:+10s, phase:load:+5s, a percentage as downtime:+20 then a percent sign",
         parse=parse_gate_setting,
         where="plugin",
         attr="compare_fail",
