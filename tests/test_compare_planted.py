@@ -15,8 +15,12 @@ from pytest_nvrx.compare import compare, load_side
 from pytest_nvrx.compare.main import compare_main
 from tests.reference_runs import launch_reference
 
-#: the planted slowdown; well above the run-to-run spread of a CPU load (~0.1-0.5 s)
-DELAY_S = 6.0
+#: the planted slowdown. The rest of the load phase (the started line to the load line: NVRx's
+#: monitor, gloo's rendezvous of both ranks, the model, DCP's read) moves by seconds on a loaded
+#: 2-core machine (3 s either way seen beside another test session), hence a delay well above
+#: that and a band of NOISE_S around it
+DELAY_S = 10.0
+NOISE_S = 4.0
 
 
 @pytest.fixture(scope="module")
@@ -38,24 +42,24 @@ def test_the_phase_that_grew_is_the_checkpoint_load_by_about_the_delay(
     assert scenario.old_qualified and scenario.new_qualified, scenario.new_outcome
     grown = {t.what: t.delta for t in scenario.timings if t.delta is not None}
     load = grown["checkpoint_load"]
-    assert load is not None and DELAY_S - 1.0 <= load <= DELAY_S + 3.0, grown
+    assert load is not None and DELAY_S - NOISE_S <= load <= DELAY_S + NOISE_S, grown
     largest = max((w for w in grown if w != "downtime"), key=lambda w: grown[w] or 0.0)
     assert largest == "checkpoint_load", grown
-    assert grown["downtime"] is not None and grown["downtime"] >= DELAY_S - 1.0, grown
+    assert grown["downtime"] is not None and grown["downtime"] >= DELAY_S - NOISE_S, grown
     assert scenario.status == "slower"
 
 
 def test_the_gate_on_the_load_phase_fires_and_a_looser_one_holds(pair: tuple[Path, Path]) -> None:
     plain, slow = pair
     out, err = io.StringIO(), io.StringIO()
-    code = compare_main([str(plain), str(slow), "--fail-on", "phase:load:+3s"], out, err)
+    code = compare_main([str(plain), str(slow), "--fail-on", "phase:load:+5s"], out, err)
     assert code == 1, out.getvalue() + err.getvalue()
     assert "gate fails:" in out.getvalue() and "checkpoint_load" in out.getvalue()
     out = io.StringIO()
-    code = compare_main([str(plain), str(slow), "--fail-on", "phase:load:+30s,verdict"], out, err)
+    code = compare_main([str(plain), str(slow), "--fail-on", "phase:load:+20s,verdict"], out, err)
     assert code == 0, out.getvalue() + err.getvalue()
     # the other way round it is an improvement of the same size: nothing to gate
     out = io.StringIO()
-    code = compare_main([str(slow), str(plain), "--fail-on", "phase:load:+3s"], out, err)
+    code = compare_main([str(slow), str(plain), "--fail-on", "phase:load:+5s"], out, err)
     assert code == 0, out.getvalue() + err.getvalue()
     assert "FASTER" in out.getvalue()
