@@ -500,3 +500,16 @@ def test_a_sides_text_reaches_no_terminal_or_page_raw(tmp_path: Path) -> None:
     assert "\x1b" not in out and "\u202e" not in out and "\x07" not in out
     text = page.read_text()
     assert "<script>" not in text and "<img" not in text and "\x1b" not in text
+
+
+def test_a_new_run_that_broke_before_its_first_cycle_is_still_its_scenario(tmp_path: Path) -> None:
+    # no cycle: no ranks to read; it is matched with OLD's scenario and its verdict gated
+    broken = doc(NEW)
+    s = next(s for s in broken["scenarios"] if s["schedule"] == ["kill@step", "kill@restore"])
+    s["timeline"]["cycles"], s["passed"] = [], False
+    s["first_cause"] = "the launcher never started a worker"
+    code, out, _ = cli(OLD, write(tmp_path, "broken.json", broken), "--fail-on", "verdict")
+    assert code == 1, out
+    assert "gate fails: megatron kill@step, kill@restore [30 iterations, 1 rank]: verdict" in out
+    assert "only in NEW: megatron kill@step, kill@restore [30 iterations]" not in out
+    assert "note: matched OLD megatron kill@step, kill@restore [30 iterations, 1 rank]" in out

@@ -389,6 +389,34 @@ def _by_key(side: Side) -> dict[ScenarioKey, list[ScenarioReport]]:
     return out
 
 
+def _compatible(a: ScenarioKey, b: ScenarioKey) -> bool:
+    """Keys of one scenario where a side could not show part of it (a run that never started a
+    cycle shows no ranks): the rest equal, the unknown part taken as either."""
+    return (
+        a.workload == b.workload
+        and a.fault == b.fault
+        and (a.train_iters is None or b.train_iters is None or a.train_iters == b.train_iters)
+        and (a.ranks is None or b.ranks is None or a.ranks == b.ranks)
+    )
+
+
+def _pair_partial_keys(
+    a: dict[ScenarioKey, list[ScenarioReport]], b: dict[ScenarioKey, list[ScenarioReport]]
+) -> list[str]:
+    """Match, in place, each key one side shows only in part with the one key of the other side
+    it can be (filed under OLD's key): a NEW run that broke before its first cycle is the
+    scenario it was, its verdict compared and gated, not a scenario "only in NEW"."""
+    notes = []
+    for ka in [k for k in a if k not in b]:
+        candidates = [kb for kb in b if kb not in a and _compatible(ka, kb)]
+        if len(candidates) != 1:
+            continue
+        [kb] = candidates
+        b[ka] = b.pop(kb)
+        notes.append(f"matched OLD {ka} with NEW {kb} (one side does not show all of the key)")
+    return notes
+
+
 def stack_changes(old: Side, new: Side) -> tuple[StackChange, ...]:
     """Each identifying stack field (and the Megatron tag) whose values differ, old -> new."""
     a, b = identity_stack(old), identity_stack(new)
@@ -414,6 +442,7 @@ def compare(
         if not side.scenarios:
             raise Incomparable(f"{side.label} {side.source} has no scenario")
     a, b = _by_key(old), _by_key(new)
+    paired = _pair_partial_keys(a, b)
     common = [k for k in a if k in b]
     if not common:
         wa = sorted({k.workload for k in a})
@@ -444,7 +473,7 @@ def compare(
                 _recovery_changes(a[key], b[key]),
             )
         )
-    notes = []
+    notes = list(paired)
     if old.identity is not None and old.identity == new.identity:
         notes.append(f"OLD and NEW are one file ({new.source}): nothing can have changed")
     if cross:
