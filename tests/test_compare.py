@@ -513,3 +513,17 @@ def test_a_new_run_that_broke_before_its_first_cycle_is_still_its_scenario(tmp_p
     assert "gate fails: megatron kill@step, kill@restore [30 iterations, 1 rank]: verdict" in out
     assert "only in NEW: megatron kill@step, kill@restore [30 iterations]" not in out
     assert "note: matched OLD megatron kill@step, kill@restore [30 iterations, 1 rank]" in out
+
+
+def test_the_missing_rule_fails_a_scenario_new_lacks(tmp_path: Path) -> None:
+    fewer = doc(OLD)
+    del fewer["scenarios"][0]
+    new = write(tmp_path, "fewer.json", fewer)
+    assert cli(OLD, new, "--fail-on", "verdict")[0] == 0  # shown, not gated
+    code, out, _ = cli(OLD, new, "--fail-on", "verdict,missing")
+    assert code == 1
+    assert (
+        "gate fails: megatron hang@finalize, ckpt-worker@finalize [30 iterations, 1 rank]: "
+        "missing: on OLD (QUALIFIED), not on NEW"
+    ) in out
+    assert cli(OLD, NEW, "--fail-on", "missing")[0] == 0  # NEW has more: nothing missing

@@ -191,10 +191,12 @@ class Comparison:
     min_samples: int
     gate_noise: bool
     notes: tuple[str, ...] = field(default=())
+    #: the ``missing`` rule's: each scenario of OLD that NEW lacks
+    missing: tuple[GateFailure, ...] = ()
 
     @property
     def failures(self) -> tuple[GateFailure, ...]:
-        return tuple(f for s in self.scenarios for f in s.failures)
+        return tuple(f for s in self.scenarios for f in s.failures) + self.missing
 
     @property
     def gate_failed(self) -> bool:
@@ -358,6 +360,8 @@ def _gate(
     failures: list[GateFailure] = []
     held: list[str] = []
     for rule in rules:
+        if rule.what == "missing":
+            continue  # the comparison's: scenarios on OLD only
         if rule.limit is None:
             if qualified(old) and not qualified(new):
                 failures.append(GateFailure(key, str(rule), f"QUALIFIED → {outcome(new)}"))
@@ -482,15 +486,22 @@ def compare(
             "termination and gpu_reclaim are not compared (schema 1 counted NVRx's GPU memory "
             "wait in termination); downtime and the other phases are"
         )
+    only_old = tuple(k for k in a if k not in b)
+    missing = tuple(
+        GateFailure(k, "missing", f"on OLD ({outcome(a[k])}), not on NEW")
+        for k in only_old
+        if any(r.what == "missing" for r in rules)
+    )
     return Comparison(
         old=old,
         new=new,
         stack_changes=stack_changes(old, new),
         scenarios=tuple(diffs),
-        only_old=tuple(k for k in a if k not in b),
+        only_old=only_old,
         only_new=tuple(k for k in b if k not in a),
         rules=tuple(rules),
         min_samples=min_samples,
         gate_noise=gate_noise,
         notes=tuple(notes),
+        missing=missing,
     )

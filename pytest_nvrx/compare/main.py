@@ -50,8 +50,8 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SPEC",
         action="append",
         default=[],
-        help="gate rule, repeatable or comma-joined: verdict, downtime:+20%%, downtime:+10s, "
-        "phase:load:+5s (a phase id or one word of it)",
+        help="gate rule, repeatable or comma-joined: verdict, missing, downtime:+20%%, "
+        "downtime:+10s, phase:load:+5s (a phase id or one word of it)",
     )
     parser.add_argument(
         "--min-samples",

@@ -134,6 +134,7 @@ def document(c: Comparison) -> dict[str, Any]:
             "min_samples": c.min_samples,
             "gate_noise": c.gate_noise,
             "failed": c.gate_failed,
+            "missing": [{"key": str(f.scenario), "text": f.text} for f in c.missing],
         },
         "counts": {
             s: c.count(s)

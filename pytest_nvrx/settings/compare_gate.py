@@ -4,6 +4,8 @@
 A spec is one rule, or several joined by commas:
 
 * ``verdict``: a scenario that qualified on OLD and does not on NEW;
+* ``missing``: a scenario of OLD that NEW does not have (deselected, skipped, never run: its
+  absence is no qualification);
 * ``downtime:+20%`` / ``downtime:+10s``: a scenario's downtime (a schedule's total, and each of
   its recoveries' own) grew by more than that;
 * ``phase:NAME:+5s`` / ``phase:NAME:+20%``: that recovery phase grew by more than that. NAME is
@@ -59,10 +61,10 @@ class Limit:
 
 @dataclass(frozen=True, slots=True)
 class GateRule:
-    """One rule of the gate: ``what`` is ``verdict``, ``downtime`` or a phase id."""
+    """One rule of the gate: ``what`` is ``verdict``, ``missing``, ``downtime`` or a phase id."""
 
     what: str
-    limit: Limit | None  # None: the verdict rule
+    limit: Limit | None  # None: the verdict and missing rules
 
     @property
     def timing(self) -> bool:
@@ -70,7 +72,7 @@ class GateRule:
 
     def __str__(self) -> str:
         if self.limit is None:
-            return "verdict"
+            return self.what
         if self.what == "downtime":
             return f"downtime:{self.limit}"
         return f"phase:{self.what}:{self.limit}"
@@ -101,8 +103,8 @@ def _limit(text: str, spec: str, flag: str) -> Limit:
 def parse_rule(spec: str, flag: str = CLI_FLAG) -> GateRule:
     """One rule; :class:`ConfigError` (one line, naming ``flag``) for anything else."""
     text = spec.strip()
-    if text == "verdict":
-        return GateRule("verdict", None)
+    if text in ("verdict", "missing"):
+        return GateRule(text, None)
     parts = text.split(":")
     if parts[0] == "downtime" and len(parts) == 2:
         return GateRule("downtime", _limit(parts[1], spec, flag))
@@ -111,8 +113,8 @@ def parse_rule(spec: str, flag: str = CLI_FLAG) -> GateRule:
     raise _bad(
         flag,
         spec,
-        " is not a gate rule: verdict, downtime:+N%, downtime:+Ns, phase:NAME:+Ns or "
-        "phase:NAME:+N%",
+        " is not a gate rule: verdict, missing, downtime:+N%, downtime:+Ns, phase:NAME:+Ns "
+        "or phase:NAME:+N%",
     )
 
 

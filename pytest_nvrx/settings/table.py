@@ -594,12 +594,13 @@ SETTINGS: tuple[Setting, ...] = (
         "compare-fail",
         "fail the session, after every scenario is judged, when the comparison with "
         "--nvrx-compare fails this gate, the rules of compare --fail-on (comma-joined): verdict, "
-        "downtime:+10s, phase:load:+5s, a percentage as downtime:+20 then a percent sign",
+        "missing, downtime:+10s, phase:load:+5s, a percentage as downtime:+20 then a percent sign",
         parse=parse_gate_setting,
         where="plugin",
         attr="compare_fail",
         doc_value="SPEC",
         doc="the gate on `--nvrx-compare`: `verdict` (a scenario QUALIFIED before is not now), "
+        "`missing` (a scenario of the earlier report is not in this session), "
         "`downtime:+20%` or `downtime:+10s`, `phase:NAME:+5s` (comma-joined); the session fails "
         "after every scenario was judged when a rule fails. Scenarios that shared a GPU are not "
         "gated without `--nvrx-gate-shared-gpu` ([compare.md](compare.md#the-gate))",
