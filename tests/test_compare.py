@@ -338,8 +338,6 @@ def _bad_inputs(tmp_path: Path) -> dict[str, tuple[Path, str]]:
     newer["schema_version"] = 3
     typed = doc(NEW)
     typed["scenarios"][0]["total_downtime_s"] = "fast"
-    negative = doc(NEW)
-    negative["scenarios"][1]["recoveries"][0]["phases"][0]["seconds"] = -4
     missing = doc(NEW)
     del missing["scenarios"][0]["criteria"]
     letters = doc(NEW)
@@ -360,7 +358,6 @@ def _bad_inputs(tmp_path: Path) -> dict[str, tuple[Path, str]]:
             "not a list",
         ),
         "typed": (write(tmp_path, "typed.json", typed), "'total_downtime_s' is \"fast\""),
-        "negative": (write(tmp_path, "neg.json", negative), "a negative duration"),
         "missing": (write(tmp_path, "missing.json", missing), "lacks the field 'criteria'"),
         "no run dir": (tmp_path / "empty-dir", "no run directory in it"),
         "letters": (
