@@ -145,6 +145,7 @@ UNIT_COSTS = (
     ("tests/test_cli_e2e.py::test_run_each", 45),
     ("tests/test_broken_resumes.py", 35),
     ("tests/test_broken_runs.py", 20),
+    ("tests/test_compare_planted.py", 65),  # 2 real runs, one with a slower checkpoint load
     ("tests/test_packaging.py", 30),
     ("tests/test_run_claim.py", 25),
     ("tests/test_harness_death.py", 25),  # 2 real runs, SIGKILLed at their first iteration
