@@ -622,18 +622,80 @@ def _arabic_iterations(rel: str) -> Edit:
     return edit
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="adversarial #36 O: the log parsers read any script's digits (\\d, int()) where the"
-    " tracker reader (evidence/tracker.py) refuses them as no number a run writes: a"
-    " replacement's iteration lines in Arabic-Indic digits pass",
-)
+def _arabic_in(rel: str, pattern: str, group: int = 1, *, every: bool = False) -> Edit:
+    """The digits of ``pattern``'s group in the first (or every) matching line, Arabic-Indic."""
+
+    def edit(doc: Doctor) -> None:
+        out, hit = [], False
+        for line in doc.lines(rel):
+            m = re.search(pattern, line)
+            if m is not None and (every or not hit):
+                line = line[: m.start(group)] + m[group].translate(_ARABIC) + line[m.end(group) :]
+                hit = True
+            out.append(line)
+        assert hit, f"{rel}: no line matches {pattern!r}"
+        doc.write_lines(rel, out)
+
+    return edit
+
+
 def test_unicode_digits_in_iteration_lines_is_no_pass(tmp_path: Path) -> None:
-    cases: list[tuple[Path, str, Edit]] = [
-        (src, "Arabic-Indic digits in every iteration line of cycle 1", _arabic_iterations(CYCLE1))
-        for src in (REF_KILL_SAVE, MEG_KILL_SAVE)
+    cases: list[tuple[Path, str, Edit]] = []
+    for src in (REF_KILL_SAVE, MEG_KILL_SAVE):
+        cases += [
+            (
+                src,
+                "Arabic-Indic digits in every iteration line of cycle 1",
+                _arabic_iterations(CYCLE1),
+            ),
+            (
+                src,
+                "an Arabic-Indic rank prefix on every line of rank 1",
+                _arabic_in(CYCLE1, r"^(1): ", every=True),
+            ),
+        ]
+    cases += [
+        (
+            REF_KILL_SAVE,
+            "the load line's iteration",
+            _arabic_in(CYCLE1, r"load checkpoint iteration (\d+)"),
+        ),
+        (REF_KILL_SAVE, "a loss", _arabic_in(CYCLE1, r" loss (\d)")),
+        (
+            MEG_KILL_SAVE,
+            "the load line's iteration",
+            _arabic_in(CYCLE1, r"loading (?:distributed )?checkpoint from .* at iteration\s+(\d+)"),
+        ),
+        (MEG_KILL_SAVE, "a loss", _arabic_in(CYCLE1, r"lm loss: (\d)")),
+        (
+            MEG_KILL_SAVE,
+            "an argument dump value",
+            _arabic_in(CYCLE1, r"^\d+: +train_iters \.+ (\d+)"),
+        ),
     ]
     assert _passing(tmp_path, cases) == []
+
+
+def test_unicode_digits_are_no_number() -> None:
+    from pytest_nvrx.evidence.refs import (
+        ForeignDigits,
+        check_numbers,
+        read_float,
+        read_int,
+        split_rank_prefix,
+    )
+
+    for text in ("\u0666", "1\u0662", "\uff13", "\u00b2"):
+        with pytest.raises(ForeignDigits):
+            read_int(text)
+        with pytest.raises(ForeignDigits):
+            read_float(text)
+        if re.search(r"\d", text) is not None:  # '\u00b2' is no digit \d reads
+            with pytest.raises(ForeignDigits):
+                check_numbers(f"iteration {text} of 20")
+        assert split_rank_prefix(f"{text}: body") == (None, f"{text}: body")
+    assert read_int("12") == 12 and read_float("1.5e-3") == 1.5e-3
+    assert split_rank_prefix("12: body") == (12, "body")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -659,12 +721,6 @@ def test_baseline_without_launcher_record_is_no_pass(tmp_path: Path) -> None:
 # X. (no pass, a traceback) a rank prefix str.isdigit() accepts and int() refuses
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="adversarial #36 X: a rank prefix of '²: ' (str.isdigit, not int) is a ValueError"
-    " traceback in cycle_log's merge (int(r) for r in self.ranks) and refs.split_rank_prefix,"
-    " not one 'cannot judge' line",
-)
 def test_superscript_rank_prefix_is_one_line_not_a_traceback(tmp_path: Path) -> None:
     doc = copy_run(REF_KILL_SAVE, tmp_path / "run")
     lines = doc.lines(CYCLE1)

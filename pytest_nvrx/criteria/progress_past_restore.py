@@ -16,7 +16,7 @@ from pytest_nvrx.criteria.workload_errors import died_loading, errors_before_tra
 from pytest_nvrx.evidence.cycle_log import CycleLog
 from pytest_nvrx.evidence.durability import DurabilityBreak, end_of_run_break, reading_breaks
 from pytest_nvrx.evidence.launcher_log import LauncherEventKind
-from pytest_nvrx.evidence.refs import EvidenceRef
+from pytest_nvrx.evidence.refs import EvidenceRef, is_ascii_number
 from pytest_nvrx.evidence.rundir import RunEvidence
 from pytest_nvrx.evidence.sequence import PrintRule, sequence_breaks
 from pytest_nvrx.evidence.timeline import logs_from
@@ -194,7 +194,9 @@ def print_rule(log: CycleLog, run: RunEvidence | None = None) -> PrintRule:
     settings = settings_of(log)
     interval_event = settings.get("log_interval")
     interval_text = interval_event.value if interval_event is not None else "1"
-    interval = int(interval_text) if interval_text.isdigit() and int(interval_text) > 0 else 1
+    interval = (
+        int(interval_text) if is_ascii_number(interval_text) and int(interval_text) > 0 else 1
+    )
     skip_event = settings.get("iterations_to_skip")
     skipped = (
         frozenset(int(n) for n in re.findall(r"\d+", skip_event.value, re.ASCII))

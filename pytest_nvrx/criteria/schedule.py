@@ -38,7 +38,7 @@ from pytest_nvrx.criteria.verdict import (
     passing,
 )
 from pytest_nvrx.evidence.launcher_log import LauncherEvent, LauncherEventKind
-from pytest_nvrx.evidence.refs import EvidenceRef, Problem
+from pytest_nvrx.evidence.refs import EvidenceRef, Problem, is_ascii_number
 from pytest_nvrx.evidence.rundir import RunEvidence
 from pytest_nvrx.evidence.segments import FaultSegment, fault_recoveries, unexplained_failures
 from pytest_nvrx.evidence.timeline import PHASES
@@ -62,7 +62,7 @@ def restart_budget(run: RunEvidence) -> tuple[int, EvidenceRef] | None:
     if manifest is not None and manifest.max_restarts is not None:
         return manifest.max_restarts.value, manifest.max_restarts.ref
     value = run.launcher.config.get("max_restarts", "")
-    if value.isdigit():
+    if is_ascii_number(value):
         return int(value), run.launcher.config_refs["max_restarts"]
     return None
 
@@ -691,7 +691,7 @@ def _budget_disagrees(run: RunEvidence) -> list[Problem]:
         return []
     out = []
     launched = run.launcher.config.get("max_restarts", "")
-    if launched.isdigit() and int(launched) != said.value:
+    if is_ascii_number(launched) and int(launched) != said.value:
         out.append(
             Problem(
                 "fatal",

@@ -27,11 +27,13 @@ from typing import Any
 
 from pytest_nvrx.evidence.refs import (
     EvidenceRef,
-    NumberTooLong,
+    UnreadableNumber,
     check_numbers,
     clip_line,
+    is_ascii_number,
     iter_lines,
     parse_time,
+    read_float,
     read_int,
     says_disk_full,
     time_in_range,
@@ -187,7 +189,7 @@ class LauncherLog:
     @property
     def nproc_per_node(self) -> int | None:
         value = self.config.get("nproc_per_node", "")
-        return read_int(value) if value.isdigit() else None
+        return read_int(value) if is_ascii_number(value) else None
 
 
 _PREFIX = r"(?:(?:\d+|\?)\s*: )?"
@@ -306,11 +308,11 @@ def _classify(msg: str, ref: EvidenceRef) -> tuple[LauncherEvent, str | None] | 
                 kinds.GPU_RECLAIM,
                 name="reclaimed",
                 rank=read_int(m["gpu"]),
-                duration_s=float(m["s"]),
+                duration_s=read_float(m["s"]),
             )
         m = _GPU_RECLAIM_TIMEOUT.search(msg)
         if m is not None:
-            return ev(kinds.GPU_RECLAIM, name="timeout", duration_s=float(m["s"]))
+            return ev(kinds.GPU_RECLAIM, name="timeout", duration_s=read_float(m["s"]))
         if _RECLAIM_SAID.search(msg):
             return ev(kinds.GPU_RECLAIM, name="unreadable")
     for phrase, kind in _TOLD_BY_PHRASE:
@@ -475,7 +477,7 @@ def parse_launcher_log(path: Path, *, file: str | None = None) -> LauncherLog:
                 events.append(event)
                 naive_times.append(ts)
                 launcher_pids.append(launcher_pid)
-            except NumberTooLong:
+            except UnreadableNumber:
                 # a line of evidence that cannot be read: the run cannot be judged by it
                 if bad_number is None:
                     bad_number = EvidenceRef(name, lineno, clip_line(text))

@@ -22,7 +22,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from pytest_nvrx.evidence.refs import LineCursor, read_int
+from pytest_nvrx.evidence.refs import LineCursor, UnreadableNumber, read_float, read_int
 from pytest_nvrx.evidence.workload import (
     IterationCommitted,
     LoadCompleted,
@@ -79,8 +79,11 @@ _STARTED = re.compile(
 
 
 def _float_or_none(value: str) -> float | None:
+    """A loss: None for text no float reads ('nan' reads), ForeignDigits for other digits."""
     try:
-        return float(value)
+        return read_float(value)
+    except UnreadableNumber:
+        raise
     except ValueError:
         return None
 
@@ -188,8 +191,8 @@ class ReferenceLogAdapter:
             m = _STARTED.match(event)
             if m is None:
                 return None
-            restarts = int(m["restarts"]) if m["restarts"] is not None else None
-            return ProcessStarted(int(m["world"]), restarts, at.ref(), time)
+            restarts = read_int(m["restarts"]) if m["restarts"] is not None else None
+            return ProcessStarted(read_int(m["world"]), restarts, at.ref(), time)
         if event.startswith("training finished iteration "):
             return Milestone("training_done", time, at.ref())
         if event.startswith("aborted ") or event.startswith("ft monitoring failed: "):

@@ -358,13 +358,15 @@ def load_run(
 
 
 def _unread_numbers(launcher: LauncherLog, logs: tuple[CycleLog, ...]) -> list[Problem]:
-    """A line of evidence the parsers left out for a number past MAX_DIGITS (refs.read_int)."""
+    """A line of evidence the parsers left out for a number past MAX_DIGITS or in foreign
+    digits (refs.read_int, refs.UnreadableNumber)."""
     refs = [launcher.bad_number, *(log.bad_number for log in logs)]
     return [
         Problem(
             "fatal",
-            f"{ref.location} holds a number of more than {MAX_DIGITS} digits, which no count of"
-            " a run has: the line cannot be read, so the run cannot be judged by it",
+            f"{ref.location} holds a number of more than {MAX_DIGITS} digits, or in digits other"
+            " than ASCII 0-9, which no count of a run has: the line cannot be read, so the run"
+            " cannot be judged by it",
             ref,
         )
         for ref in refs
