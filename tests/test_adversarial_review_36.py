@@ -256,18 +256,12 @@ def _second_block(rx: str, rep: str) -> Edit:
         while end < len(lines) and (lines[end].startswith("  ") or not lines[end].strip()):
             end += 1
         block = [re.sub(rx, rep, x) for x in lines[start:end]]
-        assert block != lines[start:end], f"{rx!r} changed nothing"
+        assert block != lines[start:end] or rx == "$", f"{rx!r} changed nothing"
         doc.write_lines(LAUNCHER, lines[:end] + block + lines[end:])
 
     return edit
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="adversarial #36 E: launcher_log.parse_launcher_log keeps the first launch-config"
-    " block (config.setdefault): a second block saying max_restarts 0, nproc_per_node 8 or"
-    " another run_id is never read",
-)
 def test_second_launcher_block_is_no_pass(tmp_path: Path) -> None:
     cases: list[tuple[Path, str, Edit]] = []
     for src in (REF_KILL_SAVE, MEG_KILL_SAVE):
@@ -276,7 +270,30 @@ def test_second_launcher_block_is_no_pass(tmp_path: Path) -> None:
             (src, "nproc_per_node 8", _second_block(r"(nproc_per_node\s*: )\d+", r"\g<1>8"))
         )
         cases.append((src, "run_id other", _second_block(r"(run_id\s*: ).*", r"\g<1>other-run")))
+        cases.append((src, "the same block again", _second_block(r"$", r"")))
+    two = DATA / "shapes" / "two-nodes-tp2-kill-save"
+    cases.append((two, "a third node's block", _second_block(r"$", r"")))
+    cases.append(
+        (two, "node 2's block says max_restarts 0", _other_node(r"(max_restarts\s*: )\d+"))
+    )
+    cases.append((two, "node 2's block names another run", _other_node(r"(run_id\s*: ).*")))
     assert _passing(tmp_path, cases) == []
+
+
+def _other_node(rx: str) -> Edit:
+    """The second node's own launch-config block (a two-node run prints one per node) edited."""
+
+    def edit(doc: Doctor) -> None:
+        lines = doc.lines(LAUNCHER)
+        heads = [i for i, x in enumerate(lines) if "Starting elastic_operator with launch" in x]
+        assert len(heads) == 2, heads
+        at = next(i for i in range(heads[1], len(lines)) if re.search(rx, lines[i]))
+        lines[at] = re.sub(
+            rx, lambda m: m[1] + ("0" if "max_restarts" in m[1] else "other"), lines[at]
+        )
+        doc.write_lines(LAUNCHER, lines)
+
+    return edit
 
 
 # ----------------------------------------------------------------------------------------------
