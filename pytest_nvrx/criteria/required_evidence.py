@@ -18,6 +18,11 @@ statement makes it one:
   Megatron prints its load lines on rank 0 and its iteration lines on the last rank only; the
   reference workload its iterations on rank 0 and its start on every rank.
 
+* the settings a cycle started with (``dumps_settings``: Megatron's argument dump, printed by
+  rank 0 before it loads, saves or trains): a cycle that trained, loaded or saved without one
+  (:func:`undumped`) leaves resume_settings and manifest_agreement nothing to compare (a
+  replacement started with ``--no-load-rng`` would pass), so the run cannot be judged.
+
 A requirement nobody can check (no world size recorded, a middle of a huge log the parser did not
 keep) is no requirement: absence of a statement claims nothing.
 """
@@ -35,9 +40,11 @@ from pytest_nvrx.evidence.sequence import PrintRule
 from pytest_nvrx.evidence.workload import (
     LOAD_FAILURES,
     LoadCompleted,
+    LoadStarted,
     SaveCompleted,
     SaveScheduled,
     StartedFromScratch,
+    dumps_settings,
     get_adapter,
     loads_on_every_rank,
 )
@@ -178,11 +185,11 @@ def required_problems(run: RunEvidence) -> tuple[Problem, ...]:
         adapter = get_adapter(run.workload)
     except KeyError:
         return ()
+    out: list[Problem] = undumped(run) if dumps_settings(adapter) else []
     world = world_ranks(run)
     if world is None or not loads_on_every_rank(adapter):
-        return ()
+        return tuple(out)
     ranks, size_ref = world
-    out: list[Problem] = []
     for log in run.cycle_logs:
         said = log.of_type(StartedFromScratch)
         restoring = any(isinstance(e, (LoadCompleted, *LOAD_FAILURES)) for e in log.events)
@@ -204,3 +211,41 @@ def required_problems(run: RunEvidence) -> tuple[Problem, ...]:
             )
         )
     return tuple(out)
+
+
+_DUMPED_BEFORE = (
+    LoadStarted,
+    LoadCompleted,
+    *LOAD_FAILURES,
+    StartedFromScratch,
+    SaveScheduled,
+    SaveCompleted,
+)
+
+
+def undumped(run: RunEvidence) -> list[Problem]:
+    """A cycle of a workload that dumps its settings (:func:`dumps_settings`) that trained,
+    loaded or saved and printed no setting: every committed Megatron cycle that did any of it
+    printed its whole dump first, so a missing one is a log cut or edited, and what the cycle
+    was started with (no_load_rng, another lr) cannot be compared."""
+    out: list[Problem] = []
+    for log in run.cycle_logs:
+        if not log.exists or log.settings:
+            continue
+        deeds = [e.ref for e in log.events if isinstance(e, _DUMPED_BEFORE)][:1]
+        if log.first_iteration is not None:
+            deeds.append(log.first_iteration.ref)
+        if not deeds:
+            continue
+        did = min(deeds, key=lambda ref: ref.line or 0)
+        out.append(
+            Problem(
+                "fatal",
+                f"{log.file}: cycle {log.cycle} trained, loaded or saved ({did.location}) but"
+                f" printed no argument dump: the {run.workload} workload prints every setting"
+                " before it does any of it, so what this cycle was started with (no_load_rng,"
+                " its load path, its learning rate) cannot be compared",
+                did,
+            )
+        )
+    return out

@@ -201,6 +201,8 @@ class MegatronLogAdapter:
     name = "megatron"
     # traceback frames are shown from the package on (the checkout's path is the run host's)
     source_roots = ("megatron",)
+    # pretrain() prints the argument dump (print_rank_0) before it loads, saves or trains
+    dumps_settings = True
     # live progress reads iteration lines by the pattern parse_line reads them by, in bytes
     iteration_line = re.compile(_ITERATION.pattern.encode())
 
