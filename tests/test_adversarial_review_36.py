@@ -515,20 +515,8 @@ def test_budget_ended_schedule_missing_evidence_is_no_pass(tmp_path: Path) -> No
 # M. a line that only a cross-check reads, deleted: the check is skipped
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="adversarial #36 M: each cross-check runs only over the lines that are there: every"
-    " rank's 'started ... world_size' line (manifest_agreement._started), Megatron's version"
-    " lines (_versions), its fresh-start lines, the injector's tracker readings (durability),"
-    " its start and 'already injected' lines, a schema-1 fire line (marker_agreement) removed:"
-    " PASSED",
-)
 def test_cross_check_lines_deleted_is_no_pass(tmp_path: Path) -> None:
     inj = r"^\d+: \[pytest-nvrx injector\] "
-
-    def readings(doc: Doctor) -> None:
-        _remove_lines(doc, CYCLE0, inj + r".*checkpoint tracker reads")
-        _remove_lines(doc, CYCLE1, inj + r".*checkpoint tracker reads")
 
     cases: list[tuple[Path, str, Edit]] = [
         (
@@ -552,8 +540,38 @@ def test_cross_check_lines_deleted_is_no_pass(tmp_path: Path) -> None:
         ),
         (
             DATA / "gpu-shared" / "kill-save",
-            "the injector's tracker readings of both cycles",
-            readings,
+            "the injector's tracker readings of cycle 1",
+            lambda d: _remove_lines(d, CYCLE1, inj + r".*checkpoint tracker reads"),
+        ),
+        (
+            DATA / "gpu-shared" / "kill-save",
+            "the injector's tracker readings of cycle 0",
+            lambda d: _remove_lines(d, CYCLE0, inj + r".*checkpoint tracker reads"),
+        ),
+        (
+            REF_KILL_SAVE,
+            "every rank's fresh-start line of cycle 0",
+            lambda d: _remove_lines(d, CYCLE0, r"^\d+: \[ref\] \S+ rank \d+ no checkpoint found"),
+        ),
+        (
+            REF_KILL_SAVE,
+            "rank 1's started line of cycle 0",
+            lambda d: _remove_lines(d, CYCLE0, r"^1: \[ref\] \S+ rank 1 started pid "),
+        ),
+        (
+            MEG_KILL_SAVE,
+            "the injector's start line of cycle 0",
+            lambda d: _remove_lines(d, CYCLE0, inj + r"rank \d+ pid \d+: watching "),
+        ),
+        (
+            MEG_KILL_SAVE,
+            "the injector's 'already injected' line of cycle 1",
+            lambda d: _remove_lines(d, CYCLE1, inj + r".*fault already injected"),
+        ),
+        (
+            SCHEDULE,
+            "the injector's start line of cycle 1 (the second fault)",
+            lambda d: _remove_lines(d, CYCLE1, inj + r"rank \d+ pid \d+: watching "),
         ),
         (
             REF_KILL_SAVE,
@@ -570,6 +588,26 @@ def test_cross_check_lines_deleted_is_no_pass(tmp_path: Path) -> None:
             "the schema-1 fire line",
             lambda d: _remove_lines(d, CYCLE0, inj + r".*advanced \d+ -> \d+; marker "),
         ),
+    ]
+    assert _passing(tmp_path, cases) == []
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="adversarial #36 M, left open: a run whose every tracker reading is deleted reads as a"
+    " run of an injector that prints none (the committed runs recorded before the injector's"
+    " TrackerObserver have none, and nothing in run.json or the marker tells the two apart);"
+    " readings missing from one cycle while another has them fail (cross_check_lines)",
+)
+def test_every_tracker_reading_deleted_is_no_pass(tmp_path: Path) -> None:
+    inj = r"^\d+: \[pytest-nvrx injector\] "
+
+    def readings(doc: Doctor) -> None:
+        _remove_lines(doc, CYCLE0, inj + r".*checkpoint tracker reads")
+        _remove_lines(doc, CYCLE1, inj + r".*checkpoint tracker reads")
+
+    cases: list[tuple[Path, str, Edit]] = [
+        (DATA / "gpu-shared" / "kill-save", "the tracker readings of both cycles", readings)
     ]
     assert _passing(tmp_path, cases) == []
 

@@ -23,6 +23,14 @@ statement makes it one:
   (:func:`undumped`) leaves resume_settings and manifest_agreement nothing to compare (a
   replacement started with ``--no-load-rng`` would pass), so the run cannot be judged.
 
+* the lines only a cross-check reads (:func:`cross_check_lines`), each by what the run says of
+  them: every rank's ``started`` line of a cycle that trained (``starts_on_every_rank``), the
+  versions a cycle printed when another cycle of the run printed them (one build), the fresh
+  start of a cycle that trained and loaded nothing (both workloads print one: the reference
+  workload ``no checkpoint found``, Megatron ``could not find the metadata file``), and rank 0's
+  tracker readings in every cycle that trained when another cycle's show our injector reads
+  the tracker.
+
 A requirement nobody can check (no world size recorded, a middle of a huge log the parser did not
 keep) is no requirement: absence of a statement claims nothing.
 """
@@ -41,12 +49,16 @@ from pytest_nvrx.evidence.workload import (
     LOAD_FAILURES,
     LoadCompleted,
     LoadStarted,
+    ProcessStarted,
     SaveCompleted,
     SaveScheduled,
     StartedFromScratch,
+    VersionReported,
+    WorkloadLogAdapter,
     dumps_settings,
     get_adapter,
     loads_on_every_rank,
+    starts_on_every_rank,
 )
 
 
@@ -186,6 +198,7 @@ def required_problems(run: RunEvidence) -> tuple[Problem, ...]:
     except KeyError:
         return ()
     out: list[Problem] = undumped(run) if dumps_settings(adapter) else []
+    out += cross_check_lines(run, adapter)
     world = world_ranks(run)
     if world is None or not loads_on_every_rank(adapter):
         return tuple(out)
@@ -248,4 +261,74 @@ def undumped(run: RunEvidence) -> list[Problem]:
                 did,
             )
         )
+    return out
+
+
+def cross_check_lines(run: RunEvidence, adapter: WorkloadLogAdapter) -> list[Problem]:
+    """The lines a cross-check reads, missing where the run says they were printed (module
+    doc): without them manifest_agreement (started, versions), durability (tracker readings)
+    and the load checks (fresh start) compare nothing. Measured: every committed run has each
+    of them wherever it is asked here. Only cycles that trained are asked (a cycle stopped
+    before its first step may have printed none)."""
+    logs = [log for log in run.cycle_logs if log.exists and not log.read_error]
+    trained = [log for log in logs if log.iteration_lines > 0]
+    out: list[Problem] = []
+
+    def missing(log: CycleLog, what: str, why: str) -> None:
+        at = log.first_iteration.ref if log.first_iteration is not None else log.first_line
+        out.append(
+            Problem(
+                "fatal",
+                f"{log.file}: cycle {log.cycle} trained"
+                f"{f' ({at.location})' if at is not None else ''} but holds no {what}: {why}",
+                at,
+            )
+        )
+
+    world = world_ranks(run)
+    if world is not None and starts_on_every_rank(adapter):
+        ranks, size_ref = world
+        for log in trained:
+            told = {_rank(e.ref) for e in log.of_type(ProcessStarted)}
+            silent = [r for r in ranks if r not in told]
+            if silent:
+                missing(
+                    log,
+                    f"'started ... world_size' line of rank {silent[0]}",
+                    f"the {run.workload} workload prints one on every rank of the"
+                    f" {len(ranks)} {size_ref.location} names before it trains",
+                )
+    versioned = next((log for log in logs if log.of_type(VersionReported)), None)
+    if versioned is not None:
+        for log in trained:
+            if not log.of_type(VersionReported):
+                shown = versioned.of_type(VersionReported)[0].ref.location
+                missing(
+                    log,
+                    "version line ('> PyTorch version ...')",
+                    f"cycle {versioned.cycle} printed them ({shown}) and every cycle runs the"
+                    " same build, which prints them at start",
+                )
+    for log in trained:
+        loaded = any(
+            isinstance(e, (LoadStarted, LoadCompleted, *LOAD_FAILURES)) for e in log.events
+        )
+        if not loaded and not log.of_type(StartedFromScratch):
+            missing(
+                log,
+                "checkpoint load and no fresh start",
+                f"the {run.workload} workload prints one or the other before it trains, so"
+                " what this cycle trained from is unknown",
+            )
+    read = next((line for log in logs for line in log.injector if line.kind == "tracker"), None)
+    if read is not None:
+        for log in trained:
+            if not any(line.kind == "tracker" for line in log.injector):
+                missing(
+                    log,
+                    "checkpoint tracker reading of the injector ('checkpoint tracker reads N')",
+                    f"this run's injector reads the tracker on rank 0 in every cycle"
+                    f" ({read.ref.location}), and durability compares its readings with the"
+                    " finalizations",
+                )
     return out

@@ -118,6 +118,8 @@ class ReferenceLogAdapter:
     name = "reference"
     # every rank prints its own load line: a rank of a restoring cycle without one did not load
     loads_on_every_rank = True
+    # every rank prints "started pid P world_size W restart_count R" first (reference.py main)
+    starts_on_every_rank = True
     # traceback frames are shown from the package on (the checkout's path is the run host's)
     source_roots = ("pytest_nvrx",)
     # live progress reads iteration lines by the patterns parse_line reads them by, in bytes:

@@ -303,6 +303,13 @@ def loads_on_every_rank(adapter: WorkloadLogAdapter) -> bool:
     return getattr(adapter, "loads_on_every_rank", False) is True
 
 
+def starts_on_every_rank(adapter: WorkloadLogAdapter) -> bool:
+    """Whether every rank of the workload prints a ProcessStarted line (its world size and
+    restart count) before anything else: the reference workload's ``started`` line, which
+    manifest_agreement compares with run.json and the cycle's index."""
+    return getattr(adapter, "starts_on_every_rank", False) is True
+
+
 def dumps_settings(adapter: WorkloadLogAdapter) -> bool:
     """Whether every process of the workload prints its settings (SettingReported) before it
     loads, saves or trains: Megatron's startup argument dump (``---- arguments ----``, rank 0,
