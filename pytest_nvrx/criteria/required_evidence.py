@@ -298,17 +298,22 @@ def cross_check_lines(run: RunEvidence, adapter: WorkloadLogAdapter) -> list[Pro
                     f"the {run.workload} workload prints one on every rank of the"
                     f" {len(ranks)} {size_ref.location} names before it trains",
                 )
-    versioned = next((log for log in logs if log.of_type(VersionReported)), None)
-    if versioned is not None:
-        for log in trained:
-            if not log.of_type(VersionReported):
-                shown = versioned.of_type(VersionReported)[0].ref.location
-                missing(
-                    log,
-                    "version line ('> PyTorch version ...')",
-                    f"cycle {versioned.cycle} printed them ({shown}) and every cycle runs the"
-                    " same build, which prints them at start",
-                )
+    # every component a cycle printed the version of, with the first line that printed it
+    printed: dict[str, EvidenceRef] = {}
+    for log in logs:
+        for event in log.of_type(VersionReported):
+            printed.setdefault(event.component, event.ref)
+    for log in trained if printed else ():
+        have = {event.component for event in log.of_type(VersionReported)}
+        lacking = [name for name in printed if name not in have]
+        if lacking:
+            shown = printed[lacking[0]]
+            missing(
+                log,
+                f"version line of {lacking[0]} ('{shown.text.split(': ', 1)[-1][:40]}...')",
+                f"{shown.location} printed it and every cycle runs the same build, which"
+                " prints its versions at start",
+            )
     for log in trained:
         loaded = any(
             isinstance(e, (LoadStarted, LoadCompleted, *LOAD_FAILURES)) for e in log.events
