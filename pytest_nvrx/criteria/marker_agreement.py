@@ -314,7 +314,10 @@ def _injector_lines_missing(run: RunEvidence, marker: Marker) -> list[Problem]:
                     fire.ref,
                 )
             )
-        if fired_in is not None and not kinds & {"fired", "skipped"} and log.line_count:
+        # the fault rank silent for the whole cycle (no line of it) is the criteria's to judge:
+        # it did not load, did not train
+        spoke = marker.rank is None or marker.rank in log.ranks
+        if fired_in is not None and not kinds & {"fired", "skipped"} and spoke:
             out.append(
                 Problem(
                     "fatal",
