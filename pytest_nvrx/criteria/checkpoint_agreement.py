@@ -1,0 +1,166 @@
+"""The checkpoint directory and its tracker against the saves the logs show: a cross-check that
+makes a run "cannot judge" where they contradict each other.
+
+Both workloads write ``latest_checkpointed_iteration.txt`` in a save's finalization and print
+the finalization line (Megatron's ``successfully saved checkpoint from iteration N``, the
+reference workload's ``save completed iteration N``) after that write; a save's directory
+``iter_N/`` is written only after iteration N was trained and its save scheduled; and one
+process finalizes its async saves in the order it scheduled them (a failed save raises in its
+finalization, ending the cycle). So, where the logs show saves:
+
+* the tracker at the end is there and names an iteration: a run that finalized a save wrote
+  it. ``release`` is no tracker of ours at all: neither workload writes a release checkpoint and
+  a run never starts from one (run_dir.read_baseline refuses it). An empty tracker is a write
+  cut short, which only a run that did not finish can leave;
+* every ``iter_N/`` on disk is one a save of the run wrote: a save line (scheduled, finalized)
+  names it, a cycle loaded it or a marker recorded it. A run that started from a checkpoint it
+  did not write (a user's checkpoint directory) may hold an earlier run's: not checked there;
+* a cycle that finalized the save of M finalized every save it scheduled before M.
+
+What the tracker names at the end against the finalized saves (a tracker naming a checkpoint
+no line finalized) is a durability failure, not a contradiction: evidence/durability.py.
+
+Pure functions over parsed evidence: nothing here reads files.
+"""
+
+from __future__ import annotations
+
+from pytest_nvrx.evidence.refs import EvidenceRef, Problem
+from pytest_nvrx.evidence.rundir import RunEvidence
+from pytest_nvrx.evidence.workload import LoadCompleted, SaveCompleted, SaveScheduled
+
+
+def checkpoint_problems(run: RunEvidence) -> tuple[Problem, ...]:
+    """Fatal problems where the tracker, the checkpoint directories and the save lines
+    contradict each other (see the module's docstring)."""
+    return tuple(
+        p
+        for p in (_tracker_problem(run), _stray_dir_problem(run), *_unfinalized_problems(run))
+        if p is not None
+    )
+
+
+def _last_finalized(run: RunEvidence) -> SaveCompleted | None:
+    saves = [s for log in run.cycle_logs for s in log.of_type(SaveCompleted)]
+    return saves[-1] if saves else None
+
+
+def _finished(run: RunEvidence) -> bool:
+    manifest = run.manifest
+    code = manifest.exit_code if manifest is not None else None
+    return code is not None and code.value == 0
+
+
+def _tracker_problem(run: RunEvidence) -> Problem | None:
+    tracker = run.tracker
+    last = _last_finalized(run)
+    if last is None or tracker.refused or tracker.junk or tracker.iteration is not None:
+        return None
+    said = (
+        f"{last.ref.location} finalized checkpoint {last.iteration}, and the {run.workload}"
+        " workload writes the tracker before it prints that line"
+    )
+    if tracker.release:
+        return Problem(
+            "fatal",
+            f"{tracker.file} names a release checkpoint at the end, but no run of ours writes"
+            f" one or starts from one, and {said}: the tracker is not the run's",
+            tracker.ref,
+        )
+    if not tracker.exists:
+        return Problem(
+            "fatal",
+            f"{tracker.file} is absent at the end, but {said}: the run's tracker is missing"
+            " (pass --checkpoint-dir where its checkpoints were written elsewhere)",
+            last.ref,
+        )
+    if not _finished(run):
+        return None  # a write the run's end cut short (rundir: a warning)
+    code = run.manifest.exit_code if run.manifest is not None else None
+    return Problem(
+        "fatal",
+        f"{tracker.file} is empty at the end of a run that finished"
+        f" ({code.ref.location if code is not None else 'exit code 0'}), but {said}: only a write"
+        " cut short leaves it empty, and nothing cut this one short",
+        tracker.ref,
+    )
+
+
+def _named_iterations(run: RunEvidence) -> set[int]:
+    """Every iteration a save line, a load line or a marker names."""
+    named: set[int] = set()
+    for log in run.cycle_logs:
+        for event in log.events:
+            if isinstance(event, SaveScheduled | SaveCompleted | LoadCompleted):
+                named.add(event.iteration)
+    markers = [run.marker, *(m for _, m in run.later_markers)]
+    for marker in markers:
+        if marker is None:
+            continue
+        for value in (
+            marker.in_flight_iteration,
+            marker.tracker_iteration,
+            marker.baseline_iteration,
+            marker.load_iteration,
+        ):
+            if value is not None:
+                named.add(value)
+    if run.tracker.iteration is not None:
+        named.add(run.tracker.iteration)  # durability.py judges a tracker naming no save
+    return named
+
+
+def _stray_dir_problem(run: RunEvidence) -> Problem | None:
+    listed = run.checkpoint_dirs
+    if not listed or not run.cycle_logs:
+        return None
+    first = run.cycle_logs[0]
+    if first.of_type(LoadCompleted):
+        return None  # it resumed a checkpoint directory it did not write: earlier runs' are there
+    marker = run.marker
+    if marker is not None and (marker.baseline_iteration or 0) > 0:
+        return None
+    if any(log.saves_not_kept for log in run.cycle_logs):
+        return None  # the save lines of a huge log are not all kept: a missing one is unknown
+    named = _named_iterations(run)
+    stray = [n for n in listed if n not in named]
+    if not stray:
+        return None
+    last = _last_finalized(run)
+    dirs = ", ".join(f"iter_{n:07d}/" for n in stray[:3]) + (" ..." if len(stray) > 3 else "")
+    return Problem(
+        "fatal",
+        f"{run.checkpoint_dir.name}/ holds {dirs}, which no save of the run wrote: no line"
+        " scheduled, finalized or loaded it and no marker names it, and the run started from"
+        " no checkpoint"
+        + (f" (its last save finalized: {last.iteration}, {last.ref.location})" if last else ""),
+        EvidenceRef(f"{run.checkpoint_dir.name}/iter_{stray[0]:07d}", None, "(on disk)"),
+    )
+
+
+def _unfinalized_problems(run: RunEvidence) -> list[Problem]:
+    out: list[Problem] = []
+    for log in run.cycle_logs:
+        if log.saves_not_kept:
+            continue
+        done = {s.iteration: s for s in log.of_type(SaveCompleted)}
+        if not done:
+            continue
+        top = max(done)
+        for scheduled in log.of_type(SaveScheduled):
+            n = scheduled.iteration
+            if n in done or n >= top:
+                continue
+            out.append(
+                Problem(
+                    "fatal",
+                    f"cycle {log.cycle} scheduled the save of {n} ({scheduled.ref.location}) and"
+                    f" never finalized it, yet finalized the later save of {top}"
+                    f" ({done[top].ref.location}): a process finalizes its saves in the order it"
+                    " scheduled them (a failed one ends the cycle), so a finalization line is"
+                    " missing",
+                    scheduled.ref,
+                )
+            )
+            break
+    return out
