@@ -11,7 +11,7 @@ finalization, ending the cycle). So, where the logs show saves:
 * the tracker at the end is there and names an iteration: a run that finalized a save wrote
   it. ``release`` is no tracker of ours at all: neither workload writes a release checkpoint and
   a run never starts from one (run_dir.read_baseline refuses it). An empty tracker is a write
-  cut short, which only a run that did not finish can leave;
+  cut short, which only a cycle that ended with a save in flight can leave;
 * every ``iter_N/`` on disk is one a save of the run wrote: a save line (scheduled, finalized)
   names it, a cycle loaded it or a marker recorded it. A run that started from a checkpoint it
   did not write (a user's checkpoint directory) may hold an earlier run's: not checked there;
@@ -25,6 +25,7 @@ Pure functions over parsed evidence: nothing here reads files.
 
 from __future__ import annotations
 
+from pytest_nvrx.evidence.durability import tracker_readings
 from pytest_nvrx.evidence.refs import EvidenceRef, Problem
 from pytest_nvrx.evidence.rundir import RunEvidence
 from pytest_nvrx.evidence.workload import LoadCompleted, SaveCompleted, SaveScheduled
@@ -45,10 +46,24 @@ def _last_finalized(run: RunEvidence) -> SaveCompleted | None:
     return saves[-1] if saves else None
 
 
-def _finished(run: RunEvidence) -> bool:
-    manifest = run.manifest
-    code = manifest.exit_code if manifest is not None else None
-    return code is not None and code.value == 0
+def _write_cut_short(run: RunEvidence) -> bool:
+    """Whether the run's tracker may hold a write cut short: a cycle, no earlier than the last
+    one that finalized a save or read the tracker, ended with a save it scheduled and never
+    finalized (its finalization, which writes the tracker, may have begun when the cycle was
+    stopped). After a later reading or finalization the value was whole, and no save of ours
+    writes the tracker outside a finalization."""
+    told = [log.cycle for log in run.cycle_logs if log.of_type(SaveCompleted)]
+    told += [cycle for cycle, _ in tracker_readings(run)]
+    since = max(told, default=-1)
+    for log in run.cycle_logs:
+        if log.cycle < since:
+            continue
+        if log.saves_not_kept:
+            return True
+        done = {e.iteration for e in log.of_type(SaveCompleted)}
+        if any(e.iteration not in done for e in log.of_type(SaveScheduled)):
+            return True
+    return False
 
 
 def _tracker_problem(run: RunEvidence) -> Problem | None:
@@ -74,14 +89,13 @@ def _tracker_problem(run: RunEvidence) -> Problem | None:
             " (pass --checkpoint-dir where its checkpoints were written elsewhere)",
             last.ref,
         )
-    if not _finished(run):
-        return None  # a write the run's end cut short (rundir: a warning)
-    code = run.manifest.exit_code if run.manifest is not None else None
+    if _write_cut_short(run):
+        return None  # a write a cycle's end cut short (rundir: a warning)
     return Problem(
         "fatal",
-        f"{tracker.file} is empty at the end of a run that finished"
-        f" ({code.ref.location if code is not None else 'exit code 0'}), but {said}: only a write"
-        " cut short leaves it empty, and nothing cut this one short",
+        f"{tracker.file} is empty at the end, but {said}: only a write cut short leaves it"
+        " empty, and no cycle ended with a save in flight after the last line that names the"
+        " tracker's value",
         tracker.ref,
     )
 
