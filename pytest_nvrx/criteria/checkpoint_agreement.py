@@ -14,11 +14,11 @@ finalization, ending the cycle). So, where the logs show saves:
   cut short, which only a cycle that ended with a save in flight can leave;
 * every ``iter_N/`` on disk is one a save of the run wrote: a save line (scheduled, finalized)
   names it, a cycle loaded it or a marker recorded it. A run that started from a checkpoint it
-  did not write (a user's checkpoint directory) may hold an earlier run's: not checked there;
-* a cycle that finalized the save of M finalized every save it scheduled before M.
+  did not write (a user's checkpoint directory) may hold an earlier run's: not checked there.
 
 What the tracker names at the end against the finalized saves (a tracker naming a checkpoint
-no line finalized) is a durability failure, not a contradiction: evidence/durability.py.
+no line finalized) and a save scheduled and never finalized before a later one are durability
+failures, not contradictions: evidence/durability.py.
 
 Pure functions over parsed evidence: nothing here reads files.
 """
@@ -34,11 +34,7 @@ from pytest_nvrx.evidence.workload import LoadCompleted, SaveCompleted, SaveSche
 def checkpoint_problems(run: RunEvidence) -> tuple[Problem, ...]:
     """Fatal problems where the tracker, the checkpoint directories and the save lines
     contradict each other (see the module's docstring)."""
-    return tuple(
-        p
-        for p in (_tracker_problem(run), _stray_dir_problem(run), *_unfinalized_problems(run))
-        if p is not None
-    )
+    return tuple(p for p in (_tracker_problem(run), _stray_dir_problem(run)) if p is not None)
 
 
 def _last_finalized(run: RunEvidence) -> SaveCompleted | None:
@@ -150,31 +146,3 @@ def _stray_dir_problem(run: RunEvidence) -> Problem | None:
         + (f" (its last save finalized: {last.iteration}, {last.ref.location})" if last else ""),
         EvidenceRef(f"{run.checkpoint_dir.name}/iter_{stray[0]:07d}", None, "(on disk)"),
     )
-
-
-def _unfinalized_problems(run: RunEvidence) -> list[Problem]:
-    out: list[Problem] = []
-    for log in run.cycle_logs:
-        if log.saves_not_kept:
-            continue
-        done = {s.iteration: s for s in log.of_type(SaveCompleted)}
-        if not done:
-            continue
-        top = max(done)
-        for scheduled in log.of_type(SaveScheduled):
-            n = scheduled.iteration
-            if n in done or n >= top:
-                continue
-            out.append(
-                Problem(
-                    "fatal",
-                    f"cycle {log.cycle} scheduled the save of {n} ({scheduled.ref.location}) and"
-                    f" never finalized it, yet finalized the later save of {top}"
-                    f" ({done[top].ref.location}): a process finalizes its saves in the order it"
-                    " scheduled them (a failed one ends the cycle), so a finalization line is"
-                    " missing",
-                    scheduled.ref,
-                )
-            )
-            break
-    return out

@@ -536,8 +536,10 @@ def _restore_point_gone(
     logs, as said in the verdict). So a restore point absent, or without the DCP metadata every
     torch_dist and reference checkpoint has, beside checkpoints still on disk was removed after
     the run: whether it held the optimizer state is unknown, and the load cannot be judged."""
-    listed = run.checkpoint_dirs
-    if meta is None or not listed:
+    others = [n for n in run.checkpoint_dirs or () if n != load.iteration]
+    if meta is None or not others:
+        # a lone directory (no other checkpoint to compare its pruning with) proves nothing
+        # either way: judged from the logs, as a checkpoint directory pruned whole
         return None
     if meta.state is OptimizerState.ABSENT_DIR:
         what = f"{meta.dir}/ is not on disk"
@@ -545,12 +547,11 @@ def _restore_point_gone(
         what = f"{meta.dir}/ holds no {DCP_METADATA} ({meta.detail})"
     else:
         return None
-    others = [n for n in listed if n != load.iteration]
     shown = ", ".join(f"iter_{n:07d}/" for n in others[:3]) + (" ..." if len(others) > 3 else "")
     return unjudgeable(
         ID,
         f"checkpoint {load.iteration}, which the replacement loaded, is gone: {what}, while the"
-        f" checkpoint directory still holds {shown or 'its checkpoint directories'} (pruning keeps"
+        f" checkpoint directory still holds {shown} (pruning keeps"
         " every checkpoint's directory and metadata): whether it held the optimizer state is"
         " unknown",
         meta.ref,
@@ -614,8 +615,8 @@ def _passed(
         )
     else:
         how = (
-            "no optimizer/RNG load failure logged (no checkpoint directory left on disk, the"
-            " checkpoints pruned: judged from logs)"
+            "no optimizer/RNG load failure logged (checkpoint files pruned: judged from logs;"
+            " no checkpoint directory is left on disk)"
         )
     what = (
         "the newest completed before the failure"
