@@ -182,7 +182,7 @@ def test_every_stopped_schedule_missing_evidence_is_no_pass(tmp_path: Path) -> N
     """L: in every committed schedule the launcher stopped, cycle 0's iteration lines deleted,
     and the tracker naming a checkpoint no line finalized (no directory)."""
     stopped = _stopped_schedules()
-    assert len(stopped) == 4, stopped
+    assert len(stopped) >= 4, stopped
     cases: list[tuple[Path, str, Edit]] = []
     for src in stopped:
         run = _evidence(src)
