@@ -139,7 +139,10 @@ def test_a_run_pruned_of_every_checkpoint_directory_is_judged_from_its_logs(
                 shutil.rmtree(d)
         code, text = _verify(doc.root)
         assert code == 0, text
-        assert "no checkpoint directory is left on disk" in text or "reports optimizer state" in text
+        # Megatron prints no positive optimizer line: the logs alone, said; the reference
+        # workload lists what each rank restored
+        said = "no checkpoint directory is left on disk", "reports optimizer state restored"
+        assert any(s in text for s in said), text
 
 
 def test_every_checkpoint_dir_no_save_wrote_is_no_pass(tmp_path: Path) -> None:

@@ -9,7 +9,8 @@ statement makes it one:
   lines it printed; the workload's print rule (``progress_past_restore.print_rule``) then says
   which of them it printed (:func:`printed_by_rule`), and a missing one is named
   (:func:`unprinted`). training_continuity needs the failed cycle's lines of what the replacement
-  trained again.
+  trained again; every cycle, the lines it printed before a save it finalized
+  (:func:`unprinted_problems`).
 * the ranks of the world (:func:`world_ranks`: run.json's world size, else the marker's): a
   workload whose every rank prints where it starts (``loads_on_every_rank``: the reference
   workload's ``load checkpoint`` or ``no checkpoint found`` on each rank) prints it on every rank
@@ -172,9 +173,9 @@ def unprinted_problems(run: RunEvidence) -> tuple[Problem, ...]:
     lines (an async save finalizes iterations after it was scheduled), so a SIGKILL that cuts a
     log's last lines cannot explain them. From the cycle's first iteration line on, where it
     printed one (an iteration sequence that jumps is progress_past_restore's to judge), else
-    from its start. Asked of every cycle, not only of the one a
-    replacement trained again (training_continuity): a schedule the launcher stopped judges
-    no recovery, and its first cycle's lines are still the evidence of what it trained."""
+    from its start. Asked of every cycle, not only of the one a replacement trained again
+    (training_continuity): a schedule the launcher stopped judges no recovery, and its first
+    cycle's lines are still the evidence of what it trained."""
     out: list[Problem] = []
     for log in run.cycle_logs:
         finalized = log.of_type(SaveCompleted)
