@@ -145,12 +145,6 @@ def test_result_json_without_run_json_is_no_pass(tmp_path: Path) -> None:
 # B. the tracker at the end of a finished run: absent, empty, "release"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="adversarial #36 B: a tracker absent, empty or 'release' at the end of a run whose"
-    " logs finalized saves is a warning (rundir.load_run) and durability._end_of_run skips a"
-    " tracker without an iteration",
-)
 def test_tracker_absent_empty_or_release_at_the_end_is_no_pass(tmp_path: Path) -> None:
     cases: list[tuple[Path, str, Edit]] = []
     for src in (REF_KILL_SAVE, MEG_KILL_SAVE, REF_BASELINE):
@@ -183,12 +177,6 @@ def _empty_dir(rel: str) -> Edit:
     return edit
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="adversarial #36 C: a restore point without .metadata, emptied or removed is"
-    " 'checkpoint files pruned: judged from logs' (checkpoint.read_checkpoint_metadata UNKNOWN /"
-    " ABSENT_DIR, optimizer_state_load._passed), though retention keeps the metadata",
-)
 def test_restore_point_not_on_disk_is_no_pass(tmp_path: Path) -> None:
     cases: list[tuple[Path, str, Edit]] = []
     for src in (REF_KILL_SAVE, MEG_KILL_SAVE):
@@ -462,11 +450,6 @@ def test_result_json_values_nulled_is_no_pass(tmp_path: Path) -> None:
 # K. a checkpoint directory that no save of the run wrote
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="adversarial #36 K: the checkpoint directories are never listed against the saves the"
-    " logs finalized: an iter_N past train_iters that no line saved is not noticed",
-)
 def test_checkpoint_dir_no_save_wrote_is_no_pass(tmp_path: Path) -> None:
     def extra(doc: Doctor) -> None:
         dirs = sorted(p for p in doc.path("checkpoints").iterdir() if p.name.startswith("iter_"))
@@ -484,12 +467,6 @@ def test_checkpoint_dir_no_save_wrote_is_no_pass(tmp_path: Path) -> None:
 # L. a schedule the restart budget (or the no-progress stop) ended
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="adversarial #36 L: in a schedule the launcher stopped (budget, no progress)"
-    " training_continuity and progress are N/A and nothing else asks for the first cycle's"
-    " iteration lines or the end tracker (required_evidence, durability._end_of_run unreached)",
-)
 def test_budget_ended_schedule_missing_evidence_is_no_pass(tmp_path: Path) -> None:
     cases: list[tuple[Path, str, Edit]] = []
     for src in (BUDGET, NO_PROGRESS):
@@ -623,12 +600,6 @@ def _drop_finalized(rel: str, pattern: str) -> Edit:
     return edit
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="adversarial #36 N: a save the replacement scheduled and never finalized while it"
-    " finalized later ones: durability._out_of_order and progress_past_restore ask only for the"
-    " lines that are there",
-)
 def test_scheduled_save_never_finalized_is_no_pass(tmp_path: Path) -> None:
     cases: list[tuple[Path, str, Edit]] = [
         (

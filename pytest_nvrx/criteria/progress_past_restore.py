@@ -14,7 +14,12 @@ from pytest_nvrx.criteria.resume_settings import settings_of
 from pytest_nvrx.criteria.verdict import CriterionId, Verdict, failing, passing
 from pytest_nvrx.criteria.workload_errors import died_loading, errors_before_training, load_death
 from pytest_nvrx.evidence.cycle_log import CycleLog
-from pytest_nvrx.evidence.durability import DurabilityBreak, end_of_run_break, reading_breaks
+from pytest_nvrx.evidence.durability import (
+    DurabilityBreak,
+    end_of_run_break,
+    reading_breaks,
+    unfinalized_breaks,
+)
 from pytest_nvrx.evidence.launcher_log import LauncherEventKind
 from pytest_nvrx.evidence.refs import EvidenceRef, is_ascii_number
 from pytest_nvrx.evidence.rundir import RunEvidence
@@ -164,6 +169,10 @@ def check(ctx: JudgeContext) -> Verdict:
             f" (cycle {_cycle_of(logs, again[0])})"
         )
         resaved_ref = again[0].ref
+    # after the in-flight save's own check: its loss is said as the fault's
+    lost = _durability_broken(unfinalized_breaks(run))
+    if lost is not None:
+        return lost
     tracker = run.tracker
     tracker_ref = (
         tracker.ref

@@ -9,7 +9,8 @@ statement makes it one:
   lines it printed; the workload's print rule (``progress_past_restore.print_rule``) then says
   which of them it printed (:func:`printed_by_rule`), and a missing one is named
   (:func:`unprinted`). training_continuity needs the failed cycle's lines of what the replacement
-  trained again.
+  trained again; every cycle, the lines it printed before a save it finalized
+  (:func:`unprinted_problems`).
 * the ranks of the world (:func:`world_ranks`: run.json's world size, else the marker's): a
   workload whose every rank prints where it starts (``loads_on_every_rank``: the reference
   workload's ``load checkpoint`` or ``no checkpoint found`` on each rank) prints it on every rank
@@ -41,6 +42,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from pytest_nvrx.criteria.helpers import or_none
+from pytest_nvrx.criteria.progress_past_restore import print_rule
 from pytest_nvrx.evidence.cycle_log import ITERATIONS_KEPT, CycleLog
 from pytest_nvrx.evidence.refs import EvidenceRef, Problem, split_rank_prefix
 from pytest_nvrx.evidence.rundir import RunEvidence
@@ -182,6 +184,43 @@ def world_ranks(run: RunEvidence) -> tuple[tuple[int, ...], EvidenceRef] | None:
     if per_node and ref is not None and one_node:
         return tuple(range(per_node)), ref
     return None
+
+
+def unprinted_problems(run: RunEvidence) -> tuple[Problem, ...]:
+    """The run cannot be judged when a cycle finalized the save of N but lacks an iteration line
+    its print rule says it printed before that save: the finalization line comes after those
+    lines (an async save finalizes iterations after it was scheduled), so a SIGKILL that cuts a
+    log's last lines cannot explain them. From the cycle's first iteration line on, where it
+    printed one (an iteration sequence that jumps is progress_past_restore's to judge), else
+    from its start. Asked of every cycle, not only of the one a replacement trained again
+    (training_continuity): a schedule the launcher stopped judges no recovery, and its first
+    cycle's lines are still the evidence of what it trained."""
+    out: list[Problem] = []
+    for log in run.cycle_logs:
+        finalized = log.of_type(SaveCompleted)
+        if not finalized:
+            continue
+        top = max(finalized, key=lambda e: e.iteration)
+        start = process_start(log)
+        # from its first line on where it printed any: a cycle that went on past another
+        # iteration than its restore's next is progress_past_restore's to judge
+        first = log.first_iteration
+        low = start if first is None else max(start, first.iteration - 1)
+        wanted = printed_by_rule(print_rule(log, run), start, low, top.iteration)
+        missing = unprinted(log, wanted)
+        if not missing:
+            continue
+        out.append(
+            Problem(
+                "fatal",
+                f"{log.file}: cycle {log.cycle} finalized the save of {top.iteration}"
+                f" ({top.ref.location}) but printed no line of iteration"
+                f" {spans(missing)}, which the {run.workload} workload prints before it"
+                " schedules that save: the cycle's iteration lines are missing",
+                top.ref,
+            )
+        )
+    return tuple(out)
 
 
 def _rank(ref: EvidenceRef) -> int | None:
