@@ -38,6 +38,7 @@ from pytest_nvrx.settings.values import (
     parse_rtol,
     parse_seconds,
     quote,
+    show_path,
 )
 
 #: The plugin's environment variables for the matrix and the windows (no walkthrough names).
@@ -99,7 +100,8 @@ def _megatron_checkout(raw: str, what: str) -> Path:
 def _absolute_dir(raw: str, what: str) -> Path:
     path = _path(raw, what)
     if not path.is_absolute():
-        raise ConfigError(f"{what}: must be an absolute path, got {path!r}")
+        # as typed: a Path's repr (PosixPath('rel/work')) is Python's spelling, not the user's
+        raise ConfigError(f"{what}: must be an absolute path, got {show_path(raw)}")
     return path
 
 
