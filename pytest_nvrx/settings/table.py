@@ -470,13 +470,16 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting(
         "keep",
-        "keep the checkpoint shards too (run dirs are always kept; without it their checkpoint "
-        "payload is removed, metadata and tracker stay)",
+        "keep the checkpoint shards too (run dirs are always kept; without it the checkpoint "
+        "payload of run dirs under pytest's tmp dir is removed, metadata and tracker stay; "
+        "with --nvrx-work-dir nothing is removed, shards included)",
         where="plugin",
         flag=True,
         attr="keep",
         doc="keep the checkpoint shards too; without it every scenario's run dir is kept but its "
-        "checkpoint payload (`*.distcp`) is removed ([Run directories after the "
+        "checkpoint payload (`*.distcp`) is removed, only where the plugin made the run dir "
+        "under pytest's tmp dir: with `--nvrx-work-dir` (or `NVRX_WORK_DIR`) the runs are yours "
+        "and nothing is removed, with or without `--nvrx-keep` ([Run directories after the "
         "session](#run-directories-after-the-session))",
         doc_default="off",
     ),
