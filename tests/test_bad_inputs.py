@@ -336,7 +336,7 @@ BAD: list[Case] = [
     ),
     # --- work dir / checkpoint dir / run dir on the file system -------------------------------
     bad("no-work-dir", env={"NVRX_WORK_DIR": None}, message="no work directory"),
-    bad("work-relative", ["--work-dir", "relative"], "work dir must be an absolute path"),
+    bad("work-relative", ["--work-dir", "rel/work"], "absolute path, got 'rel/work'"),
     bad("ckpt-relative", ["--checkpoint-dir", "ckpt"], "checkpoint dir must be an absolute path"),
     bad("work-is-file", ["--work-dir", "{tmp}/afile"], "not a directory", setup="file"),
     bad("work-under-file", ["--work-dir", "{tmp}/afile/w"], "not a directory", setup="file"),

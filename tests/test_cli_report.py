@@ -32,7 +32,7 @@ def test_report_command_writes_the_page_and_the_json(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stdout + done.stderr
     assert "reference-kill: QUALIFIED (downtime " in done.stdout
     assert "reference-baseline: QUALIFIED" in done.stdout
-    doc = json.loads((html.parent / "report.json").read_text())
+    doc = json.loads((html.parent / "r.json").read_text())
     assert [s["name"] for s in doc["scenarios"]] == ["reference-kill", "reference-baseline"]
     assert doc["scenarios"][0]["downtime_s"] > 0
     assert doc["scenarios"][0]["baseline"] == "reference-baseline"
@@ -41,6 +41,28 @@ def test_report_command_writes_the_page_and_the_json(tmp_path: Path) -> None:
     done = run_cli("report", str(CPU / "reference-kill"), "-o", str(html), "--json", str(explicit))
     assert done.returncode == 0, done.stderr
     assert json.loads(explicit.read_text())["passed"] is True
+
+
+def test_a_second_report_beside_the_first_keeps_the_first_ones_json(tmp_path: Path) -> None:
+    """-o out/a.html then -o out/b.html: each page's JSON is named after it; the second report
+    wrote out/report.json over the first one's before."""
+    out = tmp_path / "out"
+    out.mkdir()
+    first = run_cli("report", str(CPU / "reference-kill"), "-o", str(out / "a.html"))
+    assert first.returncode == 0, first.stderr
+    assert f"wrote {out / 'a.html'} and {out / 'a.json'}" in first.stdout
+    a_json = (out / "a.json").read_bytes()
+    second = run_cli("report", str(CPU / "reference-baseline"), "-o", str(out / "b.html"))
+    assert second.returncode == 0, second.stderr
+    assert (out / "a.json").read_bytes() == a_json  # untouched by the second report
+    assert [s["name"] for s in json.loads(a_json)["scenarios"]] == ["reference-kill"]
+    b_doc = json.loads((out / "b.json").read_text())
+    assert [s["name"] for s in b_doc["scenarios"]] == ["reference-baseline"]
+    assert not (out / "report.json").exists()
+    # a page named *.json would be its own JSON: refused before anything is written
+    clash = run_cli("report", str(CPU / "reference-kill"), "-o", str(out / "c.json"))
+    assert clash.returncode == 2 and "report: error" in clash.stderr, clash.stderr
+    assert not (out / "c.json").exists()
 
 
 def test_report_command_exit_status(tmp_path: Path) -> None:

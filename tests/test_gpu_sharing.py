@@ -202,7 +202,7 @@ def test_the_report_marks_shared_gpu_timings_and_the_reclaim_is_a_phase(tmp_path
     assert report_main([str(run.root), "-o", str(html)], out, err) == 0, err.getvalue()
     page = html.read_text()
     assert "Timings measured on a shared GPU" in page and OTHERS[0] in page
-    doc = json.loads((html.parent / "report.json").read_text())
+    doc = json.loads(html.with_suffix(".json").read_text())
     assert doc["scenarios"][0]["gpu_shared_with"] == OTHERS
     # a CPU run waits for no GPU: a phase of 0, not a missing one
     cpu = ScenarioReport.from_run_dir(DATA / "windows" / "cpu" / "ref-kill-save")

@@ -242,7 +242,9 @@ def test_container_routes_keep_the_container_stack(origin: Origin, tmp_path: Pat
     for cmd in (plugin, plugin_runtime):
         assert shlex.join(cmd).split(" ")[:3] == ["pip", "install", cmd[2]]
     bare = venv_with_pip(tmp_path / "bare", tmp_path, origin)
-    proc = shell(bare, step)
+    # the job pins the plugin (PYTEST_NVRX_REF: a tag or a commit): here, the origin's commit
+    pin = {"PYTEST_NVRX_REF": origin.head}
+    proc = shell(bare, step, extra_env=pin)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     refusal = "::error::no NVRx in this container (docs/install.md)"
     assert proc.stdout.strip() == refusal, proc.stdout
@@ -254,7 +256,7 @@ def test_container_routes_keep_the_container_stack(origin: Origin, tmp_path: Pat
     venv.uv_pip(nvrx_runtime)
     before = torch_install(venv), nvrx_install(venv)
     had = installed(venv)
-    proc = shell(venv, step)
+    proc = shell(venv, step, extra_env=pin)
     assert proc.returncode == 0, f"the install step:\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}"
     assert (torch_install(venv), nvrx_install(venv)) == before, "the step replaced torch or NVRx"
     added = {name for name, version in installed(venv).items() if had.get(name) != version}

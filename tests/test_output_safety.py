@@ -812,8 +812,8 @@ def short_dir() -> Iterator[Path]:
         ("verify", ["--json", "{p}"], "--json {p}"),
         ("report", ["-o", "{p}"], "-o {p}"),
         ("report", ["-o", "{d}/r.html", "--json", "{p}"], "--json {p}"),
-        # report.json beside the HTML page, where -o puts it
-        ("report", ["-o", "{d}/out/r.html"], "--json (default) {d}/out/report.json"),
+        # the JSON beside the HTML page, named after it, where -o puts it
+        ("report", ["-o", "{d}/out/r.html"], "--json (default) {d}/out/r.json"),
     ],
     ids=["verify-json", "report-o", "report-json", "report-json-beside"],
 )
@@ -822,7 +822,7 @@ def test_an_output_onto_anything_but_a_regular_file_is_refused_and_nothing_writt
 ) -> None:
     """Before, the rename replaced it (``--json /dev/full`` left a regular file where the
     device was) and the command exited 0."""
-    target = short_dir / "out" / "report.json" if "{d}/out" in flags[-1] else short_dir / "p"
+    target = short_dir / "out" / "r.json" if "{d}/out" in flags[-1] else short_dir / "p"
     target.parent.mkdir(exist_ok=True)
     maker = special(kind, target, short_dir / "elsewhere")
     next(maker)

@@ -472,7 +472,8 @@ def test_workload_option_limits_scenarios(pytester: pytest.Pytester, clean_env: 
     [
         (["--nvrx-tp", "0"], {}, "", "--nvrx-tp must be a positive integer"),
         (["--nvrx-workload", "bert"], {}, "", "must be one of megatron, reference"),
-        (["--nvrx-work-dir", "relative"], {}, "", "must be an absolute path"),
+        (["--nvrx-work-dir", "rel/work"], {}, "", "must be an absolute path, got rel/work"),
+        ([], {}, "nvrx_work_dir = rel/work", "must be an absolute path, got rel/work"),
         (["--nvrx-work-dir", "/tmp/a\x1bb"], {}, "", "'/tmp/a\\x1bb' holds the control char"),
         (["--nvrx-report", "r\x1b.html"], {}, "", "holds the control character"),
         (["--nvrx-section-timeouts", "step:5"], {}, "", "missing setup, checkpointing"),
@@ -523,6 +524,7 @@ def test_bad_values_are_usage_errors(
         ({"NVRX_FAULT_MATRIX": "big"}, "environment variable NVRX_FAULT_MATRIX must be"),
         ({"NVRX_FAULT_WINDOW": "Step"}, "environment variable NVRX_FAULT_WINDOW must be"),
         ({"NVRX_WORK_DIR": "/tmp/a\nb"}, "NVRX_WORK_DIR '/tmp/a\\nb' holds the control char"),
+        ({"NVRX_WORK_DIR": "rel/work"}, "NVRX_WORK_DIR: must be an absolute path, got rel/work"),
     ],
 )
 def test_bad_environment_is_an_error_once_scenarios_are_collected(

@@ -139,3 +139,14 @@ def test_every_readme_command_has_a_test_that_runs_it() -> None:
     assert len(lines) >= 10, lines
     uncovered = [line for line in lines if not any(line.startswith(p) for p in COVERED)]
     assert not uncovered, f"README commands no test runs as written: {uncovered}"
+
+
+def test_every_pytest_spelled_in_the_readme_selects_the_suite() -> None:
+    """A comment's ``pytest -m gpu --nvrx-megatron-path X`` (no --pyargs) collects 0 items and
+    exits 5 outside this repository: every pytest the README spells, in a comment or a command,
+    with a marker or an --nvrx option, names the suite."""
+    spelled = re.findall(r"(?:^|[`:#]\s*)(pytest\s[^`\n]*)", README, re.M)
+    suite = [s for s in spelled if "--nvrx-" in s or re.search(r"\s-m\s", s)]
+    assert suite, spelled
+    missing = [s for s in suite if "--pyargs pytest_nvrx.suite" not in s]
+    assert not missing, f"README pytest lines without --pyargs pytest_nvrx.suite: {missing}"

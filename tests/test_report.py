@@ -317,7 +317,7 @@ def test_report_command_writes_html_and_json(recipe: Path, tmp_path: Path) -> No
     html = tmp_path / "r.html"
     runs = [str(recipe / "megatron-baseline-40"), str(recipe / "megatron-kill-40")]
     assert report_main([*runs, "-o", str(html)], out, err) == 0, err.getvalue()
-    doc = json.loads((tmp_path / "report.json").read_text())
+    doc = json.loads((tmp_path / "r.json").read_text())
     assert [s["name"] for s in doc["scenarios"]] == ["megatron-baseline-40", "megatron-kill-40"]
     assert "megatron-kill-40: QUALIFIED (downtime 25.4 s)" in out.getvalue()
     assert html.read_text().startswith("<!DOCTYPE html>")

@@ -362,6 +362,15 @@ def test_the_sbatch_recipe_qualifies_kill_and_hang_on_two_nodes(
         bad = [c.get("name") for c in mine for e in c if e.tag in ("failure", "error", "skipped")]
         assert not bad, bad
 
+    # the recovery report of the session, both scenarios in it, and no shard left behind
+    assert (out / "report.html").read_text().startswith("<!DOCTYPE html>")
+    report = json.loads((out / "report.json").read_text())
+    assert sorted(s["name"] for s in report["scenarios"]) == [
+        "reference-hang-finalize",
+        "reference-kill-save",
+    ], report["scenarios"]
+    assert not [p for p in (out / "work").rglob("*.distcp")]
+
     runs = sorted((out / "work" / "runs").iterdir())
     assert [r.name.rsplit("-", 2)[0] for r in runs] == [
         "reference-hang-finalize",

@@ -1,7 +1,8 @@
 """Build and write reports of run directories; the ``report`` command's body (no pytest).
 
 ``python -m pytest_nvrx report RUN_DIR... [-o report.html] [--json report.json]
-[--continuity-rtol RTOL]`` (also ``python -m pytest_nvrx.report``). Over self-test runs (run.json's
+[--continuity-rtol RTOL]`` (also ``python -m pytest_nvrx.report``; the JSON defaults to the HTML
+file's name with ``.json``). Over self-test runs (run.json's
 ``config.selftest``) the report has a self-test section, and a line on stdout, saying of each
 plant whether it was caught at that tolerance (docs/report.md). A RUN_DIR that is a file (a
 README a glob matched) is skipped with a note on stderr. Exit status, over the run
@@ -55,6 +56,14 @@ def build_reports(
             ScenarioReport.from_run_dir(run_dir, name=unique, continuity_rtol=continuity_rtol)
         )
     return reports
+
+
+def json_beside(html: Path) -> Path:
+    """Where the report.json of the HTML page ``html`` goes by default: beside it, named after it
+    (``out/a.html`` -> ``out/a.json``), so a second report in the same directory does not replace
+    the first one's JSON. A page already named ``*.json`` would collide with its own JSON: the
+    output checks refuse that (two outputs on one file)."""
+    return html.with_suffix(".json")
 
 
 def write_report(
@@ -125,7 +134,8 @@ def build_parser() -> argparse.ArgumentParser:
         dest="json_path",
         type=Path,
         default=None,
-        help="report.json path (default: beside the HTML file, named report.json)",
+        help="report.json path (default: beside the HTML file, named after it: "
+        "-o out/a.html writes out/a.json)",
     )
     parser.add_argument(
         "--continuity-rtol",
@@ -149,7 +159,7 @@ def report_main(
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
     html: Path = args.output
-    json_path: Path = args.json_path or html.with_name("report.json")
+    json_path: Path = args.json_path or json_beside(html)
     json_flag = "--json" if args.json_path is not None else "--json (default)"
     run_dirs = run_dirs_among(args.run_dirs, err)
     if not run_dirs:

@@ -38,6 +38,7 @@ from pytest_nvrx.settings.values import (
     parse_rtol,
     parse_seconds,
     quote,
+    show_path,
 )
 
 #: The plugin's environment variables for the matrix and the windows (no walkthrough names).
@@ -99,7 +100,8 @@ def _megatron_checkout(raw: str, what: str) -> Path:
 def _absolute_dir(raw: str, what: str) -> Path:
     path = _path(raw, what)
     if not path.is_absolute():
-        raise ConfigError(f"{what}: must be an absolute path, got {path!r}")
+        # as typed: a Path's repr (PosixPath('rel/work')) is Python's spelling, not the user's
+        raise ConfigError(f"{what}: must be an absolute path, got {show_path(raw)}")
     return path
 
 
@@ -468,13 +470,16 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting(
         "keep",
-        "keep the checkpoint shards too (run dirs are always kept; without it their checkpoint "
-        "payload is removed, metadata and tracker stay)",
+        "keep the checkpoint shards too (run dirs are always kept; without it the checkpoint "
+        "payload of run dirs under pytest's tmp dir is removed, metadata and tracker stay; "
+        "with --nvrx-work-dir nothing is removed, shards included)",
         where="plugin",
         flag=True,
         attr="keep",
         doc="keep the checkpoint shards too; without it every scenario's run dir is kept but its "
-        "checkpoint payload (`*.distcp`) is removed ([Run directories after the "
+        "checkpoint payload (`*.distcp`) is removed, only where the plugin made the run dir "
+        "under pytest's tmp dir: with `--nvrx-work-dir` (or `NVRX_WORK_DIR`) the runs are yours "
+        "and nothing is removed, with or without `--nvrx-keep` ([Run directories after the "
         "session](#run-directories-after-the-session))",
         doc_default="off",
     ),
