@@ -128,11 +128,6 @@ def _argv(key: str, prefix: str, new: Callable[[str], str]) -> Edit:
 # A. result.json (our harness's record of the launch) without run.json
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="adversarial #36 A: result.json without run.json is judged as a hand-made run:"
-    " rundir._result_missing only asks for result.json when run.json is there",
-)
 def test_result_json_without_run_json_is_no_pass(tmp_path: Path) -> None:
     cases = [
         (src, "run.json deleted, result.json kept", lambda d: d.remove("run.json"))
@@ -283,12 +278,6 @@ def test_second_launcher_block_is_no_pass(tmp_path: Path) -> None:
 # F. run.json against itself (its launcher argv, its command, its env)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="adversarial #36 F: run.json's launcher_argv, command and env are never compared with"
-    " its config or the launcher's block (evidence/manifest.py contradictions,"
-    " manifest_agreement._launcher_block)",
-)
 def test_run_json_contradicting_itself_is_no_pass(tmp_path: Path) -> None:
     cases: list[tuple[Path, str, Edit]] = []
     for src in (REF_KILL_SAVE, MEG_KILL_SAVE):
@@ -333,12 +322,6 @@ def test_run_json_contradicting_itself_is_no_pass(tmp_path: Path) -> None:
 # G. the injector's own arguments in run.json against config and the marker
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="adversarial #36 G: the injector's options in run.json's workload_argv (--fault,"
-    " --fault-rank, --window, --schedule) are compared with neither config nor the marker"
-    " (marker_agreement compares only the workload's part after '--')",
-)
 def test_injector_argv_against_config_and_marker_is_no_pass(tmp_path: Path) -> None:
     cases: list[tuple[Path, str, Edit]] = []
     for src in (REF_KILL_SAVE, MEG_KILL_SAVE):
@@ -437,13 +420,6 @@ def test_schema2_marker_without_a_field_is_no_pass(tmp_path: Path) -> None:
 # J. result.json's values nulled
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="adversarial #36 J: result.json's timed_out, wall_s, start_time, end_time null pass"
-    " (rundir._result_missing checks the keys are there, not their values; clocks skip"
-    " _records_out_of_order); the harness and its watchdog always write a bool, a number and"
-    " two times",
-)
 def test_result_json_values_nulled_is_no_pass(tmp_path: Path) -> None:
     cases: list[tuple[Path, str, Edit]] = []
     for src in (REF_KILL_SAVE, MEG_KILL_SAVE):
