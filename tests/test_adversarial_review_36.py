@@ -352,14 +352,6 @@ def test_injector_argv_against_config_and_marker_is_no_pass(tmp_path: Path) -> N
 # H. the fault-tolerance timeouts the workers printed
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="adversarial #36 H: the section timeouts each cycle's workers print (Megatron's 'FT:"
-    " initialized. Timeouts=...', the reference workload's 'ft monitoring initialized ...') are"
-    " compared with neither run.json's config.section_timeouts nor the other cycle;"
-    " config.distributed_optimizer is not compared with the dump's use_distributed_optimizer,"
-    " though manifest_agreement's docstring says it is",
-)
 def test_ft_timeouts_and_distributed_optimizer_disagreeing_is_no_pass(tmp_path: Path) -> None:
     def meg(doc: Doctor) -> None:
         doc.replace(

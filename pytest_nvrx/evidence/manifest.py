@@ -143,6 +143,12 @@ class Manifest:
     # the launcher's restart budget they are judged against
     schedule: Setting | None = None
     max_restarts: Setting | None = None
+    # what the workers are asked to run with: compared with what they print
+    # (criteria/manifest_agreement.py)
+    save_interval: Setting | None = None
+    distributed_optimizer: Setting | None = None
+    section_timeouts: Setting | None = None  # as the launcher is given it: "setup:120,step:10"
+    out_of_section_timeout: Setting | None = None
     start_time: datetime | None = None
     start_ref: EvidenceRef | None = None
     stack: dict[str, Any] = field(default_factory=dict)
@@ -226,6 +232,10 @@ _TYPED: dict[str, tuple[Callable[..., object], dict[str, Any]]] = {
     "plant": (str_field, {"choices": tuple(p.name for p in PLANTS)}),
     "schedule": (_schedule_field, {}),
     "max_restarts": (int_field, {"minimum": 0}),
+    "save_interval": (int_field, {"minimum": 1}),
+    "distributed_optimizer": (bool_field, {}),
+    "section_timeouts": (str_field, {}),
+    "out_of_section_timeout": (seconds_field, {}),
 }
 
 
