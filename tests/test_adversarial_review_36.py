@@ -608,12 +608,6 @@ def test_unicode_digits_in_iteration_lines_is_no_pass(tmp_path: Path) -> None:
 # P. a baseline without the launcher's record
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="adversarial #36 P: a baseline without launcher.log or its cycle record passes:"
-    " no_repeat_injection's baseline path takes result.json's exit code alone and a missing"
-    " record is a note",
-)
 def test_baseline_without_launcher_record_is_no_pass(tmp_path: Path) -> None:
     cases: list[tuple[Path, str, Edit]] = []
     for src in (REF_BASELINE, MEG_BASELINE, MEG_BASELINE_ONE):
