@@ -9,11 +9,12 @@ class, are in the review's note (brief/adv36.md of the session that wrote it).
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import re
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import pytest
@@ -125,6 +126,51 @@ def _argv(key: str, prefix: str, new: Callable[[str], str]) -> Edit:
 
 
 # ----------------------------------------------------------------------------------------------
+# every committed run of a kind (classes A, F, G, H, J, P): one copy per run, each edit undone
+# before the next (the edits touch only the run's small files, never its checkpoints)
+
+
+@functools.cache
+def _committed_passing() -> tuple[Path, ...]:
+    """Every committed run our harness recorded (run.json and result.json) that passes as
+    committed."""
+    runs = sorted(p.parent for p in DATA.rglob("result.json") if (p.parent / "run.json").is_file())
+    return tuple(r for r in runs if _verify(r)[0] == 0)
+
+
+def _config(src: Path) -> dict:  # type: ignore[type-arg]
+    data = json.loads((src / "run.json").read_text(encoding="utf-8"))
+    config = data.get("config")
+    return config if isinstance(config, dict) else {}
+
+
+def _passing_each(
+    tmp_path: Path, runs: Iterable[Path], edits: Callable[[Path], list[tuple[str, Edit]]]
+) -> tuple[int, list[str]]:
+    """Each run's edits (``edits(src)``), each on its own on a copy of the run: how many were
+    tried, and the ``run: what`` of each that still exits 0."""
+    tried, passed = 0, []
+    for i, src in enumerate(runs):
+        doc = copy_run(src, tmp_path / f"{i}-{src.name}")
+        small = {
+            p: p.read_bytes()
+            for p in doc.root.rglob("*")
+            if p.is_file() and not p.is_symlink() and "checkpoints" not in p.parts
+        }
+        for what, edit in edits(src):
+            edit(doc)
+            tried += 1
+            if _verify(doc.root)[0] == 0:
+                passed.append(f"{src.relative_to(DATA)}: {what}")
+            for p in list(doc.root.rglob("*")):
+                if p.is_file() and "checkpoints" not in p.parts and p not in small:
+                    p.unlink()
+            for p, data in small.items():
+                p.write_bytes(data)
+    return tried, passed
+
+
+# ----------------------------------------------------------------------------------------------
 # A. result.json (our harness's record of the launch) without run.json
 
 
@@ -134,6 +180,14 @@ def test_result_json_without_run_json_is_no_pass(tmp_path: Path) -> None:
         for src in (MEG_KILL_SAVE, MEG_EXCEPTION_STEP, MEG_KILL_30)
     ]
     assert _passing(tmp_path, cases) == []
+
+
+def test_every_committed_run_without_run_json_is_no_pass(tmp_path: Path) -> None:
+    runs = _committed_passing()
+    tried, passed = _passing_each(
+        tmp_path, runs, lambda _: [("run.json deleted", _remove_file("run.json"))]
+    )
+    assert tried == len(runs) > 70 and passed == []
 
 
 # ----------------------------------------------------------------------------------------------
@@ -318,6 +372,40 @@ def test_run_json_contradicting_itself_is_no_pass(tmp_path: Path) -> None:
     assert _passing(tmp_path, cases) == []
 
 
+def _self_contradictions(src: Path) -> list[tuple[str, Edit]]:
+    data = json.loads((src / "run.json").read_text(encoding="utf-8"))
+    restarts = next(a for a in data["launcher_argv"] if a.startswith("--max-restarts="))
+    more = f"--max-restarts={int(restarts.partition('=')[2]) + 1}"
+    run_id = data["env"]["NVRX_RUN_ID"]
+
+    def command(doc: Doctor) -> None:
+        doc.replace("run.json", f"NVRX_RUN_ID={run_id} ", "NVRX_RUN_ID=other-run ", count=1)
+
+    return [
+        (more, _argv("launcher_argv", "--max-restarts=", lambda _: more)),
+        (
+            "--rdzv-id=other-run",
+            _argv("launcher_argv", "--rdzv-id=", lambda _: "--rdzv-id=other-run"),
+        ),
+        (
+            "--ft-checkpoint-iteration-file elsewhere",
+            _argv(
+                "launcher_argv",
+                "--ft-checkpoint-iteration-file=",
+                lambda _: "--ft-checkpoint-iteration-file=/elsewhere/" + TRACKER.split("/")[-1],
+            ),
+        ),
+        ("command's NVRX_RUN_ID other", command),
+        ("env NVRX_RUN_ID other", _set_key("run.json", "env", "NVRX_RUN_ID", value="other-run")),
+    ]
+
+
+def test_every_committed_run_contradicting_itself_is_no_pass(tmp_path: Path) -> None:
+    runs = _committed_passing()
+    tried, passed = _passing_each(tmp_path, runs, _self_contradictions)
+    assert tried == 5 * len(runs) and passed == []
+
+
 # ----------------------------------------------------------------------------------------------
 # G. the injector's own arguments in run.json against config and the marker
 
@@ -346,6 +434,32 @@ def test_injector_argv_against_config_and_marker_is_no_pass(tmp_path: Path) -> N
         )
     )
     assert _passing(tmp_path, cases) == []
+
+
+def _injector_edits(src: Path) -> list[tuple[str, Edit]]:
+    argv = json.loads((src / "run.json").read_text(encoding="utf-8"))["workload_argv"]
+    injector = argv[: argv.index("--")]
+    given = {a.partition("=")[0]: a.partition("=")[2] for a in injector if "=" in a}
+    edits: list[tuple[str, Edit]] = []
+
+    def other(option: str, value: str) -> None:
+        new = f"{option}={value}"
+        edits.append((new, _argv("workload_argv", f"{option}=", lambda _: new)))
+
+    if "--schedule" in given:
+        other("--schedule", "hang@step" if given["--schedule"] != "hang@step" else "kill@step")
+    else:
+        other("--fault", "hang" if given["--fault"] != "hang" else "kill")
+    other("--fault-rank", str(int(given["--fault-rank"]) + 1))
+    if "--window" in given:
+        other("--window", "step" if given["--window"] != "step" else "save")
+    return edits
+
+
+def test_every_committed_fault_run_injector_argv_is_no_pass(tmp_path: Path) -> None:
+    runs = [r for r in _committed_passing() if _config(r).get("fault") not in (None, "none")]
+    tried, passed = _passing_each(tmp_path, runs, _injector_edits)
+    assert len(runs) > 60 and tried >= 2 * len(runs) and passed == []
 
 
 # ----------------------------------------------------------------------------------------------
@@ -390,6 +504,58 @@ def test_ft_timeouts_and_distributed_optimizer_disagreeing_is_no_pass(tmp_path: 
     assert _passing(tmp_path, cases) == []
 
 
+_FT_LINE = re.compile(r"FT: initialized\. Timeouts=|ft monitoring initialized sections ")
+
+
+def _ft_edits(src: Path) -> list[tuple[str, Edit]]:
+    config = _config(src)
+    last = max(int(p.name[11:-4]) for p in (src / "logs").glob("train_cycle*.log"))
+    replacement = f"logs/train_cycle{last}.log"
+
+    def printed(doc: Doctor) -> None:
+        lines = doc.lines(replacement)
+        hits = [i for i, x in enumerate(lines) if _FT_LINE.search(x)]
+        assert hits, f"{src.relative_to(DATA)}: no FT line in {replacement}"
+        for i in hits:  # every deadline ten times longer (the line's head kept as it is)
+            at = _FT_LINE.search(lines[i])
+            assert at is not None
+            lines[i] = lines[i][: at.end()] + re.sub(
+                r"(?<=[=: ])\d+(?:\.\d+)?(?=[,\s)]|$)",
+                lambda m: f"{float(m[0]) * 10:.2f}",
+                lines[i][at.end() :],
+            )
+        doc.write_lines(replacement, lines)
+
+    sections = ",".join(
+        f"{name}:{float(v) * 10:g}" if name == "step" else f"{name}:{v}"
+        for name, _, v in (p.partition(":") for p in config["section_timeouts"].split(","))
+    )
+    edits: list[tuple[str, Edit]] = [
+        (f"{replacement}'s FT deadlines ten times longer", printed),
+        (
+            f"config.section_timeouts {sections}",
+            _set_key("run.json", "config", "section_timeouts", value=sections),
+        ),
+    ]
+    if config.get("workload") == "megatron" and isinstance(
+        config.get("distributed_optimizer"), bool
+    ):
+        flipped = not config["distributed_optimizer"]
+        edits.append(
+            (
+                f"config.distributed_optimizer {flipped}",
+                _set_key("run.json", "config", "distributed_optimizer", value=flipped),
+            )
+        )
+    return edits
+
+
+def test_every_committed_multi_cycle_run_ft_settings_is_no_pass(tmp_path: Path) -> None:
+    runs = [r for r in _committed_passing() if (r / CYCLE1).is_file()]
+    tried, passed = _passing_each(tmp_path, runs, _ft_edits)
+    assert len(runs) > 60 and tried >= 2 * len(runs) and passed == []
+
+
 # ----------------------------------------------------------------------------------------------
 # I. a schema-2 marker without a field its injector always writes
 
@@ -418,6 +584,17 @@ def test_result_json_values_nulled_is_no_pass(tmp_path: Path) -> None:
         for key in ("timed_out", "wall_s", "start_time", "end_time"):
             cases.append((src, f"result.json {key} null", _set_key("result.json", key, value=None)))
     assert _passing(tmp_path, cases) == []
+
+
+def test_every_committed_run_result_json_values_nulled_is_no_pass(tmp_path: Path) -> None:
+    keys = ("timed_out", "wall_s", "start_time", "end_time")
+    runs = _committed_passing()
+    tried, passed = _passing_each(
+        tmp_path,
+        runs,
+        lambda _: [(f"result.json {k} null", _set_key("result.json", k, value=None)) for k in keys],
+    )
+    assert tried == 4 * len(runs) and passed == []
 
 
 # ----------------------------------------------------------------------------------------------
@@ -615,6 +792,20 @@ def test_baseline_without_launcher_record_is_no_pass(tmp_path: Path) -> None:
         record = next(p for p in (src / "cycle_infos").iterdir() if p.name.endswith(".0.0"))
         cases.append((src, f"{record.name} deleted", _remove_file(f"cycle_infos/{record.name}")))
     assert _passing(tmp_path, cases) == []
+
+
+def _record_edits(src: Path) -> list[tuple[str, Edit]]:
+    record = next(p for p in (src / "cycle_infos").iterdir() if p.name.endswith(".0.0"))
+    return [
+        ("launcher.log deleted", _remove_file(LAUNCHER)),
+        (f"{record.name} deleted", _remove_file(f"cycle_infos/{record.name}")),
+    ]
+
+
+def test_every_committed_baseline_without_launcher_record_is_no_pass(tmp_path: Path) -> None:
+    runs = [r for r in _committed_passing() if _config(r).get("fault") == "none"]
+    tried, passed = _passing_each(tmp_path, runs, _record_edits)
+    assert len(runs) >= 7 and tried == 2 * len(runs) and passed == []
 
 
 # ----------------------------------------------------------------------------------------------

@@ -20,6 +20,10 @@ probed); the launcher and the workers print some of the same facts as they start
   before Megatron's ``+<hash>``: that hash is the git revision of the directory it was started
   from, not the checkout's) and ``stack.transformer_engine`` (``0.0.0`` is Megatron's word for
   none); torch's ``+cuNNN`` against ``stack.cuda``;
+* the fault-tolerance deadlines every cycle's workers print as their rank monitors start
+  (Megatron's ``FT: initialized. Timeouts=...``, the reference workload's ``ft monitoring
+  initialized sections ...``) against config's ``section_timeouts`` and
+  ``out_of_section_timeout``, and against the other cycles' (in a hand-made run too);
 * the reference workload's ``started ... world_size W restart_count R`` line of every rank:
   W against config's ``world_size`` (before run.json recorded one: the launcher's
   ``nproc_per_node`` times its ``max_nodes``), R against the cycle whose log holds it

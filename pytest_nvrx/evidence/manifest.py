@@ -7,14 +7,18 @@ and the criteria fall back to the logs. Keys read here::
     run.json     schema (must be MANIFEST_SCHEMA), config.run_id, config.fault, config.window,
                  config.fault_rank, config.train_iters, config.workload, config.gpus_per_node,
                  config.nnodes, config.world_size, config.tp, config.pp, config.checkpoint_dir,
-                 config.selftest, config.plant, workload_argv, start_time, stack
-    result.json  exit_code, start_time, end_time, timed_out, interrupted
+                 config.selftest, config.plant, config.save_interval,
+                 config.distributed_optimizer, config.section_timeouts,
+                 config.out_of_section_timeout, workload_argv, start_time, stack
+    result.json  exit_code, start_time, end_time, wall_s, timed_out, interrupted
 
 run.json states some settings twice, and the two must agree (:attr:`Manifest.contradictions`,
 fatal in criteria/consistency.py, naming both lines): a top-level key and the same key under
 ``config``; ``workload_argv``'s ``--train-iters``/``--save-interval`` and config's
 ``train_iters``/``save_interval``; ``launcher_argv``'s ``--nproc-per-node``/``--nnodes`` and
-config's ``gpus_per_node``/``nnodes``; and config's ``world_size`` is ``nnodes * gpus_per_node``.
+config's ``gpus_per_node``/``nnodes``; config's ``world_size`` is ``nnodes * gpus_per_node``;
+and the launcher's and the injector's arguments, the paths they name, ``env.NVRX_RUN_ID`` and
+``command`` against config (:func:`_launch_contradictions`).
 
 ``interrupted`` is the stop signal's name (``"SIGTERM"``) or null; ``false`` (runs recorded
 before it named the signal) means not interrupted, ``true`` interrupted by an unnamed signal.
