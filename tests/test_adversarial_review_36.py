@@ -556,6 +556,21 @@ def test_every_committed_multi_cycle_run_ft_settings_is_no_pass(tmp_path: Path) 
     assert len(runs) > 60 and tried >= 2 * len(runs) and passed == []
 
 
+def test_a_hand_made_run_whose_cycles_print_other_ft_deadlines_is_no_pass(tmp_path: Path) -> None:
+    # no run.json to compare with: the cycles are compared with each other
+    src = DATA / "gpu" / "gpu-kill-100"
+    tried, passed = _passing_each(tmp_path, [src], _ft_edits_hand_made)
+    assert tried == 1 and passed == []
+
+
+def _ft_edits_hand_made(src: Path) -> list[tuple[str, Edit]]:
+    def printed(doc: Doctor) -> None:
+        doc.replace(CYCLE1, "step=120.00, checkpointing", "step=300.00, checkpointing")
+
+    assert _verify(src)[0] == 0
+    return [("cycle 1 printed step=300", printed)]
+
+
 # ----------------------------------------------------------------------------------------------
 # I. a schema-2 marker without a field its injector always writes
 
