@@ -33,7 +33,11 @@ pytest_plugins = ["pytester"]
 
 DATA = Path(__file__).parent / "data"
 #: every committed fault-schedule run, CPU and GPU
-SCHEDULE_RUNS = sorted(p.parent for p in DATA.glob("*-schedules/**/run.json"))
+SCHEDULE_RUNS = sorted(
+    [p.parent for p in DATA.glob("*-schedules/**/run.json")]
+    + [p.parent for p in DATA.glob("gpu-first-night/*schedule*/run.json")]
+    + [DATA / "gpu-first-night" / "cli-kill-step_hang-restore-setup150"]
+)
 CPU = DATA / "cpu-schedules"
 TWO = CPU / "ref-kill-step+kill-restore"
 FINALIZE = CPU / "ref-hang-finalize+ckpt-worker-finalize"
@@ -48,6 +52,7 @@ GPU_THREE = (
 #: kill@step,hang@restore that the 45 s run timeout ended before the hang was detected
 TIMED_OUT = DATA / "cpu-timed-out-schedule" / "ref-kill-step+hang-restore-timeout"
 #: the QUALIFIED kill@step,kill@restore runs: the reference's and Megatron's on both revisions
+#: and on a freshly extracted checkout
 KILL_STEP_KILL_RESTORE = [
     p for p in SCHEDULE_RUNS if p.name in ("ref-kill-step+kill-restore", GPU_TWO.name)
 ]
@@ -75,9 +80,10 @@ def _plural(n: int) -> str:
 
 
 def test_the_committed_schedule_runs_are_all_here() -> None:
-    assert len(SCHEDULE_RUNS) == 13
+    assert len(SCHEDULE_RUNS) == 17
     assert [_id(p) for p in KILL_STEP_KILL_RESTORE] == [
         "cpu-schedules/ref-kill-step+kill-restore",
+        "gpu-first-night/megatron-schedule-kill-step_kill-restore",
         "gpu-schedules/core_v0.18.2/megatron-schedule-kill-step_kill-restore",
         "gpu-schedules/core_v0.19.0/megatron-schedule-kill-step_kill-restore",
     ]
