@@ -194,12 +194,6 @@ def test_every_committed_run_without_run_json_is_no_pass(tmp_path: Path) -> None
 # B. the tracker at the end of a finished run: absent, empty, "release"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="adversarial #36 B: a tracker absent, empty or 'release' at the end of a run whose"
-    " logs finalized saves is a warning (rundir.load_run) and durability._end_of_run skips a"
-    " tracker without an iteration",
-)
 def test_tracker_absent_empty_or_release_at_the_end_is_no_pass(tmp_path: Path) -> None:
     cases: list[tuple[Path, str, Edit]] = []
     for src in (REF_KILL_SAVE, MEG_KILL_SAVE, REF_BASELINE):
@@ -232,12 +226,6 @@ def _empty_dir(rel: str) -> Edit:
     return edit
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="adversarial #36 C: a restore point without .metadata, emptied or removed is"
-    " 'checkpoint files pruned: judged from logs' (checkpoint.read_checkpoint_metadata UNKNOWN /"
-    " ABSENT_DIR, optimizer_state_load._passed), though retention keeps the metadata",
-)
 def test_restore_point_not_on_disk_is_no_pass(tmp_path: Path) -> None:
     cases: list[tuple[Path, str, Edit]] = []
     for src in (REF_KILL_SAVE, MEG_KILL_SAVE):
@@ -271,12 +259,6 @@ def _strip_dump(rel: str) -> Edit:
     return edit
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="adversarial #36 D: without the replacement's (or the failed cycle's) argument dump"
-    " resume_settings compares nothing (settings_of empty) and manifest_agreement._dump returns"
-    " []; required_evidence does not require the dump Megatron prints every cycle",
-)
 def test_argument_dump_removed_is_no_pass(tmp_path: Path) -> None:
     cases: list[tuple[Path, str, Edit]] = []
     for src in (MEG_KILL_SAVE, MEG_EXCEPTION_STEP):
@@ -305,18 +287,12 @@ def _second_block(rx: str, rep: str) -> Edit:
         while end < len(lines) and (lines[end].startswith("  ") or not lines[end].strip()):
             end += 1
         block = [re.sub(rx, rep, x) for x in lines[start:end]]
-        assert block != lines[start:end], f"{rx!r} changed nothing"
+        assert block != lines[start:end] or rx == "$", f"{rx!r} changed nothing"
         doc.write_lines(LAUNCHER, lines[:end] + block + lines[end:])
 
     return edit
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="adversarial #36 E: launcher_log.parse_launcher_log keeps the first launch-config"
-    " block (config.setdefault): a second block saying max_restarts 0, nproc_per_node 8 or"
-    " another run_id is never read",
-)
 def test_second_launcher_block_is_no_pass(tmp_path: Path) -> None:
     cases: list[tuple[Path, str, Edit]] = []
     for src in (REF_KILL_SAVE, MEG_KILL_SAVE):
@@ -325,7 +301,30 @@ def test_second_launcher_block_is_no_pass(tmp_path: Path) -> None:
             (src, "nproc_per_node 8", _second_block(r"(nproc_per_node\s*: )\d+", r"\g<1>8"))
         )
         cases.append((src, "run_id other", _second_block(r"(run_id\s*: ).*", r"\g<1>other-run")))
+        cases.append((src, "the same block again", _second_block(r"$", r"")))
+    two = DATA / "shapes" / "two-nodes-tp2-kill-save"
+    cases.append((two, "a third node's block", _second_block(r"$", r"")))
+    cases.append(
+        (two, "node 2's block says max_restarts 0", _other_node(r"(max_restarts\s*: )\d+"))
+    )
+    cases.append((two, "node 2's block names another run", _other_node(r"(run_id\s*: ).*")))
     assert _passing(tmp_path, cases) == []
+
+
+def _other_node(rx: str) -> Edit:
+    """The second node's own launch-config block (a two-node run prints one per node) edited."""
+
+    def edit(doc: Doctor) -> None:
+        lines = doc.lines(LAUNCHER)
+        heads = [i for i, x in enumerate(lines) if "Starting elastic_operator with launch" in x]
+        assert len(heads) == 2, heads
+        at = next(i for i in range(heads[1], len(lines)) if re.search(rx, lines[i]))
+        lines[at] = re.sub(
+            rx, lambda m: m[1] + ("0" if "max_restarts" in m[1] else "other"), lines[at]
+        )
+        doc.write_lines(LAUNCHER, lines)
+
+    return edit
 
 
 # ----------------------------------------------------------------------------------------------
@@ -575,17 +574,12 @@ def _ft_edits_hand_made(src: Path) -> list[tuple[str, Edit]]:
 # I. a schema-2 marker without a field its injector always writes
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="adversarial #36 I: marker_agreement.marker_problems skips each cross-check whose"
-    " marker field is absent (run_id, argv, world_size, host, tracker, restart_count), though"
-    " the schema-2 injector writes every one",
-)
 def test_schema2_marker_without_a_field_is_no_pass(tmp_path: Path) -> None:
     cases: list[tuple[Path, str, Edit]] = []
     for src in (REF_KILL_SAVE, MEG_KILL_SAVE):
-        for key in ("run_id", "argv", "world_size", "host", "tracker", "restart_count"):
+        for key in ("run_id", "argv", "world_size", "host", "tracker", "pid", "restart_count"):
             cases.append((src, f"marker {key} deleted", _set_key(MARKER, key, delete=True)))
+            cases.append((src, f"marker {key} null", _set_key(MARKER, key, value=None)))
     assert _passing(tmp_path, cases) == []
 
 
@@ -616,11 +610,6 @@ def test_every_committed_run_result_json_values_nulled_is_no_pass(tmp_path: Path
 # K. a checkpoint directory that no save of the run wrote
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="adversarial #36 K: the checkpoint directories are never listed against the saves the"
-    " logs finalized: an iter_N past train_iters that no line saved is not noticed",
-)
 def test_checkpoint_dir_no_save_wrote_is_no_pass(tmp_path: Path) -> None:
     def extra(doc: Doctor) -> None:
         dirs = sorted(p for p in doc.path("checkpoints").iterdir() if p.name.startswith("iter_"))
@@ -638,12 +627,6 @@ def test_checkpoint_dir_no_save_wrote_is_no_pass(tmp_path: Path) -> None:
 # L. a schedule the restart budget (or the no-progress stop) ended
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="adversarial #36 L: in a schedule the launcher stopped (budget, no progress)"
-    " training_continuity and progress are N/A and nothing else asks for the first cycle's"
-    " iteration lines or the end tracker (required_evidence, durability._end_of_run unreached)",
-)
 def test_budget_ended_schedule_missing_evidence_is_no_pass(tmp_path: Path) -> None:
     cases: list[tuple[Path, str, Edit]] = []
     for src in (BUDGET, NO_PROGRESS):
@@ -669,20 +652,8 @@ def test_budget_ended_schedule_missing_evidence_is_no_pass(tmp_path: Path) -> No
 # M. a line that only a cross-check reads, deleted: the check is skipped
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="adversarial #36 M: each cross-check runs only over the lines that are there: every"
-    " rank's 'started ... world_size' line (manifest_agreement._started), Megatron's version"
-    " lines (_versions), its fresh-start lines, the injector's tracker readings (durability),"
-    " its start and 'already injected' lines, a schema-1 fire line (marker_agreement) removed:"
-    " PASSED",
-)
 def test_cross_check_lines_deleted_is_no_pass(tmp_path: Path) -> None:
     inj = r"^\d+: \[pytest-nvrx injector\] "
-
-    def readings(doc: Doctor) -> None:
-        _remove_lines(doc, CYCLE0, inj + r".*checkpoint tracker reads")
-        _remove_lines(doc, CYCLE1, inj + r".*checkpoint tracker reads")
 
     cases: list[tuple[Path, str, Edit]] = [
         (
@@ -706,8 +677,38 @@ def test_cross_check_lines_deleted_is_no_pass(tmp_path: Path) -> None:
         ),
         (
             DATA / "gpu-shared" / "kill-save",
-            "the injector's tracker readings of both cycles",
-            readings,
+            "the injector's tracker readings of cycle 1",
+            lambda d: _remove_lines(d, CYCLE1, inj + r".*checkpoint tracker reads"),
+        ),
+        (
+            DATA / "gpu-shared" / "kill-save",
+            "the injector's tracker readings of cycle 0",
+            lambda d: _remove_lines(d, CYCLE0, inj + r".*checkpoint tracker reads"),
+        ),
+        (
+            REF_KILL_SAVE,
+            "every rank's fresh-start line of cycle 0",
+            lambda d: _remove_lines(d, CYCLE0, r"^\d+: \[ref\] \S+ rank \d+ no checkpoint found"),
+        ),
+        (
+            REF_KILL_SAVE,
+            "rank 1's started line of cycle 0",
+            lambda d: _remove_lines(d, CYCLE0, r"^1: \[ref\] \S+ rank 1 started pid "),
+        ),
+        (
+            MEG_KILL_SAVE,
+            "the injector's start line of cycle 0",
+            lambda d: _remove_lines(d, CYCLE0, inj + r"rank \d+ pid \d+: watching "),
+        ),
+        (
+            MEG_KILL_SAVE,
+            "the injector's 'already injected' line of cycle 1",
+            lambda d: _remove_lines(d, CYCLE1, inj + r".*fault already injected"),
+        ),
+        (
+            SCHEDULE,
+            "the injector's start line of cycle 1 (the second fault)",
+            lambda d: _remove_lines(d, CYCLE1, inj + r"rank \d+ pid \d+: watching "),
         ),
         (
             REF_KILL_SAVE,
@@ -728,6 +729,26 @@ def test_cross_check_lines_deleted_is_no_pass(tmp_path: Path) -> None:
     assert _passing(tmp_path, cases) == []
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="adversarial #36 M, left open: a run whose every tracker reading is deleted reads as a"
+    " run of an injector that prints none (the committed runs recorded before the injector's"
+    " TrackerObserver have none, and nothing in run.json or the marker tells the two apart);"
+    " readings missing from one cycle while another has them fail (cross_check_lines)",
+)
+def test_every_tracker_reading_deleted_is_no_pass(tmp_path: Path) -> None:
+    inj = r"^\d+: \[pytest-nvrx injector\] "
+
+    def readings(doc: Doctor) -> None:
+        _remove_lines(doc, CYCLE0, inj + r".*checkpoint tracker reads")
+        _remove_lines(doc, CYCLE1, inj + r".*checkpoint tracker reads")
+
+    cases: list[tuple[Path, str, Edit]] = [
+        (DATA / "gpu-shared" / "kill-save", "the tracker readings of both cycles", readings)
+    ]
+    assert _passing(tmp_path, cases) == []
+
+
 # ----------------------------------------------------------------------------------------------
 # N. the finalization line of a save a cycle scheduled, deleted
 
@@ -739,12 +760,6 @@ def _drop_finalized(rel: str, pattern: str) -> Edit:
     return edit
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="adversarial #36 N: a save the replacement scheduled and never finalized while it"
-    " finalized later ones: durability._out_of_order and progress_past_restore ask only for the"
-    " lines that are there",
-)
 def test_scheduled_save_never_finalized_is_no_pass(tmp_path: Path) -> None:
     cases: list[tuple[Path, str, Edit]] = [
         (
@@ -782,18 +797,80 @@ def _arabic_iterations(rel: str) -> Edit:
     return edit
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="adversarial #36 O: the log parsers read any script's digits (\\d, int()) where the"
-    " tracker reader (evidence/tracker.py) refuses them as no number a run writes: a"
-    " replacement's iteration lines in Arabic-Indic digits pass",
-)
+def _arabic_in(rel: str, pattern: str, group: int = 1, *, every: bool = False) -> Edit:
+    """The digits of ``pattern``'s group in the first (or every) matching line, Arabic-Indic."""
+
+    def edit(doc: Doctor) -> None:
+        out, hit = [], False
+        for line in doc.lines(rel):
+            m = re.search(pattern, line)
+            if m is not None and (every or not hit):
+                line = line[: m.start(group)] + m[group].translate(_ARABIC) + line[m.end(group) :]
+                hit = True
+            out.append(line)
+        assert hit, f"{rel}: no line matches {pattern!r}"
+        doc.write_lines(rel, out)
+
+    return edit
+
+
 def test_unicode_digits_in_iteration_lines_is_no_pass(tmp_path: Path) -> None:
-    cases: list[tuple[Path, str, Edit]] = [
-        (src, "Arabic-Indic digits in every iteration line of cycle 1", _arabic_iterations(CYCLE1))
-        for src in (REF_KILL_SAVE, MEG_KILL_SAVE)
+    cases: list[tuple[Path, str, Edit]] = []
+    for src in (REF_KILL_SAVE, MEG_KILL_SAVE):
+        cases += [
+            (
+                src,
+                "Arabic-Indic digits in every iteration line of cycle 1",
+                _arabic_iterations(CYCLE1),
+            ),
+            (
+                src,
+                "an Arabic-Indic rank prefix on every line of rank 1",
+                _arabic_in(CYCLE1, r"^(1): ", every=True),
+            ),
+        ]
+    cases += [
+        (
+            REF_KILL_SAVE,
+            "the load line's iteration",
+            _arabic_in(CYCLE1, r"load checkpoint iteration (\d+)"),
+        ),
+        (REF_KILL_SAVE, "a loss", _arabic_in(CYCLE1, r" loss (\d)")),
+        (
+            MEG_KILL_SAVE,
+            "the load line's iteration",
+            _arabic_in(CYCLE1, r"loading (?:distributed )?checkpoint from .* at iteration\s+(\d+)"),
+        ),
+        (MEG_KILL_SAVE, "a loss", _arabic_in(CYCLE1, r"lm loss: (\d)")),
+        (
+            MEG_KILL_SAVE,
+            "an argument dump value",
+            _arabic_in(CYCLE1, r"^\d+: +train_iters \.+ (\d+)"),
+        ),
     ]
     assert _passing(tmp_path, cases) == []
+
+
+def test_unicode_digits_are_no_number() -> None:
+    from pytest_nvrx.evidence.refs import (
+        ForeignDigits,
+        check_numbers,
+        read_float,
+        read_int,
+        split_rank_prefix,
+    )
+
+    for text in ("\u0666", "1\u0662", "\uff13", "\u00b2"):
+        with pytest.raises(ForeignDigits):
+            read_int(text)
+        with pytest.raises(ForeignDigits):
+            read_float(text)
+        if re.search(r"\d", text) is not None:  # '\u00b2' is no digit \d reads
+            with pytest.raises(ForeignDigits):
+                check_numbers(f"iteration {text} of 20")
+        assert split_rank_prefix(f"{text}: body") == (None, f"{text}: body")
+    assert read_int("12") == 12 and read_float("1.5e-3") == 1.5e-3
+    assert split_rank_prefix("12: body") == (12, "body")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -827,12 +904,6 @@ def test_every_committed_baseline_without_launcher_record_is_no_pass(tmp_path: P
 # X. (no pass, a traceback) a rank prefix str.isdigit() accepts and int() refuses
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="adversarial #36 X: a rank prefix of '²: ' (str.isdigit, not int) is a ValueError"
-    " traceback in cycle_log's merge (int(r) for r in self.ranks) and refs.split_rank_prefix,"
-    " not one 'cannot judge' line",
-)
 def test_superscript_rank_prefix_is_one_line_not_a_traceback(tmp_path: Path) -> None:
     doc = copy_run(REF_KILL_SAVE, tmp_path / "run")
     lines = doc.lines(CYCLE1)

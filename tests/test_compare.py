@@ -250,7 +250,7 @@ def test_run_dirs_judged_on_the_fly_match_their_reports() -> None:
 
 
 def test_schema_1_against_schema_2_leaves_the_changed_phases_out() -> None:
-    # the same three H200 runs: reported at schema 1 (the earlier docs/example-report) and judged now
+    # the same three H200 runs: reported at schema 1 (the earlier example report) and judged now
     result = compare(
         load_side(SCHEMA1, "OLD"), load_side(SCHEMA2, "NEW"), parse_gate(["phase:termination:+0s"])
     )

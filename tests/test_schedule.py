@@ -182,6 +182,14 @@ def _marker(tmp_path: Path, name: str, **extra: object) -> Path:
         "schedule": ["kill@step", "kill@restore"],
         "schedule_position": 2,
         "load_iteration": 5,
+        # what the injector writes into every schema-2 marker (marker.SCHEMA_2_REQUIRED)
+        "run_id": "ks1",
+        "argv": ["--script", "workload.py"],
+        "world_size": 2,
+        "host": "vm",
+        "tracker": "/tmp/w/ckpt/latest_checkpointed_iteration.txt",
+        "pid": 4242,
+        "restart_count": 1,
         **extra,
     }
     path = tmp_path / name

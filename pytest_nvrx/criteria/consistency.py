@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from pytest_nvrx.evidence.cycle_infos import unended
 from pytest_nvrx.evidence.plant_records import read_plant_records
-from pytest_nvrx.evidence.refs import Problem, split_rank_prefix
+from pytest_nvrx.evidence.refs import Problem, is_ascii_number, split_rank_prefix
 from pytest_nvrx.evidence.rundir import RunEvidence
 from pytest_nvrx.evidence.workload import get_adapter, stated_rank
 
@@ -50,10 +50,45 @@ def evidence_problems(run: RunEvidence) -> tuple[Problem, ...]:
         problems += run.manifest.contradictions
     problems += run.cycle_infos.contradictions
     problems += _tracker_junk(run)
+    problems += _launch_config_blocks(run)
     problems += _last_cycle_unended(run)
     problems += _misattributed_lines(run)
     problems += _plant_records_problems(run)
     return tuple(problems)
+
+
+def _launch_config_blocks(run: RunEvidence) -> list[Problem]:
+    """One launch configuration per run: every node's launcher prints the block (the committed
+    multi-node runs have one per node, differing only in whether the node hosts the rendezvous
+    store), so a block more than the nodes, or one that says another value than the first
+    (max_restarts 0, another run_id), is a launcher this run did not have: the settings the
+    criteria read from the first block cannot be trusted."""
+    launcher = run.launcher
+    blocks = launcher.config_blocks
+    out: list[Problem] = []
+    if launcher.config_conflict is not None:
+        later, first = launcher.config_conflict
+        out.append(
+            Problem(
+                "fatal",
+                f"{later.location}: a launch-configuration block says {later.text.strip()!r}"
+                f" where the first block ({first.location}) says {first.text.strip()!r}: one"
+                " launch has one configuration",
+                later,
+            )
+        )
+    nodes = launcher.config.get("max_nodes", "")
+    if len(blocks) > 1 and is_ascii_number(nodes) and len(blocks) > int(nodes):
+        out.append(
+            Problem(
+                "fatal",
+                f"{launcher.file} holds {len(blocks)} launch-configuration blocks"
+                f" ({', '.join(b.location for b in blocks[:4])}) in a run of at most {nodes}"
+                " node(s), one launcher each: a block no launcher of this run printed",
+                blocks[1],
+            )
+        )
+    return out
 
 
 def _plant_records_problems(run: RunEvidence) -> list[Problem]:

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_nvrx.criteria.baseline import baseline_refusal
+from pytest_nvrx.criteria.checkpoint_agreement import checkpoint_problems
 from pytest_nvrx.criteria.clocks import clock_problems, timing_problems
 from pytest_nvrx.criteria.consistency import evidence_problems
 from pytest_nvrx.criteria.context import JudgeContext
@@ -21,7 +22,7 @@ from pytest_nvrx.criteria.manifest_agreement import manifest_problems
 from pytest_nvrx.criteria.marker_agreement import marker_problems, stray_markers
 from pytest_nvrx.criteria.planted import plant_label_problems, planted_name
 from pytest_nvrx.criteria.registry import CRITERIA
-from pytest_nvrx.criteria.required_evidence import required_problems
+from pytest_nvrx.criteria.required_evidence import required_problems, unprinted_problems
 from pytest_nvrx.criteria.schedule import run_ending, schedule_problems, schedule_verdicts
 from pytest_nvrx.criteria.verdict import CRITERIA_IDS, Verdict, failing
 from pytest_nvrx.evidence.refs import EvidenceRef, Problem
@@ -250,6 +251,8 @@ def judge(
         + clock_problems(run, ctx.timeline)
         + marker_problems(run, ctx.timeline)
         + required_problems(run)
+        + checkpoint_problems(run)
+        + unprinted_problems(run)
         + stray_markers(run)
         + plant_label_problems(run)
         + manifest_problems(run)

@@ -30,6 +30,7 @@ import posixpath
 from pytest_nvrx.criteria.context import JudgeContext
 from pytest_nvrx.criteria.helpers import on_faulted_node, or_none
 from pytest_nvrx.criteria.windows import Fact, faulted_logs, fire_line, stated_window_disagrees
+from pytest_nvrx.evidence.cycle_log import CycleLog
 from pytest_nvrx.evidence.injector_log import (
     MAX_INJECTOR_LINES,
     InjectorLine,
@@ -171,6 +172,7 @@ def marker_problems(run: RunEvidence, timeline: Timeline) -> tuple[Problem, ...]
     problems = [problem for _, problem in found]
     problems += _self_contradictions(marker)
     problems += _no_fire_line(run, timeline, marker)
+    problems += _injector_lines_missing(run, marker)
     problems += _baseline_disagrees(run, timeline, marker)
     return tuple(problems)
 
@@ -246,7 +248,7 @@ def _no_fire_line(run: RunEvidence, timeline: Timeline, marker: Marker) -> list[
     of the faulted cycle: the injector writes that line as it writes the marker, before the
     fault, and the rank's stderr reaches the cycle log. Measured: every committed schema-2 run
     has it. Only logs read whole are asked (a missing or unreadable log is reported as such)."""
-    if marker.schema_version < 2:
+    if marker.schema_version < 2 and not _ours(run, marker):
         return []
     logs = faulted_logs(run, timeline)
     if (
@@ -268,6 +270,68 @@ def _no_fire_line(run: RunEvidence, timeline: Timeline, marker: Marker) -> list[
             marker.ref("schema_version"),
         )
     ]
+
+
+def _ours(run: RunEvidence, marker: Marker) -> bool:
+    """Whether our injector wrote the marker: schema 2 is ours alone; a schema-1 marker is ours
+    when it records what only ours adds (the tracker path it watched) or a log holds our
+    injector's start line (the walkthrough's wrapper writes neither, nor any line of ours)."""
+    return (
+        marker.schema_version >= 2
+        or marker.tracker is not None
+        or any(line.kind == "watching" for log in run.cycle_logs for line in log.injector)
+    )
+
+
+def _injector_lines_missing(run: RunEvidence, marker: Marker) -> list[Problem]:
+    """Our injector starts on the fault rank of every cycle: it prints that it watches (before
+    it fires: a fire line without one is a log edited), and once the marker exists every later
+    cycle's says the fault was already injected (or, a schedule's next fault, fires it).
+    Measured: every committed run with a marker has both in every cycle log. Only logs read
+    whole are asked."""
+    if not _ours(run, marker):
+        return []
+    logs = [log for log in run.cycle_logs if log.exists and not log.read_error]
+    if any(len(log.injector) >= MAX_INJECTOR_LINES for log in logs):
+        return []
+    out: list[Problem] = []
+    fired_in: CycleLog | None = None
+    for log in logs:
+        kinds = {line.kind for line in log.injector}
+        fire = next((line for line in log.injector if line.kind == "fired"), None)
+        if fire is not None and not any(
+            line.kind == "watching" and line.rank == fire.rank
+            for line in log.injector
+            if (line.ref.line or 0) < (fire.ref.line or 0)
+        ):
+            out.append(
+                Problem(
+                    "fatal",
+                    f"{fire.ref.location}: the injector's fire line of rank {fire.rank} follows no"
+                    f" start line of that rank in {log.file} ('[pytest-nvrx injector] rank"
+                    f" {fire.rank} pid P: watching ...'): the injector prints it as it starts,"
+                    " before it can fire",
+                    fire.ref,
+                )
+            )
+        # the fault rank silent for the whole cycle (no line of it) is the criteria's to judge:
+        # it did not load, did not train
+        spoke = marker.rank is None or marker.rank in log.ranks
+        if fired_in is not None and not kinds & {"fired", "skipped"} and spoke:
+            out.append(
+                Problem(
+                    "fatal",
+                    f"{log.file}: cycle {log.cycle} holds no line of the injector saying the"
+                    f" fault was already injected ('marker ... exists: fault already injected'),"
+                    f" though the marker was written in cycle {fired_in.cycle}"
+                    f" ({marker.ref().location}): the injector prints it as each later cycle"
+                    " starts",
+                    log.first_line or marker.ref(),
+                )
+            )
+        if fire is not None and fired_in is None:
+            fired_in = log
+    return out
 
 
 def _self_contradictions(marker: Marker) -> list[Problem]:

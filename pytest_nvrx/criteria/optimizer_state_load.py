@@ -36,7 +36,7 @@ from pytest_nvrx.criteria.workload_errors import (
     errors_before_training,
     load_death,
 )
-from pytest_nvrx.evidence.checkpoint import CheckpointMetadata, OptimizerState
+from pytest_nvrx.evidence.checkpoint import DCP_METADATA, CheckpointMetadata, OptimizerState
 from pytest_nvrx.evidence.cycle_log import CycleLog
 from pytest_nvrx.evidence.refs import EvidenceRef, absent, split_rank_prefix
 from pytest_nvrx.evidence.rundir import RunEvidence
@@ -165,6 +165,7 @@ def _judge_load(
         or _paths_disagree(ctx.run, restore)
         or _data_position_disagrees(ctx.run, restore)
         or _check_resumed(restore, load)
+        or _restore_point_gone(ctx.run, load, meta)
         or _check_optimizer_state(restore, load, meta)
     )
     return failed or _passed(ctx, restore, load, target, meta)
@@ -525,6 +526,39 @@ def _check_resumed(restore: _Restore, load: LoadCompleted) -> Verdict | None:
     return None
 
 
+def _restore_point_gone(
+    run: RunEvidence, load: LoadCompleted, meta: CheckpointMetadata | None
+) -> Verdict | None:
+    """The checkpoint the replacement loaded is gone from a checkpoint directory that still
+    holds checkpoints. Pruning (retention.py) keeps every ``iter_N/`` and its ``.metadata``; the
+    committed runs trimmed further keep the ``.metadata`` of every checkpoint a cycle loaded
+    (tests/data/*/README.md), or no checkpoint directory at all (the tracker alone: judged from
+    logs, as said in the verdict). So a restore point absent, or without the DCP metadata every
+    torch_dist and reference checkpoint has, beside checkpoints still on disk was removed after
+    the run: whether it held the optimizer state is unknown, and the load cannot be judged."""
+    others = [n for n in run.checkpoint_dirs or () if n != load.iteration]
+    if meta is None or not others:
+        # a lone directory (no other checkpoint to compare its pruning with) proves nothing
+        # either way: judged from the logs, as a checkpoint directory pruned whole
+        return None
+    if meta.state is OptimizerState.ABSENT_DIR:
+        what = f"{meta.dir}/ is not on disk"
+    elif meta.state is OptimizerState.UNKNOWN:
+        what = f"{meta.dir}/ holds no {DCP_METADATA} ({meta.detail})"
+    else:
+        return None
+    shown = ", ".join(f"iter_{n:07d}/" for n in others[:3]) + (" ..." if len(others) > 3 else "")
+    return unjudgeable(
+        ID,
+        f"checkpoint {load.iteration}, which the replacement loaded, is gone: {what}, while the"
+        f" checkpoint directory still holds {shown} (pruning keeps"
+        " every checkpoint's directory and metadata): whether it held the optimizer state is"
+        " unknown",
+        meta.ref,
+        load.ref,
+    )
+
+
 def _check_optimizer_state(
     restore: _Restore, load: LoadCompleted, meta: CheckpointMetadata | None
 ) -> Verdict | None:
@@ -580,7 +614,10 @@ def _passed(
             f" ({', '.join(reported[0].parts or ())})"
         )
     else:
-        how = "no optimizer/RNG load failure logged (checkpoint files pruned: judged from logs)"
+        how = (
+            "no optimizer/RNG load failure logged (checkpoint files pruned: judged from logs;"
+            " no checkpoint directory is left on disk)"
+        )
     what = (
         "the newest completed before the failure"
         if target.iteration is not None and target.save is not None

@@ -14,9 +14,14 @@ from pytest_nvrx.criteria.resume_settings import settings_of
 from pytest_nvrx.criteria.verdict import CriterionId, Verdict, failing, passing
 from pytest_nvrx.criteria.workload_errors import died_loading, errors_before_training, load_death
 from pytest_nvrx.evidence.cycle_log import CycleLog
-from pytest_nvrx.evidence.durability import DurabilityBreak, end_of_run_break, reading_breaks
+from pytest_nvrx.evidence.durability import (
+    DurabilityBreak,
+    end_of_run_break,
+    reading_breaks,
+    unfinalized_breaks,
+)
 from pytest_nvrx.evidence.launcher_log import LauncherEventKind
-from pytest_nvrx.evidence.refs import EvidenceRef
+from pytest_nvrx.evidence.refs import EvidenceRef, is_ascii_number
 from pytest_nvrx.evidence.rundir import RunEvidence
 from pytest_nvrx.evidence.sequence import PrintRule, sequence_breaks
 from pytest_nvrx.evidence.timeline import logs_from
@@ -164,6 +169,10 @@ def check(ctx: JudgeContext) -> Verdict:
             f" (cycle {_cycle_of(logs, again[0])})"
         )
         resaved_ref = again[0].ref
+    # after the in-flight save's own check: its loss is said as the fault's
+    lost = _durability_broken(unfinalized_breaks(run))
+    if lost is not None:
+        return lost
     tracker = run.tracker
     tracker_ref = (
         tracker.ref
@@ -194,7 +203,9 @@ def print_rule(log: CycleLog, run: RunEvidence | None = None) -> PrintRule:
     settings = settings_of(log)
     interval_event = settings.get("log_interval")
     interval_text = interval_event.value if interval_event is not None else "1"
-    interval = int(interval_text) if interval_text.isdigit() and int(interval_text) > 0 else 1
+    interval = (
+        int(interval_text) if is_ascii_number(interval_text) and int(interval_text) > 0 else 1
+    )
     skip_event = settings.get("iterations_to_skip")
     skipped = (
         frozenset(int(n) for n in re.findall(r"\d+", skip_event.value, re.ASCII))

@@ -22,7 +22,7 @@ from pytest_nvrx.criteria.helpers import clock, marker_ref, nproc_per_node, on_f
 from pytest_nvrx.criteria.marker_agreement import process_problem
 from pytest_nvrx.criteria.verdict import CriterionId, Verdict, failing, not_applicable, passing
 from pytest_nvrx.evidence.launcher_log import LauncherEvent, LauncherEventKind
-from pytest_nvrx.evidence.refs import EvidenceRef, absent
+from pytest_nvrx.evidence.refs import EvidenceRef, absent, is_ascii_number
 from pytest_nvrx.evidence.rundir import RunEvidence
 from pytest_nvrx.evidence.timeline import CLOCK_SLACK
 from pytest_nvrx.evidence.workload import LoadFailed, WorkloadError
@@ -82,7 +82,7 @@ def _world_size(run: RunEvidence) -> tuple[int | None, list[EvidenceRef]]:
     launcher = run.launcher
     nproc = launcher.nproc_per_node
     nodes = launcher.config.get("max_nodes", "")
-    if nproc is None or not nodes.isdigit():
+    if nproc is None or not is_ascii_number(nodes):
         return None, []
     refs = [
         launcher.config_refs[k]

@@ -9,7 +9,8 @@ statement makes it one:
   lines it printed; the workload's print rule (``progress_past_restore.print_rule``) then says
   which of them it printed (:func:`printed_by_rule`), and a missing one is named
   (:func:`unprinted`). training_continuity needs the failed cycle's lines of what the replacement
-  trained again.
+  trained again; every cycle, the lines it printed before a save it finalized
+  (:func:`unprinted_problems`).
 * the ranks of the world (:func:`world_ranks`: run.json's world size, else the marker's): a
   workload whose every rank prints where it starts (``loads_on_every_rank``: the reference
   workload's ``load checkpoint`` or ``no checkpoint found`` on each rank) prints it on every rank
@@ -17,6 +18,19 @@ statement makes it one:
   start, optimizer_state_load for a restore). Which ranks print what differs by workload:
   Megatron prints its load lines on rank 0 and its iteration lines on the last rank only; the
   reference workload its iterations on rank 0 and its start on every rank.
+
+* the settings a cycle started with (``dumps_settings``: Megatron's argument dump, printed by
+  rank 0 before it loads, saves or trains): a cycle that trained, loaded or saved without one
+  (:func:`undumped`) leaves resume_settings and manifest_agreement nothing to compare (a
+  replacement started with ``--no-load-rng`` would pass), so the run cannot be judged.
+
+* the lines only a cross-check reads (:func:`cross_check_lines`), each by what the run says of
+  them: every rank's ``started`` line of a cycle that trained (``starts_on_every_rank``), the
+  versions a cycle printed when another cycle of the run printed them (one build), the fresh
+  start of a cycle that trained and loaded nothing (both workloads print one: the reference
+  workload ``no checkpoint found``, Megatron ``could not find the metadata file``), and rank 0's
+  tracker readings in every cycle that trained when another cycle's show our injector reads
+  the tracker.
 
 A requirement nobody can check (no world size recorded, a middle of a huge log the parser did not
 keep) is no requirement: absence of a statement claims nothing.
@@ -28,6 +42,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from pytest_nvrx.criteria.helpers import or_none
+from pytest_nvrx.criteria.progress_past_restore import print_rule
 from pytest_nvrx.evidence.cycle_log import ITERATIONS_KEPT, CycleLog
 from pytest_nvrx.evidence.refs import EvidenceRef, Problem, split_rank_prefix
 from pytest_nvrx.evidence.rundir import RunEvidence
@@ -35,11 +50,17 @@ from pytest_nvrx.evidence.sequence import PrintRule
 from pytest_nvrx.evidence.workload import (
     LOAD_FAILURES,
     LoadCompleted,
+    LoadStarted,
+    ProcessStarted,
     SaveCompleted,
     SaveScheduled,
     StartedFromScratch,
+    VersionReported,
+    WorkloadLogAdapter,
+    dumps_settings,
     get_adapter,
     loads_on_every_rank,
+    starts_on_every_rank,
 )
 
 
@@ -165,6 +186,43 @@ def world_ranks(run: RunEvidence) -> tuple[tuple[int, ...], EvidenceRef] | None:
     return None
 
 
+def unprinted_problems(run: RunEvidence) -> tuple[Problem, ...]:
+    """The run cannot be judged when a cycle finalized the save of N but lacks an iteration line
+    its print rule says it printed before that save: the finalization line comes after those
+    lines (an async save finalizes iterations after it was scheduled), so a SIGKILL that cuts a
+    log's last lines cannot explain them. From the cycle's first iteration line on, where it
+    printed one (an iteration sequence that jumps is progress_past_restore's to judge), else
+    from its start. Asked of every cycle, not only of the one a replacement trained again
+    (training_continuity): a schedule the launcher stopped judges no recovery, and its first
+    cycle's lines are still the evidence of what it trained."""
+    out: list[Problem] = []
+    for log in run.cycle_logs:
+        finalized = log.of_type(SaveCompleted)
+        if not finalized:
+            continue
+        top = max(finalized, key=lambda e: e.iteration)
+        start = process_start(log)
+        # from its first line on where it printed any: a cycle that went on past another
+        # iteration than its restore's next is progress_past_restore's to judge
+        first = log.first_iteration
+        low = start if first is None else max(start, first.iteration - 1)
+        wanted = printed_by_rule(print_rule(log, run), start, low, top.iteration)
+        missing = unprinted(log, wanted)
+        if not missing:
+            continue
+        out.append(
+            Problem(
+                "fatal",
+                f"{log.file}: cycle {log.cycle} finalized the save of {top.iteration}"
+                f" ({top.ref.location}) but printed no line of iteration"
+                f" {spans(missing)}, which the {run.workload} workload prints before it"
+                " schedules that save: the cycle's iteration lines are missing",
+                top.ref,
+            )
+        )
+    return tuple(out)
+
+
 def _rank(ref: EvidenceRef) -> int | None:
     return split_rank_prefix(ref.text)[0]
 
@@ -178,11 +236,12 @@ def required_problems(run: RunEvidence) -> tuple[Problem, ...]:
         adapter = get_adapter(run.workload)
     except KeyError:
         return ()
+    out: list[Problem] = undumped(run) if dumps_settings(adapter) else []
+    out += cross_check_lines(run, adapter)
     world = world_ranks(run)
     if world is None or not loads_on_every_rank(adapter):
-        return ()
+        return tuple(out)
     ranks, size_ref = world
-    out: list[Problem] = []
     for log in run.cycle_logs:
         said = log.of_type(StartedFromScratch)
         restoring = any(isinstance(e, (LoadCompleted, *LOAD_FAILURES)) for e in log.events)
@@ -204,3 +263,118 @@ def required_problems(run: RunEvidence) -> tuple[Problem, ...]:
             )
         )
     return tuple(out)
+
+
+_DUMPED_BEFORE = (
+    LoadStarted,
+    LoadCompleted,
+    *LOAD_FAILURES,
+    StartedFromScratch,
+    SaveScheduled,
+    SaveCompleted,
+)
+
+
+def undumped(run: RunEvidence) -> list[Problem]:
+    """A cycle of a workload that dumps its settings (:func:`dumps_settings`) that trained,
+    loaded or saved and printed no setting: every committed Megatron cycle that did any of it
+    printed its whole dump first, so a missing one is a log cut or edited, and what the cycle
+    was started with (no_load_rng, another lr) cannot be compared."""
+    out: list[Problem] = []
+    for log in run.cycle_logs:
+        if not log.exists or log.settings:
+            continue
+        deeds = [e.ref for e in log.events if isinstance(e, _DUMPED_BEFORE)][:1]
+        if log.first_iteration is not None:
+            deeds.append(log.first_iteration.ref)
+        if not deeds:
+            continue
+        did = min(deeds, key=lambda ref: ref.line or 0)
+        out.append(
+            Problem(
+                "fatal",
+                f"{log.file}: cycle {log.cycle} trained, loaded or saved ({did.location}) but"
+                f" printed no argument dump: the {run.workload} workload prints every setting"
+                " before it does any of it, so what this cycle was started with (no_load_rng,"
+                " its load path, its learning rate) cannot be compared",
+                did,
+            )
+        )
+    return out
+
+
+def cross_check_lines(run: RunEvidence, adapter: WorkloadLogAdapter) -> list[Problem]:
+    """The lines a cross-check reads, missing where the run says they were printed (module
+    doc): without them manifest_agreement (started, versions), durability (tracker readings)
+    and the load checks (fresh start) compare nothing. Measured: every committed run has each
+    of them wherever it is asked here. Only cycles that trained are asked (a cycle stopped
+    before its first step may have printed none)."""
+    logs = [log for log in run.cycle_logs if log.exists and not log.read_error]
+    trained = [log for log in logs if log.iteration_lines > 0]
+    out: list[Problem] = []
+
+    def missing(log: CycleLog, what: str, why: str) -> None:
+        at = log.first_iteration.ref if log.first_iteration is not None else log.first_line
+        out.append(
+            Problem(
+                "fatal",
+                f"{log.file}: cycle {log.cycle} trained"
+                f"{f' ({at.location})' if at is not None else ''} but holds no {what}: {why}",
+                at,
+            )
+        )
+
+    world = world_ranks(run)
+    if world is not None and starts_on_every_rank(adapter):
+        ranks, size_ref = world
+        for log in trained:
+            told = {_rank(e.ref) for e in log.of_type(ProcessStarted)}
+            # a rank that printed no line at all in a restoring cycle did not load: that is
+            # optimizer_state_load's FAIL (a fresh start's is required_problems' below)
+            silent = [r for r in ranks if r not in told and r in log.ranks]
+            if silent:
+                missing(
+                    log,
+                    f"'started ... world_size' line of rank {silent[0]}",
+                    f"the {run.workload} workload prints one on every rank of the"
+                    f" {len(ranks)} {size_ref.location} names before it trains",
+                )
+    # every component a cycle printed the version of, with the first line that printed it
+    printed: dict[str, EvidenceRef] = {}
+    for log in logs:
+        for event in log.of_type(VersionReported):
+            printed.setdefault(event.component, event.ref)
+    for log in trained if printed else ():
+        have = {event.component for event in log.of_type(VersionReported)}
+        lacking = [name for name in printed if name not in have]
+        if lacking:
+            shown = printed[lacking[0]]
+            missing(
+                log,
+                f"version line of {lacking[0]} ('{shown.text.split(': ', 1)[-1][:40]}...')",
+                f"{shown.location} printed it and every cycle runs the same build, which"
+                " prints its versions at start",
+            )
+    for log in trained:
+        loaded = any(
+            isinstance(e, (LoadStarted, LoadCompleted, *LOAD_FAILURES)) for e in log.events
+        )
+        if not loaded and not log.of_type(StartedFromScratch):
+            missing(
+                log,
+                "checkpoint load and no fresh start",
+                f"the {run.workload} workload prints one or the other before it trains, so"
+                " what this cycle trained from is unknown",
+            )
+    read = next((line for log in logs for line in log.injector if line.kind == "tracker"), None)
+    if read is not None:
+        for log in trained:
+            if not any(line.kind == "tracker" for line in log.injector):
+                missing(
+                    log,
+                    "checkpoint tracker reading of the injector ('checkpoint tracker reads N')",
+                    f"this run's injector reads the tracker on rank 0 in every cycle"
+                    f" ({read.ref.location}), and durability compares its readings with the"
+                    " finalizations",
+                )
+    return out

@@ -37,8 +37,9 @@ from pytest_nvrx.criteria.verdict import (
     not_applicable,
     passing,
 )
+from pytest_nvrx.evidence.durability import end_of_run_break, reading_breaks, unfinalized_breaks
 from pytest_nvrx.evidence.launcher_log import LauncherEvent, LauncherEventKind
-from pytest_nvrx.evidence.refs import EvidenceRef, Problem
+from pytest_nvrx.evidence.refs import EvidenceRef, Problem, is_ascii_number
 from pytest_nvrx.evidence.rundir import RunEvidence
 from pytest_nvrx.evidence.segments import FaultSegment, fault_recoveries, unexplained_failures
 from pytest_nvrx.evidence.timeline import PHASES
@@ -62,7 +63,7 @@ def restart_budget(run: RunEvidence) -> tuple[int, EvidenceRef] | None:
     if manifest is not None and manifest.max_restarts is not None:
         return manifest.max_restarts.value, manifest.max_restarts.ref
     value = run.launcher.config.get("max_restarts", "")
-    if value.isdigit():
+    if is_ascii_number(value):
         return int(value), run.launcher.config_refs["max_restarts"]
     return None
 
@@ -464,6 +465,9 @@ def _stopped(
             after[0].ref,
             where or schedule_ref,
         )
+    undurable = _durability_at_stop(run)
+    if undurable is not None:
+        return undurable
     if ending.how == "no-progress":
         if not no_progress:
             return failing(
@@ -514,6 +518,18 @@ def _stopped(
         where,
         [s.marker.ref("time") for s in segments],
     )
+
+
+def _durability_at_stop(run: RunEvidence) -> Verdict | None:
+    """A stopped schedule has no recovery left to judge progress_past_restore by, which is where
+    a run's tracker is held to the finalized saves (evidence/durability.py): the whole run's
+    verdict holds it here, over every reading and the tracker the stop left."""
+    breaks = reading_breaks(run) + unfinalized_breaks(run)
+    end = end_of_run_break(run)
+    found = breaks[0] if breaks else end
+    if found is None:
+        return None
+    return failing(WHOLE_RUN, f"durability at the stop: {found.text}", list(found.refs))
 
 
 def _after(ref: EvidenceRef, anchor: EvidenceRef) -> bool:
@@ -691,7 +707,7 @@ def _budget_disagrees(run: RunEvidence) -> list[Problem]:
         return []
     out = []
     launched = run.launcher.config.get("max_restarts", "")
-    if launched.isdigit() and int(launched) != said.value:
+    if is_ascii_number(launched) and int(launched) != said.value:
         out.append(
             Problem(
                 "fatal",

@@ -16,6 +16,7 @@ is not even imported.
 from __future__ import annotations
 
 import io
+import os
 import pickle
 import re
 from dataclasses import dataclass
@@ -30,6 +31,7 @@ from pytest_nvrx.evidence.refs import (
     file_refusal,
     read_capped,
 )
+from pytest_nvrx.layout import iteration_of_dir_name
 from pytest_nvrx.settings.values import quote
 
 DCP_METADATA = ".metadata"
@@ -41,6 +43,9 @@ OPTIMIZER_PREFIX = "optimizer."
 #: append" opcodes peaks at 1.2 GB RSS, 64 MiB at 2.4 GB), so the cap is also the memory bound.
 MAX_METADATA_BYTES = 32 << 20
 _METADATA_CLASS = "torch.distributed.checkpoint.metadata.Metadata"
+#: At most this many entries of a checkpoint directory are listed (a run saves every few
+#: iterations: 100 000 checkpoints is no run of ours); past it the listing is not evidence.
+MAX_CHECKPOINT_ENTRIES = 100_000
 
 
 class OptimizerState(StrEnum):
@@ -267,3 +272,22 @@ def read_checkpoint_metadata(directory: Path, iteration: int, run_dir: Path) -> 
     return CheckpointMetadata(
         iteration, shown, OptimizerState.UNKNOWN, detail=f"cannot tell optimizer state: {what}"
     )
+
+
+def list_checkpoint_iterations(checkpoint_dir: Path) -> tuple[int, ...] | None:
+    """The iterations of the checkpoint directories (``iter_N/``, Megatron's names, the reference
+    workload's too) under ``checkpoint_dir``, sorted; None when it cannot be listed (absent, not
+    a directory, unreadable, more than MAX_CHECKPOINT_ENTRIES entries). A link is no checkpoint
+    directory: it is not followed, and not listed."""
+    found: list[int] = []
+    try:
+        with os.scandir(checkpoint_dir) as entries:
+            for count, entry in enumerate(entries):
+                if count >= MAX_CHECKPOINT_ENTRIES:
+                    return None
+                iteration = iteration_of_dir_name(entry.name)
+                if iteration is not None and entry.is_dir(follow_symlinks=False):
+                    found.append(iteration)
+    except OSError:
+        return None
+    return tuple(sorted(found))

@@ -29,8 +29,8 @@ from pytest_nvrx.evidence.fields import shown
 from pytest_nvrx.evidence.refs import (
     EvidenceRef,
     JsonFile,
-    NumberTooLong,
     Problem,
+    UnreadableNumber,
     display_path,
     file_refusal,
     json_key_ref,
@@ -148,7 +148,7 @@ def read_cycle_infos(directory: Path, run_dir: Path) -> CycleInfos:
         file = display_path(path, run_dir)
         try:
             numbers = (read_int(m["attempt"]), read_int(m["cycle"]))
-        except NumberTooLong as exc:
+        except UnreadableNumber as exc:
             problems.append(
                 Problem(
                     "fatal",

@@ -40,8 +40,9 @@ from pytest_nvrx.evidence.injector_log import (
 from pytest_nvrx.evidence.injector_log import TAG as INJECTOR_TAG
 from pytest_nvrx.evidence.refs import (
     EvidenceRef,
+    ForeignDigits,
     LineCursor,
-    NumberTooLong,
+    UnreadableNumber,
     clip_line,
     iter_raw_line_batches,
     open_regular,
@@ -219,6 +220,8 @@ def _scan(
                         colon = text.find(": ", 0, 8)
                         head = text[:colon].strip() if colon > 0 else ""
                         if head.isdigit():
+                            if not head.isascii():  # no prefix NVRx writes
+                                raise ForeignDigits(head)
                             rank_texts.add(head)
                             skip = colon + 2
                             prefix, prefix_rank = text[:skip], head
@@ -284,7 +287,7 @@ def _scan(
                         keep_error(event)
                         continue
                     events.append(event)
-                except NumberTooLong:
+                except UnreadableNumber:
                     # a line of evidence that cannot be read: the run cannot be judged by it
                     cursor.lineno, cursor.raw = lineno, text
                     cursor.unreadable_number()
@@ -300,7 +303,7 @@ def _scan(
                 cursor.lineno, cursor.raw = lineno_, text_
                 try:
                     made = parse(text_[at_:], cursor)
-                except NumberTooLong:
+                except UnreadableNumber:
                     cursor.unreadable_number()
             if made is not None:
                 part.saves_tail[kind].append(made)
@@ -463,7 +466,7 @@ def _iteration_event(
     cursor.lineno, cursor.raw = kept[0], kept[1]
     try:
         event = adapter.parse_line(kept[1][kept[2] :], cursor)
-    except NumberTooLong:  # its total or consumed samples: iteration_of read only its number
+    except UnreadableNumber:  # its total or consumed samples: iteration_of read only its number
         cursor.unreadable_number()
         return None
     return event if isinstance(event, IterationCommitted) else None

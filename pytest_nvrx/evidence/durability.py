@@ -13,7 +13,8 @@ it checks, over every save of every cycle (not only a fault's window):
 * the value found at a cycle's start was finalized by an earlier cycle, or is the checkpoint the
   cycle loaded (a run resuming a checkpoint it did not write);
 * the readings of one cycle never go back, and a cycle finalizes a save only after it
-  scheduled it (where it logs submits);
+  scheduled it (where it logs submits), and every save it scheduled before a later one it
+  finalized (:func:`unfinalized_breaks`);
 * the tracker at the end names a checkpoint the logs show finalized or loaded, and, where the
   checkpoint directory still lists checkpoints, one that is on disk.
 
@@ -171,6 +172,37 @@ def _out_of_order(run: RunEvidence) -> list[DurabilityBreak]:
                     )
                 )
                 break
+    return out
+
+
+def unfinalized_breaks(run: RunEvidence) -> list[DurabilityBreak]:
+    """A cycle that scheduled the save of N and never finalized it, yet finalized a later save:
+    one process finalizes its async saves in the order it scheduled them, and a save that fails
+    raises in its finalization, ending the cycle; so the save of N was lost without a word (or
+    the line that says it was finalized is missing). The first such save of each cycle."""
+    out: list[DurabilityBreak] = []
+    for log in run.cycle_logs:
+        if log.saves_not_kept:
+            continue
+        done = {s.iteration: s for s in log.of_type(SaveCompleted)}
+        if not done:
+            continue
+        top = max(done)
+        for scheduled in log.of_type(SaveScheduled):
+            n = scheduled.iteration
+            if n in done or n >= top:
+                continue
+            out.append(
+                DurabilityBreak(
+                    n,
+                    f"cycle {log.cycle} scheduled the save of {n} ({scheduled.ref.location}) and"
+                    f" never finalized it, yet finalized the later save of {top}"
+                    f" ({done[top].ref.location}): a process finalizes its saves in the order"
+                    " it scheduled them, and a failed one ends the cycle",
+                    (scheduled.ref, done[top].ref),
+                )
+            )
+            break
     return out
 
 

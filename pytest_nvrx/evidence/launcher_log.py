@@ -27,11 +27,13 @@ from typing import Any
 
 from pytest_nvrx.evidence.refs import (
     EvidenceRef,
-    NumberTooLong,
+    UnreadableNumber,
     check_numbers,
     clip_line,
+    is_ascii_number,
     iter_lines,
     parse_time,
+    read_float,
     read_int,
     says_disk_full,
     time_in_range,
@@ -143,6 +145,12 @@ class LauncherLog:
     # "Starting elastic_operator with launch configs:" block (nproc_per_node, max_restarts, ...)
     config: dict[str, str] = field(default_factory=dict)
     config_refs: dict[str, EvidenceRef] = field(default_factory=dict)
+    # the first line of every such block: one per node's launcher (each prints its own into
+    # the shared log), which ``config`` holds the first of
+    config_blocks: tuple[EvidenceRef, ...] = ()
+    # the first line of a later block that says another value than the first block (or a key
+    # it lacks), with the first block's line: (later, first or the first block's head)
+    config_conflict: tuple[EvidenceRef, EvidenceRef] | None = None
     # local time minus UTC on the launcher host, from profiling events; None if none were seen
     utc_offset: timedelta | None = None
     read_error: str | None = None
@@ -187,7 +195,7 @@ class LauncherLog:
     @property
     def nproc_per_node(self) -> int | None:
         value = self.config.get("nproc_per_node", "")
-        return read_int(value) if value.isdigit() else None
+        return read_int(value) if is_ascii_number(value) else None
 
 
 _PREFIX = r"(?:(?:\d+|\?)\s*: )?"
@@ -306,11 +314,11 @@ def _classify(msg: str, ref: EvidenceRef) -> tuple[LauncherEvent, str | None] | 
                 kinds.GPU_RECLAIM,
                 name="reclaimed",
                 rank=read_int(m["gpu"]),
-                duration_s=float(m["s"]),
+                duration_s=read_float(m["s"]),
             )
         m = _GPU_RECLAIM_TIMEOUT.search(msg)
         if m is not None:
-            return ev(kinds.GPU_RECLAIM, name="timeout", duration_s=float(m["s"]))
+            return ev(kinds.GPU_RECLAIM, name="timeout", duration_s=read_float(m["s"]))
         if _RECLAIM_SAID.search(msg):
             return ev(kinds.GPU_RECLAIM, name="unreadable")
     for phrase, kind in _TOLD_BY_PHRASE:
@@ -335,6 +343,15 @@ def _classify(msg: str, ref: EvidenceRef) -> tuple[LauncherEvent, str | None] | 
     return None
 
 
+_IS_HOST = re.compile(r"'is_host': '(?:true|false)'")
+
+
+def _node_neutral(value: str) -> str:
+    """A launch setting as every node's launcher prints it: ``rdzv_configs`` names whether this
+    node hosts the rendezvous store (``'is_host': 'true'`` on one node only)."""
+    return _IS_HOST.sub("'is_host': ?", value)
+
+
 def _naive(ts: str) -> datetime | None:
     return parse_time(ts.replace(",", "."))
 
@@ -348,6 +365,9 @@ def parse_launcher_log(path: Path, *, file: str | None = None) -> LauncherLog:
     naive_times: list[datetime | None] = []
     config: dict[str, str] = {}
     config_refs: dict[str, EvidenceRef] = {}
+    blocks: list[EvidenceRef] = []
+    first_block: dict[str, tuple[str, EvidenceRef]] = {}
+    conflict: tuple[EvidenceRef, EvidenceRef] | None = None
     offsets: list[timedelta] = []
     in_config = False
     last_year: int | None = None
@@ -415,6 +435,15 @@ def parse_launcher_log(path: Path, *, file: str | None = None) -> LauncherLog:
                                 value = c["value"].strip()
                                 if value.isdigit():  # read as a number later (max_restarts)
                                     read_int(value)
+                                here = EvidenceRef(name, lineno, clip_line(text))
+                                if len(blocks) <= 1:
+                                    first_block.setdefault(c["key"], (value, here))
+                                elif conflict is None:
+                                    said = first_block.get(c["key"])
+                                    if said is None:
+                                        conflict = (here, blocks[0])
+                                    elif _node_neutral(said[0]) != _node_neutral(value):
+                                        conflict = (here, said[1])
                                 config.setdefault(c["key"], value)
                                 config_refs.setdefault(
                                     c["key"], EvidenceRef(name, lineno, clip_line(text))
@@ -423,6 +452,8 @@ def parse_launcher_log(path: Path, *, file: str | None = None) -> LauncherLog:
                             in_config = False
                         continue
                 in_config = "Starting elastic_operator with launch configs" in msg
+                if in_config:
+                    blocks.append(EvidenceRef(name, lineno, clip_line(text)))
                 if ts is not None:
                     ref = EvidenceRef(name, lineno, clip_line(text))
                     if first is None:
@@ -475,7 +506,7 @@ def parse_launcher_log(path: Path, *, file: str | None = None) -> LauncherLog:
                 events.append(event)
                 naive_times.append(ts)
                 launcher_pids.append(launcher_pid)
-            except NumberTooLong:
+            except UnreadableNumber:
                 # a line of evidence that cannot be read: the run cannot be judged by it
                 if bad_number is None:
                     bad_number = EvidenceRef(name, lineno, clip_line(text))
@@ -532,6 +563,8 @@ def parse_launcher_log(path: Path, *, file: str | None = None) -> LauncherLog:
         last_ref=last[1] if last else None,
         config=config,
         config_refs=config_refs,
+        config_blocks=tuple(blocks),
+        config_conflict=conflict,
         utc_offset=offset,
         bad_stamp=bad_stamp,
         bad_number=bad_number,

@@ -12,10 +12,12 @@ Schema 2 (issue #10, fault windows) adds ``window`` (step|save|finalize), ``in_f
 on the firing thread), ``write_done`` (whether that save's background write had completed),
 ``trigger`` (the probe that fired) and ``rank_pid`` (the rank's own pid: ``pid`` is the process
 the fault was aimed at, the checkpoint worker for ``ckpt-worker``). ``signal`` is null for
-``exception``. A schema-1 marker (no ``schema_version``, or 1) has none of these: its ``window``
-is None, the legacy tracker trigger; one that carries any of them (:data:`SCHEMA_2_ONLY`) says
-two things about which injector wrote it and is unusable. ``argv`` is the workload's argv as the
-rank saw it (its ``--script``/``--module``, then the options after the injector's ``--``).
+``exception``. Every schema-2 marker also carries :data:`SCHEMA_2_REQUIRED` (non-null): one
+without them is unusable. A schema-1 marker (no ``schema_version``, or 1) has none of these:
+its ``window`` is None, the legacy tracker trigger; one that carries any of them
+(:data:`SCHEMA_2_ONLY`) says two things about which injector wrote it and is unusable. ``argv``
+is the workload's argv as the rank saw it (its ``--script``/``--module``, then the options after
+the injector's ``--``).
 
 ``plant`` (issue #25) is the self-test's planted bug the workers ran with (``PYTEST_NVRX_PLANT``),
 null without one; a marker written before the key existed has none and means no plant. run.json's
@@ -66,6 +68,12 @@ from pytest_nvrx.settings.schedule import ALL_WINDOWS, windows_at
 SCHEMA_VERSIONS = (1, 2)
 #: The fields only a schema-2 marker has (pytest_nvrx.injector.build_marker_record).
 SCHEMA_2_ONLY = ("window", "trigger", "in_flight_iteration", "section", "write_done", "rank_pid")
+#: The fields our injector writes into every schema-2 marker, never null in a run launched
+#: through the real launcher (pytest_nvrx.injector.build_marker_record: the launcher's
+#: WORLD_SIZE and TORCHELASTIC_RESTART_COUNT, our NVRX_RUN_ID, the process, host, tracker path
+#: and argv): the cross-checks of criteria/marker_agreement.py read them, so one missing is a
+#: marker that cannot be checked (a transplanted marker stripped of what would betray it).
+SCHEMA_2_REQUIRED = ("run_id", "argv", "world_size", "host", "tracker", "pid", "restart_count")
 #: The probes a schema-2 marker names as its ``trigger``.
 TRIGGERS = (
     "start_section(step)",
@@ -224,6 +232,13 @@ def read_marker(path: Path, run_dir: Path) -> Marker | None:
         )
         bad_keys.append(newer[0])
         first_bad = newer[0]
+    if version >= 2 and (lacking := [k for k in SCHEMA_2_REQUIRED if data.get(k) is None]):
+        problems.append(
+            f"a schema 2 marker records {', '.join(map(repr, SCHEMA_2_REQUIRED))} (its injector"
+            f" always writes them), this one lacks {', '.join(map(repr, lacking))}"
+        )
+        if lacking[0] in data:
+            bad_keys.append(lacking[0])
     if fault is not None and window is not None and not _allowed(fault, window, position):
         at = f" as fault {position} of a schedule" if position is not None else ""
         problems.append(f"fault {fault!r} cannot be injected in window {window!r}{at}")

@@ -15,7 +15,14 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import cast
 
-from pytest_nvrx.evidence.refs import LineCursor, check_numbers, read_int
+from pytest_nvrx.evidence.refs import (
+    LineCursor,
+    UnreadableNumber,
+    check_numbers,
+    is_ascii_number,
+    read_float,
+    read_int,
+)
 from pytest_nvrx.evidence.replay import PrintModel
 from pytest_nvrx.evidence.workload import (
     FtTimeoutsReported,
@@ -153,7 +160,9 @@ def _float_or_none(value: str | None) -> float | None:
     if value is None:
         return None
     try:
-        return float(value)
+        return read_float(value)
+    except UnreadableNumber:
+        raise
     except ValueError:
         return None
 
@@ -234,6 +243,8 @@ class MegatronLogAdapter:
     name = "megatron"
     # traceback frames are shown from the package on (the checkout's path is the run host's)
     source_roots = ("megatron",)
+    # pretrain() prints the argument dump (print_rank_0) before it loads, saves or trains
+    dumps_settings = True
     # live progress reads iteration lines by the pattern parse_line reads them by, in bytes
     iteration_line = re.compile(_ITERATION.pattern.encode())
 
@@ -256,6 +267,9 @@ class MegatronLogAdapter:
         kind, m = found
         if kind is IterationCommitted:
             assert m is not None
+            # its fields are read as ASCII numbers (_LM_LOSS) or compared as text: a value in
+            # other digits is no number Megatron printed, not a field to leave out
+            check_numbers(text)
             loss = _LM_LOSS.search(text, m.end())
             values = tuple(
                 (_FIELDS[f["key"]], f["value"])
@@ -307,7 +321,7 @@ class MegatronLogAdapter:
         issue #6237) is read from the timer the same accumulators drive: the second line's
         ``elapsed time per iteration`` is, without the reset, the mean over both windows."""
         text = settings.get("log_interval", "1")
-        interval = int(text) if text.isdigit() and int(text) > 0 else 1
+        interval = int(text) if is_ascii_number(text) and int(text) > 0 else 1
         votes = [v for v in (_first_print_resets(c, interval) for c in cycles) if v is not None]
         if votes and all(v == votes[0] for v in votes):
             resets = votes[0]
@@ -343,7 +357,7 @@ def _first_print_resets(prints: Sequence[IterationCommitted], interval: int) -> 
     if n <= 0 or first.time is None or second.time is None or not e1_text or not e2_text:
         return None
     try:
-        e1, e2 = float(e1_text), float(e2_text)
+        e1, e2 = read_float(e1_text), read_float(e2_text)
     except ValueError:
         return None
     gap_ms = (second.time - first.time).total_seconds() * 1000.0

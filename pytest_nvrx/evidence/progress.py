@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pytest_nvrx.evidence.marker import read_marker
-from pytest_nvrx.evidence.refs import LineCursor, NumberTooLong, read_int
+from pytest_nvrx.evidence.refs import LineCursor, UnreadableNumber, read_int
 from pytest_nvrx.evidence.workload import (
     LoadCompleted,
     LoadStarted,
@@ -214,7 +214,7 @@ class ProgressReader:
             cursor.raw = text
             try:
                 event = adapter.parse_line(text, cursor)
-            except NumberTooLong:  # no load of a run: the judgement says so, not the progress
+            except UnreadableNumber:  # no load of a run: the judgement says so, not the progress
                 continue
             if isinstance(event, LoadCompleted):
                 self._restored = event.iteration
@@ -286,7 +286,7 @@ def _iterations(pattern: re.Pattern[bytes], data: bytes) -> Iterator[tuple[int, 
         if found is not None:
             try:
                 yield read_int(found["it"].decode()), read_int(found["total"].decode())
-            except NumberTooLong:  # no iteration of a run: left to the judgement
+            except UnreadableNumber:  # no iteration of a run: left to the judgement
                 continue
 
 

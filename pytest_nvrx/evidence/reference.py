@@ -22,7 +22,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from pytest_nvrx.evidence.refs import LineCursor, read_int
+from pytest_nvrx.evidence.refs import LineCursor, UnreadableNumber, read_float, read_int
 from pytest_nvrx.evidence.workload import (
     FtTimeoutsReported,
     IterationCommitted,
@@ -115,8 +115,11 @@ def _ft_timeouts(event: str, at: LineCursor) -> FtTimeoutsReported | None:
 
 
 def _float_or_none(value: str) -> float | None:
+    """A loss: None for text no float reads ('nan' reads), ForeignDigits for other digits."""
     try:
-        return float(value)
+        return read_float(value)
+    except UnreadableNumber:
+        raise
     except ValueError:
         return None
 
@@ -153,6 +156,8 @@ class ReferenceLogAdapter:
     name = "reference"
     # every rank prints its own load line: a rank of a restoring cycle without one did not load
     loads_on_every_rank = True
+    # every rank prints "started pid P world_size W restart_count R" first (reference.py main)
+    starts_on_every_rank = True
     # traceback frames are shown from the package on (the checkout's path is the run host's)
     source_roots = ("pytest_nvrx",)
     # live progress reads iteration lines by the patterns parse_line reads them by, in bytes:
@@ -226,8 +231,8 @@ class ReferenceLogAdapter:
             m = _STARTED.match(event)
             if m is None:
                 return None
-            restarts = int(m["restarts"]) if m["restarts"] is not None else None
-            return ProcessStarted(int(m["world"]), restarts, at.ref(), time)
+            restarts = read_int(m["restarts"]) if m["restarts"] is not None else None
+            return ProcessStarted(read_int(m["world"]), restarts, at.ref(), time)
         if event.startswith("training finished iteration "):
             return Milestone("training_done", time, at.ref())
         if event.startswith("ft monitoring initialized "):

@@ -307,11 +307,13 @@ def split_rank_prefix(text: str) -> tuple[int | None, str]:
     """Split NVRx's per-cycle-log rank prefix (``"0: "``, ``"12: "``) from a line.
 
     Lines without a prefix (interleaved output, continuation lines) come back with rank None.
+    Only ASCII digits are a prefix (:func:`is_ascii_number`): NVRx writes no other, and
+    ``str.isdigit`` alone accepts ``'²'``, which ``int()`` refuses.
     """
     colon = text.find(": ", 0, 8)
     if colon > 0:
         head = text[:colon].strip()
-        if head.isdigit():
+        if is_ascii_number(head):
             return int(head), text[colon + 2 :]
     return None, text
 
@@ -323,30 +325,69 @@ def split_rank_prefix(text: str) -> tuple[int | None, str]:
 MAX_DIGITS = 20
 # any script's digits, as the parsers' patterns read numbers (\d)
 _LONG_NUMBER = re.compile(f"\\d{{{MAX_DIGITS + 1},}}")
+# a digit of another script (Arabic-Indic, Devanagari, fullwidth...): the parsers' \d reads it
+_FOREIGN_DIGIT = re.compile(r"(?![0-9])\d")
 
 
-class NumberTooLong(ValueError):
+class UnreadableNumber(ValueError):
+    """A number in a line a parser reads that is no count a run writes: the line's event is
+    dropped and the run cannot be judged by it (the caller records the line)."""
+
+
+class NumberTooLong(UnreadableNumber):
     """A number of more than :data:`MAX_DIGITS` digits in a line a parser reads."""
 
     def __init__(self, digits: int) -> None:
         super().__init__(f"a number of {digits} digits (a run's counts have at most {MAX_DIGITS})")
 
 
+class ForeignDigits(UnreadableNumber):
+    """A number written in digits other than ASCII 0-9. Python, NVRx, Megatron and the
+    reference workload print numbers in ASCII only, and the tracker reader
+    (:mod:`pytest_nvrx.evidence.tracker`) refuses any other: a log parser reading
+    ``'\u0666'`` as 6 would take a line no run printed as evidence."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__(f"a number in digits other than ASCII 0-9 ({quote(text[:MAX_DIGITS])})")
+
+
+def is_ascii_number(text: str) -> bool:
+    """Whether ``text`` is ASCII digits only (``str.isdigit`` alone accepts any script's and
+    superscripts, which ``int()`` reads or refuses)."""
+    return text.isascii() and text.isdigit()
+
+
 def read_int(text: str) -> int:
     """The one reader of a number in a run's text (a pattern's ``\\d+``, an optional sign):
-    :class:`NumberTooLong` past :data:`MAX_DIGITS` digits, checked before ``int()`` is asked."""
+    :class:`NumberTooLong` past :data:`MAX_DIGITS` digits, :class:`ForeignDigits` for any digit
+    but ASCII 0-9, both checked before ``int()`` is asked."""
     digits = len(text) - (text[:1] in "+-")
     if digits > MAX_DIGITS:
         raise NumberTooLong(digits)
+    if not text.isascii():
+        raise ForeignDigits(text)
     return int(text)
 
 
+def read_float(text: str) -> float:
+    """A float of a run's text (a loss, a duration): ``float()`` of ASCII only
+    (:class:`ForeignDigits` else); ValueError for text that is no float."""
+    if not text.isascii():
+        raise ForeignDigits(text)
+    return float(text)
+
+
 def check_numbers(text: str) -> str:
-    """``text`` when no run of digits in it is longer than :data:`MAX_DIGITS`, else
-    :class:`NumberTooLong`: for a line whose numbers are read again later, as text."""
+    """``text`` when no run of digits in it is longer than :data:`MAX_DIGITS` and every digit
+    is ASCII 0-9, else :class:`UnreadableNumber`: for a line whose numbers are read again
+    later, as text."""
     found = _LONG_NUMBER.search(text)
     if found is not None:
         raise NumberTooLong(len(found[0]))
+    if not text.isascii():
+        foreign = _FOREIGN_DIGIT.search(text)
+        if foreign is not None:
+            raise ForeignDigits(text[foreign.start() :])
     return text
 
 
@@ -369,7 +410,8 @@ class LineCursor:
         # caller makes it "cannot judge" (a run's clock never reads such a time).
         self.bad_stamp: EvidenceRef | None = None
         # The first line a parser recognised but could not read for a number longer than
-        # MAX_DIGITS (NumberTooLong): the caller makes it "cannot judge".
+        # MAX_DIGITS or in digits other than ASCII 0-9 (UnreadableNumber): the caller makes
+        # it "cannot judge".
         self.bad_number: EvidenceRef | None = None
 
     def ref(self) -> EvidenceRef:

@@ -14,7 +14,11 @@ from datetime import UTC, timezone, tzinfo
 from pathlib import Path
 from typing import Any
 
-from pytest_nvrx.evidence.checkpoint import CheckpointMetadata, read_checkpoint_metadata
+from pytest_nvrx.evidence.checkpoint import (
+    CheckpointMetadata,
+    list_checkpoint_iterations,
+    read_checkpoint_metadata,
+)
 from pytest_nvrx.evidence.cycle_infos import CycleInfo, CycleInfos, read_cycle_infos
 from pytest_nvrx.evidence.cycle_log import CycleLog, parse_cycle_log
 from pytest_nvrx.evidence.launcher_log import LauncherLog, parse_launcher_log
@@ -74,6 +78,9 @@ class RunEvidence:
     # a fault schedule's later markers (issue #26), by position (2, 3, ...): each file named
     # fault_injected_<k>.json in the run dir; ``marker`` is position 1's
     later_markers: tuple[tuple[int, Marker], ...] = ()
+    # the iterations of the checkpoint directories (iter_N/) on disk, sorted; None: not listed
+    # (checkpoints not read, the directory absent, refused or unreadable)
+    checkpoint_dirs: tuple[int, ...] | None = None
 
     def marker_at(self, position: int) -> Marker | None:
         """The marker of a schedule's ``position``-th fault (1: :attr:`marker`)."""
@@ -357,7 +364,9 @@ def load_run(
         problems.append(Problem("warning", f"tracker {tracker.file}: {tracker.error}", tracker.ref))
 
     checkpoints: list[CheckpointMetadata] = []
+    listed: tuple[int, ...] | None = None
     if read_checkpoints and layout.checkpoint_dir not in refused_dirs:
+        listed = list_checkpoint_iterations(layout.checkpoint_dir)
         loaded = sorted(
             {
                 e.iteration
@@ -388,17 +397,20 @@ def load_run(
         checkpoints=tuple(checkpoints),
         problems=tuple(problems),
         later_markers=later_markers,
+        checkpoint_dirs=listed,
     )
 
 
 def _unread_numbers(launcher: LauncherLog, logs: tuple[CycleLog, ...]) -> list[Problem]:
-    """A line of evidence the parsers left out for a number past MAX_DIGITS (refs.read_int)."""
+    """A line of evidence the parsers left out for a number past MAX_DIGITS or in foreign
+    digits (refs.read_int, refs.UnreadableNumber)."""
     refs = [launcher.bad_number, *(log.bad_number for log in logs)]
     return [
         Problem(
             "fatal",
-            f"{ref.location} holds a number of more than {MAX_DIGITS} digits, which no count of"
-            " a run has: the line cannot be read, so the run cannot be judged by it",
+            f"{ref.location} holds a number of more than {MAX_DIGITS} digits, or in digits other"
+            " than ASCII 0-9, which no count of a run has: the line cannot be read, so the run"
+            " cannot be judged by it",
             ref,
         )
         for ref in refs

@@ -293,7 +293,8 @@ class WorkloadLogAdapter(Protocol):
 # ``source_roots`` (see source_roots below), ``event_kind(text) -> type | None``: the type of
 # event ``parse_line`` would make of ``text`` (None: none) without making it; the cycle-log
 # parser then makes only the save events it keeps (Megatron's logs hold millions of saves);
-# ``loads_on_every_rank`` (see loads_on_every_rank below); ``stated_rank(text) -> int | None``
+# ``loads_on_every_rank`` (see loads_on_every_rank below); ``dumps_settings`` (see
+# dumps_settings below); ``stated_rank(text) -> int | None``
 # (see stated_rank below); and ``iteration_line`` (see iteration_line below).
 
 
@@ -315,6 +316,21 @@ def loads_on_every_rank(adapter: WorkloadLogAdapter) -> bool:
     workload), so a rank without one did not load; Megatron prints its load lines on rank 0
     only (``print_rank_0``), so there only the lines printed can be compared."""
     return getattr(adapter, "loads_on_every_rank", False) is True
+
+
+def starts_on_every_rank(adapter: WorkloadLogAdapter) -> bool:
+    """Whether every rank of the workload prints a ProcessStarted line (its world size and
+    restart count) before anything else: the reference workload's ``started`` line, which
+    manifest_agreement compares with run.json and the cycle's index."""
+    return getattr(adapter, "starts_on_every_rank", False) is True
+
+
+def dumps_settings(adapter: WorkloadLogAdapter) -> bool:
+    """Whether every process of the workload prints its settings (SettingReported) before it
+    loads, saves or trains: Megatron's startup argument dump (``---- arguments ----``, rank 0,
+    every argument), which the resume-settings and run.json checks compare; the reference
+    workload prints none."""
+    return getattr(adapter, "dumps_settings", False) is True
 
 
 def source_roots(adapter: WorkloadLogAdapter) -> tuple[str, ...]:
