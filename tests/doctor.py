@@ -132,14 +132,15 @@ def glog_failed(time: str, local_rank: int, pid: int, code: int = -9) -> str:
     )
 
 
-#: A result.json as our harness writes one at the end of a launch that exited 0 (every key it
-#: always writes; the times unknown here), for a doctored run given a run.json: a run our
-#: harness launched has both (#36 item 5)
+#: A result.json as our harness writes one at the end of a launch that exited 0, for a doctored
+#: run given a run.json: a run our harness launched has both (#36 item 5). Every key it always
+#: writes, with a value (null times are no record of theirs: #36 adversarial J): a launch
+#: around the hand-made runs of tests/data/gpu (their logs lie between these times).
 HARNESS_RESULT: dict[str, Any] = {
     "exit_code": 0,
-    "wall_s": None,
+    "wall_s": 7200.0,
     "timed_out": False,
     "interrupted": None,
-    "start_time": None,
-    "end_time": None,
+    "start_time": "2026-11-29T10:00:00+00:00",
+    "end_time": "2026-11-29T12:00:00+00:00",
 }

@@ -9,11 +9,12 @@ class, are in the review's note (brief/adv36.md of the session that wrote it).
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import re
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import pytest
@@ -125,20 +126,68 @@ def _argv(key: str, prefix: str, new: Callable[[str], str]) -> Edit:
 
 
 # ----------------------------------------------------------------------------------------------
+# every committed run of a kind (classes A, F, G, H, J, P): one copy per run, each edit undone
+# before the next (the edits touch only the run's small files, never its checkpoints)
+
+
+@functools.cache
+def _committed_passing() -> tuple[Path, ...]:
+    """Every committed run our harness recorded (run.json and result.json) that passes as
+    committed."""
+    runs = sorted(p.parent for p in DATA.rglob("result.json") if (p.parent / "run.json").is_file())
+    return tuple(r for r in runs if _verify(r)[0] == 0)
+
+
+def _config(src: Path) -> dict:  # type: ignore[type-arg]
+    data = json.loads((src / "run.json").read_text(encoding="utf-8"))
+    config = data.get("config")
+    return config if isinstance(config, dict) else {}
+
+
+def _passing_each(
+    tmp_path: Path, runs: Iterable[Path], edits: Callable[[Path], list[tuple[str, Edit]]]
+) -> tuple[int, list[str]]:
+    """Each run's edits (``edits(src)``), each on its own on a copy of the run: how many were
+    tried, and the ``run: what`` of each that still exits 0."""
+    tried, passed = 0, []
+    for i, src in enumerate(runs):
+        doc = copy_run(src, tmp_path / f"{i}-{src.name}")
+        small = {
+            p: p.read_bytes()
+            for p in doc.root.rglob("*")
+            if p.is_file() and not p.is_symlink() and "checkpoints" not in p.parts
+        }
+        for what, edit in edits(src):
+            edit(doc)
+            tried += 1
+            if _verify(doc.root)[0] == 0:
+                passed.append(f"{src.relative_to(DATA)}: {what}")
+            for p in list(doc.root.rglob("*")):
+                if p.is_file() and "checkpoints" not in p.parts and p not in small:
+                    p.unlink()
+            for p, data in small.items():
+                p.write_bytes(data)
+    return tried, passed
+
+
+# ----------------------------------------------------------------------------------------------
 # A. result.json (our harness's record of the launch) without run.json
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="adversarial #36 A: result.json without run.json is judged as a hand-made run:"
-    " rundir._result_missing only asks for result.json when run.json is there",
-)
 def test_result_json_without_run_json_is_no_pass(tmp_path: Path) -> None:
     cases = [
         (src, "run.json deleted, result.json kept", lambda d: d.remove("run.json"))
         for src in (MEG_KILL_SAVE, MEG_EXCEPTION_STEP, MEG_KILL_30)
     ]
     assert _passing(tmp_path, cases) == []
+
+
+def test_every_committed_run_without_run_json_is_no_pass(tmp_path: Path) -> None:
+    runs = _committed_passing()
+    tried, passed = _passing_each(
+        tmp_path, runs, lambda _: [("run.json deleted", _remove_file("run.json"))]
+    )
+    assert tried == len(runs) > 70 and passed == []
 
 
 # ----------------------------------------------------------------------------------------------
@@ -282,12 +331,6 @@ def _other_node(rx: str) -> Edit:
 # F. run.json against itself (its launcher argv, its command, its env)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="adversarial #36 F: run.json's launcher_argv, command and env are never compared with"
-    " its config or the launcher's block (evidence/manifest.py contradictions,"
-    " manifest_agreement._launcher_block)",
-)
 def test_run_json_contradicting_itself_is_no_pass(tmp_path: Path) -> None:
     cases: list[tuple[Path, str, Edit]] = []
     for src in (REF_KILL_SAVE, MEG_KILL_SAVE):
@@ -328,16 +371,44 @@ def test_run_json_contradicting_itself_is_no_pass(tmp_path: Path) -> None:
     assert _passing(tmp_path, cases) == []
 
 
+def _self_contradictions(src: Path) -> list[tuple[str, Edit]]:
+    data = json.loads((src / "run.json").read_text(encoding="utf-8"))
+    restarts = next(a for a in data["launcher_argv"] if a.startswith("--max-restarts="))
+    more = f"--max-restarts={int(restarts.partition('=')[2]) + 1}"
+    run_id = data["env"]["NVRX_RUN_ID"]
+
+    def command(doc: Doctor) -> None:
+        doc.replace("run.json", f"NVRX_RUN_ID={run_id} ", "NVRX_RUN_ID=other-run ", count=1)
+
+    return [
+        (more, _argv("launcher_argv", "--max-restarts=", lambda _: more)),
+        (
+            "--rdzv-id=other-run",
+            _argv("launcher_argv", "--rdzv-id=", lambda _: "--rdzv-id=other-run"),
+        ),
+        (
+            "--ft-checkpoint-iteration-file elsewhere",
+            _argv(
+                "launcher_argv",
+                "--ft-checkpoint-iteration-file=",
+                lambda _: "--ft-checkpoint-iteration-file=/elsewhere/" + TRACKER.split("/")[-1],
+            ),
+        ),
+        ("command's NVRX_RUN_ID other", command),
+        ("env NVRX_RUN_ID other", _set_key("run.json", "env", "NVRX_RUN_ID", value="other-run")),
+    ]
+
+
+def test_every_committed_run_contradicting_itself_is_no_pass(tmp_path: Path) -> None:
+    runs = _committed_passing()
+    tried, passed = _passing_each(tmp_path, runs, _self_contradictions)
+    assert tried == 5 * len(runs) and passed == []
+
+
 # ----------------------------------------------------------------------------------------------
 # G. the injector's own arguments in run.json against config and the marker
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="adversarial #36 G: the injector's options in run.json's workload_argv (--fault,"
-    " --fault-rank, --window, --schedule) are compared with neither config nor the marker"
-    " (marker_agreement compares only the workload's part after '--')",
-)
 def test_injector_argv_against_config_and_marker_is_no_pass(tmp_path: Path) -> None:
     cases: list[tuple[Path, str, Edit]] = []
     for src in (REF_KILL_SAVE, MEG_KILL_SAVE):
@@ -364,18 +435,36 @@ def test_injector_argv_against_config_and_marker_is_no_pass(tmp_path: Path) -> N
     assert _passing(tmp_path, cases) == []
 
 
+def _injector_edits(src: Path) -> list[tuple[str, Edit]]:
+    argv = json.loads((src / "run.json").read_text(encoding="utf-8"))["workload_argv"]
+    injector = argv[: argv.index("--")]
+    given = {a.partition("=")[0]: a.partition("=")[2] for a in injector if "=" in a}
+    edits: list[tuple[str, Edit]] = []
+
+    def other(option: str, value: str) -> None:
+        new = f"{option}={value}"
+        edits.append((new, _argv("workload_argv", f"{option}=", lambda _: new)))
+
+    if "--schedule" in given:
+        other("--schedule", "hang@step" if given["--schedule"] != "hang@step" else "kill@step")
+    else:
+        other("--fault", "hang" if given["--fault"] != "hang" else "kill")
+    other("--fault-rank", str(int(given["--fault-rank"]) + 1))
+    if "--window" in given:
+        other("--window", "step" if given["--window"] != "step" else "save")
+    return edits
+
+
+def test_every_committed_fault_run_injector_argv_is_no_pass(tmp_path: Path) -> None:
+    runs = [r for r in _committed_passing() if _config(r).get("fault") not in (None, "none")]
+    tried, passed = _passing_each(tmp_path, runs, _injector_edits)
+    assert len(runs) > 60 and tried >= 2 * len(runs) and passed == []
+
+
 # ----------------------------------------------------------------------------------------------
 # H. the fault-tolerance timeouts the workers printed
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="adversarial #36 H: the section timeouts each cycle's workers print (Megatron's 'FT:"
-    " initialized. Timeouts=...', the reference workload's 'ft monitoring initialized ...') are"
-    " compared with neither run.json's config.section_timeouts nor the other cycle;"
-    " config.distributed_optimizer is not compared with the dump's use_distributed_optimizer,"
-    " though manifest_agreement's docstring says it is",
-)
 def test_ft_timeouts_and_distributed_optimizer_disagreeing_is_no_pass(tmp_path: Path) -> None:
     def meg(doc: Doctor) -> None:
         doc.replace(
@@ -414,6 +503,73 @@ def test_ft_timeouts_and_distributed_optimizer_disagreeing_is_no_pass(tmp_path: 
     assert _passing(tmp_path, cases) == []
 
 
+_FT_LINE = re.compile(r"FT: initialized\. Timeouts=|ft monitoring initialized sections ")
+
+
+def _ft_edits(src: Path) -> list[tuple[str, Edit]]:
+    config = _config(src)
+    last = max(int(p.name[11:-4]) for p in (src / "logs").glob("train_cycle*.log"))
+    replacement = f"logs/train_cycle{last}.log"
+
+    def printed(doc: Doctor) -> None:
+        lines = doc.lines(replacement)
+        hits = [i for i, x in enumerate(lines) if _FT_LINE.search(x)]
+        assert hits, f"{src.relative_to(DATA)}: no FT line in {replacement}"
+        for i in hits:  # every deadline ten times longer (the line's head kept as it is)
+            at = _FT_LINE.search(lines[i])
+            assert at is not None
+            lines[i] = lines[i][: at.end()] + re.sub(
+                r"(?<=[=: ])\d+(?:\.\d+)?(?=[,\s)]|$)",
+                lambda m: f"{float(m[0]) * 10:.2f}",
+                lines[i][at.end() :],
+            )
+        doc.write_lines(replacement, lines)
+
+    sections = ",".join(
+        f"{name}:{float(v) * 10:g}" if name == "step" else f"{name}:{v}"
+        for name, _, v in (p.partition(":") for p in config["section_timeouts"].split(","))
+    )
+    edits: list[tuple[str, Edit]] = [
+        (f"{replacement}'s FT deadlines ten times longer", printed),
+        (
+            f"config.section_timeouts {sections}",
+            _set_key("run.json", "config", "section_timeouts", value=sections),
+        ),
+    ]
+    if config.get("workload") == "megatron" and isinstance(
+        config.get("distributed_optimizer"), bool
+    ):
+        flipped = not config["distributed_optimizer"]
+        edits.append(
+            (
+                f"config.distributed_optimizer {flipped}",
+                _set_key("run.json", "config", "distributed_optimizer", value=flipped),
+            )
+        )
+    return edits
+
+
+def test_every_committed_multi_cycle_run_ft_settings_is_no_pass(tmp_path: Path) -> None:
+    runs = [r for r in _committed_passing() if (r / CYCLE1).is_file()]
+    tried, passed = _passing_each(tmp_path, runs, _ft_edits)
+    assert len(runs) > 60 and tried >= 2 * len(runs) and passed == []
+
+
+def test_a_hand_made_run_whose_cycles_print_other_ft_deadlines_is_no_pass(tmp_path: Path) -> None:
+    # no run.json to compare with: the cycles are compared with each other
+    src = DATA / "gpu" / "gpu-kill-100"
+    tried, passed = _passing_each(tmp_path, [src], _ft_edits_hand_made)
+    assert tried == 1 and passed == []
+
+
+def _ft_edits_hand_made(src: Path) -> list[tuple[str, Edit]]:
+    def printed(doc: Doctor) -> None:
+        doc.replace(CYCLE1, "step=120.00, checkpointing", "step=300.00, checkpointing")
+
+    assert _verify(src)[0] == 0
+    return [("cycle 1 printed step=300", printed)]
+
+
 # ----------------------------------------------------------------------------------------------
 # I. a schema-2 marker without a field its injector always writes
 
@@ -431,19 +587,23 @@ def test_schema2_marker_without_a_field_is_no_pass(tmp_path: Path) -> None:
 # J. result.json's values nulled
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="adversarial #36 J: result.json's timed_out, wall_s, start_time, end_time null pass"
-    " (rundir._result_missing checks the keys are there, not their values; clocks skip"
-    " _records_out_of_order); the harness and its watchdog always write a bool, a number and"
-    " two times",
-)
 def test_result_json_values_nulled_is_no_pass(tmp_path: Path) -> None:
     cases: list[tuple[Path, str, Edit]] = []
     for src in (REF_KILL_SAVE, MEG_KILL_SAVE):
         for key in ("timed_out", "wall_s", "start_time", "end_time"):
             cases.append((src, f"result.json {key} null", _set_key("result.json", key, value=None)))
     assert _passing(tmp_path, cases) == []
+
+
+def test_every_committed_run_result_json_values_nulled_is_no_pass(tmp_path: Path) -> None:
+    keys = ("timed_out", "wall_s", "start_time", "end_time")
+    runs = _committed_passing()
+    tried, passed = _passing_each(
+        tmp_path,
+        runs,
+        lambda _: [(f"result.json {k} null", _set_key("result.json", k, value=None)) for k in keys],
+    )
+    assert tried == 4 * len(runs) and passed == []
 
 
 # ----------------------------------------------------------------------------------------------
@@ -717,12 +877,6 @@ def test_unicode_digits_are_no_number() -> None:
 # P. a baseline without the launcher's record
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="adversarial #36 P: a baseline without launcher.log or its cycle record passes:"
-    " no_repeat_injection's baseline path takes result.json's exit code alone and a missing"
-    " record is a note",
-)
 def test_baseline_without_launcher_record_is_no_pass(tmp_path: Path) -> None:
     cases: list[tuple[Path, str, Edit]] = []
     for src in (REF_BASELINE, MEG_BASELINE, MEG_BASELINE_ONE):
@@ -730,6 +884,20 @@ def test_baseline_without_launcher_record_is_no_pass(tmp_path: Path) -> None:
         record = next(p for p in (src / "cycle_infos").iterdir() if p.name.endswith(".0.0"))
         cases.append((src, f"{record.name} deleted", _remove_file(f"cycle_infos/{record.name}")))
     assert _passing(tmp_path, cases) == []
+
+
+def _record_edits(src: Path) -> list[tuple[str, Edit]]:
+    record = next(p for p in (src / "cycle_infos").iterdir() if p.name.endswith(".0.0"))
+    return [
+        ("launcher.log deleted", _remove_file(LAUNCHER)),
+        (f"{record.name} deleted", _remove_file(f"cycle_infos/{record.name}")),
+    ]
+
+
+def test_every_committed_baseline_without_launcher_record_is_no_pass(tmp_path: Path) -> None:
+    runs = [r for r in _committed_passing() if _config(r).get("fault") == "none"]
+    tried, passed = _passing_each(tmp_path, runs, _record_edits)
+    assert len(runs) >= 7 and tried == 2 * len(runs) and passed == []
 
 
 # ----------------------------------------------------------------------------------------------

@@ -20,6 +20,7 @@ from pytest_nvrx.evidence.refs import LineCursor, split_rank_prefix
 from pytest_nvrx.evidence.rundir import RunDirError
 from pytest_nvrx.evidence.tracker import read_tracker
 from pytest_nvrx.evidence.workload import (
+    FtTimeoutsReported,
     IterationCommitted,
     LoadCompleted,
     LoadStarted,
@@ -57,6 +58,32 @@ def parse(line: str) -> object:
     cursor = LineCursor("logs/x.log")
     cursor.lineno, cursor.raw = 7, "0: " + line
     return MEGATRON.parse_line(line, cursor)
+
+
+_FT_LINE = (
+    "FT: initialized. Timeouts=SectionTimeouts(out_of_section=60.00, sections=[setup=900.00,"
+    " step=30.00, checkpointing=30.00, ], calculated_sections={calc},"
+    " is_out_of_section_calculated={oos})"
+)
+
+
+@pytest.mark.parametrize(
+    ("calc", "oos", "calculated"),
+    [("set()", "False", False), ("{'step'}", "False", True), ("set()", "True", True)],
+)
+def test_megatron_ft_line_says_its_deadlines(calc: str, oos: str, calculated: bool) -> None:
+    # run.json's section_timeouts and the other cycles' are checked against it; deadlines NVRx
+    # calculated itself (--calc-ft-timeouts) are not the launcher's and are compared with nothing
+    event = parse(_FT_LINE.format(calc=calc, oos=oos))
+    assert isinstance(event, FtTimeoutsReported)
+    assert event.sections == (("checkpointing", 30.0), ("setup", 900.0), ("step", 30.0))
+    assert event.out_of_section == 60.0 and event.calculated is calculated
+
+
+def test_megatron_ft_line_of_no_deadline_is_no_evidence() -> None:
+    line = _FT_LINE.format(calc="set()", oos="False")
+    assert parse(line.replace("step=30.00", "step=\u0663\u0660.00")) is None
+    assert parse(line.replace("step=30.00", "step=nan")) is None
 
 
 def test_megatron_iteration_line() -> None:

@@ -24,6 +24,7 @@ from pytest_nvrx.evidence.cycle_log import parse_cycle_log
 from pytest_nvrx.evidence.reference import REFERENCE
 from pytest_nvrx.evidence.refs import LineCursor, iter_lines, split_rank_prefix
 from pytest_nvrx.evidence.workload import (
+    FtTimeoutsReported,
     IterationCommitted,
     LoadCompleted,
     LoadFailed,
@@ -196,8 +197,6 @@ def test_other_events(event: str, kind: type) -> None:
         # the load line already leaves the part out (LoadCompleted.parts)
         "[ref] 2026-11-30T13:44:21.681+00:00 rank 1 restore skipped optimizer of iteration 4"
         " on purpose (--break-restore, restart_count 1)",
-        "[ref] 2026-11-29T11:52:50.555+00:00 rank 0 ft monitoring initialized sections"
-        " checkpointing:60.0,setup:120.0,step:10.0 out_of_section 60.0",
         "[ref] 2026-11-29T11:52:50.555+00:00 rank 0 ft monitoring disabled (--no-ft)",
         "[ref] 2026-11-29T11:52:59.645+00:00 rank 0 exit code 0",
         # our injector's lines: verdicts must never rest on them
@@ -216,6 +215,45 @@ def test_other_events(event: str, kind: type) -> None:
 def test_lines_that_are_not_evidence(body: str) -> None:
     assert parse(body) is None
     assert REFERENCE.iteration_of(body) is None
+
+
+@pytest.mark.parametrize(
+    ("body", "sections", "out_of_section"),
+    [
+        (
+            "checkpointing:60.0,setup:120.0,step:10.0 out_of_section 60.0",
+            (("checkpointing", 60.0), ("setup", 120.0), ("step", 10.0)),
+            60.0,
+        ),
+        ("- out_of_section 600.0", (), 600.0),
+    ],
+)
+def test_the_ft_monitor_line_says_its_deadlines(
+    body: str, sections: tuple[tuple[str, float], ...], out_of_section: float
+) -> None:
+    # run.json's section_timeouts and the other cycles' are checked against it
+    event = parse(
+        f"[ref] 2026-11-29T11:52:50.555+00:00 rank 0 ft monitoring initialized sections {body}"
+    )
+    assert isinstance(event, FtTimeoutsReported) and not event.calculated
+    assert (event.sections, event.out_of_section) == (sections, out_of_section)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "step:\u0661\u0660.0 out_of_section 60.0",  # Arabic-Indic digits: no number a run prints
+        "step:10.0 out_of_section inf",
+        "step 10.0 out_of_section 60.0",
+    ],
+)
+def test_an_ft_monitor_line_of_no_deadline_is_no_evidence(body: str) -> None:
+    assert (
+        parse(
+            f"[ref] 2026-11-29T11:52:50.555+00:00 rank 0 ft monitoring initialized sections {body}"
+        )
+        is None
+    )
 
 
 @pytest.mark.parametrize(

@@ -20,6 +20,10 @@ probed); the launcher and the workers print some of the same facts as they start
   before Megatron's ``+<hash>``: that hash is the git revision of the directory it was started
   from, not the checkout's) and ``stack.transformer_engine`` (``0.0.0`` is Megatron's word for
   none); torch's ``+cuNNN`` against ``stack.cuda``;
+* the fault-tolerance deadlines every cycle's workers print as their rank monitors start
+  (Megatron's ``FT: initialized. Timeouts=...``, the reference workload's ``ft monitoring
+  initialized sections ...``) against config's ``section_timeouts`` and
+  ``out_of_section_timeout``, and against the other cycles' (in a hand-made run too);
 * the reference workload's ``started ... world_size W restart_count R`` line of every rank:
   W against config's ``world_size`` (before run.json recorded one: the launcher's
   ``nproc_per_node`` times its ``max_nodes``), R against the cycle whose log holds it
@@ -39,7 +43,12 @@ from pytest_nvrx.evidence.cycle_log import CycleLog
 from pytest_nvrx.evidence.manifest import Manifest, Setting
 from pytest_nvrx.evidence.refs import EvidenceRef, Problem, clip_line
 from pytest_nvrx.evidence.rundir import RunEvidence
-from pytest_nvrx.evidence.workload import ProcessStarted, SettingReported, VersionReported
+from pytest_nvrx.evidence.workload import (
+    FtTimeoutsReported,
+    ProcessStarted,
+    SettingReported,
+    VersionReported,
+)
 
 _ATTEMPTS = re.compile(r"(?P<left>\d{1,9})/(?P<max>\d{1,9}) attempts left")
 _CUDA_BUILD = re.compile(r"\+cu(?P<digits>\d{2,4})$")
@@ -51,7 +60,8 @@ def manifest_problems(run: RunEvidence) -> tuple[Problem, ...]:
     """Each fact run.json records that a line of the run contradicts (module doc)."""
     manifest = run.manifest
     if manifest is None:
-        return ()
+        # a run made by hand: its cycles still agree with each other
+        return tuple(_ft_timeouts(run, None)[:1])
     found: list[Problem] = []
     found += _launcher_block(run, manifest)
     world = _world(run, manifest)
@@ -59,6 +69,7 @@ def manifest_problems(run: RunEvidence) -> tuple[Problem, ...]:
         found += _dump(log, manifest)
         found += _started(log, world)
     found += _versions(run, manifest)
+    found += _ft_timeouts(run, manifest)
     return tuple(found[:1])
 
 
@@ -137,6 +148,8 @@ def _dump(log: CycleLog, manifest: Manifest) -> list[Problem]:
         (manifest.tp, "tensor_model_parallel_size"),
         (manifest.pp, "pipeline_model_parallel_size"),
         (manifest.train_iters, "train_iters"),
+        (manifest.save_interval, "save_interval"),
+        (manifest.distributed_optimizer, "use_distributed_optimizer"),
         (manifest.checkpoint_dir, "save"),
         (manifest.checkpoint_dir, "load"),
     ]
@@ -264,4 +277,72 @@ def _versions(run: RunEvidence, manifest: Manifest) -> list[Problem]:
                             f"stack cuda {cuda}",
                         )
                     ]
+    return []
+
+
+def _deadlines(manifest: Manifest | None) -> tuple[tuple[tuple[str, float], ...], float] | None:
+    """run.json's ``section_timeouts`` (``setup:120,step:10,checkpointing:30``, what the
+    launcher is given) and ``out_of_section_timeout`` as the workers print them; None where
+    either is not recorded or not in that form."""
+    if manifest is None:
+        return None
+    spec, out = manifest.section_timeouts, manifest.out_of_section_timeout
+    if spec is None or out is None or not isinstance(spec.value, str):
+        return None
+    sections: list[tuple[str, float]] = []
+    for part in spec.value.split(","):
+        name, colon, value = part.strip().partition(":")
+        try:
+            seconds = float(value) if value.isascii() else None
+        except ValueError:
+            seconds = None
+        if not colon or seconds is None:
+            return None
+        sections.append((name, seconds))
+    return tuple(sorted(sections)), float(out.value)
+
+
+def _render(sections: tuple[tuple[str, float], ...], out: float) -> str:
+    return ",".join(f"{n}:{v:g}" for n, v in sections) + f" out_of_section {out:g}"
+
+
+def _ft_timeouts(run: RunEvidence, manifest: Manifest | None) -> list[Problem]:
+    """The deadlines each cycle's workers say their rank monitors run with (FtTimeoutsReported)
+    against run.json's and against each other: NVRx gives every cycle's ranks the launcher's
+    ``--ft-rank-section-timeouts`` and ``--ft-rank-out-of-section-timeout``, so a cycle that
+    printed others ran under another launch (its hang deadlines, the detection the recovery
+    clock measures, are not the ones judged). A line where NVRx says it calculated them itself
+    (Megatron's ``--calc-ft-timeouts``: ``calculated_sections`` not empty) is not the launcher's
+    and is compared with nothing."""
+    wanted = _deadlines(manifest)
+    first: FtTimeoutsReported | None = None
+    for log in run.cycle_logs:
+        for event in log.of_type(FtTimeoutsReported):
+            if event.calculated:
+                continue
+            said = _render(event.sections, event.out_of_section)
+            if wanted is not None and (event.sections, event.out_of_section) != wanted:
+                assert manifest is not None and manifest.section_timeouts is not None
+                return [
+                    _disagree(
+                        manifest.section_timeouts.ref,
+                        f"fault-tolerance deadlines {said}",
+                        event.ref,
+                        f"section_timeouts {_render(*wanted)}",
+                    )
+                ]
+            if first is None:
+                first = event
+            elif (event.sections, event.out_of_section) != (first.sections, first.out_of_section):
+                return [
+                    Problem(
+                        "fatal",
+                        f"{event.ref.location} says the fault-tolerance deadlines are {said},"
+                        f" but {first.ref.location} says"
+                        f" {_render(first.sections, first.out_of_section)}: ft_launcher gives"
+                        " every rank of every cycle the same ones, so these lines are not of"
+                        " one launch",
+                        event.ref,
+                    )
+                ]
     return []

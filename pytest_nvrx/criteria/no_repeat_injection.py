@@ -119,6 +119,9 @@ def check(ctx: JudgeContext) -> Verdict:
                 reported[:3],
                 success_refs,
             )
+        unrecorded = _unrecorded_baseline(run, bool(finished or clean_exits))
+        if unrecorded is not None:
+            return unrecorded
         return passing(
             ID,
             "baseline finished successfully in one cycle with no injection and no failure",
@@ -208,3 +211,36 @@ def check(ctx: JudgeContext) -> Verdict:
         marker.ref("time"),
         started.ref if started else None,
     )
+
+
+def _unrecorded_baseline(run: RunEvidence, launcher_finished: bool) -> Verdict | None:
+    """A baseline passes on the launcher's own record: "one cycle, no failure" is read from
+    launcher.log and the cycle records, which ft_launcher writes for every run (every committed
+    baseline, by hand or by the harness, has both: its finish line and ``cycle_info..0.0``).
+    result.json's exit code says how the launch ended, not how many cycles ran or which failed:
+    without them nothing proves the run was not restarted."""
+    launcher = run.launcher
+    if not launcher_finished:
+        if not launcher.exists:
+            missing = EvidenceRef(launcher.file, None, "(absent)")
+            why = f"{launcher.file} is missing"
+        else:
+            missing, why = None, f"{launcher.file} records no successful finish"
+        return failing(
+            ID,
+            f"baseline run: {why}: the launcher writes its finish and every failure and"
+            " restart there, and an exit code alone does not say the run ran in one cycle"
+            " without a failure",
+            missing,
+            run.manifest.exit_code.ref
+            if run.manifest is not None and run.manifest.exit_code is not None
+            else None,
+        )
+    if not run.cycles:
+        return failing(
+            ID,
+            f"baseline run: no launcher cycle record ({run.cycle_infos.dir}/): ft_launcher"
+            " records every cycle it starts, so nothing says in how many cycles the run ran",
+            EvidenceRef(run.cycle_infos.dir, None, "(no cycle record)"),
+        )
+    return None

@@ -7,14 +7,18 @@ and the criteria fall back to the logs. Keys read here::
     run.json     schema (must be MANIFEST_SCHEMA), config.run_id, config.fault, config.window,
                  config.fault_rank, config.train_iters, config.workload, config.gpus_per_node,
                  config.nnodes, config.world_size, config.tp, config.pp, config.checkpoint_dir,
-                 config.selftest, config.plant, workload_argv, start_time, stack
-    result.json  exit_code, start_time, end_time, timed_out, interrupted
+                 config.selftest, config.plant, config.save_interval,
+                 config.distributed_optimizer, config.section_timeouts,
+                 config.out_of_section_timeout, workload_argv, start_time, stack
+    result.json  exit_code, start_time, end_time, wall_s, timed_out, interrupted
 
 run.json states some settings twice, and the two must agree (:attr:`Manifest.contradictions`,
 fatal in criteria/consistency.py, naming both lines): a top-level key and the same key under
 ``config``; ``workload_argv``'s ``--train-iters``/``--save-interval`` and config's
 ``train_iters``/``save_interval``; ``launcher_argv``'s ``--nproc-per-node``/``--nnodes`` and
-config's ``gpus_per_node``/``nnodes``; and config's ``world_size`` is ``nnodes * gpus_per_node``.
+config's ``gpus_per_node``/``nnodes``; config's ``world_size`` is ``nnodes * gpus_per_node``;
+and the launcher's and the injector's arguments, the paths they name, ``env.NVRX_RUN_ID`` and
+``command`` against config (:func:`_launch_contradictions`).
 
 ``interrupted`` is the stop signal's name (``"SIGTERM"``) or null; ``false`` (runs recorded
 before it named the signal) means not interrupted, ``true`` interrupted by an unnamed signal.
@@ -38,10 +42,11 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Any, TypeGuard
 
 from pytest_nvrx.evidence.fields import (
@@ -68,7 +73,18 @@ from pytest_nvrx.evidence.refs import (
     read_capped,
     read_json_file,
 )
-from pytest_nvrx.layout import FAULT_WINDOWS, INJECTED_FAULTS, MANIFEST_SCHEMA, RESULT_NAME
+from pytest_nvrx.layout import (
+    APPLOG_PREFIX_NAME,
+    CYCLE_INFOS_DIR,
+    FAULT_WINDOWS,
+    INJECTED_FAULTS,
+    LAUNCHER_LOG_NAME,
+    LOGS_DIR,
+    MANIFEST_SCHEMA,
+    MARKER_NAME,
+    RESULT_NAME,
+    TRACKER_NAME,
+)
 from pytest_nvrx.plant_hook import nvrx_plants
 from pytest_nvrx.plant_hook.nvrx_plants import PLANT_ENV, RECORDS_ENV
 from pytest_nvrx.plants import PLANTS
@@ -131,6 +147,12 @@ class Manifest:
     # the launcher's restart budget they are judged against
     schedule: Setting | None = None
     max_restarts: Setting | None = None
+    # what the workers are asked to run with: compared with what they print
+    # (criteria/manifest_agreement.py)
+    save_interval: Setting | None = None
+    distributed_optimizer: Setting | None = None
+    section_timeouts: Setting | None = None  # as the launcher is given it: "setup:120,step:10"
+    out_of_section_timeout: Setting | None = None
     start_time: datetime | None = None
     start_ref: EvidenceRef | None = None
     stack: dict[str, Any] = field(default_factory=dict)
@@ -158,6 +180,8 @@ class Manifest:
     interrupted: Setting | None = None  # the stop signal's name (True: unnamed); None: not
     # the keys result.json holds (None: there is no result.json)
     result_keys: frozenset[str] | None = None
+    # the keys of RESULT_VALUES result.json records as null, each with its line
+    result_nulls: tuple[tuple[str, EvidenceRef], ...] = ()
 
     @property
     def planted(self) -> str | None:
@@ -187,6 +211,11 @@ def _schedule_field(data: Mapping[str, object], key: str) -> tuple[str, ...] | N
     return entries
 
 
+#: result.json's values that the harness (launch.RunResult) and its watchdog always know and
+#: write: never null in their record
+RESULT_VALUES = ("timed_out", "wall_s", "start_time", "end_time")
+
+
 # run.json keys read here (config.<key> or top level) and the type each must have.
 _TYPED: dict[str, tuple[Callable[..., object], dict[str, Any]]] = {
     "run_id": (str_field, {}),
@@ -207,6 +236,10 @@ _TYPED: dict[str, tuple[Callable[..., object], dict[str, Any]]] = {
     "plant": (str_field, {"choices": tuple(p.name for p in PLANTS)}),
     "schedule": (_schedule_field, {}),
     "max_restarts": (int_field, {"minimum": 0}),
+    "save_interval": (int_field, {"minimum": 1}),
+    "distributed_optimizer": (bool_field, {}),
+    "section_timeouts": (str_field, {}),
+    "out_of_section_timeout": (seconds_field, {}),
 }
 
 
@@ -309,6 +342,11 @@ def read_manifest(path: Path, run_dir: Path, result_path: Path | None = None) ->
         if timed_out is not None:
             out["timed_out"] = Setting(timed_out, json_key_ref(rfile, rdoc, "timed_out"))
         out["interrupted"] = _interrupted(rdoc, rfile)
+        out["result_nulls"] = tuple(
+            (key, json_key_ref(rfile, rdoc, key))
+            for key in RESULT_VALUES
+            if isinstance(rdoc.data, dict) and key in rdoc.data and rdoc.data[key] is None
+        )
         _raise_if_wrong(rfile, rfields)
     return Manifest(**out)
 
@@ -518,6 +556,7 @@ def _contradictions(
             argv = argv[argv.index("--") + 1 :]  # the workload's own options
         for names, key in options:
             _argv_against_config(argv, ref(name), config, ref, say, names, key)
+    _launch_contradictions(data, config, ref, say)
     # runs recorded before gpus_per_node named it nproc_per_node
     per_node = "gpus_per_node" if config.get("gpus_per_node") is not None else "nproc_per_node"
     world, nnodes, gpus = (config.get(k) for k in ("world_size", "nnodes", per_node))
@@ -566,3 +605,209 @@ def _argv_against_config(
             f" (config.{key}) says {wanted}",
             inner,
         )
+
+
+#: what ft_launcher is given, each the ``launcher_argv`` option recipe.launcher_argv spells from
+#: a config key (a number compared as one: ``60`` and ``60.0`` are the same deadline)
+_LAUNCHER_FROM_CONFIG: tuple[tuple[str, str, bool], ...] = (
+    ("--rdzv-id", "run_id", False),
+    ("--rdzv-endpoint", "rdzv_endpoint", False),
+    ("--max-restarts", "max_restarts", True),
+    ("--ft-rank-section-timeouts", "section_timeouts", False),
+    ("--ft-rank-out-of-section-timeout", "out_of_section_timeout", True),
+    ("--ft-workload-check-interval", "workload_check_interval", True),
+)
+
+#: the injector's options (``workload_argv`` before its ``--``), each spelled by
+#: recipe.injector_argv from a config key
+_INJECTOR_FROM_CONFIG: tuple[tuple[str, str, bool], ...] = (
+    ("--fault-rank", "fault_rank", True),
+    ("--checkpoint-dir", "checkpoint_dir", False),
+)
+
+
+def _same_value(given: str, wanted: object, numeric: bool) -> bool:
+    if numeric:
+        if not (isinstance(wanted, int | float) and not isinstance(wanted, bool)):
+            return False
+        try:
+            return given.isascii() and float(given) == float(wanted)
+        except ValueError:
+            return False
+    return isinstance(wanted, str) and given == wanted
+
+
+def _launch_contradictions(
+    data: dict[str, Any],
+    config: dict[str, Any],
+    ref: Callable[..., EvidenceRef],
+    say: Callable[[str, EvidenceRef], None],
+) -> None:
+    """run.json's record of the launch against its own config: the launcher's and the
+    injector's arguments (recipe.launcher_argv, recipe.injector_argv spell them from config),
+    the paths they name (all in one run directory), the environment, and ``command``, which is
+    ``env`` and both argvs shell-quoted (recipe.Recipe.shell_command). The harness writes all
+    of them from one recipe, so a difference is an edited record, never a run: the launcher or
+    the injector would have been given something else than the config that is judged. A key
+    that runs recorded before it existed (config.run_id, rdzv_endpoint, checkpoint_dir,
+    work_dir; the injector of the first baselines) is compared only where recorded."""
+    launcher = data.get("launcher_argv")
+    workload = data.get("workload_argv")
+    launcher = launcher if _strings(launcher) else None
+    workload = workload if _strings(workload) else None
+    run_id = config.get("run_id") if config.get("run_id") is not None else data.get("run_id")
+    wanted = {**config, "run_id": run_id}
+
+    def compare(
+        argv: Sequence[str], argv_name: str, table: tuple[tuple[str, str, bool], ...]
+    ) -> None:
+        for option, key, numeric in table:
+            given, value = _option(argv, option), wanted.get(key)
+            if key not in wanted or (key == "run_id" and run_id is None):
+                continue  # a run recorded before config held the key
+            if value is None and given is None:
+                continue
+            if value is None or given is None or not _same_value(given, value, numeric):
+                at = ref("config", key) if key in config else ref(key)
+                passes = f"passes {option} {given!r}" if given is not None else f"has no {option}"
+                say(
+                    f"{ref(argv_name).location} {passes}, but {at.location} ({key}) says"
+                    f" {_shown(value)}",
+                    at,
+                )
+
+    if launcher is not None:
+        compare(launcher, "launcher_argv", _LAUNCHER_FROM_CONFIG)
+        port = data.get("log_server_port")
+        given = _option(launcher, "--ft-log-server-port")
+        if port is not None and (given is None or not _same_value(given, port, True)):
+            say(
+                f"{ref('launcher_argv').location} passes --ft-log-server-port {given!r}, but"
+                f" {ref('log_server_port').location} says {_shown(port)}",
+                ref("log_server_port"),
+            )
+    injector = workload[: workload.index("--")] if workload and "--" in workload else None
+    if injector is not None:
+        compare(injector, "workload_argv", _INJECTOR_FROM_CONFIG)
+        _injector_fault(injector, config, ref, say)
+    _one_run_dir(launcher or (), injector or (), config, run_id, ref, say)
+    env = data.get("env")
+    if isinstance(env, dict) and run_id is not None and env.get("NVRX_RUN_ID") != run_id:
+        at = ref("config", "run_id") if "run_id" in config else ref("run_id")
+        say(
+            f"{ref('env', 'NVRX_RUN_ID').location} (env.NVRX_RUN_ID) says"
+            f" {_shown(env.get('NVRX_RUN_ID'))}, but {at.location} (run_id) says"
+            f" {_shown(run_id)}",
+            ref("env", "NVRX_RUN_ID"),
+        )
+    command = data.get("command")
+    if (
+        isinstance(command, str)
+        and isinstance(env, dict)
+        and all(isinstance(v, str) for v in env.values())
+        and launcher is not None
+        and workload is not None
+    ):
+        spelled = " ".join(
+            [
+                *(f"{k}={shlex.quote(v)}" for k, v in sorted(env.items())),
+                *(shlex.quote(a) for a in (*launcher, *workload)),
+            ]
+        )
+        if command != spelled:
+            say(
+                f"{ref('command').location} (command) is not env, launcher_argv and"
+                f" workload_argv as they are recorded ({_first_difference(command, spelled)})",
+                ref("command"),
+            )
+
+
+def _strings(value: object) -> TypeGuard[list[str]]:
+    return isinstance(value, list) and all(isinstance(a, str) for a in value)
+
+
+def _first_difference(one: str, other: str) -> str:
+    at = next((i for i, (a, b) in enumerate(zip(one, other, strict=False)) if a != b), None)
+    if at is None:
+        at = min(len(one), len(other))
+    return f"from character {at + 1}: {_shown(one[at : at + 30])} vs {_shown(other[at : at + 30])}"
+
+
+def _injector_fault(
+    injector: Sequence[str],
+    config: dict[str, Any],
+    ref: Callable[..., EvidenceRef],
+    say: Callable[[str, EvidenceRef], None],
+) -> None:
+    """The fault the injector was launched for (``--schedule``, or ``--fault`` and
+    ``--window``) against config's: the one the marker and the logs are judged by."""
+    schedule = config.get("schedule")
+    pairs: list[tuple[str, str, object]] = []
+    if schedule:
+        spelled = ",".join(schedule) if _strings(schedule) else schedule
+        pairs.append(("--schedule", "schedule", spelled))
+    else:
+        pairs.append(("--fault", "fault", config.get("fault")))
+        if config.get("window") is not None:
+            # a window recorded: the injector is given it (a run before windows has neither)
+            pairs.append(("--window", "window", config.get("window")))
+    for option, key, value in pairs:
+        given = _option(injector, option)
+        if value is None and given is None:
+            continue
+        if given != value:
+            at = ref("config", key)
+            passes = f"passes {option} {given!r}" if given is not None else f"has no {option}"
+            say(
+                f"{ref('workload_argv').location} {passes}, but {at.location} (config.{key})"
+                f" says {_shown(value)}",
+                at,
+            )
+
+
+def _one_run_dir(
+    launcher: Sequence[str],
+    injector: Sequence[str],
+    config: dict[str, Any],
+    run_id: object,
+    ref: Callable[..., EvidenceRef],
+    say: Callable[[str, EvidenceRef], None],
+) -> None:
+    """The paths the launcher and the injector are given name one run directory (the
+    walkthrough's layout: layout.RunLayout) under config's ``work_dir``/runs/<run id>, and
+    the tracker NVRx watches is the one in config's (or the injector's) checkpoint dir."""
+    infos = _option(launcher, "--ft-cycle-info-dir")
+    run_dir = str(PurePath(infos).parent) if infos else None
+    expected: list[tuple[Sequence[str], str, str, str | None]] = []
+    if run_dir is not None:
+        work_dir = config.get("work_dir")
+        if isinstance(work_dir, str) and isinstance(run_id, str):
+            at = str(PurePath(work_dir) / "runs" / run_id / CYCLE_INFOS_DIR)
+            expected.append((launcher, "launcher_argv", "--ft-cycle-info-dir", at))
+        logs = PurePath(run_dir) / LOGS_DIR
+        expected += [
+            (
+                launcher,
+                "launcher_argv",
+                "--ft-per-cycle-applog-prefix",
+                str(logs / APPLOG_PREFIX_NAME),
+            ),
+            (launcher, "launcher_argv", "--ft-nvrx-logfile", str(logs / LAUNCHER_LOG_NAME)),
+            (injector, "workload_argv", "--fault-marker", str(PurePath(run_dir) / MARKER_NAME)),
+        ]
+    checkpoints = config.get("checkpoint_dir")
+    if not isinstance(checkpoints, str):
+        checkpoints = _option(injector, "--checkpoint-dir")
+    if checkpoints:
+        tracker = str(PurePath(checkpoints) / TRACKER_NAME)
+        expected.append((launcher, "launcher_argv", "--ft-checkpoint-iteration-file", tracker))
+    for argv, name, option, path in expected:
+        if not argv:
+            continue
+        given = _option(argv, option)
+        if given is not None and path is not None and PurePath(given) != PurePath(path):
+            say(
+                f"{ref(name).location} passes {option} {given!r}, not {path!r}: the run"
+                f" directory and checkpoint dir the rest of run.json names",
+                ref(name),
+            )

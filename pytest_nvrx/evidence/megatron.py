@@ -25,6 +25,7 @@ from pytest_nvrx.evidence.refs import (
 )
 from pytest_nvrx.evidence.replay import PrintModel
 from pytest_nvrx.evidence.workload import (
+    FtTimeoutsReported,
     IterationCommitted,
     LoadCompleted,
     LoadFailed,
@@ -112,6 +113,44 @@ _EXCEPTION = re.compile(
     r"(?:\[rank\d+\]:\s*)?(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception)(?::|\s*$)"
 )
 
+# FT: initialized. Timeouts=SectionTimeouts(out_of_section=60.00, sections=[setup=900.00,
+# step=30.00, checkpointing=30.00, ], calculated_sections=set(), is_out_of_section_calculated=False)
+# (megatron/training/ft_integration.py prints NVRx's SectionTimeouts as the rank monitor has them)
+_FT_INITIALIZED = re.compile(
+    r"FT: initialized\. Timeouts=SectionTimeouts\(out_of_section=(?P<oos>[^,\s]+),"
+    r" sections=\[(?P<sections>[^\]]*)\], calculated_sections=(?P<calc>.*?),"
+    r" is_out_of_section_calculated=(?P<oos_calc>True|False)\)"
+)
+_FT_SECTION = re.compile(r"(?P<name>[A-Za-z_]\w*)=(?P<value>[^,\s]+)")
+
+
+def _seconds(text: str) -> float | None:
+    """A deadline as printed: ASCII (float() reads any script's digits), finite."""
+    if not text.isascii():
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return value if math.isfinite(value) else None
+
+
+def _ft_timeouts(m: re.Match[str], at: LineCursor) -> FtTimeoutsReported | None:
+    sections: list[tuple[str, float]] = []
+    for part in (p.strip() for p in m["sections"].split(",")):
+        if not part:
+            continue
+        found = _FT_SECTION.fullmatch(part)
+        seconds = _seconds(found["value"]) if found is not None else None
+        if found is None or seconds is None:
+            return None
+        sections.append((found["name"], seconds))
+    out_of_section = _seconds(m["oos"])
+    if out_of_section is None:
+        return None
+    calculated = m["calc"] != "set()" or m["oos_calc"] == "True"
+    return FtTimeoutsReported(tuple(sorted(sections)), out_of_section, calculated, at.ref())
+
 
 def _int_or_none(value: str | None) -> int | None:
     return read_int(value) if value is not None else None
@@ -166,6 +205,9 @@ def _recognize(text: str) -> tuple[type, re.Match[str] | None] | None:
     if "] datetime: " in text:
         m = _MILESTONE.search(text)
         return (Milestone, m) if m is not None and m["what"] in _MILESTONES else None
+    if "FT: initialized. Timeouts=" in text:
+        m = _FT_INITIALIZED.search(text)
+        return (FtTimeoutsReported, m) if m is not None else None
     if " version ." in text:
         m = _VERSION.match(text)
         if m is not None and m["what"] in _COMPONENTS:
@@ -256,6 +298,8 @@ class MegatronLogAdapter:
             if m["name"] not in ("load", "save"):  # read as numbers later (log_interval, ...)
                 check_numbers(value)
             return SettingReported(m["name"], value, at.ref())
+        if kind is FtTimeoutsReported:
+            return _ft_timeouts(m, at)
         if kind is Milestone:
             return Milestone(_MILESTONES[m["what"]], at.local_time(m["ts"]), at.ref())
         component, version = _COMPONENTS[m["what"]], m["version"]

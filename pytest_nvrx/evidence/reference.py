@@ -24,6 +24,7 @@ from pathlib import Path
 
 from pytest_nvrx.evidence.refs import LineCursor, UnreadableNumber, read_float, read_int
 from pytest_nvrx.evidence.workload import (
+    FtTimeoutsReported,
     IterationCommitted,
     LoadCompleted,
     LoadFailed,
@@ -77,6 +78,41 @@ _STARTED = re.compile(
     r"(?: restart_count (?P<restarts>\d{1,9}))?(?: |$)"
 )
 
+# "ft monitoring initialized sections checkpointing:30.0,setup:120.0,step:10.0 out_of_section
+# 60.0" (ref_sections.NvrxMonitor.describe: the rank monitor's own section_timeouts)
+_FT_INITIALIZED = re.compile(
+    r"ft monitoring initialized sections (?P<sections>\S+) out_of_section (?P<oos>\S+)$"
+)
+
+
+def _seconds(text: str) -> float | None:
+    """A deadline as Python printed it: ASCII (float() reads any script's digits), finite."""
+    if not text.isascii():
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return value if value == value and abs(value) != float("inf") else None
+
+
+def _ft_timeouts(event: str, at: LineCursor) -> FtTimeoutsReported | None:
+    m = _FT_INITIALIZED.match(event)
+    if m is None:
+        return None
+    sections: list[tuple[str, float]] = []
+    if m["sections"] != "-":
+        for part in m["sections"].split(","):
+            name, colon, value = part.partition(":")
+            seconds = _seconds(value)
+            if not colon or seconds is None:
+                return None
+            sections.append((name, seconds))
+    out_of_section = _seconds(m["oos"])
+    if out_of_section is None:
+        return None
+    return FtTimeoutsReported(tuple(sorted(sections)), out_of_section, False, at.ref())
+
 
 def _float_or_none(value: str) -> float | None:
     """A loss: None for text no float reads ('nan' reads), ForeignDigits for other digits."""
@@ -110,9 +146,11 @@ class ReferenceLogAdapter:
     LoadFailed; ``training finished`` → Milestone ``training_done``; ``aborted``, ``save failed``,
     ``ft monitoring failed``, a non-zero ``exit code`` and Python tracebacks → WorkloadError;
     ``started pid P world_size W restart_count R`` → ProcessStarted (run.json's world size and
-    the cycle are checked against it). ``ft monitoring initialized``/``disabled``, ``restore
-    skipped ...`` (its load line already leaves the part out) and ``exit code 0`` are not
-    evidence; neither is any line without the ``[ref]`` head (the injector's, torch's warnings).
+    the cycle are checked against it); ``ft monitoring initialized sections S out_of_section
+    O`` → FtTimeoutsReported (run.json's deadlines and the other cycles' are checked against
+    it). ``ft monitoring disabled``, ``restore skipped ...`` (its load line already leaves the
+    part out) and ``exit code 0`` are not evidence; neither is any line without the ``[ref]``
+    head (the injector's, torch's warnings).
     """
 
     name = "reference"
@@ -197,6 +235,8 @@ class ReferenceLogAdapter:
             return ProcessStarted(read_int(m["world"]), restarts, at.ref(), time)
         if event.startswith("training finished iteration "):
             return Milestone("training_done", time, at.ref())
+        if event.startswith("ft monitoring initialized "):
+            return _ft_timeouts(event, at)
         if event.startswith("aborted ") or event.startswith("ft monitoring failed: "):
             return WorkloadError(at.ref())
         if first == "exit":

@@ -22,7 +22,7 @@ from pytest_nvrx.evidence.checkpoint import (
 from pytest_nvrx.evidence.cycle_infos import CycleInfo, CycleInfos, read_cycle_infos
 from pytest_nvrx.evidence.cycle_log import CycleLog, parse_cycle_log
 from pytest_nvrx.evidence.launcher_log import LauncherLog, parse_launcher_log
-from pytest_nvrx.evidence.manifest import Manifest, ManifestError, read_manifest
+from pytest_nvrx.evidence.manifest import RESULT_VALUES, Manifest, ManifestError, read_manifest
 from pytest_nvrx.evidence.marker import Marker, read_marker
 from pytest_nvrx.evidence.megatron import MEGATRON
 from pytest_nvrx.evidence.refs import (
@@ -142,10 +142,26 @@ def _result_missing(
     if manifest is None:
         return []
     result = run_dir / RESULT_NAME
+    if manifest.result_keys is not None and not (
+        layout.manifest.exists() or layout.manifest.is_symlink()
+    ):
+        # result.json is written only by our harness and its watchdog, and the harness writes
+        # run.json before it launches: a result.json without it is a launch whose statement of
+        # what it was asked to do (config, argv, stack) is gone, not a run made by hand
+        return [
+            Problem(
+                "fatal",
+                f"{RESULT_NAME} says our harness launched this run, but there is no"
+                f" {manifest.file}: the harness writes it before it launches, so what the run"
+                " was asked to do (its config, launcher and workload arguments, stack) is"
+                " unknown and nothing of it can be cross-checked",
+                absent(manifest.file, f"absent beside {RESULT_NAME}"),
+            )
+        ]
     if manifest.result_keys is not None:
         lacking = [key for key in RESULT_KEYS if key not in manifest.result_keys]
         if not lacking:
-            return _no_exit_code(manifest)
+            return _result_nulls(manifest) + _no_exit_code(manifest)
         return [
             Problem(
                 "fatal",
@@ -168,6 +184,24 @@ def _result_missing(
             " unknown, or it has not ended",
             absent(RESULT_NAME, "absent: the end of the launch was never recorded"),
         )
+    ]
+
+
+def _result_nulls(manifest: Manifest) -> list[Problem]:
+    """result.json's values the harness (launch.RunResult) and its watchdog always know and
+    write (manifest.RESULT_VALUES), null: ``timed_out`` (a bool), ``wall_s`` (the monotonic
+    clock), ``start_time`` and ``end_time``. A null one is not their record, and it silences
+    what reads it: whether our deadline stopped the launch, the clocks of result.json against
+    run.json and the logs."""
+    return [
+        Problem(
+            "fatal",
+            f"{ref.location} records {key} as null: the harness and its watchdog always write"
+            f" {', '.join(RESULT_VALUES)} (timed_out true or false), so this {RESULT_NAME} is"
+            " not their record of how the launch ended",
+            ref,
+        )
+        for key, ref in manifest.result_nulls
     ]
 
 

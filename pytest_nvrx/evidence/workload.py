@@ -230,6 +230,20 @@ class SettingReported:
     ref: EvidenceRef
 
 
+@dataclass(frozen=True, slots=True)
+class FtTimeoutsReported:
+    """The fault-tolerance deadlines a worker says its NVRx rank monitor runs with, as it
+    starts: ``sections`` (name, seconds), sorted by name, and ``out_of_section``; ``calculated``
+    where NVRx says it calculated some of them itself (Megatron's ``--calc-ft-timeouts``) rather
+    than taking the launcher's ``--ft-rank-section-timeouts`` and
+    ``--ft-rank-out-of-section-timeout``."""
+
+    sections: tuple[tuple[str, float], ...]
+    out_of_section: float
+    calculated: bool
+    ref: EvidenceRef
+
+
 WorkloadEvent = (
     IterationCommitted
     | SaveScheduled
@@ -245,6 +259,7 @@ WorkloadEvent = (
     | VersionReported
     | SettingReported
     | ProcessStarted
+    | FtTimeoutsReported
 )
 
 # Events that say a restore did not bring back the full training state.
