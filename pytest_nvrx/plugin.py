@@ -22,8 +22,8 @@ from typing import Any
 
 import pytest
 
-from pytest_nvrx.console import Row, fit, verdict_table
 from pytest_nvrx.criteria import CRITERIA_IDS
+from pytest_nvrx.criteria.selftest_outcome import PlantOutcome
 from pytest_nvrx.evidence.refs import printable
 from pytest_nvrx.fixtures import (
     JUDGED_KEY,
@@ -46,10 +46,10 @@ from pytest_nvrx.outputs import (
     check_output_targets,
     check_outputs,
 )
-from pytest_nvrx.scenario_run import EXISTING_RUN, Limits, ScenarioRun, check_scenarios
-from pytest_nvrx.scenarios import WORKLOAD_ORDER, Scenario, matrix_scenarios
-from pytest_nvrx.selftest import selftest_scenarios
-from pytest_nvrx.selftest_outcome import PlantOutcome
+from pytest_nvrx.selftest.run import selftest_scenarios
+from pytest_nvrx.session.scenario_run import EXISTING_RUN, Limits, ScenarioRun, check_scenarios
+from pytest_nvrx.session.scenarios import WORKLOAD_ORDER, Scenario, matrix_scenarios
+from pytest_nvrx.session.verdict_table import Row, fit, verdict_table
 from pytest_nvrx.settings import (
     PLUGIN_SETTINGS,
     ConfigError,
@@ -243,11 +243,12 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 @pytest.hookimpl(optionalhook=True, tryfirst=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     """Under ``-n N`` (``--dist load``, xdist's default, or ``loadgroup``): one workload's
-    scenarios on one worker, every other test as ``load`` would (pytest_nvrx.xdist_support).
-    Other ``--dist`` modes are the user's choice and left alone."""
+    scenarios on one worker, every other test as ``load`` would
+    (pytest_nvrx.session.xdist_scheduling). Other ``--dist`` modes are the user's choice and left
+    alone."""
     if config.getvalue("dist") not in ("load", "loadgroup"):
         return None
-    from pytest_nvrx.xdist_support import ScenarioScheduling
+    from pytest_nvrx.session.xdist_scheduling import ScenarioScheduling
 
     return ScenarioScheduling(config, log)
 
@@ -279,7 +280,7 @@ def header_lines(config: pytest.Config) -> list[str]:
         # A GPU qualification: the full stack of the workers' interpreter (one ~6 s probe,
         # reused by the scenarios), Megatron's version and revision included. Without a
         # Megatron path (CPU reference runs) each scenario still prints its stack.
-        from pytest_nvrx.stack import detect_stack, format_stack_line
+        from pytest_nvrx.megatron.stack import detect_stack, format_stack_line
 
         lines.append(format_stack_line(detect_stack(settings.megatron_path)))
     megatron, work_dir = settings.megatron_path or "not given", settings.work_dir or "pytest tmp"

@@ -89,10 +89,11 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """No test may leave a launched process behind: fail the session if any survived.
 
-    Every process a run starts carries the run's tag in its environment (pytest_nvrx.launch),
-    orphans in other process sessions included; ours also carry this test session's marker.
+    Every process a run starts carries the run's tag in its environment
+    (pytest_nvrx.launch.launcher), orphans in other process sessions included; ours also carry this
+    test session's marker.
     """
-    from pytest_nvrx.process_tree import TAG_VAR, kill_tree
+    from pytest_nvrx.launch.process_tree import TAG_VAR, kill_tree
 
     mine = f"{SESSION_VAR}={os.environ.get(SESSION_VAR, '')}".encode()
     survivors: dict[int, str] = {}
@@ -176,7 +177,7 @@ def work_unit(nodeid: str) -> str:
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     """The plugin's scheduler (one workload's scenarios on one worker) for the suite's tests,
     ``work_unit`` for ours."""
-    from pytest_nvrx.xdist_support import ScenarioScheduling, scenario_scope
+    from pytest_nvrx.session.xdist_scheduling import ScenarioScheduling, scenario_scope
 
     class TestsScheduling(ScenarioScheduling):
         def _split_scope(self, nodeid: str) -> str:

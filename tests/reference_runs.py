@@ -16,15 +16,15 @@ from typing import Any
 
 import pytest
 
-from pytest_nvrx.cli import find_launcher
 from pytest_nvrx.criteria import Judgement, judge_run_dir
 from pytest_nvrx.evidence import load_run
 from pytest_nvrx.evidence.workload import IterationCommitted, LoadCompleted
-from pytest_nvrx.launch import Launch, RunTimeout
+from pytest_nvrx.launch.launcher import Launch, RunTimeout
+from pytest_nvrx.launch.planning import plan_run
+from pytest_nvrx.launch.process_tree import tagged
+from pytest_nvrx.launch.run import find_launcher
+from pytest_nvrx.launch.run_dir_setup import prepare_run_dir
 from pytest_nvrx.layout import RESULT_NAME
-from pytest_nvrx.planning import plan_run
-from pytest_nvrx.process_tree import tagged
-from pytest_nvrx.run_dir import prepare_run_dir
 from pytest_nvrx.settings import ConfigError, RunConfig, SectionTimeouts
 
 TRAIN_ITERS = 12

@@ -497,8 +497,8 @@ SETUPS: dict[str, Callable[[Path, Cleanups], None]] = {
 def launched(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Guards: a bad input must never reach the stack probe or the launcher (each records its
     name and raises)."""
-    import pytest_nvrx.launch
-    import pytest_nvrx.planning
+    import pytest_nvrx.launch.launcher
+    import pytest_nvrx.launch.planning
 
     reached: list[str] = []
 
@@ -509,8 +509,8 @@ def launched(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
         return would_launch
 
-    monkeypatch.setattr(pytest_nvrx.planning, "detect_stack", guard("the stack probe"))
-    monkeypatch.setattr(pytest_nvrx.launch, "Launch", guard("the launcher"))
+    monkeypatch.setattr(pytest_nvrx.launch.planning, "detect_stack", guard("the stack probe"))
+    monkeypatch.setattr(pytest_nvrx.launch.launcher, "Launch", guard("the launcher"))
     monkeypatch.setattr(cli, "Launch", guard("the launcher"), raising=False)
     return reached
 

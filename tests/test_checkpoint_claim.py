@@ -23,12 +23,12 @@ from typing import Any
 
 import pytest
 
-from pytest_nvrx import checkpoint_claim as claims
 from pytest_nvrx import cli
-from pytest_nvrx import scenario_run as runs
 from pytest_nvrx.criteria import judge_run_dir
+from pytest_nvrx.launch import checkpoint_claim as claims
+from pytest_nvrx.launch import run as runs
+from pytest_nvrx.launch.retention import prune_checkpoint_payload
 from pytest_nvrx.layout import RunLayout
-from pytest_nvrx.retention import prune_checkpoint_payload
 from pytest_nvrx.settings import ConfigError, RunConfig
 from tests.processes import kill_marked, marked, marked_env, new_mark, wait_none_marked
 

@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 import yaml  # type: ignore[import-untyped]
 
-from pytest_nvrx.scenarios import schedule_scenarios
+from pytest_nvrx.session.scenarios import schedule_scenarios
 
 REPO = Path(__file__).resolve().parents[1]
 WORKFLOW = REPO / "docs" / "ci" / "github-actions-gpu.yml"

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from pytest_nvrx.cli import build_parser, config_from_args
-from pytest_nvrx.scenario_run import scenario_config
-from pytest_nvrx.scenarios import Scenario, matrix_scenarios
+from pytest_nvrx.session.scenario_run import scenario_config
+from pytest_nvrx.session.scenarios import Scenario, matrix_scenarios
 from pytest_nvrx.settings import NvrxSettings, RunConfig, SectionTimeouts
 
 DATA = Path(__file__).parent / "data"

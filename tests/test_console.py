@@ -1,14 +1,15 @@
-"""The console's closing table and line fitting (issue #23 item 4): pytest_nvrx.console, fed the
+"""The console's closing table and line fitting (issue #23 item 4):
+pytest_nvrx.session.verdict_table, fed the
 rows of committed real runs."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from pytest_nvrx.console import Row, fit, verdict_table
 from pytest_nvrx.criteria.judgement import judge_run_dir
 from pytest_nvrx.layout import RunLayout
-from pytest_nvrx.scenario_run import Limits, ScenarioRun
+from pytest_nvrx.session.scenario_run import Limits, ScenarioRun
+from pytest_nvrx.session.verdict_table import Row, fit, verdict_table
 
 DATA = Path(__file__).resolve().parent / "data"
 

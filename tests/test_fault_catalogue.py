@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from pytest_nvrx import injector
 from pytest_nvrx.criteria import CRITERIA_IDS, FAULT_CHOICES, judge_run_dir
 from pytest_nvrx.layout import INJECTED_FAULTS, MARKER_NAME
 from pytest_nvrx.settings import FAULT_KINDS
+from pytest_nvrx.worker import injector
 from tests.doctor import copy_run
 
 DATA = Path(__file__).parent / "data" / "cpu-faults"

@@ -17,8 +17,8 @@ from pytest_nvrx.evidence.refs import seconds_between
 from pytest_nvrx.evidence.rundir import load_run
 from pytest_nvrx.evidence.timeline import recovery_clock
 from pytest_nvrx.layout import FAULT_WINDOWS, INJECTED_FAULTS, windows_of
-from pytest_nvrx.scenario_run import scenario_config, scenario_timeout
-from pytest_nvrx.scenarios import ALL_SCENARIOS, DEFAULT_SCHEDULES
+from pytest_nvrx.session.scenario_run import scenario_config, scenario_timeout
+from pytest_nvrx.session.scenarios import ALL_SCENARIOS, DEFAULT_SCHEDULES
 from pytest_nvrx.settings import (
     RESTART_S,
     STARTUP_S,

@@ -34,7 +34,8 @@ LAUNCHER = "logs/launcher.log"
 CYCLE0 = "logs/train_cycle0.log"
 CYCLE1 = "logs/train_cycle1.log"
 
-# what run.json recorded of the device's stack (pytest_nvrx.stack's probe of the workers' Python)
+# what run.json recorded of the device's stack (pytest_nvrx.megatron.stack's probe of the workers'
+# Python)
 DEVICE_STACK = {
     "python": "3.12.3",
     "torch": "2.11.0+cu130",

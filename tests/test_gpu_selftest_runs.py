@@ -18,10 +18,10 @@ from typing import Any
 import pytest
 
 from pytest_nvrx.criteria import judge_run_dir
+from pytest_nvrx.criteria.selftest_outcome import PlantOutcome, control_outcome, plant_outcome
 from pytest_nvrx.evidence.plant_records import read_plant_records
 from pytest_nvrx.layout import PLANT_RECORDS_DIR
-from pytest_nvrx.plants import PLANTS, plant_named
-from pytest_nvrx.selftest_outcome import PlantOutcome, control_outcome, plant_outcome
+from pytest_nvrx.settings.plants import PLANTS, plant_named
 
 DATA = Path(__file__).parent / "data" / "gpu-selftest"
 REVISIONS = ("core_v0.19.0", "core_v0.18.2")

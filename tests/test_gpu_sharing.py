@@ -5,7 +5,7 @@ kill/term/segv (about 1 s on a GPU of their own): NVRx waits until the whole GPU
 reclaimed, the other scenarios' included (tests/data/gpu-one-matrix). So:
 
 * the pool records which runs held a run's GPUs while it ran (result.json ``gpu_shared_with``:
-  :class:`~pytest_nvrx.scenario_pool.GpuLedger`), and verify, its JSON and JUnit say so;
+  :class:`~pytest_nvrx.session.scenario_pool.GpuLedger`), and verify, its JSON and JUnit say so;
 * NVRx's reclaim wait is its own timing where the launcher logs it (``gpu_memory_reclaim_s``);
 * the downtime gate refuses runs that shared a GPU unless ``--nvrx-gate-shared-gpu``.
 """
@@ -19,10 +19,10 @@ from pathlib import Path
 import pytest
 
 from pytest_nvrx.criteria.judgement import judge_run_dir
-from pytest_nvrx.launch import RunResult
+from pytest_nvrx.launch.launcher import RunResult
 from pytest_nvrx.layout import RunLayout
-from pytest_nvrx.scenario_pool import GpuLedger
-from pytest_nvrx.scenario_run import Limits, ScenarioRun
+from pytest_nvrx.session.scenario_pool import GpuLedger
+from pytest_nvrx.session.scenario_run import Limits, ScenarioRun
 from pytest_nvrx.verify import verify_main
 from tests.doctor import Doctor, copy_run
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from filelock import Timeout
 
-from pytest_nvrx.gpu_slots import gpu_locks, lock_path, visible_gpus
+from pytest_nvrx.launch.gpu_slots import gpu_locks, lock_path, visible_gpus
 
 
 @pytest.mark.parametrize(
@@ -29,7 +29,7 @@ def test_lock_names_are_safe(tmp_path: Path) -> None:
 def _holder(tmp_path: Path, gpus: list[str]) -> subprocess.Popen[str]:
     """Another session holding the locks of ``gpus`` until its stdin closes."""
     code = (
-        "import sys; from pathlib import Path; from pytest_nvrx.gpu_slots import gpu_locks\n"
+        "import sys; from pathlib import Path; from pytest_nvrx.launch.gpu_slots import gpu_locks\n"
         f"with gpu_locks({gpus!r}, lock_dir=Path({str(tmp_path)!r})):\n"
         "    print('held', flush=True); sys.stdin.read()\n"
     )

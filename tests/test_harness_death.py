@@ -2,7 +2,7 @@
 process of the run alive and a result.json that names it.
 
 Real reference runs through ft_launcher: the harness is SIGKILLed once the first iteration is
-logged; its watchdog (pytest_nvrx.watchdog) must stop the launcher, its log server, the rank
+logged; its watchdog (pytest_nvrx.launch.watchdog) must stop the launcher, its log server, the rank
 monitors and the workers (which run in sessions of their own and are reparented to init), write
 result.json and remove the launch's TMPDIR within 15 s.
 """

@@ -26,8 +26,9 @@ from typing import Any
 
 import pytest
 
-from pytest_nvrx import injector
-from pytest_nvrx.injector import (
+from pytest_nvrx.layout import MARKER_NAME, TRACKER_NAME
+from pytest_nvrx.worker import injector
+from pytest_nvrx.worker.injector import (
     AdvanceDetector,
     Firing,
     MarkerPathError,
@@ -38,7 +39,6 @@ from pytest_nvrx.injector import (
     marker_exists,
     read_tracker,
 )
-from pytest_nvrx.layout import MARKER_NAME, TRACKER_NAME
 
 INJECTOR = Path(injector.__file__).resolve()
 REPO = Path(__file__).resolve().parents[1]

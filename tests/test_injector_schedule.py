@@ -23,9 +23,9 @@ from typing import Any
 
 import pytest
 
-from pytest_nvrx import injector
-from pytest_nvrx.injector import Firing, build_marker_record, scheduled_marker_path
 from pytest_nvrx.layout import MARKER_NAME
+from pytest_nvrx.worker import injector
+from pytest_nvrx.worker.injector import Firing, build_marker_record, scheduled_marker_path
 from tests.test_injector import (
     INJECTOR,
     MARKER_KEYS,
@@ -716,7 +716,7 @@ from pathlib import Path
 tmp, order = Path(sys.argv[1]), sys.argv[2]
 if order == "before":  # the package imported before the finder was installed
     import torch.distributed.checkpoint
-from pytest_nvrx import injector
+from pytest_nvrx.worker import injector
 
 (tmp / "latest_checkpointed_iteration.txt").write_text("5")
 opts = injector.Options(

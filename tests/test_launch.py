@@ -14,13 +14,13 @@ from pathlib import Path
 import pytest
 
 from pytest_nvrx.evidence.progress import Progress
-from pytest_nvrx.launch import Launch, RunTimeout
+from pytest_nvrx.launch.launcher import Launch, RunTimeout
+from pytest_nvrx.launch.process_tree import kill_tree
+from pytest_nvrx.launch.recipe import Recipe
+from pytest_nvrx.launch.run_dir_setup import prepare_run_dir
+from pytest_nvrx.launch.stop_signals import STOP_SIGNALS, Interrupted, interrupt_on_stop_signals
 from pytest_nvrx.layout import TMP_ROOT, RunLayout
-from pytest_nvrx.process_tree import kill_tree
-from pytest_nvrx.recipe import Recipe
-from pytest_nvrx.run_dir import prepare_run_dir
 from pytest_nvrx.settings import RunConfig, WorkloadKind
-from pytest_nvrx.stop_signals import STOP_SIGNALS, Interrupted, interrupt_on_stop_signals
 
 SPAWNER = Path(__file__).parent / "helpers" / "tree_spawner.py"
 

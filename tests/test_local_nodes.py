@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_nvrx.ports import free_port
-from pytest_nvrx.recipe import (
+from pytest_nvrx.launch.ports import free_port
+from pytest_nvrx.launch.recipe import (
     INFRA_RANK_VAR,
     MULTI_LAUNCHERS_VAR,
     build_recipe,
@@ -31,8 +31,8 @@ from pytest_nvrx.recipe import (
     node_options,
     rdzv_host_option,
 )
-from pytest_nvrx.run_dir import claim_file, prepare_run_dir
-from pytest_nvrx.run_dir import validate_run as validate
+from pytest_nvrx.launch.run_dir_setup import claim_file, prepare_run_dir
+from pytest_nvrx.launch.run_dir_setup import validate_run as validate
 from pytest_nvrx.settings import ConfigError, PartialRunConfig, RunConfig, resolve
 from tests.processes import kill_marked, marked_env, new_mark
 
@@ -99,7 +99,7 @@ def test_which_endpoints_are_this_host(endpoint: str, local: bool) -> None:
 
 
 def test_the_slurm_shim_uses_the_same_option() -> None:
-    from pytest_nvrx.slurm_launch import IS_HOST_PLACEHOLDER, node_launcher_argv
+    from pytest_nvrx.launch.slurm import IS_HOST_PLACEHOLDER, node_launcher_argv
 
     argv = node_launcher_argv(["ft_launcher", "--rdzv-endpoint=x:1"], "h:2", 3)
     assert argv == ["ft_launcher", "--rdzv-endpoint=h:2", rdzv_host_option(IS_HOST_PLACEHOLDER)]

@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from pytest_nvrx import injector
 from pytest_nvrx.criteria import Judgement, judge_run_dir
 from pytest_nvrx.layout import FAULT_SIGNAL_NAMES, INJECTED_FAULTS
 from pytest_nvrx.verify import verify_main
+from pytest_nvrx.worker import injector
 from tests.doctor import CYCLE0, MARKER, Doctor, copy_run
 
 DATA = Path(__file__).parent / "data"

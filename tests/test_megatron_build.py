@@ -1,4 +1,4 @@
-"""What a Megatron checkout builds at first use, read from it (pytest_nvrx.megatron_build).
+"""What a Megatron checkout builds at first use, read from it (pytest_nvrx.megatron.build).
 
 The sources and Makefiles are short excerpts in the shapes of the real revisions
 (tests/megatron_checkouts.py); make itself reads them, as Megatron's rank 0 would.
@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_nvrx.checkpoint_claim import pid_start
-from pytest_nvrx.megatron_build import (
+from pytest_nvrx.launch.checkpoint_claim import pid_start
+from pytest_nvrx.megatron.build import (
     default_goal_files,
     elf_shortfall,
     first_use_builds,

@@ -1,4 +1,4 @@
-"""Megatron's first-use build, done once before launch (pytest_nvrx.megatron_prepare).
+"""Megatron's first-use build, done once before launch (pytest_nvrx.launch.prepare_megatron).
 
 Real make on Megatron-shaped checkouts (tests/megatron_checkouts.py): a real C++ build where the
 host has g++, a slow build that writes its artifact in pieces for the lock. The claims are real
@@ -19,10 +19,9 @@ from typing import Any
 
 import pytest
 
-from pytest_nvrx import megatron_prepare as prep
-from pytest_nvrx.checkpoint_claim import pid_start, read_holder
-from pytest_nvrx.megatron_build import elf_shortfall
-from pytest_nvrx.megatron_prepare import (
+from pytest_nvrx.launch import prepare_megatron as prep
+from pytest_nvrx.launch.checkpoint_claim import pid_start, read_holder
+from pytest_nvrx.launch.prepare_megatron import (
     CLAIM_NAME,
     STALE_S,
     ClaimWaitTooLong,
@@ -32,6 +31,7 @@ from pytest_nvrx.megatron_prepare import (
     ensure_prepared,
     prepare_checkout,
 )
+from pytest_nvrx.megatron.build import elf_shortfall
 from pytest_nvrx.settings import ConfigError
 from tests.conftest import snapshot
 from tests.megatron_checkouts import (
@@ -279,7 +279,7 @@ def _unshare_works() -> bool:
 READ_ONLY_PREPARE = """
 import sys
 from pathlib import Path
-from pytest_nvrx.megatron_prepare import prepare_checkout
+from pytest_nvrx.launch.prepare_megatron import prepare_checkout
 from pytest_nvrx.settings import ConfigError
 try:
     print(prepare_checkout(Path(sys.argv[1]), who="read-only").line)
@@ -338,7 +338,7 @@ def test_a_read_only_checkout(tmp_path: Path) -> None:
 PREPARE = """
 import sys
 from pathlib import Path
-from pytest_nvrx.megatron_prepare import prepare_checkout
+from pytest_nvrx.launch.prepare_megatron import prepare_checkout
 prepared = prepare_checkout(Path(sys.argv[1]), who=sys.argv[2])
 print(prepared.builds[0].outcome.value, flush=True)
 print(prepared.line, flush=True)

@@ -1,4 +1,4 @@
-"""What a Megatron checkout says about itself, read from source (pytest_nvrx.megatron_source):
+"""What a Megatron checkout says about itself, read from source (pytest_nvrx.megatron.source):
 its options, and the checks its argument validation makes on environment variables.
 
 The flag fixtures are synthetic parsers written to mimic two real shapes of Megatron-LM's
@@ -17,13 +17,13 @@ from pathlib import Path
 
 import pytest
 
-from pytest_nvrx import megatron_source as ms
-from pytest_nvrx.megatron_source import (
+from pytest_nvrx.launch.recipe import no_te_profile_args
+from pytest_nvrx.megatron import source as ms
+from pytest_nvrx.megatron.source import (
     MegatronFlags,
     MegatronSourceError,
     probe_megatron_flags,
 )
-from pytest_nvrx.recipe import no_te_profile_args
 
 
 def write_tree(root: Path, files: dict[str, str]) -> Path:

@@ -28,12 +28,12 @@ from typing import Any
 
 import pytest
 
-from pytest_nvrx import recipe as recipes
-from pytest_nvrx.launch import Launch
+from pytest_nvrx.launch import recipe as recipes
+from pytest_nvrx.launch.launcher import Launch
+from pytest_nvrx.launch.recipe import Recipe
+from pytest_nvrx.launch.run_dir_setup import prepare_run_dir
 from pytest_nvrx.outputs import reserve_of, write_atomic
-from pytest_nvrx.recipe import Recipe
 from pytest_nvrx.report import report_main
-from pytest_nvrx.run_dir import prepare_run_dir
 from pytest_nvrx.settings import ConfigError, RunConfig
 from pytest_nvrx.verify import verify_main
 
@@ -963,10 +963,10 @@ def test_the_run_command_prints_the_full_disk_note(
     """``python -m pytest_nvrx run`` on a disk its run filled: after the launcher's exit, one
     line naming "No space left on device" (its launcher a stand-in that fills the disk)."""
     from pytest_nvrx import cli as cli_module
-    from pytest_nvrx import scenario_run
+    from pytest_nvrx.launch import run as launch_path
 
     tiny_fs = small_fs
-    monkeypatch.setattr(scenario_run, "find_launcher", lambda: _filling_launcher(tiny_fs))
+    monkeypatch.setattr(launch_path, "find_launcher", lambda: _filling_launcher(tiny_fs))
     work = tiny_fs / "work"
     status = cli_module.main(
         ["run", "--workload", "reference", "--work-dir", str(work), "--run-id", "full",

@@ -1,4 +1,5 @@
-"""GPU slots and the launch pool (pytest_nvrx.parallel), with real processes and real file locks.
+"""GPU slots and the launch pool (pytest_nvrx.session.launch_pool), with real processes and real
+file locks.
 
 The pool's launches here are plain child processes that wait for a file, so the order of events is
 decided by the test, never by timing.
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_nvrx.parallel import GpuSlots, Job, LaunchPool, Slot, slot_lock_path
+from pytest_nvrx.session.launch_pool import GpuSlots, Job, LaunchPool, Slot, slot_lock_path
 
 
 class FileWaiter:
@@ -90,7 +91,7 @@ def test_slots_spread_before_they_share(tmp_path: Path) -> None:
 
 
 def test_slot_zero_is_the_sessions_gpu_lock(tmp_path: Path) -> None:
-    from pytest_nvrx.gpu_slots import lock_path
+    from pytest_nvrx.launch.gpu_slots import lock_path
 
     assert slot_lock_path("3", 0, tmp_path) == lock_path("3", tmp_path)
     assert slot_lock_path("3", 1, tmp_path) == tmp_path / "pytest-nvrx-gpu-3.s1.lock"
@@ -110,7 +111,7 @@ def test_a_multi_gpu_take_that_does_not_fit_holds_nothing(tmp_path: Path) -> Non
 
 def test_another_process_holding_a_gpu_is_respected(tmp_path: Path) -> None:
     code = (
-        "import sys; from pathlib import Path; from pytest_nvrx.gpu_slots import gpu_locks\n"
+        "import sys; from pathlib import Path; from pytest_nvrx.launch.gpu_slots import gpu_locks\n"
         f"with gpu_locks(['0'], lock_dir=Path({str(tmp_path)!r})):\n"
         "    print('held', flush=True); sys.stdin.read()\n"
     )

@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
-import pytest_nvrx.planning
-from pytest_nvrx.launch import Launch
-from pytest_nvrx.planning import Plan, plan_run
-from pytest_nvrx.recipe import EnvOrigin, manifest
-from pytest_nvrx.run_dir import prepare_run_dir
+import pytest_nvrx.launch.planning
+from pytest_nvrx.launch.launcher import Launch
+from pytest_nvrx.launch.planning import Plan, plan_run
+from pytest_nvrx.launch.recipe import EnvOrigin, manifest
+from pytest_nvrx.launch.run_dir_setup import prepare_run_dir
 from pytest_nvrx.settings import ConfigError, RunConfig
 
 ARGUMENTS = """
@@ -77,7 +77,7 @@ def test_bad_port_refused_before_the_stack_probe(
     def no_probe(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError("probed the stack for a bad port")
 
-    monkeypatch.setattr(pytest_nvrx.planning, "detect_stack", no_probe)
+    monkeypatch.setattr(pytest_nvrx.launch.planning, "detect_stack", no_probe)
     config = RunConfig(work_dir=tmp_path, run_id="r", megatron_path=megatron_stub)
     with pytest.raises(ConfigError, match="--log-server-port must be a port number"):
         plan_run(config, launcher_exe="ft_launcher", port=port, probe=True)

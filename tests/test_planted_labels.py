@@ -21,13 +21,14 @@ from typing import Any
 
 import pytest
 
-from pytest_nvrx import injector, plants
 from pytest_nvrx.criteria import judge_run_dir
 from pytest_nvrx.evidence.marker import read_marker
 from pytest_nvrx.layout import MARKER_NAME, PLANT_RECORDS_DIR, RunLayout
 from pytest_nvrx.report import report_main
-from pytest_nvrx.scenario_run import ScenarioRun
+from pytest_nvrx.session.scenario_run import ScenarioRun
+from pytest_nvrx.settings import plants
 from pytest_nvrx.verify import verify_main
+from pytest_nvrx.worker import injector
 from tests.doctor import KILL_RUN, copy_run
 from tests.selftest_runs import SELFTEST_TEST_TIMEOUT_S
 from tests.selftest_runs import Selftest as SessionSelftest

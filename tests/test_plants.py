@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_nvrx import plants
-from pytest_nvrx.plant_hook import nvrx_plants
+from pytest_nvrx.settings import plants
+from pytest_nvrx.worker.plant_hook import nvrx_plants
 
 HOOK_DIR = Path(nvrx_plants.__file__).parent
 

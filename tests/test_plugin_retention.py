@@ -3,8 +3,8 @@ with logs, cycle records, marker, manifest, result, tracker and checkpoint metad
 checkpoint payload (``*.distcp``) is removed, unless --nvrx-keep. Everything the terminal summary
 and the JUnit ``nvrx_run_dir`` name exists after the session, and ``verify`` still passes on it.
 
-The pruning itself (pytest_nvrx/retention.py) is a pure function over a directory tree, tested
-on made-up trees; the plugin's use of it through real reference runs (the real ft_launcher).
+The pruning itself (pytest_nvrx/launch/retention.py) is a pure function over a directory tree,
+tested on made-up trees; the plugin's use of it through real reference runs (the real ft_launcher).
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from pytest_nvrx.launch.retention import Pruned, prune_checkpoint_payload
 from pytest_nvrx.layout import TRACKER_NAME, RunLayout
-from pytest_nvrx.retention import Pruned, prune_checkpoint_payload
 
 pytest_plugins = ["pytester"]
 

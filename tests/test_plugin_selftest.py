@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from pytest_nvrx.plants import PLANTS, plant_named
+from pytest_nvrx.criteria.selftest_outcome import PlantOutcome
 from pytest_nvrx.plugin import selftest_label
-from pytest_nvrx.selftest_outcome import PlantOutcome
+from pytest_nvrx.settings.plants import PLANTS, plant_named
 from tests.test_plugin import SUITE_ARGS
 
 pytest_plugins = ["pytester"]

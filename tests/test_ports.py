@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_nvrx import ports
-from pytest_nvrx.ports import (
+from pytest_nvrx.launch import ports
+from pytest_nvrx.launch.ports import (
     DEFAULT_EPHEMERAL_RANGE,
     LOWEST_PORT,
     PORTS_SCRIPT,

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from pytest_nvrx import cli
-from pytest_nvrx.ports import ephemeral_range
-from pytest_nvrx.recipe import (
+from pytest_nvrx.launch.ports import ephemeral_range
+from pytest_nvrx.launch.recipe import (
     INJECTOR_PATH,
     NO_TE_PROFILE,
     EnvOrigin,
@@ -22,7 +22,7 @@ from pytest_nvrx.recipe import (
     build_recipe,
     manifest,
 )
-from pytest_nvrx.run_dir import check_fresh_run_dir
+from pytest_nvrx.launch.run_dir_setup import check_fresh_run_dir
 from pytest_nvrx.settings import ConfigError, RunConfig
 from tests.conftest import snapshot
 
@@ -424,12 +424,12 @@ def test_bad_input_exits_2_and_launches_nothing(
     env: dict[str, str],
     message: str,
 ) -> None:
-    import pytest_nvrx.launch
+    import pytest_nvrx.launch.launcher
 
     def refuse(*a: Any, **k: Any) -> None:
         raise AssertionError("launched despite bad input")
 
-    monkeypatch.setattr(pytest_nvrx.launch, "Launch", refuse)
+    monkeypatch.setattr(pytest_nvrx.launch.launcher, "Launch", refuse)
     monkeypatch.setattr(cli, "Launch", refuse)
     full_env = {"MEGATRON_PATH": str(megatron_stub), "NVRX_WORK_DIR": str(tmp_path / "w"), **env}
     before = snapshot(tmp_path)

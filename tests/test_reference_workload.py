@@ -764,12 +764,12 @@ def test_process_writer_under_ft_launcher_recovers_and_leaves_no_worker(
     every cycle writes through its persistent worker, the replacement resumes from a completed
     checkpoint and finishes, each worker of the last cycle is told to leave before its rank
     exits, and nothing of the run is left afterwards."""
-    from pytest_nvrx.cli import find_launcher
     from pytest_nvrx.criteria import judge_run_dir
-    from pytest_nvrx.launch import Launch
-    from pytest_nvrx.planning import plan_run
-    from pytest_nvrx.process_tree import tagged
-    from pytest_nvrx.run_dir import prepare_run_dir
+    from pytest_nvrx.launch.launcher import Launch
+    from pytest_nvrx.launch.planning import plan_run
+    from pytest_nvrx.launch.process_tree import tagged
+    from pytest_nvrx.launch.run import find_launcher
+    from pytest_nvrx.launch.run_dir_setup import prepare_run_dir
     from pytest_nvrx.settings import ConfigError, RunConfig, SectionTimeouts
 
     config = RunConfig(

@@ -21,10 +21,10 @@ from pathlib import Path
 import pytest
 
 from pytest_nvrx import cli
-from pytest_nvrx import run_dir as recipes
-from pytest_nvrx.launch import Launch
-from pytest_nvrx.recipe import Recipe
-from pytest_nvrx.run_dir import prepare_run_dir
+from pytest_nvrx.launch import run_dir_setup as recipes
+from pytest_nvrx.launch.launcher import Launch
+from pytest_nvrx.launch.recipe import Recipe
+from pytest_nvrx.launch.run_dir_setup import prepare_run_dir
 from pytest_nvrx.settings import ConfigError, RunConfig
 from tests.processes import kill_marked, marked_env, new_mark, wait_none_marked
 

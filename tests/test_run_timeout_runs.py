@@ -21,7 +21,7 @@ import pytest
 from pytest_nvrx.criteria import Judgement, judge_run_dir
 from pytest_nvrx.criteria.first_cause import RUN_TIMEOUT
 from pytest_nvrx.report import ScenarioReport
-from pytest_nvrx.scenario_run import judge_existing
+from pytest_nvrx.session.scenario_run import judge_existing
 from pytest_nvrx.settings import ConfigError, NvrxSettings, check_run_timeout
 from pytest_nvrx.verify import verify_main
 from tests.doctor import LAUNCHER, copy_run

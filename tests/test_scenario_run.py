@@ -1,4 +1,5 @@
-"""pytest_nvrx.scenario_run without a launch: it imports no pytest, refuses bad settings before
+"""pytest_nvrx.session.scenario_run without a launch: it imports no pytest, refuses bad settings
+before
 anything is written, and judges an existing run into a typed ScenarioRun. Its launches are
 tested for real by tests/test_cli_e2e.py (the CLI) and the plugin's suite (the fixture)."""
 
@@ -11,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from pytest_nvrx.criteria import CRITERIA_IDS
-from pytest_nvrx.scenario_run import EXISTING_RUN, judge_existing, run_scenario
-from pytest_nvrx.scenarios import Scenario
+from pytest_nvrx.session.scenario_run import EXISTING_RUN, judge_existing, run_scenario
+from pytest_nvrx.session.scenarios import Scenario
 from pytest_nvrx.settings import ConfigError, NvrxSettings, PartialRunConfig
 
 GPU_KILL = Path(__file__).parent / "data" / "gpu" / "gpu-kill-100"
@@ -25,8 +26,8 @@ def modules_after_import(module: str) -> set[str]:
 
 
 def test_scenario_run_imports_no_pytest() -> None:
-    loaded = modules_after_import("pytest_nvrx.scenario_run")
-    assert "pytest_nvrx.scenario_run" in loaded  # the probe sees what it imported
+    loaded = modules_after_import("pytest_nvrx.session.scenario_run")
+    assert "pytest_nvrx.session.scenario_run" in loaded  # the probe sees what it imported
     assert "pytest" not in loaded and "_pytest" not in loaded
 
 

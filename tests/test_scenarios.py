@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from pytest_nvrx.launch.run_dir_setup import validate_run as validate
 from pytest_nvrx.layout import FAULT_WINDOWS, INJECTED_FAULTS, window_allowed
-from pytest_nvrx.run_dir import validate_run as validate
-from pytest_nvrx.scenario_run import scenario_config
-from pytest_nvrx.scenarios import (
+from pytest_nvrx.session.scenario_run import scenario_config
+from pytest_nvrx.session.scenarios import (
     ALL_SCENARIOS,
     DEFAULT_PAIRS,
     DEFAULT_SCHEDULES,

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from pytest_nvrx import injector
 from pytest_nvrx.evidence.manifest import ManifestError, read_manifest
 from pytest_nvrx.evidence.marker import read_marker
+from pytest_nvrx.launch.recipe import injector_argv, reference_args
 from pytest_nvrx.layout import (
     LATER_MARKER_PATTERN,
     MARKER_NAME,
@@ -18,9 +18,8 @@ from pytest_nvrx.layout import (
     RunLayout,
     marker_name,
 )
-from pytest_nvrx.recipe import injector_argv, reference_args
-from pytest_nvrx.scenario_run import scenario_config
-from pytest_nvrx.scenarios import Scenario, matrix_scenarios, schedule_scenarios
+from pytest_nvrx.session.scenario_run import scenario_config
+from pytest_nvrx.session.scenarios import Scenario, matrix_scenarios, schedule_scenarios
 from pytest_nvrx.settings import (
     ConfigError,
     NvrxSettings,
@@ -35,6 +34,7 @@ from pytest_nvrx.settings import (
     windows_at,
 )
 from pytest_nvrx.settings.table import parse_schedules
+from pytest_nvrx.worker import injector
 
 
 def _config(tmp_path: Path, **values: object) -> RunConfig:

@@ -19,13 +19,13 @@ from pathlib import Path
 
 import pytest
 
-from pytest_nvrx.console import Row, verdict_table
 from pytest_nvrx.criteria import judge_run_dir
 from pytest_nvrx.criteria.judgement import Judgement
 from pytest_nvrx.evidence.timeline import RUN_TIMINGS
 from pytest_nvrx.layout import RunLayout, marker_name
 from pytest_nvrx.report import ScenarioReport, render_html, report_json
-from pytest_nvrx.scenario_run import Limits, ScenarioRun
+from pytest_nvrx.session.scenario_run import Limits, ScenarioRun
+from pytest_nvrx.session.verdict_table import Row, verdict_table
 from pytest_nvrx.verify import verify_main
 from tests.doctor import Doctor, copy_run
 

@@ -32,17 +32,17 @@ from pathlib import Path
 import pytest
 
 from pytest_nvrx.criteria import judge_run_dir
+from pytest_nvrx.criteria.selftest_outcome import PlantOutcome, Status, exit_status, plant_outcome
 from pytest_nvrx.evidence import load_run
 from pytest_nvrx.evidence.plant_records import PlantRecord, PlantRecords, read_plant_records
 from pytest_nvrx.evidence.workload import LoadCompleted
 from pytest_nvrx.layout import MANIFEST_NAME, MARKER_NAME
 from pytest_nvrx.layout import PLANT_RECORDS_DIR as RECORDS_DIR
-from pytest_nvrx.plant_hook.nvrx_plants import ITERATION_JUMP
-from pytest_nvrx.plants import PLANTS, Plant, plant_named
-from pytest_nvrx.selftest import preflight, selftest_scenario
-from pytest_nvrx.selftest_cli import selftest_main
-from pytest_nvrx.selftest_outcome import PlantOutcome, Status, exit_status, plant_outcome
+from pytest_nvrx.selftest.cli import selftest_main
+from pytest_nvrx.selftest.run import preflight, selftest_scenario
 from pytest_nvrx.settings import NvrxSettings, PartialRunConfig
+from pytest_nvrx.settings.plants import PLANTS, Plant, plant_named
+from pytest_nvrx.worker.plant_hook.nvrx_plants import ITERATION_JUMP
 from tests.reference_runs import Resume, read_resume
 from tests.selftest_runs import SELFTEST_TEST_TIMEOUT_S, Selftest
 

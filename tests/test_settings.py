@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from pytest_nvrx.evidence.tracker import read_tracker
-from pytest_nvrx.run_dir import file_system_at, prepare_run_dir, read_baseline
-from pytest_nvrx.run_dir import validate_run as validate
+from pytest_nvrx.launch.run_dir_setup import file_system_at, prepare_run_dir, read_baseline
+from pytest_nvrx.launch.run_dir_setup import validate_run as validate
 from pytest_nvrx.settings import (
     INT64_MAX,
     ConfigError,

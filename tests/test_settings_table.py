@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from pytest_nvrx.cli import build_parser, config_from_args
-from pytest_nvrx.scenarios import RUN_TIMEOUTS
+from pytest_nvrx.session.scenarios import RUN_TIMEOUTS
 from pytest_nvrx.settings import (
     CLI_SETTINGS,
     ENV_VARS,

@@ -20,9 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_nvrx.layout import node_console_log_name
-from pytest_nvrx.ports import ephemeral_range
-from pytest_nvrx.slurm_launch import (
+from pytest_nvrx.launch.ports import ephemeral_range
+from pytest_nvrx.launch.slurm import (
     IS_HOST_PLACEHOLDER,
     NODE_SHIM,
     node_launcher_argv,
@@ -31,6 +30,7 @@ from pytest_nvrx.slurm_launch import (
     shared_hosts,
     srun_argv,
 )
+from pytest_nvrx.layout import node_console_log_name
 
 LOCAL_CONF = Path(os.environ.get("NVRX_SLURM_DIR", "/tmp/nvrx-slurm")) / "etc" / "slurm.conf"
 SBATCH_RECIPE = Path(__file__).resolve().parents[1] / "docs" / "ci" / "slurm-qualify.sbatch"
@@ -254,7 +254,7 @@ def test_reference_kill_on_two_nodes_through_srun(
     slurm = manifest["slurm"]
     assert slurm["allocated_here"] is True and len(slurm["nodes"]) == 2
     assert manifest["config"]["rdzv_endpoint"] == slurm["rdzv_endpoint"] != "localhost:0"
-    # the first node chose both ports (pytest_nvrx/ports.py run there): outside its ephemeral
+    # the first node chose both ports (pytest_nvrx/launch/ports.py run there): outside its ephemeral
     # range, and the launchers ran with them
     low, high = ephemeral_range()
     rdzv_port = int(slurm["rdzv_endpoint"].rsplit(":", 1)[1])

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_nvrx.ports import free_port
+from pytest_nvrx.launch.ports import free_port
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "slurm_local.sh"
 DAEMONS = ("munged", "slurmctld", "slurmd", "srun", "sbatch", "mungekey")

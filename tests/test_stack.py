@@ -1,4 +1,5 @@
-"""The stack probe (pytest_nvrx.stack): versions seen by the workers' interpreter, Megatron's
+"""The stack probe (pytest_nvrx.megatron.stack): versions seen by the workers' interpreter,
+Megatron's
 version and revision from the checkout, and the one-line summary."""
 
 from __future__ import annotations
@@ -14,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_nvrx import stack as st
-from pytest_nvrx.stack import (
+from pytest_nvrx.megatron import stack as st
+from pytest_nvrx.megatron.stack import (
     Stack,
     detect_stack,
     format_stack_line,
@@ -375,7 +376,7 @@ def test_planned_reference_run_reports_megatron_not_used(tmp_path: Path) -> None
     checkout configured and megatron-core installed in this interpreter (one real probe)."""
     import importlib.metadata
 
-    from pytest_nvrx.planning import plan_run
+    from pytest_nvrx.launch.planning import plan_run
     from pytest_nvrx.settings import RunConfig
 
     assert importlib.metadata.version("megatron-core")  # what the old line wrongly reported
@@ -474,7 +475,7 @@ def test_metadata_facts_equal_what_importing_this_torch_says() -> None:
         pytest.skip("this torch does not come as a CUDA wheel with nvidia cuDNN/NCCL wheels")
     code = (
         "import json, torch\n"
-        "from pytest_nvrx.stack import format_cudnn, format_nccl\n"
+        "from pytest_nvrx.megatron.stack import format_cudnn, format_nccl\n"
         "print(json.dumps({'torch': str(torch.__version__), 'cuda': torch.version.cuda,"
         " 'cudnn': format_cudnn(torch.backends.cudnn.version()),"
         " 'nccl': format_nccl(torch.cuda.nccl.version())}))\n"

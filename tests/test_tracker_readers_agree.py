@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from pytest_nvrx import injector, layout
+from pytest_nvrx import layout
 from pytest_nvrx.evidence.tracker import read_tracker
+from pytest_nvrx.worker import injector
 
 CONTENTS: tuple[bytes, ...] = (
     b"",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_nvrx.xdist_support import scenario_scope
+from pytest_nvrx.session.xdist_scheduling import scenario_scope
 from tests.conftest import work_unit
 
 SUITE = "pytest_nvrx/suite/test_recovery.py"

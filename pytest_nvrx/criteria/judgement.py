@@ -33,7 +33,7 @@ from pytest_nvrx.evidence.segments import (
     schedule_downtime_s,
 )
 from pytest_nvrx.evidence.timeline import RecoveryClock, recovery_clock
-from pytest_nvrx.plants import plant_named
+from pytest_nvrx.settings.plants import plant_named
 
 
 @dataclass(frozen=True)

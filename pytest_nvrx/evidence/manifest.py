@@ -69,11 +69,11 @@ from pytest_nvrx.evidence.refs import (
     read_json_file,
 )
 from pytest_nvrx.layout import FAULT_WINDOWS, INJECTED_FAULTS, MANIFEST_SCHEMA, RESULT_NAME
-from pytest_nvrx.plant_hook import nvrx_plants
-from pytest_nvrx.plant_hook.nvrx_plants import PLANT_ENV, RECORDS_ENV
-from pytest_nvrx.plants import PLANTS
+from pytest_nvrx.settings.plants import PLANTS
 from pytest_nvrx.settings.schedule import ScheduledFault, parse_schedule
 from pytest_nvrx.settings.values import ConfigError
+from pytest_nvrx.worker.plant_hook import nvrx_plants
+from pytest_nvrx.worker.plant_hook.nvrx_plants import PLANT_ENV, RECORDS_ENV
 
 
 class ManifestError(ValueError):

@@ -7,7 +7,6 @@ import re
 from collections.abc import Sequence
 
 from pytest_nvrx.layout import FAULT_WINDOWS, window_allowed, windows_of
-from pytest_nvrx.plant_hook.nvrx_plants import PLANT_NAMES
 from pytest_nvrx.settings.record import (
     DEFAULT_RDZV_ENDPOINT,
     FAULT_KINDS,
@@ -33,6 +32,7 @@ from pytest_nvrx.settings.values import (
     check_path_text,
     quote,
 )
+from pytest_nvrx.worker.plant_hook.nvrx_plants import PLANT_NAMES
 
 #: The walkthrough model: four layers, eight attention heads.
 MODEL_LAYERS = 4

@@ -10,8 +10,8 @@ here.
 Devices are compared by the text that names them: a session naming GPUs by UUID and another by
 index are not known to overlap.
 
-**Slots** (:class:`GpuSlots`, for scenarios side by side: pytest_nvrx.parallel). A GPU scenario
-runs on a set of GPUs of its own. Each GPU has ``share`` slots, each an exclusive file lock
+**Slots** (:class:`GpuSlots`, for scenarios side by side: pytest_nvrx.session.launch_pool). A GPU
+scenario runs on a set of GPUs of its own. Each GPU has ``share`` slots, each an exclusive file lock
 (``/tmp/pytest-nvrx-gpu-<gpu>.lock`` for the first, the one :func:`gpu_locks` takes, then
 ``...-<gpu>.s<i>.lock``): a scenario takes one slot on each of the GPUs it needs, never blocking
 while it holds others, so sessions, pytest-xdist workers and a pool never wait on each other
@@ -34,7 +34,7 @@ from pathlib import Path
 
 from filelock import FileLock, Timeout
 
-from pytest_nvrx.stack import run_nvidia_smi
+from pytest_nvrx.megatron.stack import run_nvidia_smi
 
 LOCK_DIR = Path("/tmp")
 LOCK_PREFIX = "pytest-nvrx-gpu-"

@@ -1,11 +1,12 @@
 """One scenario, start to end: plan -> launch -> judge. No pytest here.
 
 The plugin's fixture runs a scenario through :func:`run_scenario`, or side by side through
-pytest_nvrx.scenario_pool: both plan, launch, wait for and judge it with one
+pytest_nvrx.session.scenario_pool: both plan, launch, wait for and judge it with one
 :class:`ScenarioLaunch`. ``python -m pytest_nvrx run`` plans and launches one run through the same
-:func:`plan_launch` and :func:`hold_launch` (:func:`launch_run`; it does not judge: ``verify``
-does). What is printed along the way is the caller's: it passes ``write``
-(or callbacks), so the fixture writes to pytest's terminal and the CLI to stdout/stderr.
+:func:`~pytest_nvrx.launch.run.plan_launch` and :func:`~pytest_nvrx.launch.run.hold_launch`
+(:func:`~pytest_nvrx.launch.run.launch_run`; it does not judge: ``verify`` does). What is printed
+along the way is the caller's: it passes ``write`` (or callbacks), so the fixture writes to pytest's
+terminal and the CLI to stdout/stderr.
 """
 
 from __future__ import annotations
@@ -13,45 +14,39 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import shutil
-import sys
 import time
 from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pytest_nvrx.checkpoint_claim import check_checkpoint_dir, claim_checkpoint_dir, release_dir
-from pytest_nvrx.console import Row, fault_rows
 from pytest_nvrx.criteria import Judgement, judge, judge_run_dir
 from pytest_nvrx.criteria.baseline import baseline_refusal
 from pytest_nvrx.evidence.progress import Progress
 from pytest_nvrx.evidence.rundir import RunEvidence, load_run
 from pytest_nvrx.evidence.timeline import Phase
-from pytest_nvrx.gpu_slots import GpuLedger, Slot, gpu_locks, visible_gpus
-from pytest_nvrx.gpu_slots import gpu_available as gpu_available  # re-exported
-from pytest_nvrx.launch import Launch, RunResult, RunTimeout, tail_text
-from pytest_nvrx.layout import CONSOLE_LOG_NAME, RunLayout
-from pytest_nvrx.megatron_prepare import Preparation, ensure_prepared
-from pytest_nvrx.outputs import full_disk_note
-from pytest_nvrx.planning import Plan, plan_run
-from pytest_nvrx.plant_hook.nvrx_plants import PLANT_ENV
-from pytest_nvrx.run_dir import (
-    check_fresh_run_dir,
-    check_unclaimed_run_dir,
-    give_back_run_dir,
-    prepare_run_dir,
-    validate_run,
+from pytest_nvrx.launch.checkpoint_claim import release_dir
+from pytest_nvrx.launch.gpu_slots import GpuLedger, Slot, visible_gpus
+from pytest_nvrx.launch.gpu_slots import gpu_available as gpu_available  # re-exported
+from pytest_nvrx.launch.launcher import Launch, RunResult, tail_text
+from pytest_nvrx.launch.planning import Plan
+from pytest_nvrx.launch.run import (
+    LaunchOutcome,
+    announce_plan,
+    hold_launch,
+    plan_launch,
+    wait_launch,
 )
-from pytest_nvrx.scenarios import RUN_TIMEOUTS, Scenario
+from pytest_nvrx.layout import CONSOLE_LOG_NAME, RunLayout
+from pytest_nvrx.outputs import full_disk_note
+from pytest_nvrx.session.scenarios import RUN_TIMEOUTS, Scenario
+from pytest_nvrx.session.verdict_table import Row, fault_rows
 from pytest_nvrx.settings import (
     ConfigError,
     NvrxSettings,
     PartialRunConfig,
     RunConfig,
-    check_run_timeout,
     default_launcher,
-    quote,
     resolve,
     shared_run_id,
     validate,
@@ -63,20 +58,6 @@ if TYPE_CHECKING:
 
 #: The key of a judged existing run (--nvrx-run-dir), where a scenario's id would be.
 EXISTING_RUN = "existing-run"
-
-
-def find_launcher() -> str:
-    """ft_launcher of the interpreter running us (its workers use the same Python)."""
-    beside = Path(sys.executable).parent / "ft_launcher"
-    if beside.is_file() and os.access(beside, os.X_OK):
-        return str(beside)
-    found = shutil.which("ft_launcher")
-    if found is None:
-        raise ConfigError(
-            "ft_launcher not found beside the interpreter or on PATH; install "
-            "nvidia-resiliency-ext 0.7.x into this environment"
-        )
-    return found
 
 
 #: verify's timing of the recovery clock's downtime (the one the gate holds to its limit, and
@@ -392,7 +373,7 @@ class ScenarioRun:
         return "QUALIFIED" if cause is None else f"NOT QUALIFIED: {cause}"
 
     def table_row(self, limits: Limits | None = None) -> Row:
-        """The session's closing table's row (pytest_nvrx.console)."""
+        """The session's closing table's row (pytest_nvrx.session.verdict_table)."""
         cause = self.cause(limits)
         return Row(
             scenario=self.key,
@@ -553,144 +534,14 @@ def check_scenarios(settings: NvrxSettings, scenarios: Sequence[Scenario], work_
     raise ConfigError.naming(lambda entry: f"scenario {first.id}{also}: {error.message_for(entry)}")
 
 
-def refuse_stray_plant(config: RunConfig, environ: Mapping[str, str]) -> None:
-    """A run that plants nothing refuses to start where the environment names a plant: its
-    workers would inherit it, and a planted run must never pass for a qualification run."""
-    stray = environ.get(PLANT_ENV)
-    if config.plant is None and stray:
-        raise ConfigError(
-            f"{PLANT_ENV}={quote(stray)} is set in this environment: the workers would run with a"
-            " planted recovery bug, and a planted run is never a qualification; unset it (python"
-            " -m pytest_nvrx selftest plants its bugs on purpose)"
-        )
-
-
-def prepare_megatron(config: RunConfig) -> Preparation | None:
-    """A Megatron run's checkout made ready for its first use: what Megatron builds there at
-    first use (its dataset helpers) built once, under a lock every session shares
-    (:mod:`pytest_nvrx.megatron_prepare`; done once per process). ConfigError: it cannot be."""
-    if config.workload != "megatron" or config.megatron_path is None:
-        return None
-    return ensure_prepared(config.megatron_path, who=f"run {config.run_id}")
-
-
-def plan_launch(
-    config: RunConfig,
-    *,
-    dry_run: bool = False,
-    port: int | None = None,
-    run_timeout: float | None = None,
-) -> Plan:
-    """Validate, claim and create the run dirs, build the recipe (nothing launched). A dry run
-    writes nothing (no claim, no directory, no build), probes no stack and names ``ft_launcher``
-    without looking for it. ``run_timeout``: the seconds the launch will be given; a run that
-    cannot detect and recover from its faults in that time is refused
-    (settings/feasibility.py).
-
-    Before the run dir is made, a Megatron checkout is made ready for its first use
-    (:func:`prepare_megatron`): the plan's ``first_use`` says what was done.
-
-    The checkpoint dir is claimed too (one run at a time, :mod:`pytest_nvrx.checkpoint_claim`):
-    checked before the run dir is made, so a refused run writes nothing, and claimed after it;
-    a plan that fails afterwards gives the claim back, :func:`launch_run` at the launch's end."""
-    validate_run(config)
-    if run_timeout is not None:
-        check_run_timeout(config, run_timeout)
-    refuse_stray_plant(config, os.environ)
-    layout = config.layout
-    check_checkpoint_dir(layout.checkpoint_dir, run_id=config.run_id, run_dir=layout.run_dir)
-    if dry_run:
-        # what the run would be refused for, and its command; nothing written (the
-        # walkthrough's script makes the run dir first: then verify called it no run dir)
-        if config.nnodes == 1:
-            check_fresh_run_dir(layout)
-        check_unclaimed_run_dir(layout, nnodes=config.nnodes, node_index=config.node_index)
-        return plan_run(config, launcher_exe="ft_launcher", port=port, probe=False)
-    first_use = prepare_megatron(config)
-    prepare_run_dir(config)
-    try:
-        claim_checkpoint_dir(
-            layout.checkpoint_dir,
-            run_id=config.run_id,
-            run_dir=layout.run_dir,
-            nnodes=config.nnodes,
-            node_index=config.node_index,
-        )
-    except ConfigError:
-        # lost a race for the checkpoint dir: nothing ran here, the run ID may be tried again
-        give_back_run_dir(layout, nnodes=config.nnodes, node_index=config.node_index)
-        raise
-    try:
-        planned = plan_run(config, launcher_exe=find_launcher(), port=port, probe=True)
-        return dataclasses.replace(planned, first_use=first_use)
-    except BaseException:
-        release_dir(layout.checkpoint_dir)
-        give_back_run_dir(layout, nnodes=config.nnodes, node_index=config.node_index)
-        raise
-
-
-@dataclass(frozen=True)
-class LaunchOutcome:
-    """How a launch ended: the launcher's result, or the deadline's message (tree killed)."""
-
-    result: RunResult | None
-    timed_out: str | None = None
-
-
-def wait_launch(
-    launch: Launch, timeout_s: float, on_progress: Callable[[Progress], None] | None = None
-) -> LaunchOutcome:
-    """Wait for a started launch to end: the launcher's result, or the deadline's message (its
-    tree killed)."""
-    try:
-        return LaunchOutcome(launch.wait(timeout_s, on_progress=on_progress))
-    except RunTimeout as exc:
-        return LaunchOutcome(None, str(exc))
-
-
-def hold_launch(
-    launch: Launch,
-    wait: Callable[[Launch], LaunchOutcome],
-    *,
-    gpus: Sequence[str] = (),
-    on_start: Callable[[Launch], None] | None = None,
-) -> LaunchOutcome:
-    """Start ``launch`` holding a lock per GPU in ``gpus`` and ``wait`` for it; leaving kills the
-    whole tree and writes result.json, also on Ctrl-C or a stop signal."""
-    try:
-        with gpu_locks(list(gpus)), launch:
-            if on_start is not None:
-                on_start(launch)
-            return wait(launch)
-    finally:
-        # the tree is stopped (Launch's exit): the checkpoint dir is free for the next run
-        release_dir(launch.layout.checkpoint_dir)
-
-
-def launch_run(
-    planned: Plan,
-    timeout_s: float,
-    *,
-    on_progress: Callable[[Progress], None] | None = None,
-    on_start: Callable[[Launch], None] | None = None,
-    gpus: Sequence[str] = (),
-) -> LaunchOutcome:
-    """Launch the planned recipe and wait for it (holding a lock per GPU in ``gpus``): ``python -m
-    pytest_nvrx run``'s launch (a scenario's is :class:`ScenarioLaunch`)."""
-    launch = Launch(planned.recipe, stack=planned.manifest_stack())
-    return hold_launch(
-        launch, lambda it: wait_launch(it, timeout_s, on_progress), gpus=gpus, on_start=on_start
-    )
-
-
 class ScenarioLaunch:
     """One scenario's launch: plans it, announces it, launches it, waits for it and judges it.
 
     The one launch path of both ways scenarios run: one at a time, :meth:`run` (holding a lock
-    per GPU the session sees); side by side, a :class:`~pytest_nvrx.parallel.LaunchPool` job of
-    :class:`~pytest_nvrx.scenario_pool.ScenarioPool` whose ``make`` is :meth:`launch` (on the
-    slot the pool took) and whose ``wait`` is :meth:`wait`. ``write`` gets the scenario's lines,
-    ``progress`` (else ``write``) the periodic ones while it trains, each prefixed with the
+    per GPU the session sees); side by side, a :class:`~pytest_nvrx.session.launch_pool.LaunchPool`
+    job of :class:`~pytest_nvrx.session.scenario_pool.ScenarioPool` whose ``make`` is :meth:`launch`
+    (on the slot the pool took) and whose ``wait`` is :meth:`wait`. ``write`` gets the scenario's
+    lines, ``progress`` (else ``write``) the periodic ones while it trains, each prefixed with the
     scenario; ``gpu_ledger`` (a pool's) learns which GPUs the run held when; ``seed`` is a
     checkpoint the run starts from (a self-test's seeded plant)."""
 
@@ -799,20 +650,6 @@ def run_scenario(
 
 def scenario_timeout(settings: NvrxSettings, scenario: Scenario) -> float:
     return settings.run_timeout or RUN_TIMEOUTS[scenario.workload]
-
-
-def announce_plan(planned: Plan, say: Callable[[str], None]) -> None:
-    """The stack, the plan's notes and the run dir, before the launch."""
-    if planned.stack is not None:
-        # "nvrx <scenario>: stack: ...", not "nvrx <scenario>: nvrx stack: ..."
-        from pytest_nvrx.stack import format_stack_line
-
-        say(format_stack_line(planned.stack).removeprefix("nvrx "))
-    for note in planned.notes:
-        say(f"note: {note}")
-    gpus = planned.recipe.env.get("CUDA_VISIBLE_DEVICES")
-    on = f" on GPU {gpus}" if gpus is not None else ""
-    say(f"launching in {planned.recipe.layout.run_dir}{on}")
 
 
 def judge_scenario(

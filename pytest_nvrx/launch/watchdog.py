@@ -1,18 +1,18 @@
 """A run's watchdog: it stops the run when the harness that launched it dies.
 
-:class:`~pytest_nvrx.launch.Launch` starts this process before the launcher, in a session of
-its own, holding the read end of a pipe whose only write end the harness (``run``, a pytest
+:class:`~pytest_nvrx.launch.launcher.Launch` starts this process before the launcher, in a session
+of its own, holding the read end of a pipe whose only write end the harness (``run``, a pytest
 session or xdist worker) keeps. The kernel closes that end however the harness ends, SIGKILL
 and the OOM killer included. When the harness says ``done`` first (it stopped the tree and
 wrote result.json itself) the watchdog exits at once. When the pipe reaches its end without
 ``done``, the harness is gone and nobody watches the run any more: the watchdog stops every
-process of the run (:func:`~pytest_nvrx.process_tree.kill_tree`: below the launcher and by the
-run's tag, workers reparented to init included), writes result.json naming it
+process of the run (:func:`~pytest_nvrx.launch.process_tree.kill_tree`: below the launcher and by
+the run's tag, workers reparented to init included), writes result.json naming it
 (``"interrupted": "harness killed"``) unless the harness wrote one, removes the launch's
-TMPDIR and releases the checkpoint-dir claim the harness held (pytest_nvrx.checkpoint_claim).
+TMPDIR and releases the checkpoint-dir claim the harness held (pytest_nvrx.launch.checkpoint_claim).
 Messages go to the run's console log. No pytest.
 
-    python -m pytest_nvrx.watchdog --fd N --tag TAG --result PATH --tmpdir DIR \\
+    python -m pytest_nvrx.launch.watchdog --fd N --tag TAG --result PATH --tmpdir DIR \\
         --start-time ISO [--checkpoint-dir D --harness-pid PID]
 """
 
@@ -29,8 +29,8 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
+from pytest_nvrx.launch.process_tree import kill_tree
 from pytest_nvrx.outputs import write_atomic
-from pytest_nvrx.process_tree import kill_tree
 
 #: what the harness writes when it no longer needs the watchdog
 DONE = b"done\n"
@@ -88,11 +88,11 @@ def _write_result(path: Path, start_time: str, launcher: int | None, t0: float) 
 
 
 def _release_claims(checkpoint_dir: Path | None, harness: int | None) -> list[Path]:
-    """The checkpoint-dir claims the dead harness held (pytest_nvrx.checkpoint_claim): theirs
+    """The checkpoint-dir claims the dead harness held (pytest_nvrx.launch.checkpoint_claim): theirs
     only, never another run's."""
     if checkpoint_dir is None or harness is None:
         return []
-    from pytest_nvrx.checkpoint_claim import is_claim_name, read_holder
+    from pytest_nvrx.launch.checkpoint_claim import is_claim_name, read_holder
 
     released = []
     try:
@@ -110,7 +110,7 @@ def _release_claims(checkpoint_dir: Path | None, harness: int | None) -> list[Pa
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pytest_nvrx.watchdog")
+    parser = argparse.ArgumentParser(prog="python -m pytest_nvrx.launch.watchdog")
     parser.add_argument("--fd", type=int, required=True)
     parser.add_argument("--tag", required=True)
     parser.add_argument("--result", type=Path, required=True)

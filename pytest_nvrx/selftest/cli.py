@@ -1,5 +1,5 @@
 """``python -m pytest_nvrx selftest``: plant each known recovery bug into real runs of this stack
-and show that the criteria catch every one (pytest_nvrx.selftest; docs/selftest.md).
+and show that the criteria catch every one (pytest_nvrx.selftest.run; docs/selftest.md).
 
 Exit status: 0 every plant caught by its documented criterion and the control qualified; 1 a plant
 was missed (its run qualified) or caught only by another criterion; 2 the self-test cannot tell
@@ -20,16 +20,16 @@ from pathlib import Path
 from typing import TextIO
 
 from pytest_nvrx.evidence.refs import printable
+from pytest_nvrx.launch.prepare_megatron import ensure_prepared
+from pytest_nvrx.launch.stop_signals import interrupt_on_stop_signals, interrupt_signal
 from pytest_nvrx.layout import RUNS_DIR
-from pytest_nvrx.megatron_prepare import ensure_prepared
 from pytest_nvrx.outputs import (
     OutputRefused,
     check_output_targets,
     check_outputs,
     write_output,
 )
-from pytest_nvrx.plants import PLANTS
-from pytest_nvrx.selftest import SelftestResult, choose_plants, run_selftest
+from pytest_nvrx.selftest.run import SelftestResult, choose_plants, run_selftest
 from pytest_nvrx.settings import (
     PARSERS,
     ConfigError,
@@ -40,7 +40,7 @@ from pytest_nvrx.settings import (
     parse_rtol,
     plugin_setting,
 )
-from pytest_nvrx.stop_signals import interrupt_on_stop_signals, interrupt_signal
+from pytest_nvrx.settings.plants import PLANTS
 
 EXIT_USAGE = 2
 

@@ -2,7 +2,7 @@
 
 What the walkthrough's ``run_megatron_gpt.sh`` does, as data. The only I/O here is writing
 ``run.json``; the run directory (its checks, claim and creation, a launch's TMPDIR) is
-:mod:`pytest_nvrx.run_dir`, launching is :mod:`pytest_nvrx.launch`.
+:mod:`pytest_nvrx.launch.run_dir_setup`, launching is :mod:`pytest_nvrx.launch.launcher`.
 """
 
 from __future__ import annotations
@@ -18,12 +18,10 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pytest_nvrx import __version__
+from pytest_nvrx import __version__, worker
+from pytest_nvrx.launch.ports import free_port, shared_port
 from pytest_nvrx.layout import MANIFEST_SCHEMA, PLANT_RECORDS_DIR, RunLayout
 from pytest_nvrx.outputs import write_atomic
-from pytest_nvrx.plant_hook import nvrx_plants
-from pytest_nvrx.plant_hook.nvrx_plants import PLANT_ENV, RECORDS_ENV
-from pytest_nvrx.ports import free_port, shared_port
 from pytest_nvrx.settings import (
     REFERENCE_ASYNC_WRITER_FLAG,
     RunConfig,
@@ -32,11 +30,14 @@ from pytest_nvrx.settings import (
     format_seconds,
 )
 from pytest_nvrx.settings.schedule import render_schedule
+from pytest_nvrx.worker.plant_hook import nvrx_plants
+from pytest_nvrx.worker.plant_hook.nvrx_plants import PLANT_ENV, RECORDS_ENV
 
 if TYPE_CHECKING:
-    from pytest_nvrx.megatron_source import MegatronFlags
+    from pytest_nvrx.megatron.source import MegatronFlags
 
-INJECTOR_PATH = Path(__file__).resolve().parent / "injector.py"
+#: run as a script by ft_launcher (never imported: stdlib only, a worker's own interpreter)
+INJECTOR_PATH = Path(worker.__file__).resolve().parent / "injector.py"
 REFERENCE_MODULE = "pytest_nvrx.workloads.reference"
 
 
@@ -148,8 +149,8 @@ def log_server_port_for(config: RunConfig) -> int:
     """A distinct ``--ft-log-server-port`` per run.
 
     ft_launcher's log server defaults to 50051 on every host, so two launchers mix their logs.
-    On one node any free port will do (:func:`pytest_nvrx.ports.free_port`); across nodes every
-    launcher must agree, so the port is derived from the shared run ID.
+    On one node any free port will do (:func:`pytest_nvrx.launch.ports.free_port`); across nodes
+    every launcher must agree, so the port is derived from the shared run ID.
     """
     if config.nnodes == 1:
         return free_port()

@@ -2,7 +2,8 @@
 
 The rendezvous host is the step's first node; the allocation is the caller's (inside a batch
 script or an salloc shell) or one made here with ``salloc`` and cancelled when the launch ends.
-Used by :class:`pytest_nvrx.launch.Launch` for ``config.launcher == "slurm"``. No pytest here.
+Used by :class:`pytest_nvrx.launch.launcher.Launch` for ``config.launcher == "slurm"``. No pytest
+here.
 """
 
 from __future__ import annotations
@@ -18,10 +19,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from pytest_nvrx.launch.ports import PORTS_SCRIPT
+from pytest_nvrx.launch.recipe import MULTI_LAUNCHERS_VAR, Recipe, rdzv_host_option
+from pytest_nvrx.launch.run_dir_setup import check_fresh_run_dir
 from pytest_nvrx.layout import node_console_log_name
-from pytest_nvrx.ports import PORTS_SCRIPT
-from pytest_nvrx.recipe import MULTI_LAUNCHERS_VAR, Recipe, rdzv_host_option
-from pytest_nvrx.run_dir import check_fresh_run_dir
 from pytest_nvrx.settings import DEFAULT_RDZV_ENDPOINT, ConfigError
 
 #: In a node's launcher argv: replaced on each node by ``true`` on the rendezvous host (the
@@ -304,8 +305,8 @@ class SlurmLaunch:
 
     def _free_ports_on(self, node: str, count: int) -> int:
         """The first of ``count`` ports free right now on ``node``, outside its ephemeral range
-        (asked there: the controller may be elsewhere; :mod:`pytest_nvrx.ports` runs there as a
-        script)."""
+        (asked there: the controller may be elsewhere; :mod:`pytest_nvrx.launch.ports` runs there as
+        a script)."""
         assert self.srun is not None and self.job_id is not None
         out = _slurm(
             [

@@ -1,7 +1,7 @@
 """Megatron's first-use build, done once before anything launches. No pytest here.
 
 What a checkout builds at first use (its dataset helpers) is read by
-:mod:`pytest_nvrx.megatron_build`. Before any scenario launches, the session (the CLI's ``run``,
+:mod:`pytest_nvrx.megatron.build`. Before any scenario launches, the session (the CLI's ``run``,
 a pytest session, each xdist worker, the self-test) makes sure it is built, so that every job's
 rank 0 then finds it up to date (``make: Nothing to be done``) and no worker can import it half
 written:
@@ -11,8 +11,8 @@ written:
 * else the build is claimed with a claim file beside the artifact (``.nvrx-build.claim`` in the
   Makefile's directory: on shared storage every session, node and job using the checkout sees
   it), made with ``O_EXCL`` and naming its holder like a checkpoint dir's claim
-  (:mod:`pytest_nvrx.checkpoint_claim`); the others wait for it. A holder on this host that no
-  longer runs is taken over at once; one on another host when its claim stops changing (the
+  (:mod:`pytest_nvrx.launch.checkpoint_claim`); the others wait for it. A holder on this host that
+  no longer runs is taken over at once; one on another host when its claim stops changing (the
   holder touches it every :data:`HEARTBEAT_S`) for :data:`STALE_S`;
 * the holder runs the checkout's own ``make`` in a temporary tree laid out as the checkout (the
   directory copied whole, the rest linked, so relative paths read as in place; a temporary
@@ -50,8 +50,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from pytest_nvrx import __version__
-from pytest_nvrx.checkpoint_claim import Holder, pid_start, read_holder, settled_holder
-from pytest_nvrx.megatron_build import (
+from pytest_nvrx.launch.checkpoint_claim import Holder, pid_start, read_holder, settled_holder
+from pytest_nvrx.megatron.build import (
     COMMAND_MISSING,
     FirstUseBuild,
     MakeError,

@@ -1,5 +1,5 @@
 """Scenarios side by side: a pool of concurrent launches on GPU slots
-(:class:`pytest_nvrx.gpu_slots.GpuSlots`). No pytest here.
+(:class:`pytest_nvrx.launch.gpu_slots.GpuSlots`). No pytest here.
 
 **Pool.** :class:`LaunchPool` starts the queued jobs that fit (``max_parallel``, GPU slots), waits
 for each in a thread of its own (``Launch.wait`` only polls and sleeps) and hands out the outcome
@@ -17,16 +17,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from pytest_nvrx.gpu_slots import GpuSlots as GpuSlots  # re-exported: parallel.GpuSlots
-from pytest_nvrx.gpu_slots import Slot as Slot
-from pytest_nvrx.gpu_slots import slot_lock_path as slot_lock_path
+from pytest_nvrx.launch.gpu_slots import GpuSlots as GpuSlots  # re-exported: parallel.GpuSlots
+from pytest_nvrx.launch.gpu_slots import Slot as Slot
+from pytest_nvrx.launch.gpu_slots import slot_lock_path as slot_lock_path
 
 #: how often a waiting pool looks for a free slot or a finished job
 POLL_S = 0.2
 
 
 class Waitable(Protocol):
-    """What the pool needs of a launch (pytest_nvrx.launch.Launch)."""
+    """What the pool needs of a launch (pytest_nvrx.launch.launcher.Launch)."""
 
     def __enter__(self) -> Waitable: ...
 

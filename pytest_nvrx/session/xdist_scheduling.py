@@ -17,7 +17,7 @@ import re
 
 from xdist.scheduler import LoadScopeScheduling
 
-from pytest_nvrx.scenarios import WORKLOAD_ORDER
+from pytest_nvrx.session.scenarios import WORKLOAD_ORDER
 
 _SCENARIO_PARAM = re.compile(
     r"\[(?P<group>existing-run|" + "|".join(map(re.escape, WORKLOAD_ORDER)) + r")(?:-|\])"

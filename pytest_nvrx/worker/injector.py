@@ -66,8 +66,8 @@ from typing import Any, Final, NoReturn
 
 # Megatron's checkpoint tracker, repeated from pytest_nvrx.layout (stdlib-only module).
 TRACKER_NAME: Final = "latest_checkpointed_iteration.txt"
-# The self-test's planted bug in the workers' environment, repeated from pytest_nvrx.plants (a
-# test holds the two equal): the marker names it, so that a planted run can never pass for a
+# The self-test's planted bug in the workers' environment, repeated from pytest_nvrx.settings.plants
+# (a test holds the two equal): the marker names it, so that a planted run can never pass for a
 # qualification run.
 PLANT_ENV: Final = "PYTEST_NVRX_PLANT"
 

@@ -13,7 +13,14 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from pytest_nvrx.megatron_ast import argument_file, call_name, coerce, const_str, dotted, literal
+from pytest_nvrx.megatron.source_ast import (
+    argument_file,
+    call_name,
+    coerce,
+    const_str,
+    dotted,
+    literal,
+)
 
 #: Other files that add options (pretrain_gpt.py's extra_args_provider, when it has one).
 EXTRA_ARGUMENT_FILES = ("pretrain_gpt.py",)

@@ -16,7 +16,7 @@ own make would. ``-q`` runs no ordinary recipe, but make still runs, in the real
 reading the Makefile runs (its ``$(shell ...)`` calls, the rules that remake an included
 makefile) and a recipe's ``+`` lines: exactly what Megatron's own make runs there at first use
 in every job, so nothing a job would not run (docs/gpu.md says so). Building it once, under a
-lock, is :mod:`pytest_nvrx.megatron_prepare`.
+lock, is :mod:`pytest_nvrx.launch.prepare_megatron`.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from pytest_nvrx.megatron_ast import call_name, const_str
+from pytest_nvrx.megatron.source_ast import call_name, const_str
 
 #: The names GNU make looks for, in its order.
 MAKEFILE_NAMES = ("GNUmakefile", "makefile", "Makefile")

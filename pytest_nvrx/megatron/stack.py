@@ -4,7 +4,7 @@ A recovery verdict is only worth something next to the stack it was measured on.
 come from a probe run by the *workers'* interpreter, which need not be the one running pytest:
 this file, run as a script, prints one JSON line (stdlib only; any Python >= 3.10 can run it).
 Megatron's version and revision are read from the checkout, without importing it. What the
-checkout's own parser and argument validation say is :mod:`pytest_nvrx.megatron_source`.
+checkout's own parser and argument validation say is :mod:`pytest_nvrx.megatron.source`.
 
 Every field that cannot be determined is None; nothing here raises for a missing package.
 

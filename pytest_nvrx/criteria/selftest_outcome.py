@@ -17,7 +17,7 @@ from typing import Any, Literal
 from pytest_nvrx.criteria.judgement import Judgement
 from pytest_nvrx.evidence.plant_records import PlantRecords
 from pytest_nvrx.evidence.refs import EvidenceRef
-from pytest_nvrx.plants import Plant
+from pytest_nvrx.settings.plants import Plant
 
 Status = Literal[
     "caught",  # not qualified, and the documented criterion failed

@@ -2,9 +2,9 @@
 
 A plant is a known recovery bug put into a real run on purpose (``PYTEST_NVRX_PLANT`` in the
 workers' environment): the Megatron workers get it through the import hook in
-``pytest_nvrx/plant_hook/``, the CPU reference workload plants it itself. Each entry says what real
-bug it models and which criterion must catch it; ``python -m pytest_nvrx selftest`` runs them all
-and fails when one is not caught (docs/selftest.md).
+``pytest_nvrx/worker/plant_hook/``, the CPU reference workload plants it itself. Each entry says
+what real bug it models and which criterion must catch it; ``python -m pytest_nvrx selftest`` runs
+them all and fails when one is not caught (docs/selftest.md).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import ast
 from dataclasses import dataclass
 from pathlib import Path
 
-from pytest_nvrx.plant_hook.nvrx_plants import MEGATRON_POINTS, PLANT_ENV, RECORDS_ENV
+from pytest_nvrx.worker.plant_hook.nvrx_plants import MEGATRON_POINTS, PLANT_ENV, RECORDS_ENV
 
 __all__ = [
     "PLANTS",

@@ -2,7 +2,7 @@
 
 The fixture asks for one scenario at a time; the first ask submits every scenario of that
 workload the session will run, and :class:`ScenarioPool` launches as many as fit at once
-(:class:`pytest_nvrx.parallel.LaunchPool`: ``--nvrx-parallel``, and GPU slots per
+(:class:`pytest_nvrx.session.launch_pool.LaunchPool`: ``--nvrx-parallel``, and GPU slots per
 ``--nvrx-gpu-share``). Each run is planned when its turn comes (its own run dir, TMPDIR, log
 server port and rendezvous port are chosen then, moments before its launcher binds them) and
 gets ``CUDA_VISIBLE_DEVICES`` naming the GPUs of its slot. Judging stays in the order pytest asks,
@@ -18,16 +18,12 @@ from collections.abc import Callable, MutableMapping, Sequence
 from pathlib import Path
 
 from pytest_nvrx.evidence.rundir import RunEvidence
-from pytest_nvrx.gpu_slots import GpuLedger as GpuLedger  # re-exported
-from pytest_nvrx.gpu_slots import GpuSlots, visible_gpus
-from pytest_nvrx.parallel import Job, LaunchPool
-from pytest_nvrx.scenario_run import (
-    LaunchOutcome,
-    ScenarioLaunch,
-    ScenarioRun,
-    scenario_values,
-)
-from pytest_nvrx.scenarios import Scenario
+from pytest_nvrx.launch.gpu_slots import GpuLedger as GpuLedger  # re-exported
+from pytest_nvrx.launch.gpu_slots import GpuSlots, visible_gpus
+from pytest_nvrx.launch.run import LaunchOutcome
+from pytest_nvrx.session.launch_pool import Job, LaunchPool
+from pytest_nvrx.session.scenario_run import ScenarioLaunch, ScenarioRun, scenario_values
+from pytest_nvrx.session.scenarios import Scenario
 from pytest_nvrx.settings import NvrxSettings, RunConfig
 
 
@@ -73,8 +69,8 @@ def cpu_parallel(cpus: int | None) -> int:
 
 class ScenarioPool:
     """Launches submitted scenarios side by side; :meth:`run` waits for one and judges it. Each
-    is a :class:`~pytest_nvrx.scenario_run.ScenarioLaunch`, the launch path of a scenario run
-    one at a time too: the pool's job makes its launch on the slot it took and waits for it."""
+    is a :class:`~pytest_nvrx.session.scenario_run.ScenarioLaunch`, the launch path of a scenario
+    run one at a time too: the pool's job makes its launch on the slot it took and waits for it."""
 
     def __init__(
         self,

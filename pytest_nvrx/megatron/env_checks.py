@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pytest_nvrx.megatron_ast import (
+from pytest_nvrx.megatron.source_ast import (
     ARGUMENT_FILES,
     argument_file,
     coerce,

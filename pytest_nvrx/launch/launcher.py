@@ -6,8 +6,8 @@ inherits a unique tag in its environment; cleanup signals the launcher's group, 
 all descendants, and every process still carrying the tag (orphans included).
 
 With ``config.launcher == "slurm"`` the launch is one ``srun`` step of one task per node
-(:mod:`pytest_nvrx.slurm_launch`). Stop signals stop a run like Ctrl-C, and a launch's cleanup
-holds them back (:mod:`pytest_nvrx.stop_signals`); their names are imported from there.
+(:mod:`pytest_nvrx.launch.slurm`). Stop signals stop a run like Ctrl-C, and a launch's cleanup
+holds them back (:mod:`pytest_nvrx.launch.stop_signals`); their names are imported from there.
 Live progress is read by :mod:`pytest_nvrx.evidence.progress`, in the line formats of the
 workload's log adapter: those its parser reads.
 """
@@ -28,7 +28,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+import pytest_nvrx
 from pytest_nvrx.evidence.progress import Progress, ProgressReader, read_tail
+from pytest_nvrx.launch.process_tree import TAG_VAR, kill_tree
+from pytest_nvrx.launch.recipe import (
+    Recipe,
+    manifest,
+    utc_now,
+    write_json_atomic,
+)
+from pytest_nvrx.launch.run_dir_setup import give_back_run_dir, make_run_tmpdir
+from pytest_nvrx.launch.slurm import SlurmLaunch
+from pytest_nvrx.launch.stop_signals import deferred_stop_signals, interrupt_signal
+from pytest_nvrx.launch.watchdog import DONE as WATCHDOG_DONE
 from pytest_nvrx.layout import (
     CONSOLE_LOG_NAME,
     MANIFEST_NAME,
@@ -37,18 +49,7 @@ from pytest_nvrx.layout import (
     node_file_name,
 )
 from pytest_nvrx.outputs import is_disk_full
-from pytest_nvrx.process_tree import TAG_VAR, kill_tree
-from pytest_nvrx.recipe import (
-    Recipe,
-    manifest,
-    utc_now,
-    write_json_atomic,
-)
-from pytest_nvrx.run_dir import give_back_run_dir, make_run_tmpdir
 from pytest_nvrx.settings import ConfigError
-from pytest_nvrx.slurm_launch import SlurmLaunch
-from pytest_nvrx.stop_signals import deferred_stop_signals, interrupt_signal
-from pytest_nvrx.watchdog import DONE as WATCHDOG_DONE
 
 
 class RunTimeout(RuntimeError):
@@ -213,19 +214,19 @@ class Launch:
         return self
 
     def _start_watchdog(self) -> None:
-        """The run's watchdog (pytest_nvrx.watchdog): a process of its own session that stops
+        """The run's watchdog (pytest_nvrx.launch.watchdog): a process of its own session that stops
         the run if this harness dies, by whatever signal, before it released it."""
         assert self.tmpdir is not None
         read_end, write_end = os.pipe()
         env = {k: v for k, v in os.environ.items() if k != TAG_VAR}
-        here = str(Path(__file__).resolve().parent.parent)
+        here = str(Path(pytest_nvrx.__file__).resolve().parent.parent)  # holds pytest_nvrx/
         env["PYTHONPATH"] = os.pathsep.join([here, *filter(None, [env.get("PYTHONPATH")])])
         try:
             self._watchdog = subprocess.Popen(
                 [
                     sys.executable,
                     "-m",
-                    "pytest_nvrx.watchdog",
+                    "pytest_nvrx.launch.watchdog",
                     "--fd",
                     str(read_end),
                     "--tag",

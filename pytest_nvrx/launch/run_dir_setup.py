@@ -25,8 +25,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from pytest_nvrx import __version__
-from pytest_nvrx.checkpoint_claim import another_checkpoint_dir, is_claim_name
 from pytest_nvrx.evidence.tracker import read_tracker
+from pytest_nvrx.launch.checkpoint_claim import another_checkpoint_dir, is_claim_name
+from pytest_nvrx.launch.recipe import utc_now
 from pytest_nvrx.layout import (
     RESULT_NAME,
     RUN_CLAIM_NAME,
@@ -37,8 +38,6 @@ from pytest_nvrx.layout import (
     node_file_name,
 )
 from pytest_nvrx.outputs import is_disk_full, reserve_of, reserve_space, write_atomic
-from pytest_nvrx.plant_hook.nvrx_plants import COMPLETE_FILES
-from pytest_nvrx.recipe import utc_now
 from pytest_nvrx.settings import (
     ConfigError,
     EntryPoint,
@@ -48,6 +47,7 @@ from pytest_nvrx.settings import (
     show_path,
     validate,
 )
+from pytest_nvrx.worker.plant_hook.nvrx_plants import COMPLETE_FILES
 
 #: Linux limits: a whole path (with its NUL), one path component.
 PATH_MAX = 4096

@@ -18,21 +18,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pytest_nvrx.evidence.plant_records import read_plant_records
-from pytest_nvrx.gpu_slots import visible_gpus
-from pytest_nvrx.layout import iteration_dir_name
-from pytest_nvrx.plant_hook.nvrx_plants import complete_iterations
-from pytest_nvrx.plants import PLANTS, Plant, missing_patch_points, plant_named
-from pytest_nvrx.scenario_pool import ScenarioPool, parallel_limit
-from pytest_nvrx.scenario_run import ScenarioRun, scenario_values
-from pytest_nvrx.scenarios import Scenario
-from pytest_nvrx.selftest_outcome import (
+from pytest_nvrx.criteria.selftest_outcome import (
     PlantOutcome,
     control_outcome,
     exit_status,
     plant_outcome,
 )
+from pytest_nvrx.evidence.plant_records import read_plant_records
+from pytest_nvrx.launch.gpu_slots import visible_gpus
+from pytest_nvrx.layout import iteration_dir_name
+from pytest_nvrx.session.scenario_pool import ScenarioPool, parallel_limit
+from pytest_nvrx.session.scenario_run import ScenarioRun, scenario_values
+from pytest_nvrx.session.scenarios import Scenario
 from pytest_nvrx.settings import ConfigError, NvrxSettings, RunConfig, WorkloadKind
+from pytest_nvrx.settings.plants import PLANTS, Plant, missing_patch_points, plant_named
+from pytest_nvrx.worker.plant_hook.nvrx_plants import complete_iterations
 
 JSON_SCHEMA_VERSION = 1
 

@@ -15,8 +15,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from pytest_nvrx.megatron_prepare import Preparation
-from pytest_nvrx.megatron_source import (
+from pytest_nvrx.launch.prepare_megatron import Preparation
+from pytest_nvrx.launch.recipe import (
+    NO_TE_PROFILE,
+    EnvOrigin,
+    Recipe,
+    WorkerEnvVar,
+    build_recipe,
+    no_te_profile_args,
+)
+from pytest_nvrx.megatron.source import (
     DOCUMENTED_ENV_CHECKS,
     EnvCheck,
     MegatronFlags,
@@ -27,16 +35,8 @@ from pytest_nvrx.megatron_source import (
     probe_megatron_flags,
     probe_validation_env,
 )
-from pytest_nvrx.recipe import (
-    NO_TE_PROFILE,
-    EnvOrigin,
-    Recipe,
-    WorkerEnvVar,
-    build_recipe,
-    no_te_profile_args,
-)
+from pytest_nvrx.megatron.stack import Stack, detect_stack, no_te_profile_applies
 from pytest_nvrx.settings import ConfigError, RunConfig, check_port
-from pytest_nvrx.stack import Stack, detect_stack, no_te_profile_applies
 
 #: Variables pytest-nvrx sets for the workers when the checkout's validation demands them.
 #: Any other check the run is sure to fail is refused before launch; one it may fail is a note.

@@ -7,7 +7,8 @@ the parent links find below the launcher and what carries the tag, wherever it l
 psutil reads the links, the environments, the states and the groups, and waits; the tag sweep
 stays ours: no parent link leads to a reparented worker (tests/test_harness_death.py, where
 the harness is SIGKILLed and its workers are found by the tag alone). Used by
-:mod:`pytest_nvrx.launch` and by the run's watchdog (:mod:`pytest_nvrx.watchdog`). No pytest.
+:mod:`pytest_nvrx.launch.launcher` and by the run's watchdog (:mod:`pytest_nvrx.launch.watchdog`).
+No pytest.
 """
 
 from __future__ import annotations

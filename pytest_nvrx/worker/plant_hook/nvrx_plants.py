@@ -1,11 +1,12 @@
 """Known recovery bugs planted into a real workload for the self-test (stdlib only).
 
-``python -m pytest_nvrx selftest`` runs each plant of the catalogue (``pytest_nvrx.plants``) once
-and requires the normal criteria to catch it. A plant is chosen by ``PYTEST_NVRX_PLANT`` in the
-workers' environment and acts silently, as a real bug would: it prints nothing. What it did is
-written, by the process that did it, as one JSON record per act into the directory named by
-``PYTEST_NVRX_PLANT_RECORDS`` (the run directory's ``plant-records/``). A planted run without a
-record was not planted: the self-test says "plant not applied", never "caught".
+``python -m pytest_nvrx selftest`` runs each plant of the catalogue
+(``pytest_nvrx.settings.plants``) once and requires the normal criteria to catch it. A plant is
+chosen by ``PYTEST_NVRX_PLANT`` in the workers' environment and acts silently, as a real bug would:
+it prints nothing. What it did is written, by the process that did it, as one JSON record per act
+into the directory named by ``PYTEST_NVRX_PLANT_RECORDS`` (the run directory's ``plant-records/``).
+A planted run without a record was not planted: the self-test says "plant not applied", never
+"caught".
 
 Megatron-LM is patched without touching the checkout: this directory goes first on the workers'
 ``PYTHONPATH``, its ``sitecustomize`` calls :func:`install`, which puts an import hook in front of
@@ -41,8 +42,8 @@ from typing import Any, Final
 PLANT_ENV: Final = "PYTEST_NVRX_PLANT"
 RECORDS_ENV: Final = "PYTEST_NVRX_PLANT_RECORDS"
 RESTART_COUNT_ENV: Final = "TORCHELASTIC_RESTART_COUNT"
-#: The catalogue's names, repeated from pytest_nvrx.plants (this module imports nothing of ours;
-#: a test holds the two equal).
+#: The catalogue's names, repeated from pytest_nvrx.settings.plants (this module imports nothing of
+#: ours; a test holds the two equal).
 PLANT_NAMES: Final = (
     "rng",
     "optimizer-reset",
@@ -64,7 +65,7 @@ COMPLETE_FILES: Final = (".metadata", "metadata.json")
 _ITER_DIR = re.compile(r"iter_(\d{7})")
 
 #: Megatron patch points per plant: (module, dotted name in it). Checked by name before a run
-#: (pytest_nvrx.plants.missing_patch_points) and again when the module loads.
+#: (pytest_nvrx.settings.plants.missing_patch_points) and again when the module loads.
 MEGATRON_POINTS: Final[dict[str, tuple[tuple[str, str], ...]]] = {
     "rng": (("megatron.training.checkpointing", "load_checkpoint"),),
     "optimizer-reset": (("megatron.training.checkpointing", "load_checkpoint"),),
