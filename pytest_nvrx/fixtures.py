@@ -36,7 +36,7 @@ import pytest
 from pytest_nvrx.criteria.selftest_outcome import PlantOutcome
 from pytest_nvrx.evidence.refs import printable
 from pytest_nvrx.evidence.rundir import RunEvidence
-from pytest_nvrx.launch.gpu_slots import visible_gpus
+from pytest_nvrx.launch.gpu_slots import gpu_available, visible_gpus
 from pytest_nvrx.launch.prepare_megatron import ensure_prepared
 from pytest_nvrx.launch.retention import prune_checkpoint_payload
 from pytest_nvrx.launch.stop_signals import interrupt_on_stop_signals
@@ -45,7 +45,6 @@ from pytest_nvrx.session.scenario_pool import ScenarioPool, parallel_limit
 from pytest_nvrx.session.scenario_run import (
     EXISTING_RUN,
     ScenarioRun,
-    gpu_available,
     judge_existing,
     run_scenario,
     scenario_config,
@@ -64,17 +63,14 @@ from pytest_nvrx.settings import (
 )
 from pytest_nvrx.settings.plants import PLANTS
 
-# Names the shipped suite and older callers import from here.
+# The fixtures and what plugin.py and the shipped suite take from here.
 __all__ = [
-    "ScenarioRun",
-    "gpu_available",
     "nvrx_scenario_run",
     "nvrx_selftest_outcome",
     "nvrx_settings",
     "record_judged",
     "resolve_settings",
     "run_of",
-    "scenario_config",
     "terminal_writer",
 ]
 

@@ -47,6 +47,7 @@ from pytest_nvrx.outputs import (
     check_outputs,
 )
 from pytest_nvrx.selftest.run import selftest_scenarios
+from pytest_nvrx.session import junit
 from pytest_nvrx.session.scenario_run import EXISTING_RUN, Limits, ScenarioRun, check_scenarios
 from pytest_nvrx.session.scenarios import WORKLOAD_ORDER, Scenario, matrix_scenarios
 from pytest_nvrx.session.verdict_table import Row, fit, verdict_table
@@ -409,13 +410,13 @@ def _junit_properties(item: pytest.Item, run: ScenarioRun) -> list[tuple[str, st
     given = item.config.stash.setdefault(PROPERTIES_GIVEN_KEY, set())
     if run.key not in given:
         given.add(run.key)
-        props = run.junit_properties()
+        props = junit.run_properties(run)
     else:
         props = [("nvrx_run_dir", str(run.layout.run_dir))]
     callspec = getattr(item, "callspec", None)
     criterion = callspec.params.get("criterion") if callspec is not None else None
     if criterion in CRITERIA_IDS:
-        props += run.criterion_properties(str(criterion))
+        props += junit.criterion_properties(run, str(criterion))
     outcome = selftest_outcome_of(item.config, run.key)
     if outcome is not None:
         expected = outcome.plant.caught_by if outcome.plant is not None else "qualified"

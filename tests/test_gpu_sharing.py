@@ -5,7 +5,7 @@ kill/term/segv (about 1 s on a GPU of their own): NVRx waits until the whole GPU
 reclaimed, the other scenarios' included (tests/data/gpu-one-matrix). So:
 
 * the pool records which runs held a run's GPUs while it ran (result.json ``gpu_shared_with``:
-  :class:`~pytest_nvrx.session.scenario_pool.GpuLedger`), and verify, its JSON and JUnit say so;
+  :class:`~pytest_nvrx.launch.gpu_slots.GpuLedger`), and verify, its JSON and JUnit say so;
 * NVRx's reclaim wait is its own timing where the launcher logs it (``gpu_memory_reclaim_s``);
 * the downtime gate refuses runs that shared a GPU unless ``--nvrx-gate-shared-gpu``.
 """
@@ -19,9 +19,10 @@ from pathlib import Path
 import pytest
 
 from pytest_nvrx.criteria.judgement import judge_run_dir
+from pytest_nvrx.launch.gpu_slots import GpuLedger
 from pytest_nvrx.launch.launcher import RunResult
 from pytest_nvrx.layout import RunLayout
-from pytest_nvrx.session.scenario_pool import GpuLedger
+from pytest_nvrx.session import junit
 from pytest_nvrx.session.scenario_run import Limits, ScenarioRun
 from pytest_nvrx.verify import verify_main
 from tests.doctor import Doctor, copy_run
@@ -125,9 +126,9 @@ def test_the_gate_refuses_shared_gpu_timings_unless_told(tmp_path: Path) -> None
     # a run that had its GPU alone is gated as before
     alone = _scenario_run(_shared(tmp_path / "2", []))
     assert alone.gate_failures(Limits(downtime_s=600.0)) == []
-    props = dict(scenario.junit_properties())
+    props = dict(junit.run_properties(scenario))
     assert props["nvrx_gpu_shared_with"] == ",".join(OTHERS)
-    assert dict(alone.junit_properties())["nvrx_gpu_shared_with"] == ""
+    assert dict(junit.run_properties(alone))["nvrx_gpu_shared_with"] == ""
 
 
 def test_a_sharing_record_that_is_no_list_of_run_ids_cannot_be_judged(tmp_path: Path) -> None:

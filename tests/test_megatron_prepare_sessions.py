@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_nvrx.session.scenario_run import gpu_available
+from pytest_nvrx.launch.gpu_slots import gpu_available
 from tests.megatron_checkouts import DATASETS, slow_checkout, tool_bin
 
 pytest_plugins = ["pytester"]

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_nvrx.session.launch_pool import GpuSlots, Job, LaunchPool, Slot, slot_lock_path
+from pytest_nvrx.launch.gpu_slots import GpuSlots, Slot, slot_lock_path
+from pytest_nvrx.session.launch_pool import Job, LaunchPool
 
 
 class FileWaiter:

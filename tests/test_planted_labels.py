@@ -25,6 +25,7 @@ from pytest_nvrx.criteria import judge_run_dir
 from pytest_nvrx.evidence.marker import read_marker
 from pytest_nvrx.layout import MARKER_NAME, PLANT_RECORDS_DIR, RunLayout
 from pytest_nvrx.report import report_main
+from pytest_nvrx.session import junit
 from pytest_nvrx.session.scenario_run import ScenarioRun
 from pytest_nvrx.settings import plants
 from pytest_nvrx.verify import verify_main
@@ -212,7 +213,7 @@ def test_junit_properties_name_the_plant_first(selftest: Selftest) -> None:
     firsts = {selftest.rng: ("nvrx_planted", "rng"), selftest.control: ("nvrx_run_dir", "")}
     for run_dir, first in firsts.items():
         run = ScenarioRun(run_dir.name, None, RunLayout.for_run(run_dir), judge_run_dir(run_dir))
-        props = run.junit_properties()
+        props = junit.run_properties(run)
         assert props[0] == (first[0], first[1] or str(run_dir))
         assert ("nvrx_planted" in dict(props)) == (run_dir == selftest.rng)
 

@@ -21,6 +21,7 @@ import pytest
 from pytest_nvrx.criteria import Judgement, judge_run_dir
 from pytest_nvrx.criteria.first_cause import RUN_TIMEOUT
 from pytest_nvrx.report import ScenarioReport
+from pytest_nvrx.session import junit
 from pytest_nvrx.session.scenario_run import judge_existing
 from pytest_nvrx.settings import ConfigError, NvrxSettings, check_run_timeout
 from pytest_nvrx.verify import verify_main
@@ -85,7 +86,7 @@ def test_the_report_the_outcome_and_junit_say_it() -> None:
     assert ScenarioReport.from_run_dir(HANG_STEP).first_cause == cause.text
     run = judge_existing(HANG_STEP, NvrxSettings(), lambda line: None)
     assert run.outcome() == f"NOT QUALIFIED: {cause.text}"
-    reason = dict(run.criterion_properties("replaced_cycle"))["nvrx_reason"]
+    reason = dict(junit.criterion_properties(run, "replaced_cycle"))["nvrx_reason"]
     assert reason.startswith(f"{cause.text}; ")
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from pytest_nvrx.criteria import CRITERIA_IDS
+from pytest_nvrx.session import junit
 from pytest_nvrx.session.scenario_run import EXISTING_RUN, judge_existing, run_scenario
 from pytest_nvrx.session.scenarios import Scenario
 from pytest_nvrx.settings import ConfigError, NvrxSettings, PartialRunConfig
@@ -64,7 +65,7 @@ def test_existing_run_is_judged_into_a_scenario_run() -> None:
     summary = run.summary_lines()
     assert summary[0] == f"{EXISTING_RUN}: {GPU_KILL}"
     assert [line.split(":")[0] for line in summary[1:]] == [f"  PASS {c}" for c in CRITERIA_IDS]
-    props = dict(run.junit_properties())
+    props = dict(junit.run_properties(run))
     assert props["nvrx_run_dir"] == str(GPU_KILL)
     assert "nvrx_exit_code" not in props  # nothing was launched
     assert any(key.startswith("nvrx_stack_") for key in props)

@@ -24,6 +24,7 @@ from pytest_nvrx.criteria.judgement import Judgement
 from pytest_nvrx.evidence.timeline import RUN_TIMINGS
 from pytest_nvrx.layout import RunLayout, marker_name
 from pytest_nvrx.report import ScenarioReport, render_html, report_json
+from pytest_nvrx.session import junit
 from pytest_nvrx.session.scenario_run import Limits, ScenarioRun
 from pytest_nvrx.session.verdict_table import Row, verdict_table
 from pytest_nvrx.verify import verify_main
@@ -219,7 +220,7 @@ def test_an_older_report_json_of_a_schedule_still_reads() -> None:
 @pytest.mark.parametrize("run", SCHEDULE_RUNS, ids=_id)
 def test_junit_properties_carry_every_recovery(run: Path) -> None:
     j = judge_run_dir(run)
-    props = dict(_scenario(run, j).junit_properties())
+    props = dict(junit.run_properties(_scenario(run, j)))
     assert not any(
         k.startswith("nvrx_timing_") and k.removeprefix("nvrx_timing_") not in RUN_TIMINGS
         for k in props
@@ -393,7 +394,7 @@ def test_a_real_run_the_timeout_ended_has_no_timing_for_its_undetected_fault() -
     assert "failure_to_detected_s" not in data["timings"]
     assert data["recoveries"][1]["timings"] == {}
     assert "fault 2 of 2, hang@restore: downtime —, not recovered" in err.getvalue()
-    props = dict(_scenario(TIMED_OUT, j).junit_properties())
+    props = dict(junit.run_properties(_scenario(TIMED_OUT, j)))
     assert not any(k.startswith("nvrx_fault2_timing_") for k in props)
     assert "nvrx_fault2_downtime_s" not in props and "nvrx_schedule_downtime_s" not in props
 

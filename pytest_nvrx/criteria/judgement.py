@@ -22,7 +22,11 @@ from pytest_nvrx.criteria.marker_agreement import marker_problems, stray_markers
 from pytest_nvrx.criteria.planted import plant_label_problems, planted_name
 from pytest_nvrx.criteria.registry import CRITERIA
 from pytest_nvrx.criteria.required_evidence import required_problems
-from pytest_nvrx.criteria.schedule import run_ending, schedule_problems, schedule_verdicts
+from pytest_nvrx.criteria.schedule_recoveries import (
+    run_ending,
+    schedule_problems,
+    schedule_verdicts,
+)
 from pytest_nvrx.criteria.verdict import CRITERIA_IDS, Verdict, failing
 from pytest_nvrx.evidence.refs import EvidenceRef, Problem
 from pytest_nvrx.evidence.rundir import RunEvidence, load_run

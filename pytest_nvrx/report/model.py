@@ -9,7 +9,7 @@ data. Times are seconds from the scenario's ``t0`` (the launcher's first line, e
 start), so that a report carries no time zone questions.
 
 The recovery's cost is :mod:`~pytest_nvrx.report.recovery`'s, the timeline
-:mod:`~pytest_nvrx.report.timeline`'s and the loss curve :mod:`~pytest_nvrx.report.loss`'s.
+:mod:`~pytest_nvrx.report.timeline_data`'s and the loss curve :mod:`~pytest_nvrx.report.loss`'s.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from pytest_nvrx.evidence.timeline import PHASES as PHASES  # re-exported: the r
 from pytest_nvrx.report.loss import LossSeries, loss_series
 from pytest_nvrx.report.plain import flat_dict, start_time
 from pytest_nvrx.report.recovery import Recovery, fault_recovery_of, recovery_of
-from pytest_nvrx.report.timeline import TimelineData, timeline_data
+from pytest_nvrx.report.timeline_data import TimelineData, timeline_data
 from pytest_nvrx.settings.plants import Plant, plant_named
 
 #: the scenario document's version: raised only when a change breaks existing readers

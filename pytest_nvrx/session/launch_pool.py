@@ -17,9 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from pytest_nvrx.launch.gpu_slots import GpuSlots as GpuSlots  # re-exported: parallel.GpuSlots
-from pytest_nvrx.launch.gpu_slots import Slot as Slot
-from pytest_nvrx.launch.gpu_slots import slot_lock_path as slot_lock_path
+from pytest_nvrx.launch.gpu_slots import GpuSlots, Slot
 
 #: how often a waiting pool looks for a free slot or a finished job
 POLL_S = 0.2

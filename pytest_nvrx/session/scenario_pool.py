@@ -18,8 +18,7 @@ from collections.abc import Callable, MutableMapping, Sequence
 from pathlib import Path
 
 from pytest_nvrx.evidence.rundir import RunEvidence
-from pytest_nvrx.launch.gpu_slots import GpuLedger as GpuLedger  # re-exported
-from pytest_nvrx.launch.gpu_slots import GpuSlots, visible_gpus
+from pytest_nvrx.launch.gpu_slots import GpuLedger, GpuSlots, visible_gpus
 from pytest_nvrx.launch.run import LaunchOutcome
 from pytest_nvrx.session.launch_pool import Job, LaunchPool
 from pytest_nvrx.session.scenario_run import ScenarioLaunch, ScenarioRun, scenario_values

@@ -12,7 +12,6 @@ terminal and the CLI to stdout/stderr.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import time
 from collections.abc import Callable, Mapping, MutableMapping, Sequence
@@ -27,7 +26,6 @@ from pytest_nvrx.evidence.rundir import RunEvidence, load_run
 from pytest_nvrx.evidence.timeline import Phase
 from pytest_nvrx.launch.checkpoint_claim import release_dir
 from pytest_nvrx.launch.gpu_slots import GpuLedger, Slot, visible_gpus
-from pytest_nvrx.launch.gpu_slots import gpu_available as gpu_available  # re-exported
 from pytest_nvrx.launch.launcher import Launch, RunResult, tail_text
 from pytest_nvrx.launch.planning import Plan
 from pytest_nvrx.launch.run import (
@@ -89,34 +87,6 @@ def downtime_breakdown(timings: Mapping[str, float]) -> list[str]:
     return parts
 
 
-def property_text(value: Any) -> str | None:
-    """A JUnit property's value as a person reads it: no Python reprs (``None`` leaves the
-    property out, ``True`` is ``true``, a list is its items joined by `` | ``: XML readers turn
-    a newline in an attribute into a space)."""
-    if value is None:
-        return None
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (list, tuple)):
-        return " | ".join(str(v) for v in value)
-    if isinstance(value, dict):
-        return json.dumps(value, sort_keys=True)
-    return str(value)
-
-
-def _properties(pairs: Sequence[tuple[str, Any]]) -> list[tuple[str, str]]:
-    """(name, text) pairs; a dict value becomes one property per key, a None value none."""
-    out: list[tuple[str, str]] = []
-    for name, value in pairs:
-        if isinstance(value, dict):
-            out += _properties([(f"{name}_{k}", v) for k, v in sorted(value.items())])
-            continue
-        text = property_text(value)
-        if text is not None:
-            out.append((name, text))
-    return out
-
-
 @dataclass
 class ScenarioRun:
     """A finished (or judged existing) run and its verdicts."""
@@ -132,63 +102,6 @@ class ScenarioRun:
     #: the recovery report of this run, built on first use (report()) from its evidence loaded
     #: again (checkpoint payload unread) and the judgement's recovery clock
     _report: ScenarioReport | None = field(default=None, init=False, repr=False, compare=False)
-
-    def junit_properties(self) -> list[tuple[str, str]]:
-        """The run's own properties (its dir, the launcher's end, the stack, verify's timings),
-        as text: the plugin puts them on the scenario's first testcase only. A planted self-test
-        run's first is ``nvrx_planted``: it is never a qualification run."""
-        props: list[tuple[str, Any]] = [
-            ("nvrx_planted", self.judgement.planted),  # None: left out
-            ("nvrx_run_dir", str(self.layout.run_dir)),
-        ]
-        if self.result is not None:
-            props += [
-                ("nvrx_exit_code", self.result.exit_code),
-                ("nvrx_wall_s", round(self.result.wall_s, 1)),
-            ]
-        props += [(f"nvrx_stack_{k}", v) for k, v in sorted(self.stack.items())]
-        props += [(f"nvrx_timing_{k}", v) for k, v in sorted(self.judgement.timings.items())]
-        props += self._recovery_properties()
-        shared = self.judgement.gpu_shared_with
-        if shared is not None:
-            # the timings above were measured beside these runs on one GPU ("" alone)
-            props.append(("nvrx_gpu_shared_with", ",".join(shared)))
-        return _properties(props)
-
-    def _recovery_properties(self) -> list[tuple[str, Any]]:
-        """A fault schedule's every recovery (``nvrx_fault<k>_...``: its fault, how it ended, its
-        downtime, verify's timings and the report's phases) and the schedule's total; none for a
-        run of one fault (its timings are the run's)."""
-        judgement = self.judgement
-        if not judgement.schedule:
-            return []
-        props: list[tuple[str, Any]] = [
-            ("nvrx_schedule_downtime_s", judgement.total_downtime_s),
-            ("nvrx_recoveries", judgement.recovery_count),
-        ]
-        for r in judgement.recoveries:
-            head = f"nvrx_fault{r.position}"
-            props += [
-                (head, r.fault),
-                (f"{head}_outcome", r.outcome),
-                (f"{head}_note", r.note()),
-                (f"{head}_downtime_s", r.downtime_s),
-            ]
-            props += [(f"{head}_timing_{k}", v) for k, v in sorted(r.timings().items())]
-            props += [(f"{head}_phase_{p.id}_s", p.seconds) for p in r.phases]
-        return props
-
-    def criterion_properties(self, criterion: str) -> list[tuple[str, str]]:
-        """One criterion's testcase: its own verdict and the lines that prove it."""
-        verdict = self.judgement.verdict(criterion)
-        return _properties(
-            [
-                ("nvrx_criterion", verdict.id),
-                ("nvrx_status", verdict.status),
-                ("nvrx_reason", verdict.reason),
-                ("nvrx_evidence", [ref.render() for ref in verdict.evidence]),
-            ]
-        )
 
     def log_tails(self) -> list[tuple[str, str]]:
         logs = self.layout.cycle_log_paths()
