@@ -26,11 +26,12 @@ import pytest
 from pytest_nvrx import cli
 from pytest_nvrx.criteria import judge_run_dir
 from pytest_nvrx.launch import checkpoint_claim as claims
+from pytest_nvrx.launch import claims as run_claims
 from pytest_nvrx.launch import run as runs
 from pytest_nvrx.launch.retention import prune_checkpoint_payload
 from pytest_nvrx.layout import RunLayout
 from pytest_nvrx.settings import ConfigError, RunConfig
-from tests.processes import kill_marked, marked, marked_env, new_mark, wait_none_marked
+from tests.helpers.processes import kill_marked, marked, marked_env, new_mark, wait_none_marked
 
 HOST = socket.gethostname()
 DATA = Path(__file__).parent / "data"
@@ -317,7 +318,7 @@ def test_lost_race_for_the_checkpoint_dir_gives_the_run_id_back(
     """Refused at the atomic claim (another run claimed between check and claim): the run dir's
     claim is given back, so the same run ID may start once the checkpoint dir is free."""
     ckpt = tmp_path / "ckpt"
-    monkeypatch.setattr(runs, "check_checkpoint_dir", lambda *a, **k: None)
+    monkeypatch.setattr(run_claims, "check_checkpoint_dir", lambda *a, **k: None)
     ckpt.mkdir()
     claim(ckpt, "first")
     with pytest.raises(ConfigError, match="in use by run first"):
@@ -325,6 +326,43 @@ def test_lost_race_for_the_checkpoint_dir_gives_the_run_id_back(
     assert not (tmp_path / "work" / "runs" / "second" / "run.claim").exists()
     claims.release_all()
     runs.plan_launch(cfg(tmp_path, "second", ckpt), dry_run=True)
+
+
+def test_the_claims_of_a_run_are_taken_and_given_back_as_one(tmp_path: Path) -> None:
+    """launch/claims.py: claim takes the run dir and the checkpoint dir; check then refuses
+    both a second run on that checkpoint dir and the same run ID; give_back frees both, release
+    only the checkpoint dir (the run dir stays claimed: one run dir holds one run)."""
+    ckpt = tmp_path / "ckpt"
+    config = cfg(tmp_path, "one", ckpt)
+    layout = run_claims.claim(config)
+    assert (layout.run_dir / "run.claim").is_file() and (ckpt / "checkpoint.claim").is_file()
+    with pytest.raises(ConfigError, match="in use by run one"):
+        run_claims.check(cfg(tmp_path, "two", ckpt))
+    with pytest.raises(ConfigError, match="already claimed"):
+        run_claims.check(config)
+    run_claims.give_back(config)
+    assert not (layout.run_dir / "run.claim").exists() and claims.held() == frozenset()
+    run_claims.check(config)  # the run ID and the checkpoint dir are free again
+    run_claims.claim(config)
+    run_claims.release(layout)
+    assert not (ckpt / "checkpoint.claim").exists()
+    assert (layout.run_dir / "run.claim").is_file()
+    run_claims.check(cfg(tmp_path, "two", ckpt))
+
+
+def test_a_claim_interrupted_after_the_run_dir_gives_it_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Anything raised between the two claims (here Ctrl-C) leaves the run ID free."""
+
+    def interrupted(*_a: Any, **_k: Any) -> Path:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(run_claims, "claim_checkpoint_dir", interrupted)
+    config = cfg(tmp_path, "one", tmp_path / "ckpt")
+    with pytest.raises(KeyboardInterrupt):
+        run_claims.claim(config)
+    assert not (config.layout.run_dir / "run.claim").exists()
 
 
 def test_launch_holds_the_claim_until_the_tree_is_stopped(tmp_path: Path) -> None:

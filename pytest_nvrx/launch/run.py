@@ -14,20 +14,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pytest_nvrx.evidence.progress import Progress
-from pytest_nvrx.launch.checkpoint_claim import (
-    check_checkpoint_dir,
-    claim_checkpoint_dir,
-    release_dir,
-)
+from pytest_nvrx.launch import claims
 from pytest_nvrx.launch.gpu_slots import gpu_locks
 from pytest_nvrx.launch.launcher import Launch, RunResult, RunTimeout
 from pytest_nvrx.launch.planning import Plan, plan_run
 from pytest_nvrx.launch.prepare_megatron import Preparation, ensure_prepared
 from pytest_nvrx.launch.run_dir_setup import (
-    check_fresh_run_dir,
-    check_unclaimed_run_dir,
-    give_back_run_dir,
-    prepare_run_dir,
     validate_run,
 )
 from pytest_nvrx.settings import ConfigError, RunConfig, check_run_timeout, quote
@@ -86,43 +78,26 @@ def plan_launch(
     Before the run dir is made, a Megatron checkout is made ready for its first use
     (:func:`prepare_megatron`): the plan's ``first_use`` says what was done.
 
-    The checkpoint dir is claimed too (one run at a time,
-    :mod:`pytest_nvrx.launch.checkpoint_claim`): checked before the run dir is made, so a refused
-    run writes nothing, and claimed after it; a plan that fails afterwards gives the claim back,
-    :func:`launch_run` at the launch's end."""
+    The run dir and the checkpoint dir (one run at a time) are claimed as one
+    (:mod:`pytest_nvrx.launch.claims`): checked before anything is built or made, so a refused
+    run writes nothing, then claimed; a plan that fails afterwards gives both back,
+    :func:`hold_launch` frees the checkpoint dir at the launch's end."""
     validate_run(config)
     if run_timeout is not None:
         check_run_timeout(config, run_timeout)
     refuse_stray_plant(config, os.environ)
-    layout = config.layout
-    check_checkpoint_dir(layout.checkpoint_dir, run_id=config.run_id, run_dir=layout.run_dir)
+    claims.check(config)
     if dry_run:
         # what the run would be refused for, and its command; nothing written (the
         # walkthrough's script makes the run dir first: then verify called it no run dir)
-        if config.nnodes == 1:
-            check_fresh_run_dir(layout)
-        check_unclaimed_run_dir(layout, nnodes=config.nnodes, node_index=config.node_index)
         return plan_run(config, launcher_exe="ft_launcher", port=port, probe=False)
     first_use = prepare_megatron(config)
-    prepare_run_dir(config)
-    try:
-        claim_checkpoint_dir(
-            layout.checkpoint_dir,
-            run_id=config.run_id,
-            run_dir=layout.run_dir,
-            nnodes=config.nnodes,
-            node_index=config.node_index,
-        )
-    except ConfigError:
-        # lost a race for the checkpoint dir: nothing ran here, the run ID may be tried again
-        give_back_run_dir(layout, nnodes=config.nnodes, node_index=config.node_index)
-        raise
+    claims.claim(config)
     try:
         planned = plan_run(config, launcher_exe=find_launcher(), port=port, probe=True)
         return dataclasses.replace(planned, first_use=first_use)
     except BaseException:
-        release_dir(layout.checkpoint_dir)
-        give_back_run_dir(layout, nnodes=config.nnodes, node_index=config.node_index)
+        claims.give_back(config)
         raise
 
 
@@ -161,7 +136,7 @@ def hold_launch(
             return wait(launch)
     finally:
         # the tree is stopped (Launch's exit): the checkpoint dir is free for the next run
-        release_dir(launch.layout.checkpoint_dir)
+        claims.release(launch.layout)
 
 
 def launch_run(

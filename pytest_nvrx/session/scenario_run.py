@@ -24,7 +24,7 @@ from pytest_nvrx.criteria.baseline import baseline_refusal
 from pytest_nvrx.evidence.progress import Progress
 from pytest_nvrx.evidence.rundir import RunEvidence, load_run
 from pytest_nvrx.evidence.timeline import Phase
-from pytest_nvrx.launch.checkpoint_claim import release_dir
+from pytest_nvrx.launch import claims
 from pytest_nvrx.launch.gpu_slots import GpuLedger, Slot, visible_gpus
 from pytest_nvrx.launch.launcher import Launch, RunResult, tail_text
 from pytest_nvrx.launch.planning import Plan
@@ -576,7 +576,7 @@ def judge_scenario(
 ) -> ScenarioRun:
     """Judge a launched scenario's run dir (see :func:`run_scenario` for ``baselines``)."""
     layout = planned.recipe.layout
-    release_dir(layout.checkpoint_dir)  # a pool's launch (not hold_launch's): the tree is gone
+    claims.release(layout)  # a pool's launch (not hold_launch's): the tree is gone
     if outcome.result is not None:
         say(f"launcher exit {outcome.result.exit_code} after {outcome.result.wall_s:.1f}s")
     full = full_disk_note([layout.run_dir, layout.checkpoint_dir])
