@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from tests.doctor import Doctor, copy_run
+from tests.helpers.doctor import Doctor, copy_run
 
-#: Real passing runs that tests edit one thing in (tests/doctor.py): the CPU reference
+#: Real passing runs that tests edit one thing in (tests/helpers/doctor.py): the CPU reference
 #: workload's kill in the save window (2 ranks, each printing its own lines) and Megatron's kill
 #: on 2 x H200 (rank 0 prints the load lines, rank 1 the iterations).
 REF_KILL_SAVE = Path(__file__).parent / "data" / "windows" / "cpu" / "ref-kill-save"
@@ -45,9 +45,9 @@ def megatron_stub(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def launcher(tmp_path: Path) -> Iterator[Any]:
-    """The injector's test launcher (tests/test_injector.py, test_injector_schedule.py): its
+    """The injector's test launcher (tests/helpers/injector_launcher.py): its
     runs' process groups are killed at the end."""
-    from tests.test_injector import Launcher
+    from tests.helpers.injector_launcher import Launcher
 
     lau = Launcher(tmp_path)
     try:
@@ -59,7 +59,7 @@ def launcher(tmp_path: Path) -> Iterator[Any]:
 @pytest.fixture
 def sc(tmp_path: Path) -> Any:
     """A fresh injector scenario (tracker, marker, workload files) under ``tmp_path``."""
-    from tests.test_injector import Scenario
+    from tests.helpers.injector_launcher import Scenario
 
     return Scenario(tmp_path)
 
@@ -203,7 +203,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 def reference_selftest(tmp_path_factory: pytest.TempPathFactory) -> Any:
     """``python -m pytest_nvrx selftest --workload reference --json -``, once per session (the
     modules using it are one xdist work unit: SHARED_UNITS)."""
-    from tests.selftest_runs import run_reference_selftest
+    from tests.helpers.selftest_runs import run_reference_selftest
 
     return run_reference_selftest(tmp_path_factory.mktemp("selftest"))
 

@@ -26,8 +26,8 @@ from pytest_nvrx.report import ScenarioReport
 from pytest_nvrx.session.scenario_run import Limits, ScenarioRun
 from pytest_nvrx.settings import ConfigError, RunConfig, SectionTimeouts, check_run_timeout
 from pytest_nvrx.verify import verify_main
-from tests.doctor import Doctor, copy_run
-from tests.megatron_checkouts import (
+from tests.helpers.doctor import Doctor, copy_run
+from tests.helpers.megatron_checkouts import (
     DATASETS,
     MAKEFILE_CORE,
     env_with_path,

@@ -14,7 +14,7 @@
   permission bits bind only a process without CAP_DAC_OVERRIDE: the commands run under
   ``setpriv`` with those capabilities dropped.
 
-Every run edited is a copy of a committed real run (tests/doctor.py) in tmp_path.
+Every run edited is a copy of a committed real run (tests/helpers/doctor.py) in tmp_path.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ import pytest
 
 from pytest_nvrx.report.main import report_main
 from pytest_nvrx.verify import verify_main
-from tests.doctor import Doctor, copy_run
+from tests.helpers.doctor import Doctor, copy_run
 
 pytest_plugins = ["pytester"]
 

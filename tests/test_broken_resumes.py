@@ -20,7 +20,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.reference_runs import (
+from tests.helpers.reference_runs import (
     RUN_TIMEOUT_S,
     SAVE_INTERVAL,
     TRAIN_ITERS,

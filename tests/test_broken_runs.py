@@ -22,7 +22,7 @@ from pytest_nvrx.criteria import Judgement, judge_run_dir
 from pytest_nvrx.criteria.first_cause import BEFORE_FAULT, NEVER_HAPPENED, WITHOUT_FAULT
 from pytest_nvrx.evidence import load_run
 from pytest_nvrx.evidence.rundir import RunEvidence
-from tests.reference_runs import RUN_TIMEOUT_S, launch_reference
+from tests.helpers.reference_runs import RUN_TIMEOUT_S, launch_reference
 
 FAST = ("--step-time=0.05",)
 

@@ -12,7 +12,7 @@ from pytest_nvrx.criteria import Judgement, judge_run_dir
 from pytest_nvrx.layout import RunLayout
 from pytest_nvrx.session.scenario_run import Limits, ScenarioRun
 from pytest_nvrx.verify import verify_main
-from tests.doctor import CYCLE0, CYCLE1, MARKER, Doctor, copy_run
+from tests.helpers.doctor import CYCLE0, CYCLE1, MARKER, Doctor, copy_run
 
 DATA = Path(__file__).parent / "data"
 G2_KILL = DATA / "gpu-continuity" / "g2-kill-30"

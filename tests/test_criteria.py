@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from pytest_nvrx.criteria import CRITERIA_IDS, Judgement, Verdict, judge_run_dir
-from tests.doctor import (
+from tests.helpers.doctor import (
     BASELINE_RUN,
     CYCLE0,
     CYCLE1,

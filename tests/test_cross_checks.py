@@ -18,7 +18,7 @@ import pytest
 
 from pytest_nvrx.criteria import Judgement, judge_run_dir
 from pytest_nvrx.verify import verify_main
-from tests.doctor import CYCLE1, LAUNCHER, MARKER, Doctor, copy_run
+from tests.helpers.doctor import CYCLE1, LAUNCHER, MARKER, Doctor, copy_run
 
 DATA = Path(__file__).parent / "data"
 # the example: a 2-rank CPU reference run, rank 1 killed after checkpoint 10

@@ -17,7 +17,7 @@ from pytest_nvrx.evidence.durability import tracker_readings
 from pytest_nvrx.evidence.injector_log import parse_injector_line
 from pytest_nvrx.evidence.refs import LineCursor
 from pytest_nvrx.evidence.rundir import load_run
-from tests.doctor import CYCLE1, Doctor, copy_run
+from tests.helpers.doctor import CYCLE1, Doctor, copy_run
 
 RUN = Path(__file__).parent / "data" / "durability" / "ref-kill-save"
 TRACKER = "checkpoints/latest_checkpointed_iteration.txt"

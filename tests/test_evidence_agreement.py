@@ -14,7 +14,7 @@ import pytest
 
 from pytest_nvrx.criteria import judge_run_dir
 from pytest_nvrx.verify import verify_main
-from tests.doctor import CYCLE1, Doctor
+from tests.helpers.doctor import CYCLE1, Doctor
 
 DATA = Path(__file__).parent / "data"
 REF_KILL = DATA / "windows" / "cpu" / "ref-kill-save"

@@ -11,7 +11,7 @@ import pytest
 
 from pytest_nvrx.criteria import judge_run_dir
 from pytest_nvrx.evidence.checkpoint import OptimizerState, read_checkpoint_metadata
-from tests.doctor import KILL_RUN, copy_run
+from tests.helpers.doctor import KILL_RUN, copy_run
 
 
 @pytest.fixture(scope="module")

@@ -23,7 +23,7 @@ from pytest_nvrx.criteria import judge, judge_run_dir
 from pytest_nvrx.evidence.rundir import load_run
 from pytest_nvrx.layout import RunLayout
 from pytest_nvrx.verify import verify_main
-from tests.doctor import CYCLE0, CYCLE1, MARKER, Doctor, copy_run
+from tests.helpers.doctor import CYCLE0, CYCLE1, MARKER, Doctor, copy_run
 
 DATA = Path(__file__).parent / "data"
 REF_KILL = DATA / "windows" / "cpu" / "ref-kill-save"

@@ -33,7 +33,7 @@ from pytest_nvrx.evidence.workload import (
     WorkloadError,
     get_adapter,
 )
-from tests.doctor import (
+from tests.helpers.doctor import (
     BASELINE_RUN,
     CYCLE0,
     CYCLE1,

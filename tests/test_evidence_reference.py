@@ -36,7 +36,7 @@ from pytest_nvrx.evidence.workload import (
 )
 from pytest_nvrx.verify import verify_main
 from tests.conftest import ONE_RANK_STORE_PORT
-from tests.doctor import Doctor, copy_run, glog_failed
+from tests.helpers.doctor import Doctor, copy_run, glog_failed
 
 REPO = Path(__file__).resolve().parent.parent
 CPU_DATA = Path(__file__).parent / "data" / "cpu"

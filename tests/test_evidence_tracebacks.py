@@ -270,7 +270,7 @@ def test_checkpoint_load_frames(path: str, function: str, loading: bool) -> None
 
 def test_reference_workload_death_while_loading_is_quoted(tmp_path: Path) -> None:
     from pytest_nvrx.criteria import judge_run_dir
-    from tests.doctor import copy_run
+    from tests.helpers.doctor import copy_run
 
     run = copy_run(Path(__file__).parent / "data" / "cpu" / "reference-kill", tmp_path / "r")
     cycle1 = "logs/train_cycle1.log"

@@ -13,7 +13,7 @@ from pytest_nvrx.criteria import CRITERIA_IDS, FAULT_CHOICES, judge_run_dir
 from pytest_nvrx.layout import INJECTED_FAULTS, MARKER_NAME
 from pytest_nvrx.settings import FAULT_KINDS
 from pytest_nvrx.worker import injector
-from tests.doctor import copy_run
+from tests.helpers.doctor import copy_run
 
 DATA = Path(__file__).parent / "data" / "cpu-faults"
 SIGNALS = {"term": ("SIGTERM", -15), "segv": ("SIGSEGV", -11)}

@@ -21,7 +21,7 @@ from pytest_nvrx.criteria import CRITERIA_IDS, Judgement, judge, judge_run_dir
 from pytest_nvrx.criteria.first_cause import BEFORE_FAULT, NEVER_HAPPENED, WITHOUT_FAULT
 from pytest_nvrx.evidence.rundir import load_run
 from pytest_nvrx.verify import verify_main
-from tests.doctor import CYCLE0, CYCLE1, LAUNCHER, MARKER, Doctor, copy_run
+from tests.helpers.doctor import CYCLE0, CYCLE1, LAUNCHER, MARKER, Doctor, copy_run
 
 pytest_plugins = ["pytester"]
 

@@ -12,7 +12,7 @@ import pytest
 
 from pytest_nvrx.criteria import CRITERIA_IDS, Judgement, judge_run_dir
 from pytest_nvrx.verify import verify_main
-from tests.doctor import Doctor, copy_run
+from tests.helpers.doctor import Doctor, copy_run
 
 DATA = Path(__file__).parent / "data" / "gpu-continuity"
 BASELINE = DATA / "g2-baseline-30"

@@ -18,7 +18,7 @@ import pytest
 from pytest_nvrx.criteria import judge_run_dir
 from pytest_nvrx.evidence.durability import tracker_readings
 from pytest_nvrx.evidence.rundir import load_run
-from tests.doctor import CYCLE0, CYCLE1, Doctor, copy_run
+from tests.helpers.doctor import CYCLE0, CYCLE1, Doctor, copy_run
 
 DATA = Path(__file__).parent / "data" / "gpu-one"
 BASELINE = DATA / "baseline"

@@ -5,7 +5,7 @@ they were made). Every parser or criterion change is checked against what the re
 the runs that recovered must keep passing, and the run whose replacements died restoring the
 distributed optimizer must keep failing, for the reason the logs prove. The four suite runs whose
 result.json the device's packer dropped cannot be judged as committed (#36 item 5); they are
-judged here as copies given the result.json their harness printed (tests/recipe_runs.py).
+judged here as copies given the result.json their harness printed (tests/helpers/recipe_runs.py).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import pytest
 
 from pytest_nvrx.criteria import CRITERIA_IDS, Judgement, Verdict, judge_run_dir
 from pytest_nvrx.verify import verify_main
-from tests.recipe_runs import DROPPED, whole
+from tests.helpers.recipe_runs import DROPPED, whole
 
 DATA = Path(__file__).parent / "data" / "gpu-recipe"
 BASELINE = DATA / "megatron-baseline-40"

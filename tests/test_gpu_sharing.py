@@ -25,7 +25,7 @@ from pytest_nvrx.layout import RunLayout
 from pytest_nvrx.session import junit
 from pytest_nvrx.session.scenario_run import Limits, ScenarioRun
 from pytest_nvrx.verify import verify_main
-from tests.doctor import Doctor, copy_run
+from tests.helpers.doctor import Doctor, copy_run
 
 DATA = Path(__file__).resolve().parent / "data"
 ONE_GPU_KILL = DATA / "gpu-one-matrix" / "kill-save"

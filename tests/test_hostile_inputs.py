@@ -10,7 +10,7 @@ clock reads, and log lines that would drive a terminal.
 * control characters of the run's text reach a terminal or JUnit escaped (``\\x1b``); the JSON
   outputs keep the exact text.
 
-Each case doctors a copy of a committed real run (tests/doctor.py); each fails on the code
+Each case doctors a copy of a committed real run (tests/helpers/doctor.py); each fails on the code
 before these items (a RecursionError or OverflowError traceback, or raw ESC bytes printed).
 """
 
@@ -29,7 +29,7 @@ import pytest
 from pytest_nvrx.evidence.refs import MAX_JSON_DEPTH, parse_json, printable
 from pytest_nvrx.report.main import report_main
 from pytest_nvrx.verify import verify_main
-from tests.doctor import LAUNCHER, MARKER, Doctor, copy_run
+from tests.helpers.doctor import LAUNCHER, MARKER, Doctor, copy_run
 
 pytest_plugins = ["pytester"]
 

@@ -26,7 +26,7 @@ import pytest
 from pytest_nvrx.layout import MARKER_NAME
 from pytest_nvrx.worker import injector
 from pytest_nvrx.worker.injector import Firing, build_marker_record, scheduled_marker_path
-from tests.test_injector import (
+from tests.helpers.injector_launcher import (
     INJECTOR,
     MARKER_KEYS,
     REPO,

@@ -22,7 +22,7 @@ from pytest_nvrx.evidence.reference import REFERENCE
 from pytest_nvrx.evidence.refs import LineCursor
 from pytest_nvrx.evidence.workload import LoadCompleted, LoadStarted, stated_rank
 from pytest_nvrx.verify import verify_main
-from tests.doctor import CYCLE0, CYCLE1, Doctor
+from tests.helpers.doctor import CYCLE0, CYCLE1, Doctor
 
 DATA = Path(__file__).parent / "data"
 REF_KILL = DATA / "windows" / "cpu" / "ref-kill-save"

@@ -34,7 +34,7 @@ from pytest_nvrx.launch.recipe import (
 from pytest_nvrx.launch.run_dir_setup import claim_file, prepare_run_dir
 from pytest_nvrx.launch.run_dir_setup import validate_run as validate
 from pytest_nvrx.settings import ConfigError, PartialRunConfig, RunConfig, resolve
-from tests.processes import kill_marked, marked_env, new_mark
+from tests.helpers.processes import kill_marked, marked_env, new_mark
 
 # --------------------------------------------------------------------------------------------
 # the node options (pure)

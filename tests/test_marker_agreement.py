@@ -21,7 +21,7 @@ from pytest_nvrx.criteria import Judgement, judge_run_dir
 from pytest_nvrx.layout import FAULT_SIGNAL_NAMES, INJECTED_FAULTS
 from pytest_nvrx.verify import verify_main
 from pytest_nvrx.worker import injector
-from tests.doctor import CYCLE0, MARKER, Doctor, copy_run
+from tests.helpers.doctor import CYCLE0, MARKER, Doctor, copy_run
 
 DATA = Path(__file__).parent / "data"
 REF_KILL_SAVE = DATA / "windows" / "cpu" / "ref-kill-save"

@@ -1,7 +1,7 @@
 """What a Megatron checkout builds at first use, read from it (pytest_nvrx.megatron.build).
 
 The sources and Makefiles are short excerpts in the shapes of the real revisions
-(tests/megatron_checkouts.py); make itself reads them, as Megatron's rank 0 would.
+(tests/helpers/megatron_checkouts.py); make itself reads them, as Megatron's rank 0 would.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from pytest_nvrx.megatron.build import (
     run_make,
     telling_line,
 )
-from tests.megatron_checkouts import (
+from tests.helpers.megatron_checkouts import (
     DATASETS,
     EXT_SUFFIX,
     MAKEFILE_CORE,

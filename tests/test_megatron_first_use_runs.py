@@ -2,8 +2,8 @@
 
 Several real sessions (``python -m pytest_nvrx run --workload megatron``, each through the real
 ft_launcher) start together on one fresh checkout. The checkout is a Megatron-shaped stand-in
-(tests/megatron_checkouts.py): its Makefile is real and slow (the artifact is written in five
-pieces 0.5 s apart, each run of the recipe logged), and its ``pretrain_gpt.py`` does what
+(tests/helpers/megatron_checkouts.py): its Makefile is real and slow (the artifact is written in
+five pieces 0.5 s apart, each run of the recipe logged), and its ``pretrain_gpt.py`` does what
 Megatron's does at first use: rank 0 runs ``compile_helpers()`` (make in the helpers'
 directory), then the worker imports what was built, recording whether it was whole.
 
@@ -25,8 +25,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import snapshot
-from tests.megatron_checkouts import DATASETS, slow_checkout
-from tests.processes import MARK_VAR, kill_marked, new_mark
+from tests.helpers.megatron_checkouts import DATASETS, slow_checkout
+from tests.helpers.processes import MARK_VAR, kill_marked, new_mark
 
 SESSIONS = 3
 ARTIFACT = f"{DATASETS}/helpers_data.py"

@@ -1,7 +1,7 @@
 """Megatron's first-use build, done once before launch (pytest_nvrx.launch.prepare_megatron).
 
-Real make on Megatron-shaped checkouts (tests/megatron_checkouts.py): a real C++ build where the
-host has g++, a slow build that writes its artifact in pieces for the lock. The claims are real
+Real make on Megatron-shaped checkouts (tests/helpers/megatron_checkouts.py): a real C++ build where
+the host has g++, a slow build that writes its artifact in pieces for the lock. The claims are real
 files contended for by real processes; a dead holder is a process that really exited.
 """
 
@@ -34,7 +34,7 @@ from pytest_nvrx.launch.prepare_megatron import (
 from pytest_nvrx.megatron.build import elf_shortfall
 from pytest_nvrx.settings import ConfigError
 from tests.conftest import snapshot
-from tests.megatron_checkouts import (
+from tests.helpers.megatron_checkouts import (
     DATASETS,
     EXT_SUFFIX,
     MAKEFILE_PATTERN,

@@ -2,7 +2,7 @@
 build a Megatron checkout once before any scenario launches, say so in one line, and refuse an
 unbuildable one before anything launches, in their own spelling (issue #35).
 
-The checkout is the slow stand-in of tests/megatron_checkouts.py (no compiler needed); the
+The checkout is the slow stand-in of tests/helpers/megatron_checkouts.py (no compiler needed); the
 sessions are real (pytester in subprocesses, the CLI as a user runs it). No run is launched
 here: the end-to-end runs are tests/test_megatron_first_use_runs.py.
 """
@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from pytest_nvrx.launch.gpu_slots import gpu_available
-from tests.megatron_checkouts import DATASETS, slow_checkout, tool_bin
+from tests.helpers.megatron_checkouts import DATASETS, slow_checkout, tool_bin
 
 pytest_plugins = ["pytester"]
 
@@ -162,7 +162,7 @@ def test_a_stop_signal_during_the_build_stops_it_whole(
     import signal
     import time
 
-    from tests.processes import MARK_VAR, dispositions, kill_marked, marked, new_mark
+    from tests.helpers.processes import MARK_VAR, dispositions, kill_marked, marked, new_mark
 
     mark = new_mark()
     tmp = tmp_path / "tmp"

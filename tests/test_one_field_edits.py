@@ -14,7 +14,7 @@ import pytest
 
 from pytest_nvrx.criteria import judge_run_dir
 from pytest_nvrx.verify import verify_main
-from tests.doctor import CYCLE0, CYCLE1, LAUNCHER, MARKER, Doctor, copy_run
+from tests.helpers.doctor import CYCLE0, CYCLE1, LAUNCHER, MARKER, Doctor, copy_run
 
 DATA = Path(__file__).parent / "data"
 REF_KILL_SAVE = DATA / "windows" / "cpu" / "ref-kill-save"

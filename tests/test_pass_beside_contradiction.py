@@ -25,7 +25,7 @@ from pytest_nvrx.evidence.rundir import RunEvidence, load_run
 from pytest_nvrx.evidence.workload import LoadCompleted, Milestone
 from pytest_nvrx.report import report_main
 from pytest_nvrx.verify import verify_main
-from tests.doctor import CYCLE0, LAUNCHER, MARKER, Doctor, copy_run
+from tests.helpers.doctor import CYCLE0, LAUNCHER, MARKER, Doctor, copy_run
 
 DATA = Path(__file__).parent / "data"
 #: every committed run directory (a logs/ folder of its own)

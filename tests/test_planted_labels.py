@@ -1,7 +1,7 @@
 """A planted run can never pass for a qualification run (issue #25).
 
-The session's one real self-test of the reference workload (tests/selftest_runs.py, through the
-real launcher and injector) gives the control and the ``rng`` plant judged here. Its planted
+The session's one real self-test of the reference workload (tests/helpers/selftest_runs.py, through
+the real launcher and injector) gives the control and the ``rng`` plant judged here. Its planted
 run is labelled everywhere it is shown: the marker and run.json name the plant; verify's first
 line, its summary and its JSON, the report's row, summary and self-test section, and the JUnit
 properties say "planted" first. The report's self-test section shows what a tolerance lets
@@ -30,9 +30,9 @@ from pytest_nvrx.session.scenario_run import ScenarioRun
 from pytest_nvrx.settings import plants
 from pytest_nvrx.verify import verify_main
 from pytest_nvrx.worker import injector
-from tests.doctor import KILL_RUN, copy_run
-from tests.selftest_runs import SELFTEST_TEST_TIMEOUT_S
-from tests.selftest_runs import Selftest as SessionSelftest
+from tests.helpers.doctor import KILL_RUN, copy_run
+from tests.helpers.selftest_runs import SELFTEST_TEST_TIMEOUT_S
+from tests.helpers.selftest_runs import Selftest as SessionSelftest
 
 pytestmark = pytest.mark.timeout(SELFTEST_TEST_TIMEOUT_S)  # the session's self-test: its limit
 
@@ -56,7 +56,7 @@ class Selftest:
 @pytest.fixture(scope="module")
 def selftest(reference_selftest: SessionSelftest) -> Selftest:
     """The control and the rng plant of the session's one reference self-test
-    (tests/selftest_runs.py; its whole catalogue ran, these two are judged here)."""
+    (tests/helpers/selftest_runs.py; its whole catalogue ran, these two are judged here)."""
     doc = reference_selftest.document
     return Selftest(reference_selftest.run_dir("control"), reference_selftest.run_dir("rng"), doc)
 

@@ -18,7 +18,7 @@ from pytest_nvrx.criteria import CRITERIA_IDS
 from pytest_nvrx.launch.gpu_slots import gpu_available
 from pytest_nvrx.layout import FAULT_WINDOWS, INJECTED_FAULTS
 from pytest_nvrx.session.scenarios import schedule_scenarios
-from tests.doctor import CYCLE1, copy_run
+from tests.helpers.doctor import CYCLE1, copy_run
 from tests.test_scenarios import DEFAULT_IDS
 
 pytest_plugins = ["pytester"]

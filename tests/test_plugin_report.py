@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from pytest_nvrx.criteria import CRITERIA_IDS
-from tests.recipe_runs import whole
+from tests.helpers.recipe_runs import whole
 
 pytest_plugins = ["pytester"]
 
@@ -30,7 +30,7 @@ GPU_KILL_DOWNTIME = 25.417
 
 def copy_run(source: Path, tmp_path: Path) -> Path:
     """A copy to judge: the suite runs with the result.json the device packer dropped
-    (tests/recipe_runs.py)."""
+    (tests/helpers/recipe_runs.py)."""
     return whole(source, tmp_path)
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.processes import (
+from tests.helpers.processes import (
     dispositions,
     kill_marked,
     marked,

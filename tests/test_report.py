@@ -25,7 +25,7 @@ from pytest_nvrx.report import (
     report_json,
     report_main,
 )
-from tests.recipe_runs import DROPPED, whole
+from tests.helpers.recipe_runs import DROPPED, whole
 
 DATA = Path(__file__).parent / "data"
 RECIPE = DATA / "gpu-recipe"
@@ -53,7 +53,7 @@ def external_references(html: str) -> list[str]:
 @pytest.fixture(scope="module")
 def recipe(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """tests/data/gpu-recipe's suite runs as whole runs: with the result.json the device's
-    packer dropped, as their harness printed it (tests/recipe_runs.py)."""
+    packer dropped, as their harness printed it (tests/helpers/recipe_runs.py)."""
     dest = tmp_path_factory.mktemp("gpu-recipe")
     for name in DROPPED:
         whole(RECIPE / name, dest)

@@ -24,7 +24,7 @@ from pytest_nvrx.evidence.rundir import RESULT_KEYS, RunEvidence
 from pytest_nvrx.evidence.workload import LoadCompleted, get_adapter
 from pytest_nvrx.layout import MARKER_NAME
 from pytest_nvrx.verify import verify_main
-from tests.doctor import copy_run
+from tests.helpers.doctor import copy_run
 
 DATA = Path(__file__).parent / "data"
 #: every committed run directory (one with logs/)

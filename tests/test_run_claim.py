@@ -26,7 +26,7 @@ from pytest_nvrx.launch.launcher import Launch
 from pytest_nvrx.launch.recipe import Recipe
 from pytest_nvrx.launch.run_dir_setup import prepare_run_dir
 from pytest_nvrx.settings import ConfigError, RunConfig
-from tests.processes import kill_marked, marked_env, new_mark, wait_none_marked
+from tests.helpers.processes import kill_marked, marked_env, new_mark, wait_none_marked
 
 # Stands in for ft_launcher: reports the TMPDIR it was given, and puts a file there (as the
 # launcher puts its sockets).

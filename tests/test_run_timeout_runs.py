@@ -25,7 +25,7 @@ from pytest_nvrx.session import junit
 from pytest_nvrx.session.scenario_run import judge_existing
 from pytest_nvrx.settings import ConfigError, NvrxSettings, check_run_timeout
 from pytest_nvrx.verify import verify_main
-from tests.doctor import LAUNCHER, copy_run
+from tests.helpers.doctor import LAUNCHER, copy_run
 from tests.test_feasibility import recorded_config
 from tests.test_first_cause import assert_led_by_cause
 

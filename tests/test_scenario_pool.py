@@ -16,7 +16,7 @@ import pytest
 from pytest_nvrx.session.scenario_pool import cpu_parallel, parallel_limit, scenario_gpus
 from pytest_nvrx.session.scenarios import Scenario
 from pytest_nvrx.settings import NvrxSettings, PartialRunConfig
-from tests.processes import kill_marked, marked_env, new_mark, stop, stopped_run
+from tests.helpers.processes import kill_marked, marked_env, new_mark, stop, stopped_run
 
 pytest_plugins = ["pytester"]
 

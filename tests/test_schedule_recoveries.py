@@ -28,7 +28,7 @@ from pytest_nvrx.session import junit
 from pytest_nvrx.session.scenario_run import Limits, ScenarioRun
 from pytest_nvrx.session.verdict_table import Row, verdict_table
 from pytest_nvrx.verify import verify_main
-from tests.doctor import Doctor, copy_run
+from tests.helpers.doctor import Doctor, copy_run
 
 pytest_plugins = ["pytester"]
 

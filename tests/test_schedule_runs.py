@@ -25,7 +25,7 @@ import pytest
 from pytest_nvrx.criteria import CRITERIA_IDS, judge_run_dir
 from pytest_nvrx.layout import marker_name
 from pytest_nvrx.report.model import ScenarioReport
-from tests.doctor import Doctor, copy_run
+from tests.helpers.doctor import Doctor, copy_run
 
 DATA = Path(__file__).parent / "data" / "cpu-schedules"
 TWO = DATA / "ref-kill-step+kill-restore"

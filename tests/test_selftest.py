@@ -43,8 +43,8 @@ from pytest_nvrx.selftest.run import preflight, selftest_scenario
 from pytest_nvrx.settings import NvrxSettings, PartialRunConfig
 from pytest_nvrx.settings.plants import PLANTS, Plant, plant_named
 from pytest_nvrx.worker.plant_hook.nvrx_plants import ITERATION_JUMP
-from tests.reference_runs import Resume, read_resume
-from tests.selftest_runs import SELFTEST_TEST_TIMEOUT_S, Selftest
+from tests.helpers.reference_runs import Resume, read_resume
+from tests.helpers.selftest_runs import SELFTEST_TEST_TIMEOUT_S, Selftest
 
 #: The reference scenarios' run size, which the self-test's runs have (the run.json test holds
 #: each run to it): the fault comes in the step after the tracker names 5 (seeded plants start
@@ -57,7 +57,7 @@ pytestmark = pytest.mark.timeout(SELFTEST_TEST_TIMEOUT_S)
 
 @pytest.fixture(scope="module")
 def selftest(reference_selftest: Selftest) -> Selftest:
-    """The session's one run of the command (tests/selftest_runs.py)."""
+    """The session's one run of the command (tests/helpers/selftest_runs.py)."""
     return reference_selftest
 
 

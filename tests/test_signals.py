@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from tests.processes import (
+from tests.helpers.processes import (
     dispositions,
     kill_marked,
     marked,

@@ -300,7 +300,7 @@ def test_timeout_cancels_the_allocation_and_the_tree(
     assert done.returncode == 124, done.stdout + done.stderr
     assert "Slurm job" in done.stdout and "allocated here" in done.stdout, done.stdout
     assert _our_jobs(slurm_env, f"nvrx-{run_id}") == []
-    from tests.processes import marked
+    from tests.helpers.processes import marked
 
     assert marked(run_id) == {}
     result = json.loads((tmp_path / "runs" / run_id / "result.json").read_text())

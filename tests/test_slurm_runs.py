@@ -11,7 +11,7 @@ from pathlib import Path
 
 from pytest_nvrx.criteria.judgement import judge_run_dir
 from pytest_nvrx.evidence.launcher_log import LauncherEventKind, parse_launcher_log
-from tests.doctor import LAUNCHER, Doctor, copy_run
+from tests.helpers.doctor import LAUNCHER, Doctor, copy_run
 
 HANG = Path(__file__).resolve().parent / "data" / "slurm" / "two-nodes-hang-finalize"
 

@@ -27,8 +27,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.doctor import Doctor, copy_run
-from tests.recipe_runs import whole
+from tests.helpers.doctor import Doctor, copy_run
+from tests.helpers.recipe_runs import whole
 
 DATA = Path(__file__).parent / "data"
 REFERENCE_KILL = DATA / "cpu" / "reference-kill"
@@ -174,7 +174,7 @@ def malicious_metadata(real: bytes, target: Path) -> bytes:
 
 
 def test_malicious_metadata_executes_nothing(tmp_path: Path) -> None:
-    # a whole run: with the result.json the device packer dropped (tests/recipe_runs.py)
+    # a whole run: with the result.json the device packer dropped (tests/helpers/recipe_runs.py)
     run = Doctor(whole(MEGATRON_KILL, tmp_path))
     meta = run.path("checkpoints/iter_0000005/.metadata")
     proof = tmp_path / "code-ran"

@@ -13,7 +13,15 @@ import pytest
 
 from pytest_nvrx.criteria import CRITERIA_IDS
 from pytest_nvrx.verify import JSON_SCHEMA_VERSION, verify_main
-from tests.doctor import BASELINE_RUN, CYCLE1, HARNESS_RESULT, KILL_RUN, MARKER, Doctor, copy_run
+from tests.helpers.doctor import (
+    BASELINE_RUN,
+    CYCLE1,
+    HARNESS_RESULT,
+    KILL_RUN,
+    MARKER,
+    Doctor,
+    copy_run,
+)
 
 SCHEDULE_RUN = Path(__file__).parent / "data" / "cpu-schedules" / "ref-kill-step+kill-restore"
 LINE = re.compile(r"^(PASS|FAIL|N/A) (\w+): (.+) \[([^\]]+)\]$")

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.doctor import KILL_RUN
+from tests.helpers.doctor import KILL_RUN
 
 # torch and what comes with it; none may be loaded by judging a run
 HEAVY = ("torch", "numpy", "megatron", "transformer_engine", "nvidia_resiliency_ext")

@@ -21,7 +21,7 @@ from pytest_nvrx.evidence.marker import read_marker
 from pytest_nvrx.evidence.refs import LineCursor
 from pytest_nvrx.evidence.rundir import load_run
 from pytest_nvrx.verify import verify_main
-from tests.doctor import LAUNCHER, MARKER, Doctor, copy_run
+from tests.helpers.doctor import LAUNCHER, MARKER, Doctor, copy_run
 
 DATA = Path(__file__).parent / "data"
 REF_TERM = DATA / "cpu-faults" / "ref-term"

@@ -27,7 +27,7 @@ from pytest_nvrx.evidence.rundir import RunEvidence, load_run
 from pytest_nvrx.evidence.workload import LoadCompleted, WorkloadError
 from pytest_nvrx.layout import INJECTED_FAULTS, window_allowed, windows_of
 from pytest_nvrx.session.scenarios import DEFAULT_PAIRS
-from tests.doctor import Doctor, copy_run
+from tests.helpers.doctor import Doctor, copy_run
 
 DATA = Path(__file__).parent / "data" / "windows"
 GPU = DATA / "gpu"

@@ -12,7 +12,7 @@ import stat
 from pathlib import Path
 from typing import Any
 
-GPU_DATA = Path(__file__).parent / "data" / "gpu"
+GPU_DATA = Path(__file__).parents[1] / "data" / "gpu"
 KILL_RUN = GPU_DATA / "gpu-kill-100"
 BASELINE_RUN = GPU_DATA / "gpu-baseline-20"
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from pytest_nvrx.layout import RESULT_NAME
 
-RECIPE = Path(__file__).parent / "data" / "gpu-recipe"
+RECIPE = Path(__file__).parents[1] / "data" / "gpu-recipe"
 #: run dir -> (the device session's pytest log, the scenario's name in it)
 DROPPED = {
     "megatron-baseline-40": ("pytest-suite.log", "megatron-baseline"),
