@@ -19,12 +19,12 @@ MARKER_NAME = "fault_injected.json"
 #: hang = SIGSTOP, term = SIGTERM, segv = SIGSEGV to the rank; exception = an InjectedFault
 #: raised on the rank's training thread; ckpt-worker = SIGKILL to the rank's persistent async
 #: checkpoint worker while a save is in flight. pytest_nvrx.worker.injector, stdlib-only by design,
-#: repeats it as FAULTS (tests/test_fault_catalogue.py holds them equal).
+#: repeats it as FAULTS (tests/launch/test_fault_catalogue.py holds them equal).
 FaultKind = Literal["none", "kill", "hang", "term", "segv", "exception", "ckpt-worker"]
 #: The faults the injector can deliver (and a marker can record).
 INJECTED_FAULTS: tuple[str, ...] = tuple(f for f in get_args(FaultKind) if f != "none")
 #: Where in the training loop the selected rank is faulted (pytest_nvrx.worker.injector.WINDOWS,
-#: tests/test_tracker_readers_agree.py holds them equal): step = a training step after a
+#: tests/worker/test_tracker_readers_agree.py holds them equal): step = a training step after a
 #: checkpoint completed; save = the preparation of checkpoint N; finalize = save N submitted,
 #: its background write in flight, not yet finalized.
 FaultWindow = Literal["step", "save", "finalize"]
@@ -37,8 +37,8 @@ SCHEDULE_WINDOWS = ("restore",)
 #: persistent checkpoint worker is busy only while a save is in flight.
 FAULT_WINDOWS_ONLY: dict[str, tuple[str, ...]] = {"ckpt-worker": ("finalize",)}
 #: The signal each fault sends, as its marker records it (as
-#: pytest_nvrx.worker.injector.FAULT_SIGNALS; tests/test_marker_agreement.py holds them equal);
-#: ``exception`` sends none (null).
+#: pytest_nvrx.worker.injector.FAULT_SIGNALS; tests/criteria/test_marker_agreement.py holds them
+#: equal); ``exception`` sends none (null).
 FAULT_SIGNAL_NAMES: dict[str, str | None] = {
     "kill": "SIGKILL",
     "hang": "SIGSTOP",
@@ -93,7 +93,8 @@ def window_allowed(fault: str, window: str) -> bool:
 def marker_name(position: int) -> str:
     """The marker of a schedule's fault at ``position`` (1-based): the first keeps the
     walkthrough's ``fault_injected.json``, the k-th is ``fault_injected_<k>.json``
-    (pytest_nvrx.worker.injector.scheduled_marker_path; tests/test_schedule.py holds them equal)."""
+    (pytest_nvrx.worker.injector.scheduled_marker_path; tests/settings/test_schedule.py holds them
+    equal)."""
     if position < 1:
         raise ValueError(f"schedule positions start at 1, got {position}")
     if position == 1:

@@ -119,40 +119,43 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 #: Under pytest-xdist (``./check`` runs ``-n 2``) tests are handed out by scope: a module stays
 #: on one worker (its module-scoped fixtures, a real launch among them, run once; the self-test's
-#: nine runs in tests/test_selftest.py), except these modules, whose tests share nothing
+#: nine runs in tests/selftest/test_selftest.py), except these modules, whose tests share nothing
 #: expensive: each launches its own run, or judges its own doctored copies.
 SPLIT_BY_TEST = frozenset(
     {
-        "tests/test_cli_e2e.py",
-        "tests/test_signals.py",
-        "tests/test_plugin_signals.py",
+        "tests/launch/test_cli_e2e.py",
+        "tests/launch/test_signals.py",
+        "tests/session/test_plugin_signals.py",
         # a thousand doctored copies of committed runs, each judged on its own (~2 min in one)
-        "tests/test_pass_beside_contradiction.py",
+        "tests/criteria/test_pass_beside_contradiction.py",
     }
 )
 
 
 #: Work units that take long (real launches), roughly in seconds on 2 cores; the rest ~1 s.
 UNIT_COSTS = (
-    ("tests/test_selftest.py", 220),  # the self-test (9 runs; with test_planted_labels.py)
-    ("tests/test_plugin_selftest.py", 60),  # --nvrx-selftest: the control, then the rng plant
+    ("tests/selftest/test_selftest.py", 220),  # the self-test (9 runs; with test_planted_labels.py)
+    (
+        "tests/selftest/test_plugin_selftest.py",
+        60,
+    ),  # --nvrx-selftest: the control, then the rng plant
     ("nvrx-reference", 230),  # 10 scenarios (3 of them fault schedules), 3 at once
-    ("tests/test_slurm_launch.py", 170),
-    ("tests/test_local_nodes.py", 75),
-    ("tests/test_reference_workload.py", 70),
-    ("tests/test_plugin_retention.py", 65),
-    ("tests/test_plugin_xdist.py", 60),
-    ("tests/test_scenario_pool.py", 80),
-    ("tests/test_cli_e2e.py::test_run_each", 45),
-    ("tests/test_broken_resumes.py", 35),
-    ("tests/test_broken_runs.py", 20),
+    ("tests/launch/test_slurm_launch.py", 170),
+    ("tests/launch/test_local_nodes.py", 75),
+    ("tests/worker/test_reference_workload.py", 70),
+    ("tests/session/test_plugin_retention.py", 65),
+    ("tests/session/test_plugin_xdist.py", 60),
+    ("tests/session/test_scenario_pool.py", 80),
+    ("tests/launch/test_cli_e2e.py::test_run_each", 45),
+    ("tests/criteria/test_broken_resumes.py", 35),
+    ("tests/criteria/test_broken_runs.py", 20),
     ("tests/test_packaging.py", 30),
-    ("tests/test_run_claim.py", 25),
-    ("tests/test_harness_death.py", 25),  # 2 real runs, SIGKILLed at their first iteration
-    ("tests/test_signals.py", 18),
-    ("tests/test_plugin_signals.py", 14),
-    ("tests/test_plugin.py", 20),
-    ("tests/test_injector.py", 15),
+    ("tests/launch/test_run_claim.py", 25),
+    ("tests/launch/test_harness_death.py", 25),  # 2 real runs, SIGKILLed at their first iteration
+    ("tests/launch/test_signals.py", 18),
+    ("tests/session/test_plugin_signals.py", 14),
+    ("tests/session/test_plugin.py", 20),
+    ("tests/worker/test_injector.py", 15),
 )
 
 
@@ -161,7 +164,7 @@ def unit_cost(unit: str) -> int:
 
 
 #: Modules that share a session fixture's real runs: one work unit with the first.
-SHARED_UNITS = {"tests/test_planted_labels.py": "tests/test_selftest.py"}
+SHARED_UNITS = {"tests/selftest/test_planted_labels.py": "tests/selftest/test_selftest.py"}
 
 
 def work_unit(nodeid: str) -> str:

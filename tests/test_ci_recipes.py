@@ -10,7 +10,7 @@
 * its pytest command, as the shell expands it with the default faults, collects the baseline
   and the kill and hang scenarios exactly once each.
 
-The Slurm recipe runs for real under the local Slurm: tests/test_slurm_launch.py.
+The Slurm recipe runs for real under the local Slurm: tests/launch/test_slurm_launch.py.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ reparented to init: parent links alone do not find them. Every process of a run 
 carries the run's tag in its environment (:data:`TAG_VAR`), and :func:`kill_tree` stops what
 the parent links find below the launcher and what carries the tag, wherever it lives now.
 psutil reads the links, the environments, the states and the groups, and waits; the tag sweep
-stays ours: no parent link leads to a reparented worker (tests/test_harness_death.py, where
+stays ours: no parent link leads to a reparented worker (tests/launch/test_harness_death.py, where
 the harness is SIGKILLed and its workers are found by the tag alone). Used by
 :mod:`pytest_nvrx.launch.launcher` and by the run's watchdog (:mod:`pytest_nvrx.launch.watchdog`).
 No pytest.

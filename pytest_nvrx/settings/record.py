@@ -169,7 +169,7 @@ class PartialRunConfig:
     typed as RunConfig types them; None = not given here.
 
     It mirrors RunConfig field for field (a dataclass cannot derive typed optional fields from
-    another's); tests/test_settings.py holds the two equal, names, order and types."""
+    another's); tests/settings/test_settings.py holds the two equal, names, order and types."""
 
     work_dir: Path | None = None
     run_id: str | None = None
@@ -221,7 +221,7 @@ class PartialRunConfig:
 
     def config(self, work_dir: Path, run_id: str) -> RunConfig:
         """The RunConfig of these values, RunConfig's defaults for the rest."""
-        # field for field RunConfig's types (tests/test_settings.py holds them equal)
+        # field for field RunConfig's types (tests/settings/test_settings.py holds them equal)
         given: dict[str, Any] = self.given()
         if self.schedule:
             given.update(_schedule_first(self.schedule, self.fault, self.window))

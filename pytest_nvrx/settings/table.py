@@ -663,6 +663,6 @@ OPTIONS_TABLE_HEAD = "| option | env | default | meaning |\n|---|---|---|---|"
 
 
 def options_table() -> str:
-    """docs/options.md's table of the plugin's options (tests/test_settings_table.py holds the
-    committed one equal to this)."""
+    """docs/options.md's table of the plugin's options (tests/settings/test_settings_table.py holds
+    the committed one equal to this)."""
     return "\n".join([OPTIONS_TABLE_HEAD, *(s.doc_row() for s in PLUGIN_SETTINGS)])

@@ -117,7 +117,7 @@ FAULT_SIGNALS: Final[Mapping[str, signal.Signals]] = {
 CORE_DUMPING_SIGNALS: Final = frozenset({signal.SIGSEGV})
 
 # at most 20 digits, as the core reads a tracker (evidence/refs.py MAX_DIGITS): no iteration
-# is longer, and the two readers must agree (tests/test_tracker_readers_agree.py)
+# is longer, and the two readers must agree (tests/worker/test_tracker_readers_agree.py)
 _ITERATION_RE: Final = re.compile(r"[0-9]{1,20}")
 
 

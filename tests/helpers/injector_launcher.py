@@ -1,7 +1,8 @@
 """The injector as ft_launcher runs it, for tests: a plain script in a subprocess of its own
 session (:class:`Launcher`, :class:`Scenario`, :class:`Run`), and an armed selected rank in this
 process (:class:`Windows`: the probes, with fault "exception" raising instead of killing us).
-Shared by tests/test_injector.py, tests/test_injector_schedule.py and tests/conftest.py."""
+Shared by tests/worker/test_injector.py, tests/worker/test_injector_schedule.py and
+tests/conftest.py."""
 
 from __future__ import annotations
 

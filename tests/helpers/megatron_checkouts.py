@@ -1,4 +1,5 @@
-"""Small Megatron-shaped checkouts for the first-use build's tests (tests/test_megatron_build.py,
+"""Small Megatron-shaped checkouts for the first-use build's tests
+(tests/megatron/test_megatron_build.py,
 test_megatron_prepare.py, test_megatron_first_use_runs.py).
 
 The Makefiles and modules here are short excerpts written for these tests in the shapes of the

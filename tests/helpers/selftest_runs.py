@@ -1,6 +1,7 @@
 """The reference self-test of the issue's Done-when (#25), run once per test session and shared by
-the modules that judge its runs (tests/test_selftest.py, tests/test_planted_labels.py:
-tests/conftest.py puts them in one xdist work unit, so the session fixture runs once)."""
+the modules that judge its runs (tests/selftest/test_selftest.py,
+tests/selftest/test_planted_labels.py: tests/conftest.py puts them in one xdist work unit, so the
+session fixture runs once)."""
 
 from __future__ import annotations
 
