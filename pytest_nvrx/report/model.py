@@ -84,7 +84,7 @@ class ScenarioReport:
     #: the self-test's planted bug the run names (never a qualification run; every line about
     #: it starts with "planted: <name>")
     planted: str | None = None
-    #: a self-test run's row (pytest_nvrx.selftest_outcome.PlantOutcome.as_dict, plus the
+    #: a self-test run's row (pytest_nvrx.criteria.selftest_outcome.PlantOutcome.as_dict, plus the
     #: tolerance it was judged at): was its plant caught, by what; None: not a self-test run
     selftest: dict[str, Any] | None = None
     #: a fault schedule's faults (FAULT@WINDOW), its every recovery, one per fault that

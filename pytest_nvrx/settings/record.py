@@ -101,7 +101,8 @@ class RunConfig:
     #: Megatron flags for a stack without Transformer Engine/Apex; None = decide from the stack.
     no_te_profile: bool | None = None
     extra_args: tuple[str, ...] = ()
-    #: local: ft_launcher started here; slurm: one per node through srun (pytest_nvrx.launch)
+    #: local: ft_launcher started here; slurm: one per node through srun
+    #: (pytest_nvrx.launch.launcher, pytest_nvrx.launch.slurm)
     launcher: LauncherKind = "local"
     #: This launch's node of a multinode run started by hand (one CLI start per node, several
     #: maybe on one host): 0 hosts the rendezvous. None: the node is not named (one node, a
@@ -110,7 +111,8 @@ class RunConfig:
     #: A self-test run (``python -m pytest_nvrx selftest``): the learning rate moves (warmup +
     #: decay) so that a lost scheduler state shows; never a qualification run's setting.
     selftest: bool = False
-    #: The self-test's planted bug (pytest_nvrx.plants) in the workers' environment; None: none.
+    #: The self-test's planted bug (pytest_nvrx.settings.plants) in the workers' environment; None:
+    #: none.
     plant: str | None = None
     #: A complete checkpoint directory (``iter_N``) copied into the run's checkpoint dir, with a
     #: tracker naming N, before the launch: the self-test's runs that need two completed

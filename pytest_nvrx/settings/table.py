@@ -43,7 +43,7 @@ from pytest_nvrx.settings.values import (
 MATRIX_ENV = "NVRX_FAULT_MATRIX"
 WINDOW_ENV = "NVRX_FAULT_WINDOW"
 MATRICES = ("default", "full")
-#: The plugin's fault-schedule scenarios besides one schedule given (pytest_nvrx.scenarios).
+#: The plugin's fault-schedule scenarios besides one schedule given (pytest_nvrx.session.scenarios).
 SCHEDULES_ENV = "NVRX_SCHEDULES"
 SCHEDULE_MATRICES = ("default", "none")
 
