@@ -64,20 +64,7 @@ def sc(tmp_path: Path) -> Any:
     return Scenario(tmp_path)
 
 
-def snapshot(root: Path) -> dict[str, tuple[bool, int, int]]:
-    """Every path under ``root`` with (is_dir, size, mtime_ns): detects any write."""
-    out: dict[str, tuple[bool, int, int]] = {}
-    for p in sorted(root.rglob("*")):
-        st = p.lstat()
-        out[str(p.relative_to(root))] = (p.is_dir(), st.st_size, st.st_mtime_ns)
-    return out
-
-
 SESSION_VAR = "PYTEST_NVRX_TEST_SESSION"
-#: MASTER_PORT for the workload run alone (WORLD_SIZE=1, --no-ft): 0 lets its TCPStore bind a port
-#: the kernel chooses, so nothing can take the port between a choice and the bind (a port found
-#: free and let go was taken under load in CI: EADDRINUSE); no other rank has to know it.
-ONE_RANK_STORE_PORT = "0"
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:

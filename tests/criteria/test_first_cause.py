@@ -17,11 +17,12 @@ from pathlib import Path
 
 import pytest
 
-from pytest_nvrx.criteria import CRITERIA_IDS, Judgement, judge, judge_run_dir
+from pytest_nvrx.criteria import CRITERIA_IDS, judge, judge_run_dir
 from pytest_nvrx.criteria.first_cause import BEFORE_FAULT, NEVER_HAPPENED, WITHOUT_FAULT
 from pytest_nvrx.evidence.rundir import load_run
 from pytest_nvrx.verify import verify_main
 from tests.helpers.doctor import CYCLE0, CYCLE1, LAUNCHER, MARKER, Doctor, copy_run
+from tests.helpers.recorded_runs import assert_led_by_cause
 
 pytest_plugins = ["pytester"]
 
@@ -39,21 +40,6 @@ MAX_CONNECTIONS = (
     " environment variable CUDA_DEVICE_MAX_CONNECTIONS to 1"
 )
 MAX_CONNECTIONS_LINE = 1437
-
-
-def assert_led_by_cause(judgement: Judgement) -> str:
-    """Every failing verdict's reason starts with the cause and quotes its lines; returns it."""
-    cause = judgement.first_cause
-    assert cause is not None
-    for verdict in judgement.verdicts:
-        if verdict.passed:
-            assert not verdict.reason.startswith(cause.text), verdict.render()
-            continue
-        assert verdict.reason.startswith(cause.text + "; "), verdict.render()
-        assert cause.ref in verdict.evidence, verdict.render()
-        # the criterion's own reason follows, its own line first in the evidence
-        assert len(verdict.reason) > len(cause.text) + 2
-    return cause.text
 
 
 # ----------------------------------------------------------------------------------------------

@@ -25,9 +25,8 @@ from pytest_nvrx.session import junit
 from pytest_nvrx.session.scenario_run import judge_existing
 from pytest_nvrx.settings import ConfigError, NvrxSettings, check_run_timeout
 from pytest_nvrx.verify import verify_main
-from tests.criteria.test_first_cause import assert_led_by_cause
 from tests.helpers.doctor import LAUNCHER, copy_run
-from tests.settings.test_feasibility import recorded_config
+from tests.helpers.recorded_runs import assert_led_by_cause, recorded_config
 
 DATA = Path(__file__).parents[1] / "data" / "cpu-timeout"
 HANG_STEP = DATA / "ref-timeout-hang-step"

@@ -35,8 +35,8 @@ from pytest_nvrx.evidence.workload import (
     WorkloadError,
 )
 from pytest_nvrx.verify import verify_main
-from tests.conftest import ONE_RANK_STORE_PORT
 from tests.helpers.doctor import Doctor, copy_run, glog_failed
+from tests.helpers.sessions import ONE_RANK_STORE_PORT
 
 REPO = Path(__file__).resolve().parents[2]
 CPU_DATA = Path(__file__).parents[1] / "data" / "cpu"

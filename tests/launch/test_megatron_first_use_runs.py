@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import snapshot
+from tests.helpers.files import snapshot
 from tests.helpers.megatron_checkouts import DATASETS, slow_checkout
 from tests.helpers.processes import MARK_VAR, kill_marked, new_mark
 

@@ -33,7 +33,7 @@ from pytest_nvrx.launch.prepare_megatron import (
 )
 from pytest_nvrx.megatron.build import elf_shortfall
 from pytest_nvrx.settings import ConfigError
-from tests.conftest import snapshot
+from tests.helpers.files import snapshot
 from tests.helpers.megatron_checkouts import (
     DATASETS,
     EXT_SUFFIX,

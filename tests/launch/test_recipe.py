@@ -24,7 +24,7 @@ from pytest_nvrx.launch.recipe import (
 )
 from pytest_nvrx.launch.run_dir_setup import check_fresh_run_dir
 from pytest_nvrx.settings import ConfigError, RunConfig
-from tests.conftest import snapshot
+from tests.helpers.files import snapshot
 
 
 def walkthrough_command(

@@ -16,7 +16,7 @@ import pytest
 from pytest_nvrx.criteria.selftest_outcome import PlantOutcome
 from pytest_nvrx.plugin import selftest_label
 from pytest_nvrx.settings.plants import PLANTS, plant_named
-from tests.session.test_plugin import SUITE_ARGS
+from tests.helpers.sessions import SUITE_ARGS
 
 pytest_plugins = ["pytester"]
 

@@ -19,14 +19,13 @@ from pytest_nvrx.launch.gpu_slots import gpu_available
 from pytest_nvrx.layout import FAULT_WINDOWS, INJECTED_FAULTS
 from pytest_nvrx.session.scenarios import schedule_scenarios
 from tests.helpers.doctor import CYCLE1, copy_run
-from tests.session.test_scenarios import DEFAULT_IDS
+from tests.helpers.sessions import DEFAULT_IDS, SUITE_ARGS
 
 pytest_plugins = ["pytester"]
 
 DATA = Path(__file__).parents[1] / "data"
 GPU_KILL = DATA / "gpu" / "gpu-kill-100"
 GPU_BASELINE = DATA / "gpu" / "gpu-baseline-20"
-SUITE_ARGS = ["--pyargs", "pytest_nvrx.suite", "-p", "no:cacheprovider"]
 #: The default matrix of one workload (issue #10): every fault once, every window at least once.
 DEFAULT_MATRIX = tuple(DEFAULT_IDS)
 #: The default schedule matrix of one workload (issue #26), after the fault scenarios.

@@ -27,16 +27,7 @@ from pytest_nvrx.settings import (
     parse_matrix,
     parse_windows,
 )
-
-DEFAULT_IDS = [
-    "baseline",
-    "kill-save",
-    "hang-finalize",
-    "term-finalize",
-    "segv-step",
-    "exception-step",
-    "ckpt-worker-finalize",
-]
+from tests.helpers.sessions import DEFAULT_IDS
 
 
 def test_default_matrix_ids_and_markers() -> None:

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from pytest_nvrx import cli
-from tests.conftest import snapshot
+from tests.helpers.files import snapshot
 
 INT64_MAX = 2**63 - 1
 DIGITS_5000 = "7" * 5000

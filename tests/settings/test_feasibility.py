@@ -30,6 +30,7 @@ from pytest_nvrx.settings import (
     least_time,
     parse_schedule,
 )
+from tests.helpers.recorded_runs import recorded_config
 
 DATA = Path(__file__).parents[1] / "data"
 #: every committed run that ended by itself (the run timeout stopped none of them)
@@ -58,21 +59,6 @@ def refusal(run: RunConfig, timeout: float) -> ConfigError:
     with pytest.raises(ConfigError) as info:
         check_run_timeout(run, timeout)
     return info.value
-
-
-def recorded_config(run_dir: Path) -> RunConfig:
-    """The RunConfig run.json records (what the refusal would have been given)."""
-    recorded = json.loads((run_dir / "run.json").read_text())["config"]
-    names = {f.name for f in dataclasses.fields(RunConfig)} - {"work_dir", "run_id"}
-    values = {k: v for k, v in recorded.items() if k in names}
-    values["section_timeouts"] = SectionTimeouts.parse(recorded["section_timeouts"])
-    values["extra_args"] = tuple(recorded.get("extra_args") or ())
-    values["schedule"] = (
-        parse_schedule(",".join(recorded["schedule"]), "s") if recorded.get("schedule") else ()
-    )
-    for path in ("megatron_path", "checkpoint_dir", "seed_checkpoint"):
-        values[path] = Path(values[path]) if values.get(path) else None
-    return RunConfig(work_dir=WORK, run_id="r", **values)
 
 
 # --- the arithmetic ------------------------------------------------------------------------------

@@ -30,7 +30,7 @@ from pytest_nvrx.settings import (
     quote,
     resolve,
 )
-from tests.conftest import snapshot
+from tests.helpers.files import snapshot
 
 
 def make(tmp_path: Path, megatron: Path, **kw: Any) -> RunConfig:

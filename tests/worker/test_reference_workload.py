@@ -26,7 +26,7 @@ from torch.distributed.checkpoint.state_dict_saver import AsyncCheckpointerType
 
 from pytest_nvrx.layout import RESULT_NAME, TRACKER_NAME
 from pytest_nvrx.workloads import reference as ref
-from tests.conftest import ONE_RANK_STORE_PORT
+from tests.helpers.sessions import ONE_RANK_STORE_PORT
 
 DATA = Path(__file__).parents[1] / "data" / "cpu"
 REPO = Path(__file__).resolve().parents[2]
