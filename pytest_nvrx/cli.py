@@ -1,4 +1,4 @@
-"""``python -m pytest_nvrx run | verify | report``: the core without pytest.
+"""``python -m pytest_nvrx run | verify | report | selftest | compare``: the core without pytest.
 
 ``run --workload reference`` takes the plugin's reference scenario sizing (20 iterations, a save
 every 5, 30 s checkpointing deadline, ...) for every value neither an option nor the
@@ -264,6 +264,12 @@ def build_parser() -> argparse.ArgumentParser:
         "report.json (RUN_DIR... [-o report.html] [--json report.json])",
         add_help=False,
     )
+    sub.add_parser(
+        "compare",
+        help="compare two qualifications (report.json or run dirs) and gate on it "
+        "(OLD NEW [--fail-on verdict,downtime:+20%%] [--json FILE] [-o compare.html])",
+        add_help=False,
+    )
     return parser
 
 
@@ -302,6 +308,10 @@ def _main(argv: Sequence[str] | None, environ: Mapping[str, str] | None) -> int:
         from pytest_nvrx.report import report_main
 
         return report_main(args_list[1:])
+    if args_list[:1] == ["compare"]:
+        from pytest_nvrx.compare import compare_main
+
+        return compare_main(args_list[1:])
     parser = build_parser()
     args = parser.parse_args(args_list)
     return cmd_run(args, env)

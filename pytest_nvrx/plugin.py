@@ -14,11 +14,12 @@ and prints the summary.
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Generator, Sequence
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -45,6 +46,7 @@ from pytest_nvrx.outputs import (
     check_in_place_output,
     check_output_targets,
     check_outputs,
+    write_output,
 )
 from pytest_nvrx.selftest.run import selftest_scenarios
 from pytest_nvrx.session import junit
@@ -58,6 +60,9 @@ from pytest_nvrx.settings import (
     ScheduledFault,
     option_hint,
 )
+
+if TYPE_CHECKING:
+    from pytest_nvrx.compare import Comparison, Side
 
 # the fixtures (and the session state the hooks share with them); that module imports nothing
 # from this one
@@ -89,6 +94,9 @@ WORKEROUTPUT_SELECTED = "nvrx_selected"
 SELECTED_KEY = pytest.StashKey[list[str]]()
 #: How many tests -m/-k deselected (pytest's "N deselected", explained in the header).
 DESELECTED_KEY = pytest.StashKey[int]()
+#: --nvrx-compare's report, read at configure time (on every process: JUnit properties are
+#: given where a scenario is judged)
+COMPARE_KEY = pytest.StashKey["Side"]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -230,9 +238,46 @@ def pytest_configure(config: pytest.Config) -> None:
             " --nvrx-run-dir (judge an existing run); drop one of them (python -m pytest_nvrx"
             " report DIR... shows a self-test run's outcome)"
         )
+    if settings.compare_fail and settings.compare is None:
+        raise pytest.UsageError(
+            "pytest-nvrx: --nvrx-compare-fail gates the comparison with an earlier report.json;"
+            " give that too (--nvrx-compare REPORT_JSON)"
+        )
+    if settings.compare is not None:
+        config.stash[COMPARE_KEY] = previous_report(config, settings.compare, settings.report)
     if not hasattr(config, "workerinput"):
         # the controller (or a session without xdist) collects the scenarios' reports
-        config.pluginmanager.register(NvrxReporter(config, settings.report), REPORTER_NAME)
+        config.pluginmanager.register(NvrxReporter(config, settings), REPORTER_NAME)
+
+
+def previous_report(config: pytest.Config, path: Path, report: Path | None) -> Side:
+    """--nvrx-compare's report.json, read now: a file that cannot be compared is a usage error
+    before anything launches, and one of the session's own outputs is refused (the report
+    would replace last night's before it was read)."""
+    from dataclasses import replace
+
+    from pytest_nvrx.compare import CompareInputError, load_side
+
+    here = config.invocation_params.dir
+    ours = [("--junitxml", junit_path(config))]
+    if report is not None:
+        html = here / report
+        ours += [
+            ("--nvrx-report", html),
+            ("--nvrx-report's report.json", html.with_name("report.json")),
+            ("--nvrx-report's compare.json", html.with_name("compare.json")),
+        ]
+    for what, out in ours:
+        if out is not None and os.path.realpath(out) == os.path.realpath(here / path):
+            raise pytest.UsageError(
+                f"pytest-nvrx: --nvrx-compare {path} is where {what} is written: the session"
+                " would replace the report it compares with; keep last night's elsewhere"
+            )
+    try:
+        side = load_side(here / path, "--nvrx-compare")
+    except CompareInputError as exc:
+        raise pytest.UsageError(printable(f"pytest-nvrx: {exc}")) from None
+    return replace(side, label="OLD", source=str(path))
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -410,7 +455,7 @@ def _junit_properties(item: pytest.Item, run: ScenarioRun) -> list[tuple[str, st
     given = item.config.stash.setdefault(PROPERTIES_GIVEN_KEY, set())
     if run.key not in given:
         given.add(run.key)
-        props = junit.run_properties(run)
+        props = junit.run_properties(run) + _compare_properties(item.config, run)
     else:
         props = [("nvrx_run_dir", str(run.layout.run_dir))]
     callspec = getattr(item, "callspec", None)
@@ -439,6 +484,23 @@ def _junit_properties(item: pytest.Item, run: ScenarioRun) -> list[tuple[str, st
         for phase, limit in limits.phases.items():
             props.append((f"nvrx_max_phase_{phase}_s", str(limit)))
     return props
+
+
+def _compare_properties(config: pytest.Config, run: ScenarioRun) -> list[tuple[str, str]]:
+    """The scenario against --nvrx-compare's report (nvrx_compare_*); none without it."""
+    previous = config.stash.get(COMPARE_KEY, None)
+    if previous is None or selftest_outcome_of(config, run.key) is not None:
+        return []
+    from pytest_nvrx.compare.session import scenario_properties
+
+    settings = nvrx_settings(config)
+    try:
+        report = run.report(Limits.of(settings))
+        return scenario_properties(
+            previous, report, settings.compare_fail, gate_noise=settings.gate_shared_gpu
+        )
+    except Exception as exc:  # a comparison bug must not cost the qualification: say it
+        return [("nvrx_compare_error", f"{type(exc).__name__}: {exc}")]
 
 
 def selftest_label(outcome: PlantOutcome) -> str:
@@ -480,7 +542,7 @@ def scenario_entry(config: pytest.Config, run: ScenarioRun) -> dict[str, Any]:
         "report": None,
         "report_error": None,
     }
-    if settings.report is not None:
+    if settings.report is not None or settings.compare is not None:
         try:
             entry["report"] = run.report(limits).as_dict()
         except Exception as exc:  # a report bug must not cost the qualification: say it instead
@@ -592,9 +654,15 @@ class NvrxReporter:
     """The scenarios' outcomes and recovery report, on the controller: fed from test reports,
     written at the session's end (--nvrx-report), announced in the terminal summary."""
 
-    def __init__(self, config: pytest.Config, path: Path | None) -> None:
+    def __init__(self, config: pytest.Config, settings: NvrxSettings) -> None:
         self.config = config
+        path = settings.report
         self.html = None if path is None else config.invocation_params.dir / path
+        self.compare_rules = settings.compare_fail
+        self.gate_noise = settings.gate_shared_gpu
+        self.comparison: Comparison | None = None
+        #: the comparison's lines for the terminal (or why there is none)
+        self.compare_lines: list[str] = []
         self.entries: dict[str, dict[str, Any]] = {}
         self.outcome: str | None = None
         # why the session failed although its tests passed (a NOT QUALIFIED scenario)
@@ -639,7 +707,48 @@ class NvrxReporter:
         """The session's status from what was qualified, then the report."""
         self._fail_unqualified(session)
         self._fail_nothing_qualified(session)
+        self._compare(session)
         self._write_report(session)
+
+    def _compare(self, session: pytest.Session) -> None:
+        """The session against --nvrx-compare's report, after every scenario was judged; a
+        gate that fails (or cannot judge: nothing in common) fails a session that passed."""
+        previous = self.config.stash.get(COMPARE_KEY, None)
+        if previous is None or self.config.option.collectonly:
+            return
+        from pytest_nvrx.compare import Incomparable, compare
+        from pytest_nvrx.compare.render import text
+        from pytest_nvrx.compare.session import session_side
+        from pytest_nvrx.report import ScenarioReport
+
+        data = [e["report"] for e in self.entries.values() if e.get("report") is not None]
+        if not data:
+            return
+        reports = [ScenarioReport.from_dict(d) for d in data]
+        try:
+            result = compare(
+                previous, session_side(reports), self.compare_rules, gate_noise=self.gate_noise
+            )
+        except Incomparable as exc:
+            why = f"cannot compare with {previous.source}: {exc}"
+            self.compare_lines = [why]
+            if self.compare_rules and session.exitstatus == pytest.ExitCode.OK:
+                self.session_failures.append(f"pytest-nvrx: --nvrx-compare-fail: {why}")
+                session.exitstatus = pytest.ExitCode.TESTS_FAILED
+            return
+        self.comparison = result
+        lines = text(result).splitlines()
+        if self.config.get_verbosity() < 1:
+            # the details (every phase of every scenario) with -v; the rest always
+            lines = [line for line in lines if not line.startswith("  ") or "verdict" in line]
+        self.compare_lines = lines
+        if result.gate_failed and session.exitstatus == pytest.ExitCode.OK:
+            rules = ",".join(str(r) for r in result.rules)
+            self.session_failures += [
+                f"pytest-nvrx: --nvrx-compare-fail {rules}: {failure}"
+                for failure in result.failures
+            ]
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
     def _fail_unqualified(self, session: pytest.Session) -> None:
         """A NOT QUALIFIED scenario fails the session even when every test that ran passed
@@ -692,12 +801,23 @@ class NvrxReporter:
             self.outcome = f"not written: {refused}"
             session.exitstatus = pytest.ExitCode.USAGE_ERROR
             return
+        sections = []
+        if self.comparison is not None:
+            from pytest_nvrx.compare.render import document, section_html
+
+            title = f"Compared with {self.comparison.old.source}"
+            sections.append((title, section_html(self.comparison)))
         try:
             write_report(
                 [ScenarioReport.from_dict(d) for d in data],
                 html=self.html,
                 json_path=self.json_path,
+                sections=sections,
             )
+            if self.comparison is not None:
+                compare_json = self.html.with_name("compare.json")
+                doc = json.dumps(document(self.comparison), indent=1) + "\n"
+                write_output(compare_json, doc)
         except OSError as exc:
             self.outcome = f"cannot write the report: {exc}"
             session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
@@ -753,6 +873,10 @@ class NvrxReporter:
             where.append(f"JUnit: {xml}")
         if where:
             tr.write_line(printable("nvrx " + "; ".join(where)))
+        if self.compare_lines:
+            tr.section("nvrx compare")
+            for line in self.compare_lines:
+                tr.write_line(printable(line))
         for line in self.session_failures:
             tr.write_line(printable(line), red=True, bold=True)
 

@@ -121,11 +121,8 @@ SPLIT_BY_TEST = frozenset(
 
 #: Work units that take long (real launches), roughly in seconds on 2 cores; the rest ~1 s.
 UNIT_COSTS = (
-    ("tests/selftest/test_selftest.py", 220),  # the self-test (9 runs; with test_planted_labels.py)
-    (
-        "tests/selftest/test_plugin_selftest.py",
-        60,
-    ),  # --nvrx-selftest: the control, then the rng plant
+    ("tests/selftest/test_selftest.py", 220),  # the self-test (9 runs, with test_planted_labels)
+    ("tests/selftest/test_plugin_selftest.py", 60),  # --nvrx-selftest: the control, the rng plant
     ("nvrx-reference", 230),  # 10 scenarios (3 of them fault schedules), 3 at once
     ("tests/launch/test_slurm_launch.py", 170),
     ("tests/launch/test_local_nodes.py", 75),
@@ -136,6 +133,7 @@ UNIT_COSTS = (
     ("tests/launch/test_cli_e2e.py::test_run_each", 45),
     ("tests/criteria/test_broken_resumes.py", 35),
     ("tests/criteria/test_broken_runs.py", 20),
+    ("tests/compare/test_compare_planted.py", 65),  # 2 real runs, one with a slower load
     ("tests/test_packaging.py", 30),
     ("tests/launch/test_run_claim.py", 25),
     ("tests/launch/test_harness_death.py", 25),  # 2 real runs, SIGKILLed at their first iteration

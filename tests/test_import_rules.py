@@ -27,6 +27,7 @@ LAYERS = (
     "criteria/",
     "launch/",
     "report/",
+    "compare/",
     "verify.py",
     "session/",
     "selftest/",

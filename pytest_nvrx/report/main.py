@@ -63,11 +63,13 @@ def write_report(
     html: Path | None = None,
     json_path: Path | None = None,
     stack: dict[str, Any] | None = None,
+    sections: Sequence[tuple[str, str]] = (),
 ) -> None:
-    """Write the HTML page and/or report.json; raises OSError when a file cannot be written."""
+    """Write the HTML page and/or report.json; raises OSError when a file cannot be written.
+    ``sections``: extra (title, HTML) sections of the page (render_html)."""
     # each whole or not at all: a full disk leaves an earlier report as it was
     if html is not None:
-        write_output(html, render_html(reports, stack))
+        write_output(html, render_html(reports, stack, sections=sections))
     if json_path is not None:
         write_output(json_path, json.dumps(report_json(reports, stack), indent=1) + "\n")
 

@@ -169,6 +169,8 @@ code,.ev{font:12px/1.4 ui-monospace,SFMono-Regular,Menlo,Consolas,monospace}
 details summary{cursor:pointer}
 .chart{margin:6px 0 10px}
 .small{color:#555;font-size:12px}
+.regression{background:#fbe0de}.improvement{background:#dff3e4}
+.st{font-weight:700;text-transform:uppercase;font-size:12px}
 """
 
 _STACK_KEYS = (
@@ -544,8 +546,11 @@ def render_html(
     stack: Mapping[str, Any] | None = None,
     *,
     title: str = "Recovery report",
+    sections: Sequence[tuple[str, str]] = (),
 ) -> str:
-    """One self-contained page: the matrix, the recovery cost, then each scenario in detail."""
+    """One self-contained page: the matrix, the recovery cost, then each scenario in detail.
+    ``sections``: (title, HTML already escaped) shown after the matrix (the comparison with an
+    earlier qualification, --nvrx-compare)."""
     pairs = pair_baselines(reports)
     passed = sum(r.passed for r in reports)
     verdict = (
@@ -566,6 +571,8 @@ def render_html(
         "<p class=small>Each cell links to the verdict and the log lines that prove it; hover "
         "for the reason.</p>",
     ]
+    for heading, section in sections:
+        body += [f"<h2>{escape(heading)}</h2>", section]
     selftest = _selftest_html(reports)
     if selftest:
         body.append(selftest)

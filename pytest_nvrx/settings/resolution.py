@@ -10,6 +10,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from pytest_nvrx.settings.compare_gate import GateRule
 from pytest_nvrx.settings.record import (
     WORKLOAD_KINDS,
     LauncherKind,
@@ -52,6 +53,9 @@ class NvrxSettings:
     max_phases: dict[str, float] | None = None
     #: hold runs that shared a GPU to the gate anyway
     gate_shared_gpu: bool = False
+    #: an earlier qualification's report.json to compare the session with, and the gate on it
+    compare: Path | None = None
+    compare_fail: tuple[GateRule, ...] = ()
     #: also run the self-test of each selected workload (test_plant_caught)
     selftest: bool = False
     #: the fault-schedule scenarios: "default", "none", or one schedule

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from pytest_nvrx.layout import FAULT_WINDOWS, PHASE_IDS, FaultWindow
+from pytest_nvrx.settings.compare_gate import parse_gate_setting
 from pytest_nvrx.settings.record import (
     FAULT_KINDS,
     LAUNCHER_KINDS,
@@ -113,6 +114,13 @@ def _existing_dir(raw: str, what: str) -> Path:
     path = Path(raw).resolve()
     if not path.is_dir():
         raise ConfigError(f"{what}: {path} is not a directory")
+    return path
+
+
+def _existing_file(raw: str, what: str) -> Path:
+    path = _path(raw, what)
+    if not path.resolve().is_file():
+        raise ConfigError(f"{what}: {path} is not a file (give last night's report.json)")
     return path
 
 
@@ -565,6 +573,38 @@ SETTINGS: tuple[Setting, ...] = (
         "reclaimed, the other runs' included, and the runs load each other, so their recovery "
         "timings are not the stack's ([Downtime gate](#downtime-gate))",
         doc_default="off",
+    ),
+    Setting(
+        "compare",
+        "compare the session's scenarios with an earlier qualification's report.json (last "
+        "night's artifact): verdicts and recovery phases old -> new, in the terminal, the HTML "
+        "report and JUnit",
+        parse=_existing_file,
+        where="plugin",
+        attr="compare",
+        doc_value="REPORT_JSON",
+        doc="compare the session's scenarios, matched by key, with an earlier qualification's "
+        "`report.json` (any schema pytest-nvrx wrote; read before anything launches): the "
+        "stacks, each verdict and recovery phase old → new, in the terminal summary, as a "
+        "section of the `--nvrx-report` page (and `compare.json` beside it) and as "
+        "`nvrx_compare_*` JUnit properties ([compare.md](compare.md))",
+        doc_default="none",
+    ),
+    Setting(
+        "compare-fail",
+        "fail the session, after every scenario is judged, when the comparison with "
+        "--nvrx-compare fails this gate, the rules of compare --fail-on (comma-joined): verdict, "
+        "missing, downtime:+10s, phase:load:+5s, a percentage as downtime:+20 then a percent sign",
+        parse=parse_gate_setting,
+        where="plugin",
+        attr="compare_fail",
+        doc_value="SPEC",
+        doc="the gate on `--nvrx-compare`: `verdict` (a scenario QUALIFIED before is not now), "
+        "`missing` (a scenario of the earlier report is not in this session), "
+        "`downtime:+20%` or `downtime:+10s`, `phase:NAME:+5s` (comma-joined); the session fails "
+        "after every scenario was judged when a rule fails. Scenarios that shared a GPU are not "
+        "gated without `--nvrx-gate-shared-gpu` ([compare.md](compare.md#the-gate))",
+        doc_default="none (shown, not gated)",
     ),
     Setting(
         "selftest",

@@ -39,6 +39,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import fields
 from datetime import UTC, datetime, timedelta
@@ -273,6 +274,15 @@ def build_parser() -> argparse.ArgumentParser:
         "restored iteration counter by the save interval (iteration); repeatable",
     )
     c.add_argument(
+        "--load-delay",
+        type=_non_negative_float,
+        default=0.0,
+        metavar="SECONDS",
+        help="in a replacement only (restart count >= 1), sleep this long inside the checkpoint "
+        "load, before reading it: a slower checkpoint load of a known size (compare's planted "
+        "regression)",
+    )
+    c.add_argument(
         "--break-save",
         action="append",
         choices=SAVE_BREAKS,
@@ -400,6 +410,9 @@ def _train(
             # --break-restore acts in replacements only: cycle 0 has nothing to resume anyway,
             # and a first cycle that resumes a previous run's checkpoint is not a replacement.
             skip = tuple(args.break_restore) if restarts >= 1 else ()
+            if restarts >= 1 and args.load_delay > 0:
+                # inside the load's phase: after the workers started, before the load line
+                time.sleep(args.load_delay)
             load_checkpoint(
                 trainer,
                 args.load,

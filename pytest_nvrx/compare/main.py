@@ -1,0 +1,147 @@
+"""``python -m pytest_nvrx compare OLD NEW``: the command's body (no pytest).
+
+Exit status: 0 nothing fails the gate (no gate: the sides could be compared), 1 the gate fails,
+2 the inputs cannot be compared (unreadable or newer input, different workloads, no scenario in
+common), bad arguments, or an output that cannot or must not be written; each says why in one
+line on stderr. Outputs go only to a regular file or a new path, never onto or into a side.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TextIO
+
+from pytest_nvrx.compare.diff import Comparison, Incomparable, compare
+from pytest_nvrx.compare.render import document, html, text
+from pytest_nvrx.compare.side import CompareInputError, load_side
+from pytest_nvrx.evidence.refs import printable
+from pytest_nvrx.outputs import OutputRefused, check_output_targets, check_outputs, write_output
+from pytest_nvrx.settings import ConfigError
+from pytest_nvrx.settings.compare_gate import parse_gate
+
+EXIT_OK = 0
+EXIT_GATE = 1
+EXIT_CANNOT_COMPARE = 2
+
+
+def _min_samples(text: str) -> int:
+    if not text.isascii() or not text.isdigit() or len(text) > 6 or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number from 1, got {text!r}")
+    return int(text)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m pytest_nvrx compare",
+        description="Compare two qualifications: the stacks, each scenario's verdict and "
+        "recovery timings old -> new, matched by scenario key; optionally gate on it.",
+        epilog="OLD and NEW: a report.json (any schema this pytest-nvrx wrote) or a folder of "
+        "run dirs (judged now). Exit status: 0 nothing fails the gate, 1 the gate fails, 2 the "
+        "inputs cannot be compared or an output cannot be written (why, in one line).",
+    )
+    parser.add_argument("old", metavar="OLD", type=Path)
+    parser.add_argument("new", metavar="NEW", type=Path)
+    parser.add_argument(
+        "--fail-on",
+        metavar="SPEC",
+        action="append",
+        default=[],
+        help="gate rule, repeatable or comma-joined: verdict, missing, downtime:+20%%, "
+        "downtime:+10s, phase:load:+5s (a phase id or one word of it)",
+    )
+    parser.add_argument(
+        "--min-samples",
+        metavar="N",
+        type=_min_samples,
+        default=1,
+        help="a scenario with fewer runs than N on a side is noise (default 1)",
+    )
+    parser.add_argument(
+        "--gate-noise",
+        action="store_true",
+        help="gate timings flagged as noise too (a shared GPU, too few samples)",
+    )
+    parser.add_argument(
+        "--json",
+        dest="json_path",
+        metavar="FILE",
+        default=None,
+        help="write the comparison as JSON to FILE ('-': stdout alone, text on stderr)",
+    )
+    parser.add_argument("-o", "--output", metavar="HTML", type=Path, help="write an HTML page")
+    return parser
+
+
+def run_compare(
+    old: Path,
+    new: Path,
+    specs: Sequence[str] = (),
+    *,
+    min_samples: int = 1,
+    gate_noise: bool = False,
+) -> Comparison:
+    """Load and compare; raises ConfigError, CompareInputError or Incomparable (one line)."""
+    rules = parse_gate(list(specs))
+    return compare(
+        load_side(old, "OLD"),
+        load_side(new, "NEW"),
+        rules,
+        min_samples=min_samples,
+        gate_noise=gate_noise,
+    )
+
+
+def compare_main(
+    argv: Sequence[str], stdout: TextIO | None = None, stderr: TextIO | None = None
+) -> int:
+    out = stdout if stdout is not None else sys.stdout
+    err = stderr if stderr is not None else sys.stderr
+    try:
+        args = build_parser().parse_args(list(argv))
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else EXIT_CANNOT_COMPARE
+    json_to_stdout = args.json_path == "-"
+    outputs = [("-o", args.output)] if args.output is not None else []
+    if args.json_path is not None and not json_to_stdout:
+        outputs.append(("--json", Path(args.json_path)))
+    sides = [(f"{label} side", p) for label, p in (("OLD", args.old), ("NEW", args.new))]
+    try:
+        check_outputs(outputs, [(what, p) for what, p in sides if p.is_dir()])
+        check_output_targets(outputs)
+        for flag, path in outputs:
+            for what, side in sides:
+                if side.is_file() and path.resolve() == side.resolve():
+                    raise OutputRefused(f"{flag} {path} is the {what}: give another path")
+    except OutputRefused as exc:
+        err.write(printable(f"compare: error: {exc}") + "\n")
+        return EXIT_CANNOT_COMPARE
+    try:
+        result = run_compare(
+            args.old,
+            args.new,
+            args.fail_on,
+            min_samples=args.min_samples,
+            gate_noise=args.gate_noise,
+        )
+    except ConfigError as exc:
+        err.write(printable(f"compare: error: {exc}") + "\n")
+        return EXIT_CANNOT_COMPARE
+    except (CompareInputError, Incomparable) as exc:
+        err.write(printable(f"compare: cannot compare: {exc}") + "\n")
+        return EXIT_CANNOT_COMPARE
+    try:
+        if args.output is not None:
+            write_output(args.output, html(result))
+        if args.json_path is not None and not json_to_stdout:
+            write_output(args.json_path, json.dumps(document(result), indent=1) + "\n")
+    except OSError as exc:
+        err.write(printable(f"compare: error: cannot write the comparison: {exc}") + "\n")
+        return EXIT_CANNOT_COMPARE
+    (err if json_to_stdout else out).write(text(result))
+    if json_to_stdout:
+        out.write(json.dumps(document(result), indent=1) + "\n")
+    return EXIT_GATE if result.gate_failed else EXIT_OK
