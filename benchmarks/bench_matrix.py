@@ -14,7 +14,7 @@ changes nothing: it times pytest's phases (configure, collection, each test's se
 and wraps the harness functions the scenarios spend time in (stack probe, planning, the launch's
 wait and stop, kill_tree, evidence loading, judging, retention) with timers that call them
 unchanged. Afterwards each run dir's ``result.json`` gives the launcher's own wall (``wall_s``,
-``start_time``, ``end_time``: pytest_nvrx.launch writes it when the launcher exits).
+``start_time``, ``end_time``: pytest_nvrx.launch.launcher writes it when the launcher exits).
 
 Reported: pytest's wall (this script starts and reaps the process), the sum of the launcher walls,
 the overhead ratio ``(pytest wall - sum of launcher walls) / pytest wall``, and where the rest
@@ -53,19 +53,19 @@ RESULT_SCHEMA = 1
 # it is defined and wherever a pytest_nvrx module bound it by name (``from x import f``), so a
 # refactor that moves a caller does not hide it; the ones not found are reported as such.
 TIMED: tuple[tuple[str, str, str], ...] = (
-    ("stack_probe", "pytest_nvrx.stack", "detect_stack"),
-    ("plan", "pytest_nvrx.planning", "plan_run"),
-    ("prepare_run_dir", "pytest_nvrx.run_dir", "prepare_run_dir"),
-    ("launch_start", "pytest_nvrx.launch", "Launch.start"),
-    ("launch_wait", "pytest_nvrx.launch", "Launch.wait"),
-    ("launch_stop", "pytest_nvrx.launch", "Launch.stop"),
-    ("kill_tree", "pytest_nvrx.launch", "kill_tree"),
+    ("stack_probe", "pytest_nvrx.megatron.stack", "detect_stack"),
+    ("plan", "pytest_nvrx.launch.planning", "plan_run"),
+    ("prepare_run_dir", "pytest_nvrx.launch.run_dir_setup", "prepare_run_dir"),
+    ("launch_start", "pytest_nvrx.launch.launcher", "Launch.start"),
+    ("launch_wait", "pytest_nvrx.launch.launcher", "Launch.wait"),
+    ("launch_stop", "pytest_nvrx.launch.launcher", "Launch.stop"),
+    ("kill_tree", "pytest_nvrx.launch.launcher", "kill_tree"),
     ("load_run", "pytest_nvrx.evidence.rundir", "load_run"),
     ("judge", "pytest_nvrx.criteria", "judge"),
-    ("retention", "pytest_nvrx.retention", "prune_checkpoint_payload"),
+    ("retention", "pytest_nvrx.launch.retention", "prune_checkpoint_payload"),
 )
 #: modules imported before wrapping, so that their by-name bindings are found and wrapped too
-CALLERS = ("pytest_nvrx.fixtures", "pytest_nvrx.scenario_run", "pytest_nvrx.cli")
+CALLERS = ("pytest_nvrx.fixtures", "pytest_nvrx.session.scenario_run", "pytest_nvrx.cli")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -22,11 +22,13 @@ from pathlib import Path
 
 from pytest_nvrx.evidence.progress import Progress
 from pytest_nvrx.evidence.refs import printable
-from pytest_nvrx.launch import Launch
+from pytest_nvrx.launch.launcher import Launch
+from pytest_nvrx.launch.planning import Plan
+from pytest_nvrx.launch.run import launch_run, plan_launch
+from pytest_nvrx.launch.slurm import slurm_preview
+from pytest_nvrx.launch.stop_signals import interrupt_on_stop_signals, interrupt_signal
 from pytest_nvrx.layout import RESULT_NAME
 from pytest_nvrx.outputs import full_disk_note
-from pytest_nvrx.planning import Plan
-from pytest_nvrx.scenario_run import find_launcher, launch_run, plan_launch
 from pytest_nvrx.settings import (
     CLI_SETTINGS,
     ENV_VARS,
@@ -39,11 +41,8 @@ from pytest_nvrx.settings import (
     resolve,
     workload_defaults,
 )
-from pytest_nvrx.slurm_launch import slurm_preview
-from pytest_nvrx.stop_signals import interrupt_on_stop_signals, interrupt_signal
 
-# find_launcher lived here; scripts and tests still import it from this module
-__all__ = ["build_parser", "config_from_args", "find_launcher", "main"]
+__all__ = ["build_parser", "config_from_args", "main"]
 
 USAGE_ERROR = 2
 #: ``run`` killed by its own --timeout (what coreutils' timeout(1) returns)
@@ -168,7 +167,7 @@ def _cmd_run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
         else:
             print(recipe.shell_command())
         return 0
-    from pytest_nvrx.stack import format_stack_line
+    from pytest_nvrx.megatron.stack import format_stack_line
 
     if planned.stack is not None:
         print(format_stack_line(planned.stack), file=sys.stderr)
@@ -302,7 +301,7 @@ def _main(argv: Sequence[str] | None, environ: Mapping[str, str] | None) -> int:
 
         return verify_main(args_list[1:])
     if args_list[:1] == ["selftest"]:
-        from pytest_nvrx.selftest_cli import selftest_main
+        from pytest_nvrx.selftest.cli import selftest_main
 
         return selftest_main(args_list[1:], env)
     if args_list[:1] == ["report"]:

@@ -2,7 +2,7 @@
 
 The run happens in the session-scoped ``nvrx_scenario_run`` fixture (parametrized by the plugin
 with ``indirect=True, scope="session"``, so pytest groups a scenario's tests and launches it
-once); plan -> launch -> judge is pytest_nvrx.scenario_run's, this module is the pytest glue
+once); plan -> launch -> judge is pytest_nvrx.session.scenario_run's, this module is the pytest glue
 around it. GPU scenarios hold a lock per GPU they see (gpu_slots), so scenarios never share a
 GPU (xdist workers or sessions on one host wait), while sessions on disjoint GPUs run side by
 side.
@@ -14,7 +14,7 @@ kept after the session, less its checkpoint payload unless --nvrx-keep (retentio
 
 With ``--nvrx-selftest`` the ``nvrx_selftest_outcome`` fixture (parametrized by the plugin with
 the self-test's scenarios) gives each ``test_plant_caught`` its run's outcome. The first of a
-workload's runs the whole self-test of that workload once (pytest_nvrx.selftest.run_selftest,
+workload's runs the whole self-test of that workload once (pytest_nvrx.selftest.run.run_selftest,
 the CLI's core): the control and the plants whose tests are selected; its runs are judged runs
 of the session like the scenarios' (summary, table, JUnit, report).
 
@@ -33,25 +33,24 @@ from typing import Any
 
 import pytest
 
+from pytest_nvrx.criteria.selftest_outcome import PlantOutcome
 from pytest_nvrx.evidence.refs import printable
 from pytest_nvrx.evidence.rundir import RunEvidence
-from pytest_nvrx.gpu_slots import visible_gpus
-from pytest_nvrx.megatron_prepare import ensure_prepared
-from pytest_nvrx.plants import PLANTS
-from pytest_nvrx.retention import prune_checkpoint_payload
-from pytest_nvrx.scenario_pool import ScenarioPool, parallel_limit
-from pytest_nvrx.scenario_run import (
+from pytest_nvrx.launch.gpu_slots import gpu_available, visible_gpus
+from pytest_nvrx.launch.prepare_megatron import ensure_prepared
+from pytest_nvrx.launch.retention import prune_checkpoint_payload
+from pytest_nvrx.launch.stop_signals import interrupt_on_stop_signals
+from pytest_nvrx.selftest.run import SelftestResult, run_selftest, selftest_scenarios
+from pytest_nvrx.session.scenario_pool import ScenarioPool, parallel_limit
+from pytest_nvrx.session.scenario_run import (
     EXISTING_RUN,
     ScenarioRun,
-    gpu_available,
     judge_existing,
     run_scenario,
     scenario_config,
     scenario_timeout,
 )
-from pytest_nvrx.scenarios import Scenario
-from pytest_nvrx.selftest import SelftestResult, run_selftest, selftest_scenarios
-from pytest_nvrx.selftest_outcome import PlantOutcome
+from pytest_nvrx.session.scenarios import Scenario
 from pytest_nvrx.settings import (
     ConfigError,
     NvrxSettings,
@@ -62,19 +61,16 @@ from pytest_nvrx.settings import (
     resolve_plugin_settings,
     validate,
 )
-from pytest_nvrx.stop_signals import interrupt_on_stop_signals
+from pytest_nvrx.settings.plants import PLANTS
 
-# Names the shipped suite and older callers import from here.
+# The fixtures and what plugin.py and the shipped suite take from here.
 __all__ = [
-    "ScenarioRun",
-    "gpu_available",
     "nvrx_scenario_run",
     "nvrx_selftest_outcome",
     "nvrx_settings",
     "record_judged",
     "resolve_settings",
     "run_of",
-    "scenario_config",
     "terminal_writer",
 ]
 
@@ -215,7 +211,7 @@ def _scenario_of(item: pytest.Item) -> Scenario | None:
 
 def prepare_session_checkout(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Before any scenario launches: when Megatron scenarios are selected, what the checkout
-    builds at first use is built once (pytest_nvrx.megatron_prepare), and one line says so.
+    builds at first use is built once (pytest_nvrx.launch.prepare_megatron), and one line says so.
     Called where the header is printed (a session without xdist, or xdist's gw0); the other
     workers' scenarios make sure of it as they plan (scenario_run.plan_launch), waiting for
     this build under its lock.

@@ -18,26 +18,27 @@ MARKER_NAME = "fault_injected.json"
 #: The one list of faults (a run's ``fault``; ``none`` = a baseline). kill = SIGKILL,
 #: hang = SIGSTOP, term = SIGTERM, segv = SIGSEGV to the rank; exception = an InjectedFault
 #: raised on the rank's training thread; ckpt-worker = SIGKILL to the rank's persistent async
-#: checkpoint worker while a save is in flight. pytest_nvrx.injector, stdlib-only by design,
-#: repeats it as FAULTS (tests/test_fault_catalogue.py holds them equal).
+#: checkpoint worker while a save is in flight. pytest_nvrx.worker.injector, stdlib-only by design,
+#: repeats it as FAULTS (tests/launch/test_fault_catalogue.py holds them equal).
 FaultKind = Literal["none", "kill", "hang", "term", "segv", "exception", "ckpt-worker"]
 #: The faults the injector can deliver (and a marker can record).
 INJECTED_FAULTS: tuple[str, ...] = tuple(f for f in get_args(FaultKind) if f != "none")
-#: Where in the training loop the selected rank is faulted (pytest_nvrx.injector.WINDOWS,
-#: tests/test_tracker_readers_agree.py holds them equal): step = a training step after a
+#: Where in the training loop the selected rank is faulted (pytest_nvrx.worker.injector.WINDOWS,
+#: tests/worker/test_tracker_readers_agree.py holds them equal): step = a training step after a
 #: checkpoint completed; save = the preparation of checkpoint N; finalize = save N submitted,
 #: its background write in flight, not yet finalized.
 FaultWindow = Literal["step", "save", "finalize"]
 FAULT_WINDOWS: tuple[str, ...] = get_args(FaultWindow)
-#: Windows only a fault schedule's second or later fault can have (pytest_nvrx.injector's
+#: Windows only a fault schedule's second or later fault can have (pytest_nvrx.worker.injector's
 #: SCHEDULE_WINDOWS): restore = in a replacement while it loads its checkpoint, before its first
 #: iteration after the load.
 SCHEDULE_WINDOWS = ("restore",)
-#: Faults that exist only in some windows (as pytest_nvrx.injector.FAULT_WINDOWS_ONLY): the
+#: Faults that exist only in some windows (as pytest_nvrx.worker.injector.FAULT_WINDOWS_ONLY): the
 #: persistent checkpoint worker is busy only while a save is in flight.
 FAULT_WINDOWS_ONLY: dict[str, tuple[str, ...]] = {"ckpt-worker": ("finalize",)}
-#: The signal each fault sends, as its marker records it (as pytest_nvrx.injector.FAULT_SIGNALS;
-#: tests/test_marker_agreement.py holds them equal); ``exception`` sends none (null).
+#: The signal each fault sends, as its marker records it (as
+#: pytest_nvrx.worker.injector.FAULT_SIGNALS; tests/criteria/test_marker_agreement.py holds them
+#: equal); ``exception`` sends none (null).
 FAULT_SIGNAL_NAMES: dict[str, str | None] = {
     "kill": "SIGKILL",
     "hang": "SIGSTOP",
@@ -54,13 +55,13 @@ RANK_OUTLIVES_FAULT: tuple[str, ...] = ("exception", "ckpt-worker")
 #: A work dir's folder of run dirs: <work dir>/runs/<run ID>.
 RUNS_DIR = "runs"
 MANIFEST_NAME = "run.json"
-#: A run dir's claim (pytest_nvrx.run_dir.claim_file); on several nodes each node's own,
-#: ``run.node<N>.claim`` or ``run.<host>.claim`` (:func:`is_run_claim_name`).
+#: A run dir's claim (pytest_nvrx.launch.run_dir_setup.claim_file); on several nodes each node's
+#: own, ``run.node<N>.claim`` or ``run.<host>.claim`` (:func:`is_run_claim_name`).
 RUN_CLAIM_NAME = "run.claim"
 #: run.json's ``schema``: raised when a change means other things by its keys; a verifier
 #: refuses a run.json of another schema (pytest_nvrx.evidence.manifest)
 MANIFEST_SCHEMA = 1
-# written by pytest_nvrx.launch next to run.json when the launcher exits
+# written by pytest_nvrx.launch.launcher next to run.json when the launcher exits
 RESULT_NAME = "result.json"
 #: A planted self-test run's records of what its plant did (pytest_nvrx/plant_hook), one per act.
 PLANT_RECORDS_DIR = "plant-records"
@@ -92,7 +93,8 @@ def window_allowed(fault: str, window: str) -> bool:
 def marker_name(position: int) -> str:
     """The marker of a schedule's fault at ``position`` (1-based): the first keeps the
     walkthrough's ``fault_injected.json``, the k-th is ``fault_injected_<k>.json``
-    (pytest_nvrx.injector.scheduled_marker_path; tests/test_schedule.py holds them equal)."""
+    (pytest_nvrx.worker.injector.scheduled_marker_path; tests/settings/test_schedule.py holds them
+    equal)."""
     if position < 1:
         raise ValueError(f"schedule positions start at 1, got {position}")
     if position == 1:

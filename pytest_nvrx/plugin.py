@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_nvrx.console import Row, fit, verdict_table
 from pytest_nvrx.criteria import CRITERIA_IDS
+from pytest_nvrx.criteria.selftest_outcome import PlantOutcome
 from pytest_nvrx.evidence.refs import printable
 from pytest_nvrx.fixtures import (
     JUDGED_KEY,
@@ -48,10 +48,11 @@ from pytest_nvrx.outputs import (
     check_outputs,
     write_output,
 )
-from pytest_nvrx.scenario_run import EXISTING_RUN, Limits, ScenarioRun, check_scenarios
-from pytest_nvrx.scenarios import WORKLOAD_ORDER, Scenario, matrix_scenarios
-from pytest_nvrx.selftest import selftest_scenarios
-from pytest_nvrx.selftest_outcome import PlantOutcome
+from pytest_nvrx.selftest.run import selftest_scenarios
+from pytest_nvrx.session import junit
+from pytest_nvrx.session.scenario_run import EXISTING_RUN, Limits, ScenarioRun, check_scenarios
+from pytest_nvrx.session.scenarios import WORKLOAD_ORDER, Scenario, matrix_scenarios
+from pytest_nvrx.session.verdict_table import Row, fit, verdict_table
 from pytest_nvrx.settings import (
     PLUGIN_SETTINGS,
     ConfigError,
@@ -288,11 +289,12 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 @pytest.hookimpl(optionalhook=True, tryfirst=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     """Under ``-n N`` (``--dist load``, xdist's default, or ``loadgroup``): one workload's
-    scenarios on one worker, every other test as ``load`` would (pytest_nvrx.xdist_support).
-    Other ``--dist`` modes are the user's choice and left alone."""
+    scenarios on one worker, every other test as ``load`` would
+    (pytest_nvrx.session.xdist_scheduling). Other ``--dist`` modes are the user's choice and left
+    alone."""
     if config.getvalue("dist") not in ("load", "loadgroup"):
         return None
-    from pytest_nvrx.xdist_support import ScenarioScheduling
+    from pytest_nvrx.session.xdist_scheduling import ScenarioScheduling
 
     return ScenarioScheduling(config, log)
 
@@ -324,7 +326,7 @@ def header_lines(config: pytest.Config) -> list[str]:
         # A GPU qualification: the full stack of the workers' interpreter (one ~6 s probe,
         # reused by the scenarios), Megatron's version and revision included. Without a
         # Megatron path (CPU reference runs) each scenario still prints its stack.
-        from pytest_nvrx.stack import detect_stack, format_stack_line
+        from pytest_nvrx.megatron.stack import detect_stack, format_stack_line
 
         lines.append(format_stack_line(detect_stack(settings.megatron_path)))
     megatron, work_dir = settings.megatron_path or "not given", settings.work_dir or "pytest tmp"
@@ -453,13 +455,13 @@ def _junit_properties(item: pytest.Item, run: ScenarioRun) -> list[tuple[str, st
     given = item.config.stash.setdefault(PROPERTIES_GIVEN_KEY, set())
     if run.key not in given:
         given.add(run.key)
-        props = run.junit_properties() + _compare_properties(item.config, run)
+        props = junit.run_properties(run) + _compare_properties(item.config, run)
     else:
         props = [("nvrx_run_dir", str(run.layout.run_dir))]
     callspec = getattr(item, "callspec", None)
     criterion = callspec.params.get("criterion") if callspec is not None else None
     if criterion in CRITERIA_IDS:
-        props += run.criterion_properties(str(criterion))
+        props += junit.criterion_properties(run, str(criterion))
     outcome = selftest_outcome_of(item.config, run.key)
     if outcome is not None:
         expected = outcome.plant.caught_by if outcome.plant is not None else "qualified"

@@ -288,7 +288,7 @@ run_pytest_nodes() {
     read -r -a plugin <<<"$(plugin_args)"
     budget=$((LIMIT_S - SECONDS - PACK_RESERVE_S))
     ((budget > 30)) || die "only ${budget}s left for pytest (NVRX_DEVICE_LIMIT_S=$LIMIT_S)"
-    port=$("$PY" -m pytest_nvrx.ports)  # free on every address, outside the ephemeral range
+    port=$("$PY" -m pytest_nvrx.launch.ports)  # free on every address, outside the ephemeral range
     export NVRX_RUN_ID="${NVRX_RUN_ID:-nodes$$}"
     mkdir -p "$NVRX_WORK_DIR"
     echo "device_gpu_suite: $n node sessions, run ID $NVRX_RUN_ID, rendezvous localhost:$port,"         "budget ${budget}s"

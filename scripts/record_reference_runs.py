@@ -3,7 +3,8 @@
 
 Three cases, 2 ranks over gloo, 40 iterations, a save every 10:
 
-* ``baseline`` -- no fault: pytest_nvrx/injector.py with ``--fault=none`` only runs the workload;
+* ``baseline`` -- no fault: pytest_nvrx/worker/injector.py with ``--fault=none`` only runs the
+workload;
 * ``kill`` -- the injector SIGKILLs rank 1 once the tracker advances;
 * ``hang`` -- the injector SIGSTOPs rank 1 once the tracker advances; the ``step`` section
   timeout (10 s, checked every 1 s) must find it.
@@ -40,16 +41,16 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from pytest_nvrx.cli import find_launcher  # noqa: E402
-from pytest_nvrx.launch import Launch, RunTimeout  # noqa: E402
+from pytest_nvrx.launch.launcher import Launch, RunTimeout  # noqa: E402
+from pytest_nvrx.launch.planning import plan_run  # noqa: E402
+from pytest_nvrx.launch.process_tree import tagged  # noqa: E402
+from pytest_nvrx.launch.run import find_launcher  # noqa: E402
+from pytest_nvrx.launch.run_dir_setup import prepare_run_dir  # noqa: E402
 from pytest_nvrx.layout import (  # noqa: E402
     RESULT_NAME,
     FaultKind,
     RunLayout,
 )
-from pytest_nvrx.planning import plan_run  # noqa: E402
-from pytest_nvrx.process_tree import tagged  # noqa: E402
-from pytest_nvrx.run_dir import prepare_run_dir  # noqa: E402
 from pytest_nvrx.settings import ConfigError, RunConfig, SectionTimeouts  # noqa: E402
 
 # What absolute paths in the recorded files are rewritten to (like /work/shared/gpu-evidence).

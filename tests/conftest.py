@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from tests.doctor import Doctor, copy_run
+from tests.helpers.doctor import Doctor, copy_run
 
-#: Real passing runs that tests edit one thing in (tests/doctor.py): the CPU reference
+#: Real passing runs that tests edit one thing in (tests/helpers/doctor.py): the CPU reference
 #: workload's kill in the save window (2 ranks, each printing its own lines) and Megatron's kill
 #: on 2 x H200 (rank 0 prints the load lines, rank 1 the iterations).
 REF_KILL_SAVE = Path(__file__).parent / "data" / "windows" / "cpu" / "ref-kill-save"
@@ -45,9 +45,9 @@ def megatron_stub(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def launcher(tmp_path: Path) -> Iterator[Any]:
-    """The injector's test launcher (tests/test_injector.py, test_injector_schedule.py): its
+    """The injector's test launcher (tests/helpers/injector_launcher.py): its
     runs' process groups are killed at the end."""
-    from tests.test_injector import Launcher
+    from tests.helpers.injector_launcher import Launcher
 
     lau = Launcher(tmp_path)
     try:
@@ -59,25 +59,12 @@ def launcher(tmp_path: Path) -> Iterator[Any]:
 @pytest.fixture
 def sc(tmp_path: Path) -> Any:
     """A fresh injector scenario (tracker, marker, workload files) under ``tmp_path``."""
-    from tests.test_injector import Scenario
+    from tests.helpers.injector_launcher import Scenario
 
     return Scenario(tmp_path)
 
 
-def snapshot(root: Path) -> dict[str, tuple[bool, int, int]]:
-    """Every path under ``root`` with (is_dir, size, mtime_ns): detects any write."""
-    out: dict[str, tuple[bool, int, int]] = {}
-    for p in sorted(root.rglob("*")):
-        st = p.lstat()
-        out[str(p.relative_to(root))] = (p.is_dir(), st.st_size, st.st_mtime_ns)
-    return out
-
-
 SESSION_VAR = "PYTEST_NVRX_TEST_SESSION"
-#: MASTER_PORT for the workload run alone (WORLD_SIZE=1, --no-ft): 0 lets its TCPStore bind a port
-#: the kernel chooses, so nothing can take the port between a choice and the bind (a port found
-#: free and let go was taken under load in CI: EADDRINUSE); no other rank has to know it.
-ONE_RANK_STORE_PORT = "0"
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
@@ -89,10 +76,11 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """No test may leave a launched process behind: fail the session if any survived.
 
-    Every process a run starts carries the run's tag in its environment (pytest_nvrx.launch),
-    orphans in other process sessions included; ours also carry this test session's marker.
+    Every process a run starts carries the run's tag in its environment
+    (pytest_nvrx.launch.launcher), orphans in other process sessions included; ours also carry this
+    test session's marker.
     """
-    from pytest_nvrx.process_tree import TAG_VAR, kill_tree
+    from pytest_nvrx.launch.process_tree import TAG_VAR, kill_tree
 
     mine = f"{SESSION_VAR}={os.environ.get(SESSION_VAR, '')}".encode()
     survivors: dict[int, str] = {}
@@ -118,41 +106,41 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 #: Under pytest-xdist (``./check`` runs ``-n 2``) tests are handed out by scope: a module stays
 #: on one worker (its module-scoped fixtures, a real launch among them, run once; the self-test's
-#: nine runs in tests/test_selftest.py), except these modules, whose tests share nothing
+#: nine runs in tests/selftest/test_selftest.py), except these modules, whose tests share nothing
 #: expensive: each launches its own run, or judges its own doctored copies.
 SPLIT_BY_TEST = frozenset(
     {
-        "tests/test_cli_e2e.py",
-        "tests/test_signals.py",
-        "tests/test_plugin_signals.py",
+        "tests/launch/test_cli_e2e.py",
+        "tests/launch/test_signals.py",
+        "tests/session/test_plugin_signals.py",
         # a thousand doctored copies of committed runs, each judged on its own (~2 min in one)
-        "tests/test_pass_beside_contradiction.py",
+        "tests/criteria/test_pass_beside_contradiction.py",
     }
 )
 
 
 #: Work units that take long (real launches), roughly in seconds on 2 cores; the rest ~1 s.
 UNIT_COSTS = (
-    ("tests/test_selftest.py", 220),  # the self-test (9 runs; with test_planted_labels.py)
-    ("tests/test_plugin_selftest.py", 60),  # --nvrx-selftest: the control, then the rng plant
+    ("tests/selftest/test_selftest.py", 220),  # the self-test (9 runs, with test_planted_labels)
+    ("tests/selftest/test_plugin_selftest.py", 60),  # --nvrx-selftest: the control, the rng plant
     ("nvrx-reference", 230),  # 10 scenarios (3 of them fault schedules), 3 at once
-    ("tests/test_slurm_launch.py", 170),
-    ("tests/test_local_nodes.py", 75),
-    ("tests/test_reference_workload.py", 70),
-    ("tests/test_plugin_retention.py", 65),
-    ("tests/test_plugin_xdist.py", 60),
-    ("tests/test_scenario_pool.py", 80),
-    ("tests/test_cli_e2e.py::test_run_each", 45),
-    ("tests/test_broken_resumes.py", 35),
-    ("tests/test_broken_runs.py", 20),
-    ("tests/test_compare_planted.py", 65),  # 2 real runs, one with a slower checkpoint load
+    ("tests/launch/test_slurm_launch.py", 170),
+    ("tests/launch/test_local_nodes.py", 75),
+    ("tests/worker/test_reference_workload.py", 70),
+    ("tests/session/test_plugin_retention.py", 65),
+    ("tests/session/test_plugin_xdist.py", 60),
+    ("tests/session/test_scenario_pool.py", 80),
+    ("tests/launch/test_cli_e2e.py::test_run_each", 45),
+    ("tests/criteria/test_broken_resumes.py", 35),
+    ("tests/criteria/test_broken_runs.py", 20),
+    ("tests/compare/test_compare_planted.py", 65),  # 2 real runs, one with a slower load
     ("tests/test_packaging.py", 30),
-    ("tests/test_run_claim.py", 25),
-    ("tests/test_harness_death.py", 25),  # 2 real runs, SIGKILLed at their first iteration
-    ("tests/test_signals.py", 18),
-    ("tests/test_plugin_signals.py", 14),
-    ("tests/test_plugin.py", 20),
-    ("tests/test_injector.py", 15),
+    ("tests/launch/test_run_claim.py", 25),
+    ("tests/launch/test_harness_death.py", 25),  # 2 real runs, SIGKILLed at their first iteration
+    ("tests/launch/test_signals.py", 18),
+    ("tests/session/test_plugin_signals.py", 14),
+    ("tests/session/test_plugin.py", 20),
+    ("tests/worker/test_injector.py", 15),
 )
 
 
@@ -161,7 +149,7 @@ def unit_cost(unit: str) -> int:
 
 
 #: Modules that share a session fixture's real runs: one work unit with the first.
-SHARED_UNITS = {"tests/test_planted_labels.py": "tests/test_selftest.py"}
+SHARED_UNITS = {"tests/selftest/test_planted_labels.py": "tests/selftest/test_selftest.py"}
 
 
 def work_unit(nodeid: str) -> str:
@@ -177,7 +165,7 @@ def work_unit(nodeid: str) -> str:
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     """The plugin's scheduler (one workload's scenarios on one worker) for the suite's tests,
     ``work_unit`` for ours."""
-    from pytest_nvrx.xdist_support import ScenarioScheduling, scenario_scope
+    from pytest_nvrx.session.xdist_scheduling import ScenarioScheduling, scenario_scope
 
     class TestsScheduling(ScenarioScheduling):
         def _split_scope(self, nodeid: str) -> str:
@@ -203,7 +191,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 def reference_selftest(tmp_path_factory: pytest.TempPathFactory) -> Any:
     """``python -m pytest_nvrx selftest --workload reference --json -``, once per session (the
     modules using it are one xdist work unit: SHARED_UNITS)."""
-    from tests.selftest_runs import run_reference_selftest
+    from tests.helpers.selftest_runs import run_reference_selftest
 
     return run_reference_selftest(tmp_path_factory.mktemp("selftest"))
 

@@ -20,14 +20,14 @@ import pytest
 
 from pytest_nvrx.criteria import judge_run_dir
 from pytest_nvrx.evidence.rundir import load_run
+from pytest_nvrx.launch.prepare_megatron import prepare_checkout
 from pytest_nvrx.layout import RunLayout
-from pytest_nvrx.megatron_prepare import prepare_checkout
 from pytest_nvrx.report import ScenarioReport
-from pytest_nvrx.scenario_run import Limits, ScenarioRun
+from pytest_nvrx.session.scenario_run import Limits, ScenarioRun
 from pytest_nvrx.settings import ConfigError, RunConfig, SectionTimeouts, check_run_timeout
 from pytest_nvrx.verify import verify_main
-from tests.doctor import Doctor, copy_run
-from tests.megatron_checkouts import (
+from tests.helpers.doctor import Doctor, copy_run
+from tests.helpers.megatron_checkouts import (
     DATASETS,
     MAKEFILE_CORE,
     env_with_path,
@@ -230,7 +230,7 @@ def test_run_make_is_bounded_when_a_recipe_leaves_a_process_on_its_output(tmp_pa
     )
     code = (
         "import subprocess, sys, time\n"
-        "from pytest_nvrx.megatron_build import run_make\n"
+        "from pytest_nvrx.megatron.build import run_make\n"
         "t = time.monotonic()\n"
         "try:\n"
         f"    run_make('make', ['-C', {str(tmp_path)!r}], {{'PATH': '/usr/bin:/bin'}},"

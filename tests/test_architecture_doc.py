@@ -1,5 +1,6 @@
-"""docs/architecture.md matches the tree: every module and package of pytest_nvrx is named there,
-and every module it names exists (#24: the map is regenerated with the moves)."""
+"""docs/architecture.md matches the tree: every module and package of pytest_nvrx is named in
+its drawings, each in its folder, and every module they name exists (#24, #37: the map is
+redrawn with the moves)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ PACKAGE = REPO / "pytest_nvrx"
 
 
 def _map() -> str:
+    """The fenced blocks of docs/architecture.md: the flow and the modules per folder."""
     text = (REPO / "docs" / "architecture.md").read_text(encoding="utf-8")
-    return text[text.index("```\n") : text.index("```\n", text.index("```\n") + 4)]
+    return "\n".join(re.findall(r"^```\n(.*?)^```\n", text, re.M | re.S))
 
 
 def test_every_module_is_on_the_map() -> None:
@@ -22,17 +24,16 @@ def test_every_module_is_on_the_map() -> None:
         rel = path.relative_to(PACKAGE)
         if path.name in ("__init__.py", "__main__.py") or "__pycache__" in rel.parts:
             continue
-        top = rel.parts[0]
-        # a top-level module by its name; a package's modules by the package or their own name
         if len(rel.parts) == 1:
             if path.name not in names:
                 missing.append(str(rel))
-        elif f"{top}/" not in names:
-            missing.append(f"{top}/")
-        elif top in ("evidence", "criteria", "report", "settings") and not re.search(
-            rf"\b{path.stem}\b", _map()
-        ):
-            missing.append(str(rel))  # the stages' packages name each of their modules
+            continue
+        # a folder's module: the folder, each folder below it and the module by its name
+        for folder in rel.parts[:-1]:
+            if f"{folder}/" not in names:
+                missing.append(f"{folder}/")
+        if not re.search(rf"\b{path.stem}\b", _map()):
+            missing.append(str(rel))
     assert not missing, f"docs/architecture.md does not name: {sorted(set(missing))}"
 
 
@@ -42,3 +43,10 @@ def test_every_module_the_map_names_exists() -> None:
         if not list(PACKAGE.rglob(name)):
             stale.append(name)
     assert not stale, f"docs/architecture.md names modules that do not exist: {stale}"
+
+
+def test_the_map_draws_every_folder() -> None:
+    """Each folder of the package heads its own paragraph of the map (its modules and rule)."""
+    folders = sorted(p.name for p in PACKAGE.iterdir() if (p / "__init__.py").is_file())
+    heads = set(re.findall(r"^(\w+)/ ", _map(), re.M))
+    assert [f for f in folders if f not in heads] == []

@@ -14,7 +14,7 @@ The GitHub and GitLab recipes pin the plugin (one variable, a tag or a full comm
 their own run's files as artifacts and prune the checkpoint shards the way the plugin does; the
 GitLab one passes GitLab's CI schema (vendored in check-jsonschema) with JUnit and the HTML
 report as artifacts. The Slurm recipe runs for real under the local Slurm:
-tests/test_slurm_launch.py.
+tests/launch/test_slurm_launch.py.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from typing import Any
 import pytest
 import yaml  # type: ignore[import-untyped]
 
-from pytest_nvrx.scenarios import schedule_scenarios
+from pytest_nvrx.session.scenarios import schedule_scenarios
 
 REPO = Path(__file__).resolve().parents[1]
 WORKFLOW = REPO / "docs" / "ci" / "github-actions-gpu.yml"
@@ -263,8 +263,8 @@ def test_the_recipes_prune_what_the_plugin_prunes(recipe: str, tmp_path: Path) -
     leaves of the same runs: every shard gone, logs, tracker and checkpoint metadata kept."""
     import shutil
 
+    from pytest_nvrx.launch.retention import prune_checkpoint_payload
     from pytest_nvrx.layout import RunLayout
-    from pytest_nvrx.retention import prune_checkpoint_payload
 
     script, variables = _prune_scripts()[recipe]
     ours, policy = tmp_path / "ours", tmp_path / "policy"

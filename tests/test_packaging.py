@@ -78,7 +78,8 @@ def test_wheel_contents(wheel: Path) -> None:
     for needed in (
         "pytest_nvrx/py.typed",
         "pytest_nvrx/plugin.py",
-        "pytest_nvrx/injector.py",
+        "pytest_nvrx/worker/injector.py",
+        "pytest_nvrx/worker/plant_hook/sitecustomize.py",
         "pytest_nvrx/suite/test_recovery.py",
         "pytest_nvrx/workloads/reference.py",
         "pytest_nvrx/evidence/megatron.py",
@@ -327,7 +328,7 @@ RUNTIME_MODULES = (
     "pytest_timeout",
     "pytest_nvrx.plugin",
     "pytest_nvrx.cli",
-    "pytest_nvrx.injector",
+    "pytest_nvrx.worker.injector",
     "pytest_nvrx.workloads.reference",
 )
 

@@ -10,9 +10,9 @@ checkout ``/workspace/Megatron-LM``, for which a stand-in serves) and ``<run-id>
   the scenarios they name;
 * the dry run prints the command and writes nothing.
 
-Not here: ``./qualify`` (tests/test_qualify.py runs it for real), ``./check`` (what CI runs), the
-install lines (tests/test_install_as_written.py runs them as written, git serving the project's
-URL from a bare clone of this checkout).
+Not here: ``./qualify`` (tests/session/test_qualify.py runs it for real), ``./check`` (what CI
+runs), the install lines (tests/test_install_as_written.py runs them as written, git serving the
+project's URL from a bare clone of this checkout).
 """
 
 from __future__ import annotations
@@ -121,9 +121,9 @@ def test_the_readme_dry_run_prints_the_command_and_writes_nothing(
 
 #: Every README command and the test that runs it as written.
 COVERED = {
-    "./qualify": "tests/test_qualify.py (a real qualification through the script)",
+    "./qualify": "tests/session/test_qualify.py (a real qualification through the script)",
     "./check": ".ci/run (CI runs exactly this)",
-    "MEGATRON_PATH=/workspace/Megatron-LM ./qualify": "tests/test_qualify.py (no GPU here)",
+    "MEGATRON_PATH=/workspace/Megatron-LM ./qualify": "tests/session/test_qualify.py (no GPU here)",
     "uv pip install ": "tests/test_install_as_written.py",
     "pip install ": "tests/test_install_as_written.py",
     "pytest --pyargs pytest_nvrx.suite ": "test_the_readme_gpu_qualifications_select_what_they_say",

@@ -27,7 +27,7 @@ from pytest_nvrx.report.main import build_reports
 from pytest_nvrx.report.model import SCHEMA_VERSION, ScenarioReport
 from pytest_nvrx.report.recovery import LostWork, MilestoneTime, Recovery
 from pytest_nvrx.report.render import STACK_IDENTITY
-from pytest_nvrx.report.timeline import CycleSpan, TimelineData, TimelineEvent
+from pytest_nvrx.report.timeline_data import CycleSpan, TimelineData, TimelineEvent
 
 #: a report.json larger than this is refused unread (a 10-scenario report is about 200 KB)
 MAX_REPORT_BYTES = 64 << 20

@@ -98,7 +98,7 @@ def _plant_records_problems(run: RunEvidence) -> list[Problem]:
     ``plant-records/`` linked out of the run, a record that is no record) are fatal in any run,
     planted or not: what a plant did is unknown. A run without run.json claims
     nothing and is judged as its marker names it. The self-test's outcome reads the same records
-    (pytest_nvrx.selftest_outcome), for whether its plant acted at all."""
+    (pytest_nvrx.criteria.selftest_outcome), for whether its plant acted at all."""
     manifest = run.manifest
     if manifest is None:
         return []

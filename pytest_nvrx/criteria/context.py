@@ -52,8 +52,8 @@ class JudgeContext:
     continuity_rtol: float = 0.0
     # the fault window asked for (run.json, the caller), or none
     window: ExpectedWindow | None = None
-    # a fault schedule's recovery (criteria/schedule.py) that a later fault cut short: it need
-    # not reach the run's final iteration (False: the run's one recovery, or its last)
+    # a fault schedule's recovery (criteria/schedule_recoveries.py) that a later fault cut short: it
+    # need not reach the run's final iteration (False: the run's one recovery, or its last)
     cut_short: bool = False
 
     @classmethod

@@ -22,7 +22,7 @@ from pytest_nvrx.layout import (
 FaultExpectation = FaultKind | Literal["any"]
 FAULT_CHOICES = (*INJECTED_FAULTS, "none")
 WINDOW_CHOICES = FAULT_WINDOWS
-#: what run.json (or a schedule's fault, criteria/schedule.py) may record as the window
+#: what run.json (or a schedule's fault, criteria/schedule_recoveries.py) may record as the window
 RECORDED_WINDOWS = (*FAULT_WINDOWS, *SCHEDULE_WINDOWS)
 
 

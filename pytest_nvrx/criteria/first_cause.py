@@ -72,7 +72,7 @@ RUN_TIMEOUT = "the run timeout ended the run"
 WITHOUT_FAULT = "the workers failed"
 # no marker, no fire line: the fault was asked for and never came
 NEVER_HAPPENED = "the requested fault never happened"
-#: The injector's exit code when the requested fault never happened (pytest_nvrx/injector.py:
+#: The injector's exit code when the requested fault never happened (pytest_nvrx/worker/injector.py:
 #: EXIT_FAULT_NOT_INJECTED; not imported: the injector is a stdlib-only script).
 INJECTOR_NOT_INJECTED = 3
 _NAMED_EARLY = re.compile(
@@ -469,8 +469,8 @@ def run_timeout_cause(
     still to come. The launcher's records after it was signalled (:func:`before_stop`) are the
     stop's and detect nothing. ``segments``: the schedule's, where the caller has them;
     ``ending``: after how many faults the schedule's run must end and, where the launcher had to
-    stop the job then, why (criteria/schedule.py run_ending), computed with NVRx's default
-    no-progress limit if None. After the fault at which the job had to stop no recovery was
+    stop the job then, why (criteria/schedule_recoveries.py run_ending), computed with NVRx's
+    default no-progress limit if None. After the fault at which the job had to stop no recovery was
     due: that fault is not "detected but not recovered"."""
     manifest = run.manifest
     flag = manifest.timed_out if manifest is not None else None

@@ -23,7 +23,11 @@ from pytest_nvrx.criteria.marker_agreement import marker_problems, stray_markers
 from pytest_nvrx.criteria.planted import plant_label_problems, planted_name
 from pytest_nvrx.criteria.registry import CRITERIA
 from pytest_nvrx.criteria.required_evidence import required_problems, unprinted_problems
-from pytest_nvrx.criteria.schedule import run_ending, schedule_problems, schedule_verdicts
+from pytest_nvrx.criteria.schedule_recoveries import (
+    run_ending,
+    schedule_problems,
+    schedule_verdicts,
+)
 from pytest_nvrx.criteria.verdict import CRITERIA_IDS, Verdict, failing
 from pytest_nvrx.evidence.refs import EvidenceRef, Problem
 from pytest_nvrx.evidence.rundir import RunEvidence, load_run
@@ -34,7 +38,7 @@ from pytest_nvrx.evidence.segments import (
     schedule_downtime_s,
 )
 from pytest_nvrx.evidence.timeline import RecoveryClock, recovery_clock
-from pytest_nvrx.plants import plant_named
+from pytest_nvrx.settings.plants import plant_named
 
 
 @dataclass(frozen=True)

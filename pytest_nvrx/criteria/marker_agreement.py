@@ -56,9 +56,9 @@ def stray_markers(run: RunEvidence) -> tuple[Problem, ...]:
     of one fault's ``fault_injected.json`` any other (``fault_injected_2.json`` is a schedule's
     second fault); in a fault schedule's run a name :func:`~pytest_nvrx.layout.marker_name` never
     spells (``fault_injected_02.json``). A schedule's marker past its faults is judged there
-    (criteria/schedule.py: a fault injected beyond the schedule fails the whole run). Each marker
-    present must be a fault the run asked for; an unknown one may record a fault that happened
-    and that no criterion then reads."""
+    (criteria/schedule_recoveries.py: a fault injected beyond the schedule fails the whole run).
+    Each marker present must be a fault the run asked for; an unknown one may record a fault that
+    happened and that no criterion then reads."""
     manifest = run.manifest
     scheduled = bool(manifest.scheduled_faults) if manifest is not None else False
     stray = [

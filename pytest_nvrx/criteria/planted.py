@@ -27,7 +27,7 @@ from pytest_nvrx.evidence.manifest import PlantLabel
 from pytest_nvrx.evidence.plant_records import read_plant_records
 from pytest_nvrx.evidence.refs import Problem
 from pytest_nvrx.evidence.rundir import RunEvidence
-from pytest_nvrx.plants import PLANTS
+from pytest_nvrx.settings.plants import PLANTS
 
 #: the name of a plant that a label installs without naming it
 UNNAMED = "unnamed"

@@ -1,6 +1,6 @@
 """The injector's own lines in a cycle log: what the once-only fault wrapper says it did.
 
-The injector (:mod:`pytest_nvrx.injector`) writes to the rank's stderr, so its lines land in
+The injector (:mod:`pytest_nvrx.worker.injector`) writes to the rank's stderr, so its lines land in
 ``logs/train_cycle<N>.log`` behind NVRx's rank prefix as
 ``<rank>: [pytest-nvrx injector] rank R pid P: <message>``. Messages recognised:
 

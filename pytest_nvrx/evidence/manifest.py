@@ -1,8 +1,8 @@
 """``run.json`` (what was asked for) and ``result.json`` (how the launcher ended).
 
-Both are written by our launcher (:mod:`pytest_nvrx.recipe`, :mod:`pytest_nvrx.launch`); runs
-made by hand (the walkthrough's script, tests/data/gpu) have neither, so every field is optional
-and the criteria fall back to the logs. Keys read here::
+Both are written by our launcher (:mod:`pytest_nvrx.launch.recipe`,
+:mod:`pytest_nvrx.launch.launcher`); runs made by hand (the walkthrough's script, tests/data/gpu)
+have neither, so every field is optional and the criteria fall back to the logs. Keys read here::
 
     run.json     schema (must be MANIFEST_SCHEMA), config.run_id, config.fault, config.window,
                  config.fault_rank, config.train_iters, config.workload, config.gpus_per_node,
@@ -30,12 +30,12 @@ of :data:`~pytest_nvrx.layout.INJECTED_FAULTS` or none, ``window`` one of
 :data:`~pytest_nvrx.layout.FAULT_WINDOWS` (absent in runs made before fault windows: the legacy
 tracker trigger); null means "not recorded". A value of another type makes the file unusable.
 ``plant`` (the self-test's planted bug, issue #25) is a name of the catalogue
-(:data:`pytest_nvrx.plants.PLANTS`) or null: a name this version does not know makes the file
-unusable, so that a planted run can never be judged as an unplanted one. ``selftest`` is a boolean.
-What the recorded launch environment (``env``, and the ``command`` it was spelled in) says of a
-plant is read as well (:attr:`Manifest.plant_labels`): the plant it names (``PYTEST_NVRX_PLANT``),
-where its records go (``PYTEST_NVRX_PLANT_RECORDS``), the plant hook on the workers'
-``PYTHONPATH``.
+(:data:`pytest_nvrx.settings.plants.PLANTS`) or null: a name this version does not know makes the
+file unusable, so that a planted run can never be judged as an unplanted one. ``selftest`` is a
+boolean. What the recorded launch environment (``env``, and the ``command`` it was spelled in) says
+of a plant is read as well (:attr:`Manifest.plant_labels`): the plant it names
+(``PYTEST_NVRX_PLANT``), where its records go (``PYTEST_NVRX_PLANT_RECORDS``), the plant hook on the
+workers' ``PYTHONPATH``.
 """
 
 from __future__ import annotations
@@ -85,11 +85,11 @@ from pytest_nvrx.layout import (
     RESULT_NAME,
     TRACKER_NAME,
 )
-from pytest_nvrx.plant_hook import nvrx_plants
-from pytest_nvrx.plant_hook.nvrx_plants import PLANT_ENV, RECORDS_ENV
-from pytest_nvrx.plants import PLANTS
+from pytest_nvrx.settings.plants import PLANTS
 from pytest_nvrx.settings.schedule import ScheduledFault, parse_schedule
 from pytest_nvrx.settings.values import ConfigError
+from pytest_nvrx.worker.plant_hook import nvrx_plants
+from pytest_nvrx.worker.plant_hook.nvrx_plants import PLANT_ENV, RECORDS_ENV
 
 
 class ManifestError(ValueError):

@@ -5,7 +5,7 @@ worker sees it and does not inject again. Fields (walkthrough wrapper and ours):
 (:data:`~pytest_nvrx.layout.INJECTED_FAULTS`), ``rank``, ``pid``, ``host``, ``signal``,
 ``tracker_iteration`` (the newest completed checkpoint at injection), ``baseline_iteration``,
 ``time`` (ISO-8601); ours adds ``local_rank``, ``run_id``, ``tracker`` (the path it watched),
-``world_size``, ``restart_count`` and more (pytest_nvrx.injector.build_marker_record).
+``world_size``, ``restart_count`` and more (pytest_nvrx.worker.injector.build_marker_record).
 
 Schema 2 (issue #10, fault windows) adds ``window`` (step|save|finalize), ``in_flight_iteration``
 (the save submitted or being prepared and not yet finalized), ``section`` (the NVRx section open
@@ -66,7 +66,7 @@ from pytest_nvrx.settings.schedule import ALL_WINDOWS, windows_at
 
 #: The marker schemas this reader knows (1: the tracker trigger; 2: fault windows).
 SCHEMA_VERSIONS = (1, 2)
-#: The fields only a schema-2 marker has (pytest_nvrx.injector.build_marker_record).
+#: The fields only a schema-2 marker has (pytest_nvrx.worker.injector.build_marker_record).
 SCHEMA_2_ONLY = ("window", "trigger", "in_flight_iteration", "section", "write_done", "rank_pid")
 #: The fields our injector writes into every schema-2 marker, never null in a run launched
 #: through the real launcher (pytest_nvrx.injector.build_marker_record: the launcher's

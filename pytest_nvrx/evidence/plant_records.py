@@ -1,6 +1,6 @@
 """A planted run's records: what each plant did, written by the worker process that did it.
 
-``<run dir>/plant-records/*.json``, one per act (pytest_nvrx/plant_hook/nvrx_plants.record):
+``<run dir>/plant-records/*.json``, one per act (pytest_nvrx/worker/plant_hook/nvrx_plants.record):
 ``plant``, ``applied`` (false: the plant could not act and says why), ``action``, ``rank``,
 ``restart_count``, ``pid``, ``host``. A record that cannot be read is a problem of the run, never
 skipped.

@@ -7,7 +7,7 @@ Any failure record outside that window is "another" failure.
 
 The recovery clock (:func:`recovery_clock`) is computed here once from the timeline: the
 recovery's milestones, its phases and the downtime. verify's timings, the recovery report
-(pytest_nvrx.report) and the downtime gate (pytest_nvrx.scenario_run) all read it. A failure
+(pytest_nvrx.report) and the downtime gate (pytest_nvrx.session.scenario_run) all read it. A failure
 the launcher recorded after it was told to stop (its ``death signal`` line: our run timeout
 killed the run, a stop signal) is its own shutdown's, never the fault's detection: the clock
 then has no detection, and no timing from one (the criteria judge that record as they do).

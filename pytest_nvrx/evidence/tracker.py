@@ -32,7 +32,7 @@ from pytest_nvrx.settings.values import quote
 _MAX_BYTES = 4096
 #: What str.strip() removes among ASCII: only these surround an iteration. Unicode space (a
 #: no-break space before the digits) is text that is no iteration, as the injector reads it
-#: (injector.read_tracker; tests/test_tracker_readers_agree.py holds the two equal).
+#: (injector.read_tracker; tests/worker/test_tracker_readers_agree.py holds the two equal).
 _ASCII_SPACE = " \t\n\r\x0b\x0c\x1c\x1d\x1e\x1f"
 
 

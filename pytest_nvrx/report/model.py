@@ -9,7 +9,7 @@ data. Times are seconds from the scenario's ``t0`` (the launcher's first line, e
 start), so that a report carries no time zone questions.
 
 The recovery's cost is :mod:`~pytest_nvrx.report.recovery`'s, the timeline
-:mod:`~pytest_nvrx.report.timeline`'s and the loss curve :mod:`~pytest_nvrx.report.loss`'s.
+:mod:`~pytest_nvrx.report.timeline_data`'s and the loss curve :mod:`~pytest_nvrx.report.loss`'s.
 """
 
 from __future__ import annotations
@@ -20,16 +20,16 @@ from typing import Any
 
 from pytest_nvrx.criteria import judge
 from pytest_nvrx.criteria.judgement import Judgement
+from pytest_nvrx.criteria.selftest_outcome import PlantOutcome, control_outcome, plant_outcome
 from pytest_nvrx.criteria.training_continuity import print_model
 from pytest_nvrx.evidence.plant_records import read_plant_records
 from pytest_nvrx.evidence.rundir import RunEvidence, load_run
 from pytest_nvrx.evidence.timeline import PHASES as PHASES  # re-exported: the report's phases
-from pytest_nvrx.plants import Plant, plant_named
 from pytest_nvrx.report.loss import LossSeries, loss_series
 from pytest_nvrx.report.plain import flat_dict, start_time
 from pytest_nvrx.report.recovery import Recovery, fault_recovery_of, recovery_of
-from pytest_nvrx.report.timeline import TimelineData, timeline_data
-from pytest_nvrx.selftest_outcome import PlantOutcome, control_outcome, plant_outcome
+from pytest_nvrx.report.timeline_data import TimelineData, timeline_data
+from pytest_nvrx.settings.plants import Plant, plant_named
 
 #: the scenario document's version: raised only when a change breaks existing readers
 SCHEMA_VERSION = 2  # 2: termination ends when the workers stopped; gpu_reclaim follows
@@ -84,7 +84,7 @@ class ScenarioReport:
     #: the self-test's planted bug the run names (never a qualification run; every line about
     #: it starts with "planted: <name>")
     planted: str | None = None
-    #: a self-test run's row (pytest_nvrx.selftest_outcome.PlantOutcome.as_dict, plus the
+    #: a self-test run's row (pytest_nvrx.criteria.selftest_outcome.PlantOutcome.as_dict, plus the
     #: tolerance it was judged at): was its plant caught, by what; None: not a self-test run
     selftest: dict[str, Any] | None = None
     #: a fault schedule's faults (FAULT@WINDOW), its every recovery, one per fault that

@@ -7,9 +7,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pytest_nvrx import __version__
+from pytest_nvrx.criteria.selftest_outcome import GOOD
 from pytest_nvrx.criteria.verdict import CRITERIA_IDS
 from pytest_nvrx.evidence.refs import html_text as escape  # control characters shown too
-from pytest_nvrx.plants import PLANTS
 from pytest_nvrx.report.model import PHASES, SCHEMA_VERSION, ScenarioReport
 from pytest_nvrx.report.recovery import Recovery
 from pytest_nvrx.report.svg import (
@@ -19,7 +19,7 @@ from pytest_nvrx.report.svg import (
     timeline_svg,
     used_kinds,
 )
-from pytest_nvrx.selftest_outcome import GOOD
+from pytest_nvrx.settings.plants import PLANTS
 
 
 def pair_baselines(reports: Sequence[ScenarioReport]) -> dict[str, ScenarioReport]:

@@ -16,7 +16,7 @@ from pytest_nvrx.evidence.refs import html_text as escape  # control characters 
 from pytest_nvrx.report.loss import LossPoint
 from pytest_nvrx.report.model import PHASES, ScenarioReport
 from pytest_nvrx.report.recovery import Recovery
-from pytest_nvrx.report.timeline import EVENT_KINDS, TimelineEvent
+from pytest_nvrx.report.timeline_data import EVENT_KINDS, TimelineEvent
 
 WIDTH = 1000
 FONT = "font-family:system-ui,-apple-system,'Segoe UI',Roboto,sans-serif"

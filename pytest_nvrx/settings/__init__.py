@@ -12,8 +12,8 @@ Pure data plus checks, one subject per module:
 - :mod:`~pytest_nvrx.settings.feasibility`: whether a run's faults fit its run timeout.
 
 Nothing here reads or writes the file system for a run: the run directory's checks, its claim
-and its creation are :mod:`pytest_nvrx.run_dir`. Every public name is re-exported here, so
-``from pytest_nvrx.settings import X`` works whichever module defines ``X``.
+and its creation are :mod:`pytest_nvrx.launch.run_dir_setup`. Every public name is re-exported here,
+so ``from pytest_nvrx.settings import X`` works whichever module defines ``X``.
 """
 
 from __future__ import annotations

@@ -101,7 +101,8 @@ class RunConfig:
     #: Megatron flags for a stack without Transformer Engine/Apex; None = decide from the stack.
     no_te_profile: bool | None = None
     extra_args: tuple[str, ...] = ()
-    #: local: ft_launcher started here; slurm: one per node through srun (pytest_nvrx.launch)
+    #: local: ft_launcher started here; slurm: one per node through srun
+    #: (pytest_nvrx.launch.launcher, pytest_nvrx.launch.slurm)
     launcher: LauncherKind = "local"
     #: This launch's node of a multinode run started by hand (one CLI start per node, several
     #: maybe on one host): 0 hosts the rendezvous. None: the node is not named (one node, a
@@ -110,7 +111,8 @@ class RunConfig:
     #: A self-test run (``python -m pytest_nvrx selftest``): the learning rate moves (warmup +
     #: decay) so that a lost scheduler state shows; never a qualification run's setting.
     selftest: bool = False
-    #: The self-test's planted bug (pytest_nvrx.plants) in the workers' environment; None: none.
+    #: The self-test's planted bug (pytest_nvrx.settings.plants) in the workers' environment; None:
+    #: none.
     plant: str | None = None
     #: A complete checkpoint directory (``iter_N``) copied into the run's checkpoint dir, with a
     #: tracker naming N, before the launch: the self-test's runs that need two completed
@@ -169,7 +171,7 @@ class PartialRunConfig:
     typed as RunConfig types them; None = not given here.
 
     It mirrors RunConfig field for field (a dataclass cannot derive typed optional fields from
-    another's); tests/test_settings.py holds the two equal, names, order and types."""
+    another's); tests/settings/test_settings.py holds the two equal, names, order and types."""
 
     work_dir: Path | None = None
     run_id: str | None = None
@@ -221,7 +223,7 @@ class PartialRunConfig:
 
     def config(self, work_dir: Path, run_id: str) -> RunConfig:
         """The RunConfig of these values, RunConfig's defaults for the rest."""
-        # field for field RunConfig's types (tests/test_settings.py holds them equal)
+        # field for field RunConfig's types (tests/settings/test_settings.py holds them equal)
         given: dict[str, Any] = self.given()
         if self.schedule:
             given.update(_schedule_first(self.schedule, self.fault, self.window))

@@ -144,7 +144,7 @@ def resolve(
 
     Environment values are parsed and their errors name the variable. Only the shape of the
     values is checked here; :func:`pytest_nvrx.settings.validate` checks the rules between them
-    and :func:`pytest_nvrx.run_dir.check_run_paths` the file system.
+    and :func:`pytest_nvrx.launch.run_dir_setup.check_run_paths` the file system.
     """
     env = os.environ if environ is None else environ
     given = explicit.given()

@@ -1,5 +1,5 @@
 """The walkthrough's rules between a run's settings: pure, no file system (the run directory's
-checks are :func:`pytest_nvrx.run_dir.check_run_paths`)."""
+checks are :func:`pytest_nvrx.launch.run_dir_setup.check_run_paths`)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ import re
 from collections.abc import Sequence
 
 from pytest_nvrx.layout import FAULT_WINDOWS, window_allowed, windows_of
-from pytest_nvrx.plant_hook.nvrx_plants import PLANT_NAMES
 from pytest_nvrx.settings.record import (
     DEFAULT_RDZV_ENDPOINT,
     FAULT_KINDS,
@@ -33,6 +32,7 @@ from pytest_nvrx.settings.values import (
     check_path_text,
     quote,
 )
+from pytest_nvrx.worker.plant_hook.nvrx_plants import PLANT_NAMES
 
 #: The walkthrough model: four layers, eight attention heads.
 MODEL_LAYERS = 4
@@ -65,9 +65,10 @@ def validate(config: RunConfig) -> None:
     message (one that names options is spelled for the entry point that shows it:
     :meth:`ConfigError.message_for`).
 
-    Pure: reads no file system. A real run also needs :func:`pytest_nvrx.run_dir.check_run_paths`
-    (the checkout, the directories, the marker, the tracker) right after this;
-    :func:`pytest_nvrx.run_dir.validate_run` runs both, in that order.
+    Pure: reads no file system. A real run also needs
+    :func:`pytest_nvrx.launch.run_dir_setup.check_run_paths` (the checkout, the directories, the
+    marker, the tracker) right after this; :func:`pytest_nvrx.launch.run_dir_setup.validate_run`
+    runs both, in that order.
     """
     for name in ("nnodes", "gpus_per_node", "tp", "pp", "train_iters", "save_interval"):
         value = getattr(config, name)

@@ -7,7 +7,7 @@ fault exists in; the draw is a pure function of the count and the seed, and the 
 faults drawn, never the form.
 
 Each fault is claimed once, on shared storage, before it is delivered: the injector
-(pytest_nvrx.injector, which repeats the syntax stdlib-only) writes the k-th fault's marker
+(pytest_nvrx.worker.injector, which repeats the syntax stdlib-only) writes the k-th fault's marker
 (:func:`pytest_nvrx.layout.marker_name`) and arms the first fault whose marker is absent, so a
 replacement never repeats a fault and never skips one. Pure: no file system, no clock.
 """

@@ -45,7 +45,7 @@ from pytest_nvrx.settings.values import (
 MATRIX_ENV = "NVRX_FAULT_MATRIX"
 WINDOW_ENV = "NVRX_FAULT_WINDOW"
 MATRICES = ("default", "full")
-#: The plugin's fault-schedule scenarios besides one schedule given (pytest_nvrx.scenarios).
+#: The plugin's fault-schedule scenarios besides one schedule given (pytest_nvrx.session.scenarios).
 SCHEDULES_ENV = "NVRX_SCHEDULES"
 SCHEDULE_MATRICES = ("default", "none")
 
@@ -708,6 +708,6 @@ OPTIONS_TABLE_HEAD = "| option | env | default | meaning |\n|---|---|---|---|"
 
 
 def options_table() -> str:
-    """docs/options.md's table of the plugin's options (tests/test_settings_table.py holds the
-    committed one equal to this)."""
+    """docs/options.md's table of the plugin's options (tests/settings/test_settings_table.py holds
+    the committed one equal to this)."""
     return "\n".join([OPTIONS_TABLE_HEAD, *(s.doc_row() for s in PLUGIN_SETTINGS)])

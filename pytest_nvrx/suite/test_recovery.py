@@ -14,8 +14,8 @@ import pytest
 
 from pytest_nvrx.criteria import CRITERIA_IDS
 from pytest_nvrx.evidence.refs import printable
-from pytest_nvrx.fixtures import ScenarioRun, nvrx_settings
-from pytest_nvrx.scenario_run import Limits
+from pytest_nvrx.fixtures import nvrx_settings
+from pytest_nvrx.session.scenario_run import Limits, ScenarioRun
 
 # A scenario's run has its own deadline (--nvrx-run-timeout) that kills the whole process tree;
 # pytest-timeout must not interrupt it first (the run happens inside the first test's setup).

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import pytest
 
+from pytest_nvrx.criteria.selftest_outcome import PlantOutcome
 from pytest_nvrx.evidence.refs import printable
-from pytest_nvrx.selftest_outcome import PlantOutcome
 
 # the runs have their own deadline (--nvrx-run-timeout), as the scenarios' (test_recovery.py)
 pytestmark = pytest.mark.timeout(0)

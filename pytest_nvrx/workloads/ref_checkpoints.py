@@ -24,8 +24,8 @@ from torch.distributed.checkpoint.state_dict_saver import async_save as dcp_asyn
 
 from pytest_nvrx.evidence.tracker import read_tracker as read_core_tracker
 from pytest_nvrx.layout import TRACKER_NAME, iteration_dir_name, iteration_of_dir_name
-from pytest_nvrx.plant_hook.nvrx_plants import ITERATION_JUMP
-from pytest_nvrx.plant_hook.nvrx_plants import record as record_plant
+from pytest_nvrx.worker.plant_hook.nvrx_plants import ITERATION_JUMP
+from pytest_nvrx.worker.plant_hook.nvrx_plants import record as record_plant
 from pytest_nvrx.workloads.ref_sections import Monitor, section
 from pytest_nvrx.workloads.ref_trainer import (
     BREAKABLE_PARTS,
@@ -287,7 +287,7 @@ def load_checkpoint(
 
     ``plant`` (the self-test's, from ``PYTEST_NVRX_PLANT``) plants the same bugs silently, as a
     real one would: the load line says what a correct load says, and only the plant's record
-    (:func:`pytest_nvrx.plant_hook.nvrx_plants.record`) tells what it did."""
+    (:func:`pytest_nvrx.worker.plant_hook.nvrx_plants.record`) tells what it did."""
     iteration = agreed_tracker(checkpoint_dir)
     if iteration is None:
         log(f"no checkpoint found at {checkpoint_dir / TRACKER_NAME}, starting from scratch")

@@ -50,7 +50,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.checkpoint.state_dict_saver import AsyncCheckpointerType
 
-from pytest_nvrx.plant_hook.nvrx_plants import RESTORE_PLANTS, active_plant
+from pytest_nvrx.worker.plant_hook.nvrx_plants import RESTORE_PLANTS, active_plant
 from pytest_nvrx.workloads.ref_checkpoints import (
     ASYNC_WRITERS,
     RESTORE_BREAKS,

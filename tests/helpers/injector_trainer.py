@@ -1,6 +1,6 @@
 """Stand-in training script for the injector tests: advances a checkpoint tracker on demand.
 
-Stdlib only; run by pytest_nvrx/injector.py through runpy (``--script`` or ``--module``).
+Stdlib only; run by pytest_nvrx/worker/injector.py through runpy (``--script`` or ``--module``).
 """
 
 from __future__ import annotations

@@ -1,0 +1,65 @@
+"""A planted regression found by ``compare``: two real reference kill runs through the real
+ft_launcher, the second with ``--load-delay`` (its replacement sleeps inside the checkpoint
+load), compared as run directories judged on the fly. The phase that grew must be
+``checkpoint_load``, by about the delay, and the gate on it must fire; without the delay (the
+option broken, or compare reading the wrong phase) these tests fail."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+
+from pytest_nvrx.compare import compare, load_side
+from pytest_nvrx.compare.main import compare_main
+from tests.helpers.reference_runs import launch_reference
+
+#: the planted slowdown. The rest of the load phase (the started line to the load line: NVRx's
+#: monitor, gloo's rendezvous of both ranks, the model, DCP's read) moves by seconds on a loaded
+#: 2-core machine (3 s either way seen beside another test session), hence a delay well above
+#: that and a band of NOISE_S around it
+DELAY_S = 10.0
+NOISE_S = 4.0
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    work = tmp_path_factory.mktemp("planted")
+    plain, code, _ = launch_reference(work, "plain", ())
+    assert code == 0
+    slow, code, _ = launch_reference(work, "slow", ("--load-delay", f"{DELAY_S:g}"))
+    assert code == 0
+    return plain, slow
+
+
+def test_the_phase_that_grew_is_the_checkpoint_load_by_about_the_delay(
+    pair: tuple[Path, Path],
+) -> None:
+    plain, slow = pair
+    result = compare(load_side(plain, "OLD"), load_side(slow, "NEW"))
+    [scenario] = result.scenarios
+    assert scenario.old_qualified and scenario.new_qualified, scenario.new_outcome
+    grown = {t.what: t.delta for t in scenario.timings if t.delta is not None}
+    load = grown["checkpoint_load"]
+    assert load is not None and DELAY_S - NOISE_S <= load <= DELAY_S + NOISE_S, grown
+    largest = max((w for w in grown if w != "downtime"), key=lambda w: grown[w] or 0.0)
+    assert largest == "checkpoint_load", grown
+    assert grown["downtime"] is not None and grown["downtime"] >= DELAY_S - NOISE_S, grown
+    assert scenario.status == "slower"
+
+
+def test_the_gate_on_the_load_phase_fires_and_a_looser_one_holds(pair: tuple[Path, Path]) -> None:
+    plain, slow = pair
+    out, err = io.StringIO(), io.StringIO()
+    code = compare_main([str(plain), str(slow), "--fail-on", "phase:load:+5s"], out, err)
+    assert code == 1, out.getvalue() + err.getvalue()
+    assert "gate fails:" in out.getvalue() and "checkpoint_load" in out.getvalue()
+    out = io.StringIO()
+    code = compare_main([str(plain), str(slow), "--fail-on", "phase:load:+20s,verdict"], out, err)
+    assert code == 0, out.getvalue() + err.getvalue()
+    # the other way round it is an improvement of the same size: nothing to gate
+    out = io.StringIO()
+    code = compare_main([str(slow), str(plain), "--fail-on", "phase:load:+5s"], out, err)
+    assert code == 0, out.getvalue() + err.getvalue()
+    assert "FASTER" in out.getvalue()

@@ -1,0 +1,247 @@
+"""#36's adversarial classes D, E, I, M, O and X over every committed run of their kind: each
+committed run that passes as committed is copied (under tmp_path), doctored by one edit of the
+class, and judged; no copy may exit 0 (X: no copy may raise). One test per class, each listing
+every copy that still passed, so a regression names its runs. The single-run cases, with the
+class's causes, are in tests/criteria/test_adversarial_review_36.py.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from pytest_nvrx.verify import verify_main
+from tests.helpers.doctor import Doctor, copy_run
+
+DATA = Path(__file__).parents[1] / "data"
+LAUNCHER = "logs/launcher.log"
+MARKER = "fault_injected.json"
+INJ = r"^\d+: \[pytest-nvrx injector\] rank \d+ pid \d+: "
+_ARABIC = str.maketrans("0123456789", "٠١٢٣٤٥٦٧٨٩")
+
+Edit = Callable[[Doctor], bool]  # False: the edit does not apply to this run (no such line)
+
+
+def _verify(run_dir: Path) -> tuple[int, str]:
+    out, err = io.StringIO(), io.StringIO()
+    code = verify_main([str(run_dir)], out, err)
+    return code, out.getvalue() + err.getvalue()
+
+
+def _passing_runs() -> list[Path]:
+    runs = sorted({p.parent for p in DATA.rglob("run.json")})
+    return [run for run in runs if _verify(run)[0] == 0]
+
+
+PASSING = _passing_runs()
+
+
+def _cycle_logs(run: Path) -> list[str]:
+    logs = sorted((run / "logs").glob("train_cycle*.log"), key=lambda p: len(p.name))
+    return [f"logs/{p.name}" for p in sorted(logs, key=lambda p: (len(p.name), p.name))]
+
+
+def _text(run: Path, rel: str) -> str:
+    return (run / rel).read_text(encoding="utf-8", errors="replace")
+
+
+def _workload(run: Path) -> str:
+    data = json.loads(_text(run, "run.json"))
+    return str((data.get("config") or {}).get("workload", ""))
+
+
+def _drop(rel: str, pattern: str) -> Edit:
+    def edit(doc: Doctor) -> bool:
+        lines = doc.lines(rel)
+        kept = [line for line in lines if re.search(pattern, line) is None]
+        doc.write_lines(rel, kept)
+        return len(kept) < len(lines)
+
+    return edit
+
+
+def _still_passing(tmp_path: Path, cases: Iterator[tuple[Path, str, Edit]]) -> list[str]:
+    passed: list[str] = []
+    applied = 0
+    for i, (src, what, edit) in enumerate(cases):
+        doc = copy_run(src, tmp_path / f"{i}")
+        if not edit(doc):
+            continue
+        applied += 1
+        code, _ = _verify(doc.root)
+        if code == 0:
+            passed.append(f"{src.relative_to(DATA)}: {what}")
+    assert applied, "no committed run of the kind: the sweep tests nothing"
+    return passed
+
+
+def test_every_megatron_dump_removed(tmp_path: Path) -> None:
+    def strip(rel: str) -> Edit:
+        def edit(doc: Doctor) -> bool:
+            out, inside, hit = [], False, False
+            for line in doc.lines(rel):
+                if re.match(r"^\d+: -+ arguments -+\s*$", line):
+                    inside = hit = True
+                    continue
+                if re.match(r"^\d+: -+ end of arguments -+\s*$", line):
+                    inside = False
+                    continue
+                if inside and re.match(r"^\d+: \s+[a-z][a-z0-9_]* \.{3,} ", line):
+                    continue
+                out.append(line)
+            doc.write_lines(rel, out)
+            return hit
+
+        return edit
+
+    def cases() -> Iterator[tuple[Path, str, Edit]]:
+        for run in PASSING:
+            if _workload(run) == "megatron":
+                for rel in _cycle_logs(run):
+                    if "consumed samples:" in _text(run, rel):
+                        yield run, f"{rel}'s dump removed", strip(rel)
+
+    assert _still_passing(tmp_path, cases()) == []
+
+
+def test_every_run_with_a_second_contradicting_launch_block(tmp_path: Path) -> None:
+    def second(rx: str, rep: str) -> Edit:
+        def edit(doc: Doctor) -> bool:
+            lines = doc.lines(LAUNCHER)
+            heads = [i for i, x in enumerate(lines) if "Starting elastic_operator with" in x]
+            if not heads:
+                return False
+            end = heads[0] + 1
+            while end < len(lines) and (lines[end].startswith("  ") or not lines[end].strip()):
+                end += 1
+            block = [re.sub(rx, rep, x) for x in lines[heads[0] : end]]
+            doc.write_lines(LAUNCHER, lines[:end] + block + lines[end:])
+            return True
+
+        return edit
+
+    def cases() -> Iterator[tuple[Path, str, Edit]]:
+        for run in PASSING:
+            if (run / LAUNCHER).is_file():
+                yield run, "max_restarts 0", second(r"(max_restarts\s*: )\d+", r"\g<1>0")
+                yield run, "run_id other", second(r"(run_id\s*: ).*", r"\g<1>other-run")
+
+    assert _still_passing(tmp_path, cases()) == []
+
+
+def test_every_schema2_marker_without_a_key(tmp_path: Path) -> None:
+    def without(key: str) -> Edit:
+        def edit(doc: Doctor) -> bool:
+            data = doc.json(MARKER)
+            del data[key]
+            doc.path(MARKER).write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+            return True
+
+        return edit
+
+    def cases() -> Iterator[tuple[Path, str, Edit]]:
+        for run in PASSING:
+            if (run / MARKER).is_file() and json.loads(_text(run, MARKER)).get(
+                "schema_version"
+            ) == 2:
+                for key in ("run_id", "argv", "world_size", "host", "tracker", "pid"):
+                    yield run, f"marker {key} deleted", without(key)
+                yield run, "marker restart_count deleted", without("restart_count")
+
+    assert _still_passing(tmp_path, cases()) == []
+
+
+def test_every_run_with_unicode_digits_in_its_iteration_lines(tmp_path: Path) -> None:
+    def arabic(rel: str) -> Edit:
+        def edit(doc: Doctor) -> bool:
+            out, hit = [], False
+            for line in doc.lines(rel):
+                m = re.search(r"(?<=rank \d) iteration \d|\] iteration +\d", line)
+                if m is not None and ("[ref]" in line or "consumed samples" in line):
+                    line = line[: m.start()] + line[m.start() :].translate(_ARABIC)
+                    hit = True
+                out.append(line)
+            doc.write_lines(rel, out)
+            return hit
+
+        return edit
+
+    def cases() -> Iterator[tuple[Path, str, Edit]]:
+        for run in PASSING:
+            logs = _cycle_logs(run)
+            if logs:
+                yield run, f"{logs[-1]}'s iteration lines", arabic(logs[-1])
+
+    assert _still_passing(tmp_path, cases()) == []
+
+
+@pytest.mark.parametrize("prefix", ["\u00b2", "\u0661", "\uff13"])
+def test_every_run_with_a_foreign_digit_rank_prefix_cannot_be_judged(
+    tmp_path: Path, prefix: str
+) -> None:
+    bad: list[str] = []
+    for i, run in enumerate(PASSING):
+        logs = _cycle_logs(run)
+        if not logs:
+            continue
+        doc = copy_run(run, tmp_path / f"{i}")
+        lines = doc.lines(logs[-1])
+        at = next((j for j, x in enumerate(lines) if re.match(r"^0: ", x)), None)
+        if at is None:
+            continue
+        lines[at] = prefix + lines[at][1:]
+        doc.write_lines(logs[-1], lines)
+        try:
+            code, text = _verify(doc.root)
+        except ValueError as exc:
+            bad.append(f"{run.relative_to(DATA)}: raised {exc!r}")
+            continue
+        if code != 2 or "Traceback" in text:
+            bad.append(f"{run.relative_to(DATA)}: exit {code}")
+    assert bad == []
+
+
+def test_every_run_without_a_line_only_a_cross_check_reads(tmp_path: Path) -> None:
+    def cases() -> Iterator[tuple[Path, str, Edit]]:
+        for run in PASSING:
+            logs = _cycle_logs(run)
+            has_marker = (run / MARKER).is_file()
+            trained_logs = [
+                rel for rel in logs if re.search(r"consumed[ _]samples", _text(run, rel))
+            ]
+            for n, rel in enumerate(logs):
+                text = _text(run, rel)
+                # a version line is required where another cycle printed it (one build); a run
+                # of one trained cycle states no version it must print (left open)
+                several = len(trained_logs) > 1
+                trained = "consumed samples" in text or "consumed_samples" in text
+                if trained and " started pid " in text:
+                    yield run, f"{rel}'s started lines", _drop(rel, r"\] \S+ rank \d+ started pid ")
+                if several and trained and re.search(r"(?m)^\d+: > PyTorch version ", text):
+                    yield (
+                        run,
+                        f"{rel}'s PyTorch version line",
+                        _drop(rel, r"^\d+: > PyTorch version "),
+                    )
+                    yield run, f"{rel}'s version lines", _drop(rel, r"^\d+: > .+ version \.+ ")
+                if trained and n == 0:
+                    yield (
+                        run,
+                        f"{rel}'s fresh-start lines",
+                        _drop(
+                            rel,
+                            r"no checkpoint found|could not find the metadata file"
+                            r"|will not load any checkpoints",
+                        ),
+                    )
+                if has_marker and re.search(INJ + "watching ", text, re.M):
+                    yield run, f"{rel}'s injector start line", _drop(rel, INJ + "watching ")
+                if has_marker and "fault already injected" in text:
+                    yield run, f"{rel}'s 'already injected' line", _drop(rel, "already injected")
+
+    assert _still_passing(tmp_path, cases()) == []

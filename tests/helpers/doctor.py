@@ -1,0 +1,146 @@
+"""Doctor copies of real run directories: each edit turns a passing run into a specific failure.
+
+Every edit asserts that what it looks for is there, so a doctored test cannot silently test an
+unchanged run.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import stat
+from pathlib import Path
+from typing import Any
+
+GPU_DATA = Path(__file__).parents[1] / "data" / "gpu"
+KILL_RUN = GPU_DATA / "gpu-kill-100"
+BASELINE_RUN = GPU_DATA / "gpu-baseline-20"
+
+LAUNCHER = "logs/launcher.log"
+CYCLE0 = "logs/train_cycle0.log"
+CYCLE1 = "logs/train_cycle1.log"
+MARKER = "fault_injected.json"
+
+
+class Doctor:
+    """Edits files of a run directory copy by line, by text or by JSON key."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def path(self, rel: str) -> Path:
+        return self.root / rel
+
+    def lines(self, rel: str) -> list[str]:
+        return self.path(rel).read_text(encoding="utf-8").splitlines(keepends=True)
+
+    def write_lines(self, rel: str, lines: list[str]) -> None:
+        self.path(rel).write_text("".join(lines), encoding="utf-8")
+
+    def line_no(self, rel: str, needle: str, nth: int = 0) -> int:
+        """1-based number of the ``nth`` line containing ``needle``."""
+        hits = [i for i, line in enumerate(self.lines(rel), start=1) if needle in line]
+        assert len(hits) > nth, f"{rel}: {needle!r} occurs {len(hits)} times"
+        return hits[nth]
+
+    def replace(self, rel: str, old: str, new: str, count: int = -1) -> None:
+        text = self.path(rel).read_text(encoding="utf-8")
+        assert old in text, f"{rel}: {old!r} not found"
+        self.path(rel).write_text(text.replace(old, new, count), encoding="utf-8")
+
+    def delete(self, rel: str, needle: str) -> list[str]:
+        lines = self.lines(rel)
+        kept = [line for line in lines if needle not in line]
+        assert len(kept) < len(lines), f"{rel}: no line contains {needle!r}"
+        self.write_lines(rel, kept)
+        return [line for line in lines if needle in line]
+
+    def insert_after(self, rel: str, needle: str, *new: str, nth: int = 0) -> int:
+        """Insert lines after the ``nth`` line containing ``needle``; returns the first's number."""
+        at = self.line_no(rel, needle, nth)
+        lines = self.lines(rel)
+        lines[at:at] = [line if line.endswith("\n") else line + "\n" for line in new]
+        self.write_lines(rel, lines)
+        return at + 1
+
+    def insert_before(self, rel: str, needle: str, *new: str) -> int:
+        at = self.line_no(rel, needle) - 1
+        lines = self.lines(rel)
+        lines[at:at] = [line if line.endswith("\n") else line + "\n" for line in new]
+        self.write_lines(rel, lines)
+        return at + 1
+
+    def truncate_after(self, rel: str, needle: str) -> None:
+        """Keep the file up to and including the first line containing ``needle``."""
+        at = self.line_no(rel, needle)
+        self.write_lines(rel, self.lines(rel)[:at])
+
+    def append(self, rel: str, *new: str) -> int:
+        lines = self.lines(rel) if self.path(rel).exists() else []
+        first = len(lines) + 1
+        lines += [line if line.endswith("\n") else line + "\n" for line in new]
+        self.write_lines(rel, lines)
+        return first
+
+    def json(self, rel: str) -> dict[str, Any]:
+        data = json.loads(self.path(rel).read_text(encoding="utf-8"))
+        assert isinstance(data, dict)
+        return data
+
+    def set_json(self, rel: str, **changes: Any) -> None:
+        data = self.json(rel) if self.path(rel).exists() else {}
+        data.update(changes)
+        self.path(rel).write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+
+    def remove(self, rel: str) -> None:
+        target = self.path(rel)
+        assert target.exists() or target.is_symlink(), f"{rel} does not exist"
+        if target.is_dir() and not target.is_symlink():
+            shutil.rmtree(target)
+        else:
+            target.unlink()
+
+
+def copy_run(src: Path, dest: Path) -> Doctor:
+    """A writable copy of a run directory (the shared originals are read-only)."""
+    shutil.copytree(src, dest, symlinks=True)
+    for p in [dest, *dest.rglob("*")]:
+        if not p.is_symlink():
+            p.chmod(p.stat().st_mode | stat.S_IWUSR)
+    return Doctor(dest)
+
+
+# Lines in the launcher's own formats, for inserting into doctored launcher logs.
+def nvrx_line(time: str, message: str, level: str = "INFO", local: str = "?") -> str:
+    return (
+        f"2026-11-29 {time} [{level}] [vm] [workload:?({local}) infra:?(?)] launcher.py:1 {message}"
+    )
+
+
+def profiling_line(time: str, cycle: int, event: str, rank: str = "0") -> str:
+    return nvrx_line(
+        time,
+        f"  - Cycle: {cycle} Event: {event} Node: localhost_547_0 Rank: {rank}"
+        f" Time: 2026-11-29 {time.replace(',', '.')} UTC",
+    )
+
+
+def glog_failed(time: str, local_rank: int, pid: int, code: int = -9) -> str:
+    return (
+        f"E1129 {time} 547 torch/distributed/elastic/multiprocessing/api.py:986] failed "
+        f"(exitcode: {code}) local_rank: {local_rank} (pid: {pid}) of binary: /usr/bin/python3"
+    )
+
+
+#: A result.json as our harness writes one at the end of a launch that exited 0, for a doctored
+#: run given a run.json: a run our harness launched has both (#36 item 5). Every key it always
+#: writes, with a value (null times are no record of theirs: #36 adversarial J): a launch
+#: around the hand-made runs of tests/data/gpu (their logs lie between these times).
+HARNESS_RESULT: dict[str, Any] = {
+    "exit_code": 0,
+    "wall_s": 7200.0,
+    "timed_out": False,
+    "interrupted": None,
+    "start_time": "2026-11-29T10:00:00+00:00",
+    "end_time": "2026-11-29T12:00:00+00:00",
+}
