@@ -175,11 +175,19 @@ def megatron_assertion(rank: int) -> list[str]:
     return [f"{rank}: [rank{rank}]: {line}" for line in body]
 
 
+def _no_checkpoints(doc: Doctor) -> None:
+    """Workers that died before training wrote no checkpoint: the copy's checkpoints go too
+    (an iter_N/ no save of the run wrote cannot be judged: criteria/checkpoint_agreement.py)."""
+    for path in (doc.root / "checkpoints").iterdir():
+        shutil.rmtree(path) if path.is_dir() else path.unlink()
+
+
 def doctor_megatron_setup_failure(dest: Path) -> tuple[Doctor, int]:
     """g2-term-30 as if TP=2 had run without the variable: both ranks die in validate_args in
     cycles 0 and 1, no marker; returns the doctor and the line of rank 0's exception in cycle 0."""
     doc = copy_run(G2_TERM, dest)
     doc.remove(MARKER)
+    _no_checkpoints(doc)
     exception_line = 0
     for rel in (CYCLE0, CYCLE1):
         # argument validation prints the parallel sizes, then asserts before the argument dump
@@ -416,6 +424,7 @@ def test_helpers_imported_half_built_are_named_as_such(tmp_path: Path, why: str)
     0 and 1 rank 0's make finds them up to date and its dataset build dies importing them."""
     doc = copy_run(G2_TERM, tmp_path / "run")
     doc.remove(MARKER)
+    _no_checkpoints(doc)
     # cycle 0 built them itself (its g++ line): here the other job's file was already there
     doc.replace(
         CYCLE0,

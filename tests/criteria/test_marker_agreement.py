@@ -21,7 +21,7 @@ from pytest_nvrx.criteria import Judgement, judge_run_dir
 from pytest_nvrx.layout import FAULT_SIGNAL_NAMES, INJECTED_FAULTS
 from pytest_nvrx.verify import verify_main
 from pytest_nvrx.worker import injector
-from tests.helpers.doctor import CYCLE0, MARKER, Doctor, copy_run
+from tests.helpers.doctor import CYCLE0, MARKER, Doctor, copy_run, set_injector_option
 
 DATA = Path(__file__).parents[1] / "data"
 REF_KILL_SAVE = DATA / "windows" / "cpu" / "ref-kill-save"
@@ -92,6 +92,7 @@ def test_one_map_of_fault_signals() -> None:
 def test_a_fault_requested_on_another_rank_than_the_marker_names_fails(tmp_path: Path) -> None:
     run = _copy(tmp_path, REF_KILL_SAVE)
     run.replace("run.json", '"fault_rank": 1', '"fault_rank": 0')
+    set_injector_option(run, "--fault-rank", 0)  # run.json asked it of rank 0 throughout
     _fails(
         run,
         "prior_checkpoint",

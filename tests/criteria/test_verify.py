@@ -118,7 +118,9 @@ def test_json_of_an_unjudgeable_run_exits_2_with_the_problem(kill: Doctor, tmp_p
     data = json.loads(out)
     assert code == 2 and data["exit_status"] == 2 and data["passed"] is False
     assert data["summary"] == "CANNOT JUDGE (see errors)"
-    assert [p["severity"] for p in data["problems"]] == ["fatal"]
+    # the missing checkpoint dir, and so the tracker the run finalized (checkpoint_agreement)
+    assert {p["severity"] for p in data["problems"]} == {"fatal"}
+    assert data["problems"][0]["message"].endswith("none does not exist")
     assert "verify: error: cannot judge" in err and "CANNOT JUDGE" in err
 
 

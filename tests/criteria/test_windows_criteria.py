@@ -21,7 +21,7 @@ from pytest_nvrx.evidence.marker import read_marker
 from pytest_nvrx.evidence.refs import LineCursor
 from pytest_nvrx.evidence.rundir import load_run
 from pytest_nvrx.verify import verify_main
-from tests.helpers.doctor import LAUNCHER, MARKER, Doctor, copy_run
+from tests.helpers.doctor import LAUNCHER, MARKER, Doctor, copy_run, set_injector_option
 
 DATA = Path(__file__).parents[1] / "data"
 REF_TERM = DATA / "cpu-faults" / "ref-term"
@@ -92,6 +92,8 @@ def as_window_run(
     run = doc.json(RUN_JSON)
     run["config"].update(window=window, fault=fault)
     doc.set_json(RUN_JSON, config=run["config"])
+    set_injector_option(doc, "--fault", fault)
+    set_injector_option(doc, "--window", window)
     at = doc.line_no(CYCLE0, f"pid {pid}: tracker ")
     lines = doc.lines(CYCLE0)
     del lines[at - 1]

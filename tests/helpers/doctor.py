@@ -7,6 +7,7 @@ unchanged run.
 from __future__ import annotations
 
 import json
+import shlex
 import shutil
 import stat
 from pathlib import Path
@@ -99,6 +100,26 @@ class Doctor:
             shutil.rmtree(target)
         else:
             target.unlink()
+
+
+def set_injector_option(doc: Doctor, option: str, value: object) -> None:
+    """Make run.json's injector arguments (``workload_argv``) and its ``command`` pass
+    ``option=value``, as the harness spells them from ``config``: a test that changes what the
+    run was asked to do (config's window, fault, fault rank) changes both, or run.json
+    contradicts itself (evidence/manifest.py) before anything the test is about is judged."""
+    data = doc.json("run.json")
+    argv = list(data["workload_argv"])
+    new = f"{option}={value}"
+    old = next((a for a in argv if a.startswith(f"{option}=")), None)
+    command = data["command"]
+    if old is not None:
+        argv[argv.index(old)] = new
+        command = command.replace(f" {shlex.quote(old)}", f" {shlex.quote(new)}", 1)
+    else:
+        at = "--module" if "--module" in argv else "--"
+        argv.insert(argv.index(at), new)
+        command = command.replace(f" {at} ", f" {shlex.quote(new)} {at} ", 1)
+    doc.set_json("run.json", workload_argv=argv, command=command)
 
 
 def copy_run(src: Path, dest: Path) -> Doctor:
