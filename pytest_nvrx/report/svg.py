@@ -9,38 +9,31 @@ hundred lines draw them; colours are the Okabe-Ito palette, distinguishable with
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterable, Sequence
 
 from pytest_nvrx.evidence.refs import html_text as escape  # control characters shown too
 from pytest_nvrx.report.loss import LossPoint
 from pytest_nvrx.report.model import PHASES, ScenarioReport
 from pytest_nvrx.report.recovery import Recovery
+from pytest_nvrx.report.svg_shapes import (
+    CYCLE_COLORS,
+    FAULT_COLOR,
+    PHASE_COLORS,
+    RESTORING,
+    UNATTRIBUTED,
+    WIDTH,
+    fmt,
+    label_width,
+    mark,
+    nice_ticks,
+    place_labels,
+    svg_doc,
+    svg_el,
+    svg_line,
+    svg_text,
+    tick_text,
+)
 from pytest_nvrx.report.timeline_data import EVENT_KINDS, TimelineEvent
-
-WIDTH = 1000
-FONT = "font-family:system-ui,-apple-system,'Segoe UI',Roboto,sans-serif"
-
-#: one colour per recovery phase (Okabe-Ito)
-PHASE_COLORS: dict[str, str] = {
-    "detection": "#E69F00",
-    "termination": "#56B4E9",
-    "gpu_reclaim": "#999933",
-    "rendezvous": "#009E73",
-    "worker_start": "#CC79A7",
-    "checkpoint_load": "#0072B2",
-    "first_step": "#D55E00",
-}
-#: the hatch pattern's id: defined once in the page (in the one recovery cost chart, the only
-#: chart that fills with it), as ids must be unique in an HTML page
-HATCH_ID = "nvrx-hatch"
-UNATTRIBUTED = f"url(#{HATCH_ID})"
-#: a restore the next fault of a schedule cut short: the checkpoint load's colour, striped (a
-#: pattern the recovery cost chart defines beside the hatch)
-RESTORING_ID = "nvrx-restoring"
-RESTORING = f"url(#{RESTORING_ID})"
-CYCLE_COLORS = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00")
-FAULT_COLOR = "#C0392B"
 
 # marker shape and colour per timeline event kind
 _MARKS: dict[str, tuple[str, str]] = {
@@ -56,178 +49,6 @@ _MARKS: dict[str, tuple[str, str]] = {
     "save_finalized": ("triangle", "#555555"),
     "decision": ("bar", "#7B3294"),
 }
-
-
-def _f(value: float) -> str:
-    """A coordinate: one decimal, no trailing zeros (keeps the file small)."""
-    text = f"{value:.1f}"
-    return text[:-2] if text.endswith(".0") else text
-
-
-def _el(tag: str, content: str | None = None, /, **attrs: object) -> str:
-    """One SVG element; attribute names use ``_`` for ``-`` (``stroke_width``), floats are
-    written with one decimal."""
-    parts = []
-    for key, value in attrs.items():
-        if value is None:
-            continue
-        text = _f(value) if isinstance(value, float) else str(value)
-        parts.append(f'{key.rstrip("_").replace("_", "-")}="{escape(text)}"')
-    head = f"<{tag} {' '.join(parts)}"
-    return f"{head}/>" if content is None else f"{head}>{content}</{tag}>"
-
-
-def _line(x1: float, y1: float, x2: float, y2: float, color: str, **attrs: object) -> str:
-    return _el("line", x1=x1, y1=y1, x2=x2, y2=y2, stroke=color, **attrs)
-
-
-def _text(
-    x: float,
-    y: float,
-    text: str,
-    *,
-    size: int = 12,
-    anchor: str = "start",
-    fill: str = "#222",
-    weight: str | None = None,
-) -> str:
-    return _el(
-        "text",
-        escape(text),
-        x=x,
-        y=y,
-        font_size=size,
-        text_anchor=anchor,
-        fill=fill,
-        font_weight=weight,
-    )
-
-
-def mark(
-    shape: str, x: float, y: float, color: str, size: float = 5.0, title: str | None = None
-) -> str:
-    """One marker; ``title`` becomes its hover text."""
-    r = size
-    edge: dict[str, object] = {"stroke": "#fff", "stroke_width": 1}
-    if shape == "circle":
-        body = _el("circle", cx=x, cy=y, r=r, fill=color, **edge)
-    elif shape == "square":
-        body = _el("rect", x=x - r, y=y - r, width=2 * r, height=2 * r, fill=color, **edge)
-    elif shape == "diamond":
-        d = r + 1
-        pts = f"{_f(x)},{_f(y - d)} {_f(x + d)},{_f(y)} {_f(x)},{_f(y + d)} {_f(x - d)},{_f(y)}"
-        body = _el("polygon", points=pts, fill=color, **edge)
-    elif shape in ("triangle", "triangle-open"):
-        pts = f"{_f(x)},{_f(y - r)} {_f(x + r)},{_f(y + r)} {_f(x - r)},{_f(y + r)}"
-        fill = "#fff" if shape == "triangle-open" else color
-        body = _el("polygon", points=pts, fill=fill, stroke=color, stroke_width=1.5)
-    elif shape in ("x", "cross"):
-        w = r + (1 if shape == "cross" else 0)
-        path = (
-            f"M{_f(x - w)},{_f(y - w)}L{_f(x + w)},{_f(y + w)}"
-            f"M{_f(x - w)},{_f(y + w)}L{_f(x + w)},{_f(y - w)}"
-        )
-        width = 3 if shape == "cross" else 2
-        body = _el("path", d=path, stroke=color, stroke_width=width, fill="none")
-    else:  # bar
-        body = _el("rect", x=x - 1.5, y=y - r - 2, width=3, height=2 * r + 4, fill=color)
-    tip = f"<title>{escape(title)}</title>" if title else ""
-    return f"<g>{tip}{body}</g>"
-
-
-def _defs(restoring: bool = False) -> str:
-    """The hatch pattern; ``restoring``: the struck restore's stripes too (a schedule's)."""
-    stripes = (
-        f'<pattern id="{RESTORING_ID}" width="8" height="8" patternUnits="userSpaceOnUse" '
-        'patternTransform="rotate(-45)"><rect width="8" height="8" fill="#cfe3f1"/>'
-        f'<line x1="0" y1="0" x2="0" y2="8" stroke="{PHASE_COLORS["checkpoint_load"]}" '
-        'stroke-width="3"/></pattern>'
-        if restoring
-        else ""
-    )
-    return (
-        f'<defs><pattern id="{HATCH_ID}" width="6" height="6" patternUnits="userSpaceOnUse" '
-        'patternTransform="rotate(45)"><rect width="6" height="6" fill="#eee"/>'
-        '<line x1="0" y1="0" x2="0" y2="6" stroke="#999" stroke-width="2"/></pattern>'
-        f"{stripes}</defs>"
-    )
-
-
-def _svg(
-    height: float, body: Iterable[str], label: str, *, defs: bool = False, restoring: bool = False
-) -> str:
-    """One chart; ``defs``: it defines the patterns (one chart of the page may)."""
-    return (
-        f'<svg role="img" aria-label="{escape(label)}" '
-        f'viewBox="0 0 {WIDTH} {_f(height)}" width="100%" style="max-width:{WIDTH}px;{FONT}">'
-        + (_defs(restoring) if defs else "")
-        + "".join(body)
-        + "</svg>"
-    )
-
-
-def nice_ticks(lo: float, hi: float, count: int = 8) -> list[float]:
-    """Round tick values covering [lo, hi]."""
-    if not math.isfinite(lo) or not math.isfinite(hi) or hi <= lo:
-        return [lo]
-    raw = (hi - lo) / max(1, count)
-    mag = 10 ** math.floor(math.log10(raw))
-    step = next(m * mag for m in (1, 2, 2.5, 5, 10) if m * mag >= raw)
-    first = math.ceil(lo / step) * step
-    ticks = []
-    value = first
-    while value <= hi + step * 1e-9:
-        ticks.append(round(value, 10))
-        value += step
-    return ticks
-
-
-def _tick_text(value: float) -> str:
-    return f"{value:g}" if abs(value) >= 1e-3 or value == 0 else f"{value:.1e}"
-
-
-#: the width a character of an 11-12 px label is given (generous: labels must not collide)
-CHAR_W = 6.6
-
-
-def _label_width(text: str) -> float:
-    return len(text) * CHAR_W
-
-
-#: a placed label: its level, left and right x, and its leader line's x
-_Placed = tuple[int, float, float, float]
-
-
-def _place_labels(items: Sequence[tuple[float, float, float]], levels: int) -> list[int]:
-    """A label level per item ``(left x, right x, leader line x)``, in the order given, so
-    that no two labels on one level overlap and, where a level allows it, no leader line
-    (running from its label down through the levels below it) crosses a label; -1: none free
-    (the label is left to the hover text and the events table)."""
-    placed: list[_Placed] = []
-    out: list[int] = []
-    for left, right, leader in items:
-        label = (left, right, leader)
-        level = next((i for i in range(levels) if _free(placed, (i, *label))), -1)
-        if level < 0:  # a crowded corner: a dotted line across a label rather than no label
-            level = next((i for i in range(levels) if _free(placed, (i, *label), False)), -1)
-        if level >= 0:
-            placed.append((level, *label))
-        out.append(level)
-    return out
-
-
-def _free(placed: Sequence[_Placed], label: _Placed, uncrossed: bool = True) -> bool:
-    level, left, right, leader = label
-    for other, a, b, other_leader in placed:
-        if other == level and a - 8 < right and left < b + 8:
-            return False  # the texts overlap
-        if not uncrossed:
-            continue
-        if other > level and a <= leader <= b:
-            return False  # this leader would cross that label
-        if other < level and left <= other_leader <= right:
-            return False  # that leader would cross this label
-    return True
 
 
 # ----------------------------------------------------------------------------------------------
@@ -295,12 +116,12 @@ def timeline_svg(report: ScenarioReport) -> str:
     # a label starts right of its leader line, shifted left where it would run past the
     # chart's right edge (a milestone late in the run: the recovery's last ones)
     starts = [
-        min(x(e.t_s) + 3, WIDTH - 4 - _label_width(text))
+        min(x(e.t_s) + 3, WIDTH - 4 - label_width(text))
         for e, text in zip(unique, texts, strict=True)
     ]
-    levels = _place_labels(
+    levels = place_labels(
         [
-            (start, start + _label_width(text), x(e.t_s))
+            (start, start + label_width(text), x(e.t_s))
             for e, text, start in zip(unique, texts, starts, strict=True)
         ],
         len(_LABELLED),
@@ -318,10 +139,10 @@ def timeline_svg(report: ScenarioReport) -> str:
     for i, lane in enumerate(lanes):
         y0 = top + i * row_h
         if i % 2 == 0:
-            out.append(_el("rect", x=left, y=y0, width=plot_w, height=row_h, fill="#f6f6f6"))
+            out.append(svg_el("rect", x=left, y=y0, width=plot_w, height=row_h, fill="#f6f6f6"))
         name = lane + (" ✕" if lane == f"rank {timeline.fault_rank}" else "")
         out.append(
-            _text(
+            svg_text(
                 left - 8,
                 y0 + row_h / 2 + 4,
                 name,
@@ -335,7 +156,7 @@ def timeline_svg(report: ScenarioReport) -> str:
     )
     for a, b in shaded:  # a schedule's: one per fault
         out.append(
-            _el(
+            svg_el(
                 "rect",
                 x=x(a),
                 y=top - 4,
@@ -366,7 +187,7 @@ def timeline_svg(report: ScenarioReport) -> str:
             y = lane_y[f"rank {r}"]
             tip = f"<title>{escape(caption)} (rank {r})</title>"
             out.append(
-                _el(
+                svg_el(
                     "rect",
                     tip,
                     x=x0,
@@ -379,13 +200,15 @@ def timeline_svg(report: ScenarioReport) -> str:
                 )
             )
             if x1 - x0 > len(caption) * 6.6 + 10:
-                out.append(_text(x0 + 6, y + 4, caption, size=11, fill="#fff", weight="bold"))
+                out.append(svg_text(x0 + 6, y + 4, caption, size=11, fill="#fff", weight="bold"))
     # events
     for e in timeline.events:
         shape, color = _MARKS.get(e.kind, ("circle", "#000"))
         tip = f"{e.t_s:.3f} s: {e.label}" + (f" [{e.ref}]" if e.ref else "")
         if e.kind == "fault":
-            out.append(_line(x(e.t_s), top - 4, x(e.t_s), bottom + 4, FAULT_COLOR, stroke_width=2))
+            out.append(
+                svg_line(x(e.t_s), top - 4, x(e.t_s), bottom + 4, FAULT_COLOR, stroke_width=2)
+            )
             lane = f"rank {e.rank}" if f"rank {e.rank}" in lane_y else "launcher"
         else:
             lane = _LANE_OF.get(e.kind, "launcher")
@@ -397,9 +220,9 @@ def timeline_svg(report: ScenarioReport) -> str:
         px = x(e.t_s)
         y = 16 + level * 15
         color = _MARKS.get(e.kind, ("", "#222"))[1]
-        out.append(_line(px, y + 3, px, top - 4, color, stroke_dasharray="2,2"))
+        out.append(svg_line(px, y + 3, px, top - 4, color, stroke_dasharray="2,2"))
         out.append(
-            _text(
+            svg_text(
                 start,
                 y,
                 text,
@@ -409,12 +232,12 @@ def timeline_svg(report: ScenarioReport) -> str:
             )
         )
     # axis
-    out.append(_line(left, bottom, left + plot_w, bottom, "#444"))
+    out.append(svg_line(left, bottom, left + plot_w, bottom, "#444"))
     for t in nice_ticks(0.0, end, 10):
-        out.append(_line(x(t), bottom, x(t), bottom + 4, "#444"))
-        out.append(_text(x(t), bottom + 16, _tick_text(t), size=11, anchor="middle"))
+        out.append(svg_line(x(t), bottom, x(t), bottom + 4, "#444"))
+        out.append(svg_text(x(t), bottom + 16, tick_text(t), size=11, anchor="middle"))
     out.append(
-        _text(
+        svg_text(
             left + plot_w,
             bottom + 32,
             "seconds since launcher start",
@@ -425,7 +248,7 @@ def timeline_svg(report: ScenarioReport) -> str:
     )
     if hidden:
         out.append(
-            _text(
+            svg_text(
                 left,
                 bottom + 46,
                 f"{hidden} more ranks not drawn (same cycles)",
@@ -433,7 +256,7 @@ def timeline_svg(report: ScenarioReport) -> str:
                 fill="#555",
             )
         )
-    return _svg(height, out, f"timeline of {report.name}")
+    return svg_doc(height, out, f"timeline of {report.name}")
 
 
 def timeline_legend_svg(kinds: Iterable[str], window: bool = True) -> str:
@@ -447,14 +270,14 @@ def timeline_legend_svg(kinds: Iterable[str], window: bool = True) -> str:
         if px + w > WIDTH:
             px, py = 10.0, py + 20
         out.append(mark(shape, px + 6, py - 4, color, 5))
-        out.append(_text(px + 16, py, label, size=12))
+        out.append(svg_text(px + 16, py, label, size=12))
         px += w + 10
     if window:
         window_label = "fault window (fault → first committed step)"
         if px + 40 + len(window_label) * 6.6 > WIDTH:
             px, py = 10.0, py + 20
         out.append(
-            _el(
+            svg_el(
                 "rect",
                 x=px,
                 y=py - 12,
@@ -466,8 +289,8 @@ def timeline_legend_svg(kinds: Iterable[str], window: bool = True) -> str:
                 stroke_opacity=0.4,
             )
         )
-        out.append(_text(px + 28, py, window_label, size=12))
-    return _svg(py + 8, out, "timeline legend")
+        out.append(svg_text(px + 28, py, window_label, size=12))
+    return svg_doc(py + 8, out, "timeline legend")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -501,16 +324,18 @@ def loss_svg(report: ScenarioReport, baseline: ScenarioReport | None) -> str | N
 
     out: list[str] = []
     for v in nice_ticks(lo_v, hi_v, 5):
-        out.append(_line(left, y(v), left + plot_w, y(v), "#e4e4e4"))
-        out.append(_text(left - 6, y(v) + 4, _tick_text(v), size=11, anchor="end"))
+        out.append(svg_line(left, y(v), left + plot_w, y(v), "#e4e4e4"))
+        out.append(svg_text(left - 6, y(v) + 4, tick_text(v), size=11, anchor="end"))
     for i in nice_ticks(lo_i, hi_i, 10):
         if abs(i - round(i)) > 1e-9:
             continue
-        out.append(_line(x(i), bottom, x(i), bottom + 4, "#444"))
-        out.append(_text(x(i), bottom + 16, f"{int(i)}", size=11, anchor="middle"))
-    out.append(_line(left, bottom, left + plot_w, bottom, "#444"))
-    out.append(_text(left + plot_w, bottom + 32, "iteration", size=11, anchor="end", fill="#555"))
-    out.append(_text(14, top - 14, "loss", size=11, fill="#555"))
+        out.append(svg_line(x(i), bottom, x(i), bottom + 4, "#444"))
+        out.append(svg_text(x(i), bottom + 16, f"{int(i)}", size=11, anchor="middle"))
+    out.append(svg_line(left, bottom, left + plot_w, bottom, "#444"))
+    out.append(
+        svg_text(left + plot_w, bottom + 32, "iteration", size=11, anchor="end", fill="#555")
+    )
+    out.append(svg_text(14, top - 14, "loss", size=11, fill="#555"))
     restored = {
         rec.lost_work.restored_iteration
         for rec in report.fault_recoveries
@@ -518,11 +343,11 @@ def loss_svg(report: ScenarioReport, baseline: ScenarioReport | None) -> str | N
     }  # a schedule's every restore (one line where several restored one checkpoint)
     for r in sorted(restored):
         if lo_i <= r <= hi_i:
-            out.append(_line(x(r), top, x(r), bottom, FAULT_COLOR, stroke_dasharray="4,3"))
+            out.append(svg_line(x(r), top, x(r), bottom, FAULT_COLOR, stroke_dasharray="4,3"))
             text = f"restored {r}"
-            inside = x(r) + 4 + _label_width(text) <= WIDTH
+            inside = x(r) + 4 + label_width(text) <= WIDTH
             out.append(
-                _text(
+                svg_text(
                     x(r) + 4 if inside else x(r) - 4,
                     top + 10,
                     text,
@@ -555,7 +380,7 @@ def loss_svg(report: ScenarioReport, baseline: ScenarioReport | None) -> str | N
         tip = f"<title>replayed iteration {p.iteration} (cycle {p.cycle}): loss {p.loss:g}</title>"
         radius = 2.5 if small else 4.0
         out.append(
-            _el(
+            svg_el(
                 "circle",
                 tip,
                 cx=x(p.iteration),
@@ -574,25 +399,27 @@ def loss_svg(report: ScenarioReport, baseline: ScenarioReport | None) -> str | N
     px = left + 8
     for label, color in entries:
         width = 5.0 if color == "#888" else 2.5
-        out.append(_line(px, top - 18, px + 22, top - 18, color, stroke_width=width))
-        out.append(_text(px + 28, top - 14, label, size=12))
+        out.append(svg_line(px, top - 18, px + 22, top - 18, color, stroke_width=width))
+        out.append(svg_text(px + 28, top - 14, label, size=12))
         px += 40 + len(label) * 6.6
     if replayed:
         out.append(
-            _el("circle", cx=px + 6, cy=top - 18, r=4, fill="none", stroke="#111", stroke_width=1.2)
+            svg_el(
+                "circle", cx=px + 6, cy=top - 18, r=4, fill="none", stroke="#111", stroke_width=1.2
+            )
         )
-        out.append(_text(px + 16, top - 14, f"replayed iterations ({len(replayed)})", size=12))
+        out.append(svg_text(px + 16, top - 14, f"replayed iterations ({len(replayed)})", size=12))
     if means:  # under the axis, left, where a long legend row cannot push it off the chart
         out.append(_mean_mark(left + 6, bottom + 28, "#555"))
         label = "#6237 mean, not this iteration's loss (a process's second line)"
-        out.append(_text(left + 16, bottom + 32, label, size=12))
-    return _svg(height, out, f"loss curve of {report.name}")
+        out.append(svg_text(left + 16, bottom + 32, label, size=12))
+    return svg_doc(height, out, f"loss curve of {report.name}")
 
 
 def _mean_mark(cx: float, cy: float, color: str, title: str | None = None) -> str:
     """A hollow square: a printed value that is a window's mean, not the iteration's own."""
     tip = f"<title>{escape(title)}</title>" if title else None
-    return _el(
+    return svg_el(
         "rect",
         tip,
         x=cx - 4.0,
@@ -626,7 +453,7 @@ def _curve(
     for run in runs:
         if len(run) == 1:
             only = run[0]
-            dot = _el(
+            dot = svg_el(
                 "circle",
                 cx=x(only.iteration),
                 cy=y(only.loss),
@@ -636,9 +463,9 @@ def _curve(
             )
             out.append(dot)
         elif run:
-            line = _el(
+            line = svg_el(
                 "polyline",
-                points=" ".join(f"{_f(x(p.iteration))},{_f(y(p.loss))}" for p in run),
+                points=" ".join(f"{fmt(x(p.iteration))},{fmt(y(p.loss))}" for p in run),
                 fill="none",
                 stroke=color,
                 stroke_width=width,
@@ -687,12 +514,14 @@ def breakdown_svg(reports: Sequence[ScenarioReport]) -> str | None:
     for label, recovery in rows:
         if recovery is None:  # a schedule's name and total, its faults' bars below
             y0 += bar_h + gap
-            out.append(_text(10, y0 + heading_h - 6, label, size=12, weight="bold"))
+            out.append(svg_text(10, y0 + heading_h - 6, label, size=12, weight="bold"))
             y0 += heading_h - bar_h - gap + 4
             continue
         y0 += bar_h + gap
         weight = None if recovery.scheduled else "bold"
-        out.append(_text(left - 8, y0 + bar_h / 2 + 4, label, anchor="end", size=12, weight=weight))
+        out.append(
+            svg_text(left - 8, y0 + bar_h / 2 + 4, label, anchor="end", size=12, weight=weight)
+        )
         px = left
         segments: list[tuple[str, float, str, str]] = []
         for phase in recovery.phases:
@@ -710,7 +539,7 @@ def breakdown_svg(reports: Sequence[ScenarioReport]) -> str | None:
             width = w(seconds)
             tip = f"<title>{escape(label)}: {seconds:.3f} s</title>"
             out.append(
-                _el(
+                svg_el(
                     "rect",
                     tip,
                     x=px,
@@ -726,7 +555,7 @@ def breakdown_svg(reports: Sequence[ScenarioReport]) -> str | None:
             if width > len(text) * 7 + 6:
                 dark = pid in ("termination", "unattributed", "restoring")
                 out.append(
-                    _text(
+                    svg_text(
                         px + width / 2,
                         y0 + bar_h / 2 + 4,
                         text,
@@ -741,25 +570,25 @@ def breakdown_svg(reports: Sequence[ScenarioReport]) -> str | None:
         if recovery.outcome == "stopped":
             # no recovery was due: how the schedule had to end, not a failure to recover
             note = recovery.note() or ""
-            out.append(_text(px + 8, y0 + bar_h / 2 + 4, note, size=12, fill="#555"))
+            out.append(svg_text(px + 8, y0 + bar_h / 2 + 4, note, size=12, fill="#555"))
             continue
         if recovery.downtime_s is None:
             why = "not recovered: no step committed after the restore"
-            out.append(_text(px + 8, y0 + bar_h / 2 + 4, why, size=12, fill=FAULT_COLOR))
+            out.append(svg_text(px + 8, y0 + bar_h / 2 + 4, why, size=12, fill=FAULT_COLOR))
             continue
         tail = f"{recovery.downtime_s:.1f} s down"
         if recovery.outcome == "struck":
             tail += f": struck while restoring by fault {recovery.struck_by}"
         elif lost.iterations is not None:
             tail += f", {lost.iterations} it lost"
-        out.append(_text(px + 8, y0 + bar_h / 2 + 4, tail, size=12))
+        out.append(svg_text(px + 8, y0 + bar_h / 2 + 4, tail, size=12))
     y_axis = y0 + bar_h + 6
-    out.append(_line(left, y_axis, left + plot_w, y_axis, "#444"))
+    out.append(svg_line(left, y_axis, left + plot_w, y_axis, "#444"))
     for t in nice_ticks(0.0, longest, 8):
-        out.append(_line(left + w(t), y_axis, left + w(t), y_axis + 4, "#444"))
-        out.append(_text(left + w(t), y_axis + 16, _tick_text(t), size=11, anchor="middle"))
+        out.append(svg_line(left + w(t), y_axis, left + w(t), y_axis + 4, "#444"))
+        out.append(svg_text(left + w(t), y_axis + 16, tick_text(t), size=11, anchor="middle"))
     out.append(
-        _text(
+        svg_text(
             left + plot_w, y_axis + 30, "seconds from the fault", size=11, anchor="end", fill="#555"
         )
     )
@@ -770,25 +599,25 @@ def breakdown_svg(reports: Sequence[ScenarioReport]) -> str | None:
         label = spec.label
         if px + 22 + len(label) * 6.6 > WIDTH:
             px, py = 10.0, py + 20
-        out.append(_el("rect", x=px, y=py - 11, width=14, height=14, fill=PHASE_COLORS[spec.id]))
-        out.append(_text(px + 19, py, label, size=12))
+        out.append(svg_el("rect", x=px, y=py - 11, width=14, height=14, fill=PHASE_COLORS[spec.id]))
+        out.append(svg_text(px + 19, py, label, size=12))
         px += 34 + len(label) * 6.6
     restoring = any(r is not None and r.restoring_s for _, r in rows)
     if restoring:
         label = "restoring, until the next fault struck"
         if px + 22 + len(label) * 6.6 > WIDTH:
             px, py = 10.0, py + 20
-        out.append(_el("rect", x=px, y=py - 11, width=14, height=14, fill=RESTORING))
-        out.append(_text(px + 19, py, label, size=12))
+        out.append(svg_el("rect", x=px, y=py - 11, width=14, height=14, fill=RESTORING))
+        out.append(svg_text(px + 19, py, label, size=12))
         px += 34 + len(label) * 6.6
     if any(r is not None and r.unattributed_s for _, r in rows):
         if px + 200 > WIDTH:
             px, py = 10.0, py + 20
         out.append(
-            _el("rect", x=px, y=py - 11, width=14, height=14, fill=UNATTRIBUTED, stroke="#999")
+            svg_el("rect", x=px, y=py - 11, width=14, height=14, fill=UNATTRIBUTED, stroke="#999")
         )
-        out.append(_text(px + 19, py, "not attributed (a milestone is missing)", size=12))
-    return _svg(py + 12, out, "recovery cost breakdown", defs=True, restoring=restoring)
+        out.append(svg_text(px + 19, py, "not attributed (a milestone is missing)", size=12))
+    return svg_doc(py + 12, out, "recovery cost breakdown", defs=True, restoring=restoring)
 
 
 def _drawn_seconds(recovery: Recovery) -> float:

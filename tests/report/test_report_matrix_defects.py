@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from pytest_nvrx.report import ScenarioReport, render_html, report_json, report_main
-from pytest_nvrx.report.svg import CYCLE_COLORS, WIDTH, loss_svg, timeline_svg
+from pytest_nvrx.report.svg import loss_svg, timeline_svg
+from pytest_nvrx.report.svg_shapes import CYCLE_COLORS, WIDTH
 
 DATA = Path(__file__).parents[1] / "data"
 WINDOWS_CPU = DATA / "windows" / "cpu"
