@@ -1,0 +1,522 @@
+"""A second adversarial review of #36 ("absence of evidence is never a PASS") and of #39's
+``compare``, with edit classes new since the first (tests/criteria/test_adversarial_review_36.py):
+each test doctors copies of committed real runs or reports (under tmp_path, the originals never
+touched) so that their evidence is missing or contradicts itself, and asks that ``verify`` does
+not exit 0 for any of them, or that ``compare`` neither gates them through nor breaks on them.
+Today every case here passes (or breaks), so each test is marked xfail(strict=True): it turns into
+an XPASS (a failure) once its class is fixed, and the marker is then removed. The counts over
+every committed run of each kind, and the cause of each class, are in the review's note
+(brief/adv2.md of the session that wrote it).
+"""
+
+from __future__ import annotations
+
+import copy
+import io
+import json
+import os
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from pytest_nvrx.compare.main import compare_main
+from pytest_nvrx.verify import verify_main
+from tests.helpers.doctor import Doctor, copy_run
+
+DATA = Path(__file__).parents[1] / "data"
+LAUNCHER = "logs/launcher.log"
+CYCLE0 = "logs/train_cycle0.log"
+CYCLE1 = "logs/train_cycle1.log"
+MARKER = "fault_injected.json"
+
+REF_KILL_SAVE = DATA / "windows" / "cpu" / "ref-kill-save"
+DURABILITY_KILL_SAVE = DATA / "durability" / "ref-kill-save"
+MEG_KILL_SAVE = DATA / "windows" / "gpu" / "g2-kill-save"
+MEG_HANG_30 = DATA / "gpu-continuity" / "g2-hang-30"
+PLAIN = DATA / "compare" / "planted-load-delay" / "plain"
+V19 = DATA / "compare" / "gpu-schedules-core_v0.19.0.report.json"
+
+Edit = Callable[[Doctor], object]
+
+xfail = pytest.mark.xfail(strict=True, reason="adversarial review 36b: open (see the test)")
+
+
+def _verify(run_dir: Path) -> tuple[int, str]:
+    out, err = io.StringIO(), io.StringIO()
+    code = verify_main([str(run_dir)], out, err)
+    return code, out.getvalue() + err.getvalue()
+
+
+def _passing(tmp_path: Path, cases: list[tuple[Path, str, Edit]]) -> list[str]:
+    """Each committed run verified as committed (it must pass: else the case tests nothing),
+    then a doctored copy of it: the ``what`` of every copy that still exits 0."""
+    passed: list[str] = []
+    for i, (src, what, edit) in enumerate(cases):
+        code, text = _verify(src)
+        assert code == 0, f"{src.relative_to(DATA)} no longer passes as committed:\n{text}"
+        doc = copy_run(src, tmp_path / f"{i}-{src.name}")
+        edit(doc)
+        code, text = _verify(doc.root)
+        if code == 0:
+            passed.append(f"{src.relative_to(DATA)}: {what}")
+    return passed
+
+
+def _compare(*argv: str) -> tuple[int, str]:
+    out, err = io.StringIO(), io.StringIO()
+    code = compare_main(list(argv), out, err)
+    return code, out.getvalue() + err.getvalue()
+
+
+# ----------------------------------------------------------------------------------------------
+# Q. A JSON record that names one key twice: json keeps the last value, the verdict quotes the
+# first line (refs.read_json_file: key_lines.setdefault), and nothing says the file contradicts
+# itself
+
+
+def _duplicate_key(rel: str, key: str, value: object) -> Edit:
+    """Insert ``"key": value,`` right before the record's own ``"key": ...`` line."""
+
+    def edit(doc: Doctor) -> None:
+        lines = doc.lines(rel)
+        at = next(i for i, line in enumerate(lines) if re.match(rf'^\s*"{key}": ', line))
+        indent = lines[at][: len(lines[at]) - len(lines[at].lstrip())]
+        lines.insert(at, f'{indent}"{key}": {json.dumps(value)},\n')
+        doc.write_lines(rel, lines)
+
+    return edit
+
+
+@xfail
+def test_a_json_key_given_twice_is_no_pass(tmp_path: Path) -> None:
+    cases: list[tuple[Path, str, Edit]] = []
+    for src in (REF_KILL_SAVE, MEG_KILL_SAVE):
+        cases += [
+            (src, "result.json exit_code 1, then 0", _duplicate_key("result.json", "exit_code", 1)),
+            (src, "marker fault hang, then kill", _duplicate_key(MARKER, "fault", "hang")),
+            (
+                src,
+                "run.json train_iters 99, then the real one",
+                _duplicate_key("run.json", "train_iters", 99),
+            ),
+            (
+                src,
+                "cycle record 1's log file another, then its own",
+                _duplicate_key("cycle_infos/cycle_info..0.1", "cycle_log_file", "/elsewhere/x.log"),
+            ),
+        ]
+    assert _passing(tmp_path, cases) == []
+
+
+# ----------------------------------------------------------------------------------------------
+# R. A line only the workload's print rank prints (rank 0: the reference workload's saves,
+# milestones and FT deadlines; Megatron's load, save and version lines) moved to another rank,
+# its stated rank changed with its prefix: rank 0 lost it, a rank that never prints it has it
+
+
+def _move_to_rank(rel: str, pattern: str, to: int) -> Edit:
+    def edit(doc: Doctor) -> None:
+        lines = doc.lines(rel)
+        hits = [i for i, line in enumerate(lines) if re.search(pattern, line)]
+        assert hits, f"{rel}: no line matches {pattern!r}"
+        i = hits[-1]
+        prefix = re.match(r"^(\d+): ", lines[i])
+        assert prefix is not None
+        rest = lines[i][prefix.end() :]
+        rest = re.sub(rf"^(\[ref\] \S+ rank ){prefix[1]} ", rf"\g<1>{to} ", rest)
+        lines[i] = f"{to}: {rest}"
+        doc.write_lines(rel, lines)
+
+    return edit
+
+
+@xfail
+def test_a_print_rank_line_moved_to_another_rank_is_no_pass(tmp_path: Path) -> None:
+    cases: list[tuple[Path, str, Edit]] = [
+        (
+            REF_KILL_SAVE,
+            "rank 0's last save completed, as rank 1's",
+            _move_to_rank(CYCLE1, r"^0: .* save completed iteration ", 1),
+        ),
+        (
+            REF_KILL_SAVE,
+            "rank 0's training finished, as rank 1's",
+            _move_to_rank(CYCLE1, r"^0: .* training finished ", 1),
+        ),
+        (
+            REF_KILL_SAVE,
+            "rank 0's FT deadlines, as rank 1's",
+            _move_to_rank(CYCLE1, r"^0: .* ft monitoring initialized ", 1),
+        ),
+        (
+            MEG_KILL_SAVE,
+            "rank 0's load line, as rank 1's",
+            _move_to_rank(CYCLE1, r"^0: .*successfully loaded checkpoint", 1),
+        ),
+        (
+            MEG_KILL_SAVE,
+            "rank 0's last save line, as rank 1's",
+            _move_to_rank(CYCLE1, r"^0: .*successfully saved checkpoint", 1),
+        ),
+    ]
+    assert _passing(tmp_path, cases) == []
+
+
+# ----------------------------------------------------------------------------------------------
+# S. An injector line under another rank's NVRx prefix than the rank its text states
+# (consistency._misattributed_lines reads only the workload's lines)
+
+
+@xfail
+def test_an_injector_line_under_another_ranks_prefix_is_no_pass(tmp_path: Path) -> None:
+    def fire_line_as_rank_0(doc: Doctor) -> None:
+        lines = doc.lines(CYCLE0)
+        i = next(k for k, line in enumerate(lines) if "sending SIGKILL" in line)
+        assert lines[i].startswith("1: [pytest-nvrx injector] rank 1 ")
+        lines[i] = "0: " + lines[i][3:]
+        doc.write_lines(CYCLE0, lines)
+
+    def tracker_reading_as_rank_1(doc: Doctor) -> None:
+        lines = doc.lines(CYCLE1)
+        i = next(k for k, line in enumerate(lines) if "checkpoint tracker reads" in line)
+        assert lines[i].startswith("0: [pytest-nvrx injector] rank 0 ")
+        lines[i] = "1: " + lines[i][3:]
+        doc.write_lines(CYCLE1, lines)
+
+    cases: list[tuple[Path, str, Edit]] = [
+        (REF_KILL_SAVE, "the fire line (rank 1) under prefix 0", fire_line_as_rank_0),
+        (
+            DURABILITY_KILL_SAVE,
+            "a tracker reading (rank 0) under prefix 1",
+            tracker_reading_as_rank_1,
+        ),
+    ]
+    assert _passing(tmp_path, cases) == []
+
+
+# ----------------------------------------------------------------------------------------------
+# T. The launcher log cut before the launcher's end-of-run lines ("worker group successfully
+# finished", "Agent .run() is OK") while result.json says it exited 0: no_repeat_injection
+# falls back to result.json alone and the run passes without the launcher's record of its end
+
+
+@xfail
+def test_the_launcher_log_cut_before_its_end_is_no_pass(tmp_path: Path) -> None:
+    def cut_before_the_end(doc: Doctor) -> None:
+        lines = doc.lines(LAUNCHER)
+        end = next(
+            i for i, line in enumerate(lines) if "worker group successfully finished" in line
+        )
+        doc.write_lines(LAUNCHER, lines[:end])
+
+    cases: list[tuple[Path, str, Edit]] = [
+        (src, "launcher.log cut before 'worker group successfully finished'", cut_before_the_end)
+        for src in (DURABILITY_KILL_SAVE, MEG_HANG_30)
+    ]
+    assert _passing(tmp_path, cases) == []
+
+
+# ----------------------------------------------------------------------------------------------
+# U. "training finished iteration N" printed by rank 0 before its own "iteration N/N" line (the
+# stamps left in line order): the milestone contradicts the line it follows
+
+
+@xfail
+def test_training_finished_before_its_last_iteration_is_no_pass(tmp_path: Path) -> None:
+    def swap(doc: Doctor) -> None:
+        lines = doc.lines(CYCLE1)
+        head = re.compile(r"^(0: \[ref\] \S+ rank 0 )(.*)$", re.S)
+        last = max(i for i, line in enumerate(lines) if re.search(r" iteration \d+/\d+ ", line))
+        done = next(i for i, line in enumerate(lines) if " training finished " in line)
+        a, b = head.match(lines[last]), head.match(lines[done])
+        assert a is not None and b is not None and last < done
+        lines[last], lines[done] = a[1] + b[2], b[1] + a[2]
+        doc.write_lines(CYCLE1, lines)
+
+    cases: list[tuple[Path, str, Edit]] = [
+        (DURABILITY_KILL_SAVE, "training finished 20 stamped before iteration 20/20", swap)
+    ]
+    assert _passing(tmp_path, cases) == []
+
+
+# ----------------------------------------------------------------------------------------------
+# V. The restore point's checkpoint .metadata replaced by another checkpoint's: torch DCP's
+# .metadata names its own directory (iter_0000010) and model's keys; only the presence of
+# optimizer keys is read (evidence/checkpoint.py)
+
+
+def _metadata_from(src_rel: str, dst_rel: str) -> Edit:
+    def edit(doc: Doctor) -> None:
+        doc.path(dst_rel).write_bytes(doc.path(src_rel).read_bytes())
+
+    return edit
+
+
+@xfail
+def test_the_restore_points_metadata_of_another_checkpoint_is_no_pass(tmp_path: Path) -> None:
+    restore = "checkpoints/iter_0000005/.metadata"
+    megatron_meta = MEG_KILL_SAVE / restore
+
+    def megatron_model(doc: Doctor) -> None:
+        doc.path(restore).write_bytes(megatron_meta.read_bytes())
+
+    cases: list[tuple[Path, str, Edit]] = [
+        (
+            REF_KILL_SAVE,
+            "iter 5's .metadata is iter 10's",
+            _metadata_from("checkpoints/iter_0000010/.metadata", restore),
+        ),
+        (REF_KILL_SAVE, "iter 5's .metadata is a Megatron model's", megatron_model),
+        (
+            MEG_KILL_SAVE,
+            "iter 5's .metadata is iter 10's",
+            _metadata_from("checkpoints/iter_0000010/.metadata", restore),
+        ),
+    ]
+    assert _passing(tmp_path, cases) == []
+
+
+# ----------------------------------------------------------------------------------------------
+# W. A directory of the run (logs/, cycle_infos/, checkpoints/) moved out of the run dir and
+# symlinked back: refs.file_refusal refuses a *file* symlink leaving the run dir, but not a file
+# reached through a symlinked parent directory
+
+
+@xfail
+def test_a_run_directory_symlinked_out_of_the_run_is_no_pass(tmp_path: Path) -> None:
+    def out(sub: str) -> Edit:
+        def edit(doc: Doctor) -> None:
+            outside = tmp_path / f"outside-{doc.root.name}"
+            outside.mkdir()
+            os.rename(doc.path(sub), outside / sub)
+            os.symlink(outside / sub, doc.path(sub))
+
+        return edit
+
+    cases: list[tuple[Path, str, Edit]] = [
+        (REF_KILL_SAVE, f"{sub}/ outside, symlinked back", out(sub))
+        for sub in ("logs", "cycle_infos", "checkpoints")
+    ]
+    assert _passing(tmp_path, cases) == []
+
+
+# ----------------------------------------------------------------------------------------------
+# compare (#39). Z1: a NEW scenario whose "passed" contradicts the rest of it (judgeable false, a
+# failing criterion, a fatal problem) counts as QUALIFIED: diff.qualified reads passed and
+# planted only
+
+
+def _report(tmp_path: Path, name: str, edit: Callable[[dict], object]) -> str:  # type: ignore[type-arg]
+    doc = json.loads(V19.read_text(encoding="utf-8"))
+    for scenario in doc["scenarios"]:
+        edit(scenario)
+    path = tmp_path / name
+    path.write_text(json.dumps(doc), encoding="utf-8")
+    return str(path)
+
+
+@xfail
+def test_compare_a_passed_scenario_that_says_it_failed_fails_the_verdict_gate(
+    tmp_path: Path,
+) -> None:
+    def crit_fail(s: dict) -> None:  # type: ignore[type-arg]
+        s["criteria"][0]["status"] = "FAIL"
+
+    edits: dict[str, Callable[[dict], object]] = {  # type: ignore[type-arg]
+        "judgeable false": lambda s: s.__setitem__("judgeable", False),
+        "a fatal problem": lambda s: s.__setitem__("problems", ["fatal: clocks disagree"]),
+        "a failing criterion": crit_fail,
+    }
+    through = []
+    for i, (what, edit) in enumerate(edits.items()):
+        code, _ = _compare(str(V19), _report(tmp_path, f"{i}.json", edit), "--fail-on", "verdict")
+        if code == 0:
+            through.append(what)
+    assert through == []
+
+
+# Z2: NEW's timings that contradict each other: a phase listed twice (the first is gated), a
+# downtime below the sum of its own phases (diff._phase_seconds, side.check_scenario)
+
+
+def _grow_load(seconds: float, *, listed_twice: bool) -> Callable[[dict], object]:  # type: ignore[type-arg]
+    def edit(s: dict) -> None:  # type: ignore[type-arg]
+        for r in s.get("recoveries") or [s["recovery"]]:
+            if not r:
+                continue
+            for n, ph in enumerate(r["phases"]):
+                if ph["id"] == "checkpoint_load" and ph["seconds"] is not None:
+                    grown = dict(ph, seconds=ph["seconds"] + seconds)
+                    r["phases"][n] = grown
+                    if listed_twice:
+                        r["phases"].insert(0, ph)
+                    break
+
+    return edit
+
+
+@xfail
+def test_compare_timings_that_contradict_each_other_are_not_gated_through(tmp_path: Path) -> None:
+    twice = _report(tmp_path, "twice.json", _grow_load(30.0, listed_twice=True))
+    below = _report(tmp_path, "below.json", _grow_load(30.0, listed_twice=False))
+    gated = [
+        _compare(str(V19), twice, "--fail-on", "phase:load:+5s", "--gate-noise")[0],
+        # the load grew by 30 s but the downtime (its phases' sum) was left: not a measurement
+        _compare(str(V19), below, "--fail-on", "downtime:+10s", "--gate-noise")[0],
+    ]
+    assert 0 not in gated
+
+
+# Z3: a schema 2 document relabelled schema 1 (it holds gpu_reclaim phases, which schema 1 never
+# wrote): termination and gpu_reclaim are then "not compared" and their gate silenced
+
+
+@xfail
+def test_compare_a_relabelled_schema_does_not_silence_the_gate(tmp_path: Path) -> None:
+    def reclaim(s: dict) -> None:  # type: ignore[type-arg]
+        for r in s.get("recoveries") or [s["recovery"]]:
+            for ph in r["phases"] if r else ():
+                if ph["id"] == "gpu_reclaim" and ph["seconds"] is not None:
+                    ph["seconds"] += 60.0
+
+    new = Path(_report(tmp_path, "new.json", reclaim))
+    doc = json.loads(new.read_text(encoding="utf-8"))
+    doc["schema_version"] = 1
+    new.write_text(json.dumps(doc), encoding="utf-8")
+    code, _ = _compare(str(V19), str(new), "--fail-on", "phase:reclaim:+5s", "--gate-noise")
+    assert code != 0
+
+
+# Z4: hostile numbers and text in a report.json are tracebacks, not the one-line exit 2:
+# a 400-digit integer (math.isfinite, float()), 1e999 where an int() is taken (loss.dropped),
+# an empty fault_window (IndexError), a lone surrogate (printing the stack)
+
+
+@xfail
+def test_compare_hostile_numbers_and_text_are_one_line_errors(tmp_path: Path) -> None:
+    raw = V19.read_text(encoding="utf-8")
+    doc = json.loads(raw)
+    texts = {
+        "400-digit downtime": json.dumps(doc).replace(
+            '"total_downtime_s": ', '"total_downtime_s": ' + "9" * 400 + ', "x": ', 1
+        ),
+        "400-digit timing": json.dumps(doc).replace(
+            '"timings": {', '"timings": {"x": ' + "9" * 400 + ", ", 1
+        ),
+        "loss dropped 1e999": json.dumps(doc).replace('"dropped": ', '"dropped": 1e999, "y": ', 1),
+        "empty fault_window": json.dumps(doc).replace(
+            '"fault_window": ', '"fault_window": [], "z": ', 1
+        ),
+        "lone surrogate in the stack": json.dumps(doc).replace(
+            '"torch": "', '"torch": "\\ud800', 1
+        ),
+    }
+    broken = []
+    for i, (what, text) in enumerate(texts.items()):
+        path = tmp_path / f"{i}.json"
+        path.write_text(text, encoding="utf-8")
+        try:
+            code, out = _compare(str(V19), str(path))
+            # the text must be printable to a UTF-8 terminal too
+            out.encode("utf-8")
+        except Exception as exc:  # a traceback is the finding
+            broken.append(f"{what}: {type(exc).__name__}")
+            continue
+        if code not in (0, 2):
+            broken.append(f"{what}: exit {code}")
+    assert broken == []
+
+
+# Z5: --json writes -Infinity (not JSON) when two finite timings differ by more than a float holds
+
+
+@xfail
+def test_compare_json_is_json_for_huge_finite_timings(tmp_path: Path) -> None:
+    def huge(v: float) -> Callable[[dict], object]:  # type: ignore[type-arg]
+        def edit(s: dict) -> None:  # type: ignore[type-arg]
+            if s.get("total_downtime_s") is not None:
+                s["total_downtime_s"] = v
+            for r in s.get("recoveries") or [s["recovery"]]:
+                if r and r.get("downtime_s") is not None:
+                    r["downtime_s"] = v
+
+        return edit
+
+    old = _report(tmp_path, "old.json", huge(1.5e308))
+    new = _report(tmp_path, "new.json", huge(-1.5e308))
+    out = tmp_path / "compare.json"
+    code, _ = _compare(old, new, "--json", str(out))
+    if code == 0:
+
+        def refuse(name: str) -> object:
+            raise ValueError(f"{name} is not JSON")
+
+        json.loads(out.read_text(encoding="utf-8"), parse_constant=refuse)
+
+
+# Z6: a NEW run that cannot be judged because a rank printed nothing is keyed by the ranks it
+# printed (diff.scenario_key: the timeline's ranks), not by its world size: it is "only in NEW",
+# and --fail-on verdict passes (exit 0) beside a scenario in common
+
+
+@xfail
+def test_compare_a_new_run_that_lost_a_rank_fails_the_verdict_gate(tmp_path: Path) -> None:
+    old, new = tmp_path / "old", tmp_path / "new"
+    for side in (old, new):
+        side.mkdir()
+        copy_run(PLAIN, side / "plain")
+        copy_run(REF_KILL_SAVE, side / "other")
+    for log in sorted((new / "plain" / "logs").glob("train_cycle*.log")):
+        lines = log.read_text(encoding="utf-8").splitlines(keepends=True)
+        log.write_text("".join(line for line in lines if not line.startswith("1: ")), "utf-8")
+    assert _verify(new / "plain")[0] != 0
+    code, _ = _compare(str(old), str(new), "--fail-on", "verdict")
+    assert code != 0
+
+
+# Z7: -o / --json into a run directory of a folder side reached through a symlink (or into a run's
+# symlinked checkpoints/): outputs.check_outputs compares real paths with the folder's only
+
+
+@xfail
+def test_compare_writes_nothing_into_a_judged_run_dir_behind_a_symlink(tmp_path: Path) -> None:
+    folder, elsewhere = tmp_path / "folder", tmp_path / "elsewhere"
+    folder.mkdir()
+    elsewhere.mkdir()
+    copy_run(PLAIN, elsewhere / "run")
+    os.symlink(elsewhere / "run", folder / "run")
+    before = sorted(os.listdir(elsewhere / "run"))
+    _compare(str(PLAIN), str(folder), "-o", str(folder / "run" / "c.html"))
+    assert sorted(os.listdir(elsewhere / "run")) == before
+
+
+# Z8: two reports with no key in common cost a pairing of every OLD key with every NEW key
+# (diff._pair_partial_keys) before "no scenario in common" is said: 2,000 scenarios a side took
+# 10.7 s here; a report of tens of thousands (under the 64 MiB cap) hangs. Counted, not timed.
+
+
+@xfail
+def test_compare_pairs_keys_in_linear_work(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from pytest_nvrx.compare import diff
+
+    calls = 0
+    real = diff._compatible
+
+    def counted(a: object, b: object) -> bool:
+        nonlocal calls
+        calls += 1
+        return real(a, b)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(diff, "_compatible", counted)
+    base = json.loads(V19.read_text(encoding="utf-8"))
+    one = copy.deepcopy(base["scenarios"][0])
+    one["loss"] = {"points": [], "dropped": 0}
+    n = 300
+    for name, start in (("old.json", 1000), ("new.json", 100000)):
+        doc = dict(base, scenarios=[dict(one, train_iters=start + i) for i in range(n)])
+        (tmp_path / name).write_text(json.dumps(doc), encoding="utf-8")
+    code, _ = _compare(str(tmp_path / "old.json"), str(tmp_path / "new.json"))
+    assert code == 2
+    assert calls <= 10 * n
