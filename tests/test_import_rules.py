@@ -1,7 +1,8 @@
 """The stages' import rules (docs/architecture.md, each folder's ``__init__``): a unit of the
 package imports only the units before it in LAYERS and itself, worker/ and megatron/ import
-nothing of ours, worker/ only the stdlib, and the package root keeps at most 8 modules. Read from
-the source's syntax trees (every import, also those inside functions and under TYPE_CHECKING)."""
+nothing of ours, worker/ only the stdlib, no module imports another's private names, and the
+package root keeps at most 8 modules. Read from the source's syntax trees (every import, also
+those inside functions and under TYPE_CHECKING)."""
 
 from __future__ import annotations
 
@@ -163,3 +164,28 @@ def test_a_worker_import_of_torch_is_found(tmp_path: Path) -> None:
 def test_the_package_root_keeps_at_most_eight_modules() -> None:
     root = sorted(p.name for p in PACKAGE.glob("*.py"))
     assert len(root) <= 8, root
+
+
+def private_imports(paths: list[Path]) -> list[str]:
+    """Every ``from pytest_nvrx... import _name``: a private name used outside its module."""
+    wrong = []
+    for path in paths:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.ImportFrom) or node.level:
+                continue
+            if not (node.module or "").startswith("pytest_nvrx"):
+                continue
+            for alias in node.names:
+                if alias.name.startswith("_") and not alias.name.startswith("__"):
+                    wrong.append(f"{path.name}:{node.lineno} imports {node.module}.{alias.name}")
+    return wrong
+
+
+def test_no_module_imports_another_modules_private_names() -> None:
+    assert private_imports(sources()) == []
+
+
+def test_a_private_import_is_found(tmp_path: Path) -> None:
+    module = tmp_path / "table.py"
+    module.write_text("from pytest_nvrx.settings.values import _secret, public\n")
+    assert private_imports([module]) == ["table.py:1 imports pytest_nvrx.settings.values._secret"]

@@ -10,7 +10,7 @@ from pytest_nvrx import __version__
 from pytest_nvrx.compare.diff import Comparison, ScenarioDiff, TimingDiff
 from pytest_nvrx.evidence.refs import html_text as escape
 from pytest_nvrx.evidence.refs import printable
-from pytest_nvrx.report.render import _CSS as REPORT_CSS
+from pytest_nvrx.report.render import PAGE_CSS as REPORT_CSS
 
 #: the ``--json`` document's version: raised only when a change breaks its readers
 COMPARE_SCHEMA = 1
@@ -153,7 +153,7 @@ _OLD_COLOUR = "#999999"
 _NEW_COLOUR = "#0072B2"  # Okabe-Ito blue, as the report's charts
 _WORSE = "#D55E00"
 
-_CSS = REPORT_CSS  # the report's, its status classes included
+PAGE_CSS = REPORT_CSS  # the report's, its status classes included
 
 
 def _bars(t: TimingDiff, scale: float) -> str:
@@ -230,6 +230,6 @@ def html(c: Comparison) -> str:
     return (
         '<!doctype html><html lang="en"><head><meta charset="utf-8">'
         "<title>pytest-nvrx comparison</title>"
-        f"<style>{_CSS}</style></head><body><h1>Recovery compared: OLD → NEW</h1>"
+        f"<style>{PAGE_CSS}</style></head><body><h1>Recovery compared: OLD → NEW</h1>"
         f"{section_html(c)}<p class=small>pytest-nvrx {escape(__version__)}</p></body></html>\n"
     )

@@ -386,7 +386,7 @@ def _why_never(
         files = [log.file for log in run.cycle_logs][:1]
         return (
             "no injector line in any cycle log: nothing watched for the window (the workers were"
-            " not started through pytest_nvrx/injector.py)",
+            " not started through pytest_nvrx/worker/injector.py)",
             [absent(f, "no [pytest-nvrx injector] line") for f in files],
         )
     if reason is not None and reason.startswith(_CANNOT_FIRE):

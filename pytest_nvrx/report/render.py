@@ -144,7 +144,7 @@ def _stack_differences(reports: Sequence[ScenarioReport]) -> list[str]:
     return out
 
 
-_CSS = """
+PAGE_CSS = """
 body{font:14px/1.45 system-ui,-apple-system,'Segoe UI',Roboto,sans-serif;color:#1d1d1d;
  margin:24px auto;max-width:1060px;padding:0 16px}
 h1{font-size:22px;margin:0 0 4px}
@@ -613,5 +613,5 @@ def render_html(
         "<!DOCTYPE html>\n<html lang=en><head><meta charset=utf-8>"
         "<meta name=viewport content='width=device-width,initial-scale=1'>"
         f"<title>{escape(title)}</title>"
-        f"<style>{_CSS}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n"
+        f"<style>{PAGE_CSS}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n"
     )

@@ -10,12 +10,12 @@ from typing import Any, Literal
 from pytest_nvrx.settings.record import RunConfig, SectionTimeouts, WorkloadKind
 from pytest_nvrx.settings.values import (
     EntryPoint,
-    _non_negative_int,
-    _positive_int,
-    _text,
     format_seconds,
+    parse_non_negative_int,
+    parse_positive_int,
     parse_rtol,
     parse_seconds,
+    parse_text,
 )
 
 #: Where a setting is given: the pytest plugin (``--nvrx-<name>``, ini ``nvrx_<name>``), the
@@ -41,7 +41,7 @@ class Setting:
     help: str
     field: str | None = None
     #: text (environment, ini, option) -> value; errors name the source given as second argument
-    parse: Callable[[str, str], Any] = _text
+    parse: Callable[[str, str], Any] = parse_text
     env: str | None = None
     where: SettingWhere = "both"
     choices: tuple[str, ...] = ()
@@ -97,7 +97,7 @@ class Setting:
         ``"5"`` (pytest 9 refuses a number for a string value)."""
         if self.flag:
             return "bool"
-        if self.parse in (_positive_int, _non_negative_int):
+        if self.parse in (parse_positive_int, parse_non_negative_int):
             return "int"
         if self.parse in (parse_seconds, parse_rtol):
             return "float"

@@ -28,13 +28,13 @@ from pytest_nvrx.settings.values import (
     DRY_RUN_ENV,
     ConfigError,
     EntryPoint,
-    _choice,
-    _non_negative_int,
-    _path,
-    _positive_int,
+    choice_parser,
     named_seconds,
     parse_bool,
+    parse_non_negative_int,
+    parse_path,
     parse_port,
+    parse_positive_int,
     parse_rtol,
     parse_seconds,
     quote,
@@ -89,7 +89,7 @@ def _one_workload(raw: str, what: str) -> tuple[str, ...]:
 
 
 def _megatron_checkout(raw: str, what: str) -> Path:
-    path = _path(raw, what).resolve()
+    path = parse_path(raw, what).resolve()
     if not (path / "pretrain_gpt.py").is_file():
         raise ConfigError(
             f"{what}: pretrain_gpt.py not found in {path}; point it at a Megatron-LM checkout"
@@ -98,7 +98,7 @@ def _megatron_checkout(raw: str, what: str) -> Path:
 
 
 def _absolute_dir(raw: str, what: str) -> Path:
-    path = _path(raw, what)
+    path = parse_path(raw, what)
     if not path.is_absolute():
         # as typed: a Path's repr (PosixPath('rel/work')) is Python's spelling, not the user's
         raise ConfigError(f"{what}: must be an absolute path, got {show_path(raw)}")
@@ -109,7 +109,7 @@ def parse_parallel(raw: str, what: str) -> int | None:
     """``auto`` (None: as many as fit) or a positive number of scenarios at once."""
     if raw.strip().lower() == "auto":
         return None
-    return _positive_int(raw, what)
+    return parse_positive_int(raw, what)
 
 
 def _existing_dir(raw: str, what: str) -> Path:
@@ -120,7 +120,7 @@ def _existing_dir(raw: str, what: str) -> Path:
 
 
 def _existing_file(raw: str, what: str) -> Path:
-    path = _path(raw, what)
+    path = parse_path(raw, what)
     if not path.resolve().is_file():
         raise ConfigError(f"{what}: {path} is not a file (give last night's report.json)")
     return path
@@ -147,7 +147,7 @@ def _section_timeouts(raw: str, what: str) -> SectionTimeouts:
 
 def _count(name: str, help: str, env: str, **more: Any) -> Setting:
     """A walkthrough integer of both entry points (``--tp``, ``TP``), its default in the help."""
-    more.setdefault("parse", _positive_int)
+    more.setdefault("parse", parse_positive_int)
     return Setting(
         name, help, name.replace("-", "_"), env=env, show_default=True, doc_value="N", **more
     )
@@ -158,7 +158,7 @@ SETTINGS: tuple[Setting, ...] = (
         "megatron-path",
         "Megatron-LM checkout to qualify (enables the gpu scenarios)",
         "megatron_path",
-        _path,
+        parse_path,
         env="MEGATRON_PATH",
         attr="megatron_path",
         plugin_parse=_megatron_checkout,
@@ -171,7 +171,7 @@ SETTINGS: tuple[Setting, ...] = (
         "work-dir",
         "absolute directory for run dirs (default: pytest's tmp dir)",
         "work_dir",
-        _path,
+        parse_path,
         env="NVRX_WORK_DIR",
         attr="work_dir",
         plugin_parse=_absolute_dir,
@@ -196,7 +196,7 @@ SETTINGS: tuple[Setting, ...] = (
         "workload",
         "megatron (default) or the CPU reference",
         "workload",
-        _choice(WORKLOAD_KINDS),
+        choice_parser(WORKLOAD_KINDS),
         where="cli",
         choices=WORKLOAD_KINDS,
         cli_note="",
@@ -285,7 +285,7 @@ SETTINGS: tuple[Setting, ...] = (
         "fault",
         "fault to inject",
         "fault",
-        _choice(FAULT_KINDS),
+        choice_parser(FAULT_KINDS),
         env="NVRX_DEMO_FAULT",
         where="cli",
         choices=FAULT_KINDS,
@@ -296,7 +296,7 @@ SETTINGS: tuple[Setting, ...] = (
         "where the fault lands: a training step, a save's preparation, or while its "
         "background write is finalized",
         "window",
-        _choice(FAULT_WINDOWS),
+        choice_parser(FAULT_WINDOWS),
         where="cli",
         choices=FAULT_WINDOWS,
         cli_note="step; ckpt-worker: finalize only; none for --fault none",
@@ -317,7 +317,7 @@ SETTINGS: tuple[Setting, ...] = (
         "fault-rank",
         "rank that receives the fault",
         "NVRX_FAULT_RANK",
-        parse=_non_negative_int,
+        parse=parse_non_negative_int,
         defaults={"reference": 1},
         default_note="1 (0 when the run has one rank in all)",
     ),
@@ -325,7 +325,7 @@ SETTINGS: tuple[Setting, ...] = (
         "checkpoint-dir",
         "checkpoint dir",
         "checkpoint_dir",
-        _path,
+        parse_path,
         env="NVRX_CHECKPOINT_DIR",
         where="cli",
         cli_form="path",
@@ -374,7 +374,7 @@ SETTINGS: tuple[Setting, ...] = (
         "this session's node in a multinode run started by hand, one session per node with the "
         "same NVRX_RUN_ID and --nvrx-rdzv-endpoint (0 hosts the rendezvous)",
         "node_index",
-        _non_negative_int,
+        parse_non_negative_int,
         env="NVRX_NODE_INDEX",
         cli_help="this start's node of a multinode run started by hand, 0..NNODES-1; node 0 "
         "hosts the rendezvous, each node claims and writes its own files, and nodes sharing the "
@@ -392,7 +392,7 @@ SETTINGS: tuple[Setting, ...] = (
         "allocation (or one made with salloc); default slurm when --nvrx-nnodes > 1 inside an "
         "allocation, else local",
         "launcher",
-        _choice(LAUNCHER_KINDS),
+        choice_parser(LAUNCHER_KINDS),
         env="NVRX_LAUNCHER",
         choices=LAUNCHER_KINDS,
         cli_help="local: ft_launcher here; slurm: one per node through srun, in this allocation "
@@ -408,7 +408,7 @@ SETTINGS: tuple[Setting, ...] = (
         "max-restarts",
         "launcher restarts",
         "max_restarts",
-        _non_negative_int,
+        parse_non_negative_int,
         where="cli",
     ),
     Setting(
@@ -515,7 +515,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "gpu-share",
         "GPU scenarios that may use one GPU at once (default 1: every scenario on GPUs of its own)",
-        parse=_positive_int,
+        parse=parse_positive_int,
         where="plugin",
         attr="gpu_share",
         doc_value="K",
@@ -528,7 +528,7 @@ SETTINGS: tuple[Setting, ...] = (
         "report",
         "write the recovery report of the session's scenarios: one offline HTML page at PATH "
         "and report.json beside it",
-        parse=_path,
+        parse=parse_path,
         where="plugin",
         attr="report",
         doc_value="PATH",

@@ -83,11 +83,11 @@ def _int64(raw: str, what: str, pattern: str, kind: str) -> int:
     return int(text)
 
 
-def _positive_int(raw: str, what: str) -> int:
+def parse_positive_int(raw: str, what: str) -> int:
     return _int64(raw, what, r"[1-9][0-9]*", "positive")
 
 
-def _non_negative_int(raw: str, what: str) -> int:
+def parse_non_negative_int(raw: str, what: str) -> int:
     return _int64(raw, what, r"0|[1-9][0-9]*", "non-negative")
 
 
@@ -184,7 +184,7 @@ def format_seconds(value: float) -> str:
     return str(int(value)) if float(value).is_integer() else repr(value)
 
 
-def _choice(choices: tuple[str, ...]) -> Callable[[str, str], str]:
+def choice_parser(choices: tuple[str, ...]) -> Callable[[str, str], str]:
     def parse(raw: str, what: str) -> str:
         if raw not in choices:
             raise ConfigError(f"{what} must be one of {', '.join(choices)}, got {quote(raw)}")
@@ -213,14 +213,14 @@ def check_path_text(path: Path | str, what: str) -> None:
         )
 
 
-def _path(raw: str, what: str) -> Path:
+def parse_path(raw: str, what: str) -> Path:
     if not raw:
         raise ConfigError(f"{what} must not be empty")
     check_path_text(raw, what)
     return Path(raw)
 
 
-def _text(raw: str, what: str) -> str:
+def parse_text(raw: str, what: str) -> str:
     return raw
 
 

@@ -290,7 +290,7 @@ def test_a_baseline_judged_as_a_fault_run_that_ended_well_says_the_fault_never_h
     assert cause.text == (
         f"{NEVER_HAPPENED}: the run ended without a fault: no injector line in any cycle log:"
         " nothing watched for the window (the workers were not started through"
-        " pytest_nvrx/injector.py) [run.json]"
+        " pytest_nvrx/worker/injector.py) [run.json]"
     )
     assert "logs/train_cycle0.log: (no [pytest-nvrx injector] line)" in [
         ref.render() for ref in cause.evidence
