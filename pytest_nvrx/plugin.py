@@ -229,7 +229,13 @@ def pytest_configure(config: pytest.Config) -> None:
     # Our own --nvrx-* options and nvrx_* ini values are checked now (a typo is a usage error
     # whatever is collected); the environment only once scenarios are (nvrx_settings).
     settings = resolve_settings(config, env=False)
-    refused = output_refusal(config, settings.report, settings.run_dir, settings.work_dir)
+    refused = output_refusal(
+        config,
+        settings.report,
+        settings.run_dir,
+        settings.work_dir,
+        compare=settings.compare is not None,
+    )
     if refused is not None:
         raise pytest.UsageError(f"pytest-nvrx: {refused}")
     if settings.selftest and settings.run_dir is not None:
@@ -264,8 +270,8 @@ def previous_report(config: pytest.Config, path: Path, report: Path | None) -> S
         html = here / report
         ours += [
             ("--nvrx-report", html),
-            ("--nvrx-report's report.json", html.with_name("report.json")),
-            ("--nvrx-report's compare.json", html.with_name("compare.json")),
+            ("--nvrx-report's JSON", report_json_path(html)),
+            ("--nvrx-report's comparison JSON", compare_json_path(html)),
         ]
     for what, out in ours:
         if out is not None and os.path.realpath(out) == os.path.realpath(here / path):
@@ -594,20 +600,24 @@ def output_refusal(
     run_dir: Path | None = None,
     work_dir: Path | None = None,
     judged: Sequence[Path] = (),
+    *,
+    compare: bool = False,
 ) -> str | None:
-    """Why the session's outputs (the report, report.json beside it, --junitxml) must not be
-    written: something other than a regular file lies where the report or its report.json
-    would go (a device, FIFO, symlink), or one resolves (links followed) into a run dir judged
-    (--nvrx-run-dir, the work dir's runs/, a run judged this session) or onto another of
-    them."""
+    """Why the session's outputs (the report, its JSON beside it, with ``compare`` the
+    comparison's JSON too, --junitxml) must not be written: something other than a regular
+    file lies where one of ours would go (a device, FIFO, symlink), or one resolves (links
+    followed) into a run dir judged (--nvrx-run-dir, the work dir's runs/, a run judged this
+    session) or onto another of them."""
     here = config.invocation_params.dir
     # ours, renamed over their paths (pytest writes --junitxml and its cache in place)
     ours: list[tuple[str, Path]] = []
     if report is not None:
         ours += [
             ("--nvrx-report", here / report),
-            ("--nvrx-report's report.json", (here / report).with_name("report.json")),
+            ("--nvrx-report's JSON", report_json_path(here / report)),
         ]
+        if compare:
+            ours.append(("--nvrx-report's comparison JSON", compare_json_path(here / report)))
     outputs = list(ours)
     junit = junit_path(config)
     if junit is not None:
@@ -637,6 +647,20 @@ def output_refusal(
     if junit is not None and junit.parent.exists() and not junit.parent.is_dir():
         return f"--junitxml {junit}: {junit.parent} is not a directory; give another path"
     return None
+
+
+def report_json_path(html: Path) -> Path:
+    """Where --nvrx-report's report.json goes: beside the page, named after it (``out/a.html``
+    -> ``out/a.json``, the ``report -o`` rule), so two reports in one directory keep both."""
+    from pytest_nvrx.report.main import json_beside
+
+    return json_beside(html)
+
+
+def compare_json_path(html: Path) -> Path:
+    """Where --nvrx-compare's document goes: beside the page, named after it (``out/a.html`` ->
+    ``out/a.compare.json``), for the same reason."""
+    return html.with_suffix(".compare.json")
 
 
 def junit_path(config: pytest.Config) -> Path | None:
@@ -670,7 +694,7 @@ class NvrxReporter:
 
     @property
     def json_path(self) -> Path | None:
-        return None if self.html is None else self.html.with_name("report.json")
+        return None if self.html is None else report_json_path(self.html)
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         entry = getattr(report, "nvrx_scenario", None)
@@ -796,7 +820,9 @@ class NvrxReporter:
         # the work dir may come from NVRX_WORK_DIR (unread at configure time): the runs judged
         # are known now
         judged = [Path(d["run_dir"]) for d in data if isinstance(d.get("run_dir"), str)]
-        refused = output_refusal(self.config, self.html, judged=judged)
+        refused = output_refusal(
+            self.config, self.html, judged=judged, compare=self.comparison is not None
+        )
         if refused is not None:
             self.outcome = f"not written: {refused}"
             session.exitstatus = pytest.ExitCode.USAGE_ERROR
@@ -815,7 +841,7 @@ class NvrxReporter:
                 sections=sections,
             )
             if self.comparison is not None:
-                compare_json = self.html.with_name("compare.json")
+                compare_json = compare_json_path(self.html)
                 doc = json.dumps(document(self.comparison), indent=1) + "\n"
                 write_output(compare_json, doc)
         except OSError as exc:

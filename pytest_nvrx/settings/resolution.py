@@ -45,7 +45,7 @@ class NvrxSettings:
     #: scenarios of one workload at once; None: auto
     parallel: int | None = None
     gpu_share: int = 1
-    #: the HTML report's path (report.json beside it)
+    #: the HTML report's path (its report.json beside it, named after it: a.html -> a.json)
     report: Path | None = None
     #: the downtime gate's limit, seconds
     max_downtime: float | None = None

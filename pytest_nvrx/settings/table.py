@@ -527,14 +527,16 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "report",
         "write the recovery report of the session's scenarios: one offline HTML page at PATH "
-        "and report.json beside it",
+        "and its report.json beside it, named after it (a.html -> a.json)",
         parse=_path,
         where="plugin",
         attr="report",
         doc_value="PATH",
         doc="write the recovery report of the session's scenarios: one self-contained offline "
-        "HTML page at `PATH` (matrix, timelines, recovery cost, loss curves) and `report.json` "
-        "beside it ([report.md](report.md)); also under pytest-xdist",
+        "HTML page at `PATH` (matrix, timelines, recovery cost, loss curves) and its "
+        "`report.json` beside it, named after it (`out/a.html` → `out/a.json`, as `report -o` "
+        "names it: a second report in that directory keeps the first one's) "
+        "([report.md](report.md)); also under pytest-xdist",
     ),
     Setting(
         "max-downtime",
@@ -591,7 +593,7 @@ SETTINGS: tuple[Setting, ...] = (
         doc="compare the session's scenarios, matched by key, with an earlier qualification's "
         "`report.json` (any schema pytest-nvrx wrote; read before anything launches): the "
         "stacks, each verdict and recovery phase old → new, in the terminal summary, as a "
-        "section of the `--nvrx-report` page (and `compare.json` beside it) and as "
+        "section of the `--nvrx-report` page (and in `a.compare.json` beside `a.html`) and as "
         "`nvrx_compare_*` JUnit properties ([compare.md](compare.md))",
         doc_default="none",
     ),
