@@ -90,6 +90,11 @@ REMOTE_JUDGED_KEY = pytest.StashKey[list[str]]()
 REMOTE_SELECTED_KEY = pytest.StashKey[bool]()
 #: Key of an xdist worker's workeroutput: the scenarios it collected.
 WORKEROUTPUT_SELECTED = "nvrx_selected"
+#: A test of ours (a scenario's or a self-test run's) was collected, deselected or not (on the
+#: xdist controller: by a worker).
+COLLECTED_OURS_KEY = pytest.StashKey[bool]()
+#: Key of an xdist worker's workeroutput: it collected a test of ours.
+WORKEROUTPUT_COLLECTED = "nvrx_collected"
 #: Scenario ids selected to run in this session (after -m/-k deselection).
 SELECTED_KEY = pytest.StashKey[list[str]]()
 #: How many tests -m/-k deselected (pytest's "N deselected", explained in the header).
@@ -361,6 +366,8 @@ def pytest_testnodedown(node: Any, error: object | None) -> None:
     output = getattr(node, "workeroutput", {})
     if output.get(WORKEROUTPUT_SELECTED):
         node.config.stash[REMOTE_SELECTED_KEY] = True
+    if output.get(WORKEROUTPUT_COLLECTED):
+        node.config.stash[COLLECTED_OURS_KEY] = True
     node.config.stash.setdefault(REMOTE_JUDGED_KEY, []).extend(output.get(WORKEROUTPUT_JUDGED, []))
 
 
@@ -858,11 +865,15 @@ class NvrxReporter:
                 rows.append(run.table_row(Limits.of(nvrx_settings(self.config))))
         return rows
 
-    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+    def pytest_terminal_summary(self, terminalreporter: Any, exitstatus: int) -> None:
         """The verdicts, each with the line that proves it, of every scenario that did not
         qualify (of all with -vv); then the closing table, one row per scenario; then where
-        the report and the JUnit XML went."""
+        the report and the JUnit XML went. A session given --nvrx-* options that collected
+        nothing: how to collect the scenarios."""
         tr = terminalreporter
+        hint = suite_hint(self.config, exitstatus)
+        if hint is not None:
+            tr.write_line(hint, yellow=True, bold=True)
         verbosity = self.config.get_verbosity()
         width = self.config.get_terminal_writer().fullwidth
         failed = {key for key, _ in self.not_qualified()}
@@ -905,6 +916,33 @@ class NvrxReporter:
                 tr.write_line(printable(line))
         for line in self.session_failures:
             tr.write_line(printable(line), red=True, bold=True)
+
+
+def pytest_itemcollected(item: pytest.Item) -> None:
+    if scenario_key(item) is not None:
+        item.config.stash[COLLECTED_OURS_KEY] = True
+
+
+def options_given(config: pytest.Config) -> list[str]:
+    """The --nvrx-* options on the command line (ini values and the environment aside)."""
+    return [s.plugin_option for s in PLUGIN_SETTINGS if config.getoption(s.ini, None) is not None]
+
+
+def suite_hint(config: pytest.Config, exitstatus: int) -> str | None:
+    """The one line for a session given --nvrx-* options that collected nothing, none of ours
+    among it: the shipped scenarios are a package, collected only with --pyargs (``pytest -m
+    gpu --nvrx-megatron-path X`` from a project's directory collected 0 items, exit 5, no
+    word why)."""
+    if exitstatus != pytest.ExitCode.NO_TESTS_COLLECTED:
+        return None
+    given = options_given(config)
+    if not given or config.stash.get(COLLECTED_OURS_KEY, False):
+        return None
+    return (
+        f"pytest-nvrx: {', '.join(given)} given, but no pytest-nvrx scenario was collected: add"
+        " --pyargs pytest_nvrx.suite to collect them (pytest --pyargs pytest_nvrx.suite -m gpu"
+        " --nvrx-megatron-path PATH)"
+    )
 
 
 def pytest_deselected(items: Sequence[pytest.Item]) -> None:
@@ -1018,6 +1056,9 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         # every xdist worker collects the same items: they tell the controller (its "nothing
         # qualified" rule), and one of them prints the header to the user's terminal
         config.workeroutput[WORKEROUTPUT_SELECTED] = list(selected)  # type: ignore[attr-defined]
+        config.workeroutput[WORKEROUTPUT_COLLECTED] = config.stash.get(  # type: ignore[attr-defined]
+            COLLECTED_OURS_KEY, False
+        )
         if selected and workerinput.get("workerid") == "gw0":
             _print_header_once(config)
             prepare_session_checkout(config, session.items)
