@@ -526,6 +526,19 @@ def test_workload_option_limits_scenarios(pytester: pytest.Pytester, clean_env: 
         (["--nvrx-window", "during"], {}, "", "--nvrx-window must be one or more of step, save"),
         (["--nvrx-window", "save,"], {}, "", "--nvrx-window must be one or more of step, save"),
         ([], {}, "nvrx_window = later", "ini value nvrx_window must be one or more of"),
+        (
+            ["--nvrx-gpu-lock-dir", "rel/locks"],
+            {},
+            "",
+            "--nvrx-gpu-lock-dir: must be an absolute path, got rel/locks",
+        ),
+        (
+            ["--nvrx-gpu-lock-dir", "/nonexistent-nvrx/locks"],
+            {},
+            "",
+            "--nvrx-gpu-lock-dir: /nonexistent-nvrx/locks is not a directory; give one that",
+        ),
+        ([], {}, "nvrx_gpu_lock_dir = locks", "ini value nvrx_gpu_lock_dir: must be an absolute"),
     ],
 )
 def test_bad_values_are_usage_errors(
@@ -551,6 +564,7 @@ def test_bad_values_are_usage_errors(
         ({"NVRX_FAULT_WINDOW": "Step"}, "environment variable NVRX_FAULT_WINDOW must be"),
         ({"NVRX_WORK_DIR": "/tmp/a\nb"}, "NVRX_WORK_DIR '/tmp/a\\nb' holds the control char"),
         ({"NVRX_WORK_DIR": "rel/work"}, "NVRX_WORK_DIR: must be an absolute path, got rel/work"),
+        ({"NVRX_GPU_LOCK_DIR": "/etc/hostname"}, "NVRX_GPU_LOCK_DIR: /etc/hostname is not a dir"),
     ],
 )
 def test_bad_environment_is_an_error_once_scenarios_are_collected(
