@@ -23,9 +23,11 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_nvrx.criteria import CRITERIA_IDS
-from pytest_nvrx.criteria.selftest_outcome import PlantOutcome
-from pytest_nvrx.evidence.refs import printable
+# Only what every session needs (options, markers, the hooks' cheap checks): a project that
+# merely has pytest-nvrx installed must not pay for the criteria, the evidence parsers, the
+# session's runs or the report (benchmarks/bench_plugin_import.py,
+# tests/session/test_plugin_imports.py). They are imported where a scenario of ours or an
+# --nvrx-* option needs them.
 from pytest_nvrx.fixtures import (
     JUDGED_KEY,
     SCENARIO_FIXTURE,
@@ -41,18 +43,6 @@ from pytest_nvrx.fixtures import (
     terminal_writer,
 )
 from pytest_nvrx.layout import FAULT_WINDOWS, INJECTED_FAULTS, RUNS_DIR, windows_of
-from pytest_nvrx.outputs import (
-    OutputRefused,
-    check_in_place_output,
-    check_output_targets,
-    check_outputs,
-    write_output,
-)
-from pytest_nvrx.selftest.run import selftest_scenarios
-from pytest_nvrx.session import junit
-from pytest_nvrx.session.scenario_run import EXISTING_RUN, Limits, ScenarioRun, check_scenarios
-from pytest_nvrx.session.scenarios import WORKLOAD_ORDER, Scenario, matrix_scenarios
-from pytest_nvrx.session.verdict_table import Row, fit, verdict_table
 from pytest_nvrx.settings import (
     PLUGIN_SETTINGS,
     ConfigError,
@@ -63,6 +53,10 @@ from pytest_nvrx.settings import (
 
 if TYPE_CHECKING:
     from pytest_nvrx.compare import Comparison, Side
+    from pytest_nvrx.criteria.selftest_outcome import PlantOutcome
+    from pytest_nvrx.session.scenario_run import ScenarioRun
+    from pytest_nvrx.session.scenarios import Scenario
+    from pytest_nvrx.session.verdict_table import Row
 
 # the fixtures (and the session state the hooks share with them); that module imports nothing
 # from this one
@@ -268,6 +262,7 @@ def previous_report(config: pytest.Config, path: Path, report: Path | None) -> S
     from dataclasses import replace
 
     from pytest_nvrx.compare import CompareInputError, load_side
+    from pytest_nvrx.evidence.refs import printable
 
     here = config.invocation_params.dir
     ours = [("--junitxml", junit_path(config))]
@@ -382,6 +377,9 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         # a bad environment variable of ours, met now that our scenarios are collected: the
         # message alone, as a collection error of this module
         raise pytest.Collector.CollectError(str(exc)) from None
+    from pytest_nvrx.session.scenario_run import EXISTING_RUN
+    from pytest_nvrx.session.scenarios import matrix_scenarios
+
     if settings.run_dir is not None:
         params = [pytest.param(None, id=EXISTING_RUN, marks=pytest.mark.xdist_group("nvrx"))]
     else:
@@ -417,6 +415,9 @@ def _scenario_param(sc: Scenario) -> Any:
 def _parametrize_selftest(metafunc: pytest.Metafunc) -> None:
     """One test per self-test run of each selected workload, in the catalogue's order, in its
     workload's xdist group (the self-test runs once, on the worker that has all its tests)."""
+    from pytest_nvrx.selftest.run import selftest_scenarios
+    from pytest_nvrx.session.scenarios import WORKLOAD_ORDER
+
     try:
         settings = nvrx_settings(metafunc.config)
     except pytest.UsageError as exc:
@@ -459,12 +460,18 @@ def pytest_pycollect_makeitem(collector: pytest.Collector, name: str, obj: objec
         return None  # pytest_generate_tests reports it as this module's collection error
     if selftest:
         return None if settings.selftest else []
+    from pytest_nvrx.session.scenario_run import Limits
+
     return None if Limits.of(settings).given else []
 
 
 def _junit_properties(item: pytest.Item, run: ScenarioRun) -> list[tuple[str, str]]:
     """The run's own properties on its first testcase, its run dir on the others; a criterion's
     testcase also gets its verdict, the downtime test the measured value and the limit."""
+    from pytest_nvrx.criteria import CRITERIA_IDS
+    from pytest_nvrx.session import junit
+    from pytest_nvrx.session.scenario_run import Limits
+
     given = item.config.stash.setdefault(PROPERTIES_GIVEN_KEY, set())
     if run.key not in given:
         given.add(run.key)
@@ -505,6 +512,7 @@ def _compare_properties(config: pytest.Config, run: ScenarioRun) -> list[tuple[s
     if previous is None or selftest_outcome_of(config, run.key) is not None:
         return []
     from pytest_nvrx.compare.session import scenario_properties
+    from pytest_nvrx.session.scenario_run import Limits
 
     settings = nvrx_settings(config)
     try:
@@ -527,6 +535,9 @@ def selftest_label(outcome: PlantOutcome) -> str:
 def scenario_entry(config: pytest.Config, run: ScenarioRun) -> dict[str, Any]:
     """What the controller learns of a judged scenario, as plain data: its outcome line, its
     summary block and, with --nvrx-report, its recovery report (ScenarioReport.as_dict)."""
+    from pytest_nvrx.session.scenario_run import Limits
+    from pytest_nvrx.session.verdict_table import Row
+
     settings = nvrx_settings(config)
     limits: Limits | None = Limits.of(settings)
     selftest = selftest_outcome_of(config, run.key)
@@ -568,15 +579,18 @@ def pytest_runtest_makereport(
     item: pytest.Item, call: pytest.CallInfo[None]
 ) -> Generator[None, Any, None]:
     run = run_of(item)
-    if run is not None and call.when == "call":
+    if run is None:
+        yield  # not a test of ours
+        return
+    from pytest_nvrx.evidence.refs import printable
+
+    if call.when == "call":
         # JUnit text, like the terminal's, shows the run's control characters escaped
         item.user_properties.extend(
             (name, printable(value)) for name, value in _junit_properties(item, run)
         )
     outcome = yield
     report: pytest.TestReport = outcome.get_result()
-    if run is None:
-        return
     gate = getattr(item, "originalname", "") == "test_recovery_downtime"
     if report.failed and call.when == "call" and not gate:
         # the logs' last lines show how a run ended; a broken time limit's evidence is the
@@ -615,6 +629,18 @@ def output_refusal(
     file lies where one of ours would go (a device, FIFO, symlink), or one resolves (links
     followed) into a run dir judged (--nvrx-run-dir, the work dir's runs/, a run judged this
     session) or onto another of them."""
+    junit = junit_path(config)
+    if junit is not None and junit.parent.exists() and not junit.parent.is_dir():
+        return f"--junitxml {junit}: {junit.parent} is not a directory; give another path"
+    if report is None and run_dir is None and work_dir is None and not judged:
+        return None  # no output of ours, no evidence to keep pytest's outputs out of
+    from pytest_nvrx.outputs import (
+        OutputRefused,
+        check_in_place_output,
+        check_output_targets,
+        check_outputs,
+    )
+
     here = config.invocation_params.dir
     # ours, renamed over their paths (pytest writes --junitxml and its cache in place)
     ours: list[tuple[str, Path]] = []
@@ -626,7 +652,6 @@ def output_refusal(
         if compare:
             ours.append(("--nvrx-report's comparison JSON", compare_json_path(here / report)))
     outputs = list(ours)
-    junit = junit_path(config)
     if junit is not None:
         outputs.append(("--junitxml", junit))
     cache = _cache_dir(config)
@@ -651,8 +676,6 @@ def output_refusal(
             check_in_place_output("--junitxml", junit, evidence)
     except OutputRefused as exc:
         return str(exc)
-    if junit is not None and junit.parent.exists() and not junit.parent.is_dir():
-        return f"--junitxml {junit}: {junit.parent} is not a directory; give another path"
     return None
 
 
@@ -835,6 +858,8 @@ class NvrxReporter:
             session.exitstatus = pytest.ExitCode.USAGE_ERROR
             return
         sections = []
+        from pytest_nvrx.outputs import write_output
+
         if self.comparison is not None:
             from pytest_nvrx.compare.render import document, section_html
 
@@ -859,6 +884,9 @@ class NvrxReporter:
         self.outcome = f"{self.html} and {self.json_path} ({count})"
 
     def rows(self) -> list[Row]:
+        from pytest_nvrx.session.scenario_run import Limits
+        from pytest_nvrx.session.verdict_table import Row
+
         rows = [Row.from_dict(e["row"]) for e in self.entries.values() if e.get("row")]
         for run in self.config.stash.get(JUDGED_KEY, []):
             if run.key not in self.entries:
@@ -874,6 +902,12 @@ class NvrxReporter:
         hint = suite_hint(self.config, exitstatus)
         if hint is not None:
             tr.write_line(hint, yellow=True, bold=True)
+        judged = bool(self.entries) or bool(self.config.stash.get(JUDGED_KEY, []))
+        if not (judged or self.outcome or self.compare_lines or self.session_failures):
+            return  # nothing of ours to say (a project's own session: nothing imported)
+        from pytest_nvrx.evidence.refs import printable
+        from pytest_nvrx.session.verdict_table import fit, verdict_table
+
         verbosity = self.config.get_verbosity()
         width = self.config.get_terminal_writer().fullwidth
         failed = {key for key, _ in self.not_qualified()}
@@ -953,14 +987,22 @@ def pytest_deselected(items: Sequence[pytest.Item]) -> None:
 
 def _item_scenarios(items: Sequence[pytest.Item]) -> list[Scenario]:
     """The scenarios (and self-test runs) the items read, once each, in order."""
+    callspecs = [getattr(item, "callspec", None) for item in items]
+    ours = [
+        c.params[fixture]
+        for c in callspecs
+        if c is not None
+        for fixture in (SCENARIO_FIXTURE, SELFTEST_FIXTURE)
+        if fixture in c.params
+    ]
+    if not ours:
+        return []  # a session without our tests imports nothing of the scenarios
+    from pytest_nvrx.session.scenarios import Scenario
+
     scenarios: dict[str, Scenario] = {}
-    for item in items:
-        callspec = getattr(item, "callspec", None)
-        params = callspec.params if callspec is not None else {}
-        for fixture in (SCENARIO_FIXTURE, SELFTEST_FIXTURE):
-            scenario = params.get(fixture)
-            if isinstance(scenario, Scenario):
-                scenarios.setdefault(scenario.id, scenario)
+    for scenario in ours:
+        if isinstance(scenario, Scenario):
+            scenarios.setdefault(scenario.id, scenario)
     return list(scenarios.values())
 
 
@@ -968,6 +1010,9 @@ def _item_scenarios(items: Sequence[pytest.Item]) -> list[Scenario]:
 def pytest_xdist_node_collection_finished(node: Any, ids: Sequence[str]) -> None:
     """Under xdist the controller holds the selected scenarios to the rules, from the test ids
     a worker collected (a worker's usage error would crash it): before any is scheduled."""
+    from pytest_nvrx.selftest.run import selftest_scenarios
+    from pytest_nvrx.session.scenarios import WORKLOAD_ORDER, matrix_scenarios
+
     config = node.config
     try:
         settings = nvrx_settings(config)
@@ -1001,6 +1046,8 @@ def _check_scenarios(config: pytest.Config, scenarios: Sequence[Scenario]) -> No
     option gets (exit 4), not an error of each scenario's run."""
     if not scenarios:
         return
+    from pytest_nvrx.session.scenario_run import check_scenarios
+
     try:
         settings = nvrx_settings(config)
     except pytest.UsageError:
