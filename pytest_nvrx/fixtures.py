@@ -29,28 +29,14 @@ import sys
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_nvrx.criteria.selftest_outcome import PlantOutcome
-from pytest_nvrx.evidence.refs import printable
-from pytest_nvrx.evidence.rundir import RunEvidence
-from pytest_nvrx.launch.gpu_slots import gpu_available, visible_gpus
-from pytest_nvrx.launch.prepare_megatron import ensure_prepared
-from pytest_nvrx.launch.retention import prune_checkpoint_payload
-from pytest_nvrx.launch.stop_signals import interrupt_on_stop_signals
-from pytest_nvrx.selftest.run import SelftestResult, run_selftest, selftest_scenarios
-from pytest_nvrx.session.scenario_pool import ScenarioPool, parallel_limit
-from pytest_nvrx.session.scenario_run import (
-    EXISTING_RUN,
-    ScenarioRun,
-    judge_existing,
-    run_scenario,
-    scenario_config,
-    scenario_timeout,
-)
-from pytest_nvrx.session.scenarios import Scenario
+# Only the settings at import: this module loads with the plugin in every session, and a
+# project that merely has pytest-nvrx installed must not pay for the launch, the session's
+# runs, the evidence or the criteria (benchmarks/bench_plugin_import.py). They are imported
+# where a scenario of ours needs them.
 from pytest_nvrx.settings import (
     ConfigError,
     NvrxSettings,
@@ -62,6 +48,14 @@ from pytest_nvrx.settings import (
     validate,
 )
 from pytest_nvrx.settings.plants import PLANTS
+
+if TYPE_CHECKING:
+    from pytest_nvrx.criteria.selftest_outcome import PlantOutcome
+    from pytest_nvrx.evidence.rundir import RunEvidence
+    from pytest_nvrx.selftest.run import SelftestResult
+    from pytest_nvrx.session.scenario_pool import ScenarioPool
+    from pytest_nvrx.session.scenario_run import ScenarioRun
+    from pytest_nvrx.session.scenarios import Scenario
 
 # The fixtures and what plugin.py and the shipped suite take from here.
 __all__ = [
@@ -76,7 +70,7 @@ __all__ = [
 
 SETTINGS_KEY = pytest.StashKey[NvrxSettings]()
 # workload -> the evidence of this session's passed baseline scenario
-BASELINES_KEY = pytest.StashKey[dict[str, RunEvidence]]()
+BASELINES_KEY = pytest.StashKey[dict[str, "RunEvidence"]]()
 #: workload -> the pool that launches its scenarios side by side (None: one after the other)
 POOLS_KEY = pytest.StashKey[dict[str, "ScenarioPool | None"]]()
 #: scenario id -> the work dir made for it (before its launch when a pool submitted it)
@@ -89,13 +83,13 @@ SELFTEST_FIXTURE = "nvrx_selftest_outcome"
 #: workload -> its self-test of this session, or why it could not run (a failure message)
 SELFTESTS_KEY = pytest.StashKey[dict[str, "SelftestResult | str"]]()
 #: self-test scenario id -> what its run showed (its test's verdict, its summary entry)
-SELFTEST_OUTCOMES_KEY = pytest.StashKey[dict[str, PlantOutcome]]()
+SELFTEST_OUTCOMES_KEY = pytest.StashKey[dict[str, "PlantOutcome"]]()
 #: checkpoint payload removals running in the background (_Pruning), joined at session end
 PRUNING_KEY = pytest.StashKey[list["_Pruning"]]()
 #: Judged runs in the order they finished, for the terminal summary.
-JUDGED_KEY = pytest.StashKey[list[ScenarioRun]]()
+JUDGED_KEY = pytest.StashKey[list["ScenarioRun"]]()
 #: Judged runs by key (the scenario id, or EXISTING_RUN): what a test item's report reads.
-RUNS_KEY = pytest.StashKey[dict[str, ScenarioRun]]()
+RUNS_KEY = pytest.StashKey[dict[str, "ScenarioRun"]]()
 #: Key of an xdist worker's workeroutput: the keys of the runs it judged.
 WORKEROUTPUT_JUDGED = "nvrx_judged"
 
@@ -162,6 +156,8 @@ def record_judged(config: pytest.Config, run: ScenarioRun) -> None:
 
 
 def terminal_writer(config: pytest.Config) -> Callable[[str], None]:
+    # (printable is imported when a line is written: a session of another project asks for a
+    # writer it never uses)
     capman = config.pluginmanager.get_plugin("capturemanager")
     workerinput = getattr(config, "workerinput", None)
     if workerinput is not None:
@@ -170,6 +166,8 @@ def terminal_writer(config: pytest.Config) -> Callable[[str], None]:
         prefix = f"[{workerinput.get('workerid', 'worker')}] "
 
         def write_worker(line: str) -> None:
+            from pytest_nvrx.evidence.refs import printable
+
             with (
                 contextlib.nullcontext() if capman is None else capman.global_and_fixture_disabled()
             ):
@@ -182,6 +180,8 @@ def terminal_writer(config: pytest.Config) -> Callable[[str], None]:
         return lambda line: None
 
     def write(line: str) -> None:
+        from pytest_nvrx.evidence.refs import printable
+
         line = printable(line)  # it may quote the run's text: no control character reaches a tty
         # Runs happen inside fixture setup, where output is captured: lift it for our line.
         if capman is None:
@@ -202,6 +202,8 @@ def progress_writer(config: pytest.Config) -> Callable[[str], None]:
 
 
 def _scenario_of(item: pytest.Item) -> Scenario | None:
+    from pytest_nvrx.session.scenarios import Scenario
+
     callspec = getattr(item, "callspec", None)
     if callspec is None:
         return None
@@ -228,6 +230,9 @@ def prepare_session_checkout(config: pytest.Config, items: list[pytest.Item]) ->
         return
     if not any((sc := _scenario_of(item)) and sc.workload == "megatron" for item in items):
         return
+    from pytest_nvrx.launch.prepare_megatron import ensure_prepared
+    from pytest_nvrx.launch.stop_signals import interrupt_on_stop_signals
+
     workerinput = getattr(config, "workerinput", None)
     who = "pytest session" + (f", xdist {workerinput.get('workerid')}" if workerinput else "")
     try:
@@ -252,6 +257,8 @@ def _require_gpu_host(settings: NvrxSettings, scenario: Scenario) -> None:
         return
     if settings.megatron_path is None:
         pytest.skip(f"gpu scenario: give {option_hint('megatron-path', 'plugin')}")
+    from pytest_nvrx.launch.gpu_slots import gpu_available
+
     reason = gpu_available()
     if reason is not None:
         # The user asked for a GPU qualification: a host that cannot run it is an error,
@@ -271,6 +278,8 @@ def _under_stop_signals[T](what: str, launch: Callable[[], T]) -> T | str:
     comes back as the one line to show, ``pytest-nvrx: <what>: ...``, its fix-it hint in the
     plugin's spelling (--nvrx-*, ini nvrx_*), never also the CLI's; the caller fails with it
     outside the handler, so that the report shows the message once."""
+    from pytest_nvrx.launch.stop_signals import interrupt_on_stop_signals
+
     with interrupt_on_stop_signals():
         try:
             return launch()
@@ -292,6 +301,8 @@ def _run_scenario(
     baselines = config.stash.setdefault(BASELINES_KEY, {})
 
     def launch() -> ScenarioRun:
+        from pytest_nvrx.session.scenario_run import run_scenario
+
         pool = _pool_for(request, settings, scenario)
         if pool is not None and scenario in pool:
             return pool.run(scenario, baselines=baselines)
@@ -325,6 +336,8 @@ class _Pruning:
         self.thread.start()
 
     def _prune(self, run: ScenarioRun, work_dir: Path) -> None:
+        from pytest_nvrx.launch.retention import prune_checkpoint_payload
+
         try:
             pruned = prune_checkpoint_payload(run.layout, owned_root=work_dir)
             self.line = f"{pruned.describe()} (--nvrx-keep keeps everything)"
@@ -340,6 +353,8 @@ def _prune_in_background(config: pytest.Config, run: ScenarioRun, work_dir: Path
 def pytest_sessionfinish(session: pytest.Session) -> None:
     """Wait for the payload removals still running; say what each removed."""
     pending = session.config.stash.get(PRUNING_KEY, [])
+    if not pending:
+        return
     write = terminal_writer(session.config)
     for pruning in pending:
         pruning.thread.join()
@@ -355,6 +370,8 @@ def scenario_key(item: pytest.Item) -> str | None:
     if callspec is None:
         return None
     if SCENARIO_FIXTURE in callspec.params:
+        from pytest_nvrx.session.scenario_run import EXISTING_RUN
+
         scenario: Scenario | None = callspec.params[SCENARIO_FIXTURE]
         return EXISTING_RUN if scenario is None else scenario.id
     if SELFTEST_FIXTURE in callspec.params:
@@ -392,6 +409,8 @@ def _session_scenarios(
 ) -> list[Scenario]:
     """The scenarios of ``workload`` this session's (selected) tests give ``fixture`` (the
     scenario runs', or the self-test's), in test order."""
+    from pytest_nvrx.session.scenarios import Scenario
+
     seen: dict[str, Scenario] = {}
     for item in session.items:
         callspec = getattr(item, "callspec", None)
@@ -409,14 +428,20 @@ def refuse_infeasible(session: pytest.Session) -> None:
     before its launch (each worker collects, and so refuses, the same scenarios). Scenarios that
     will be skipped (megatron without a checkout) are not judged; one that breaks another rule
     is left to its launch, which refuses it with that rule's own message."""
+    callspecs = [getattr(item, "callspec", None) for item in session.items]
+    ours = [c.params for c in callspecs if c is not None]
+    if not any(SCENARIO_FIXTURE in params for params in ours):
+        return  # nothing of ours selected: the environment is not even read, nothing imported
+    from pytest_nvrx.session.scenario_run import scenario_config, scenario_timeout
+    from pytest_nvrx.session.scenarios import Scenario
+
     scenarios: dict[str, Scenario] = {}
-    for item in session.items:
-        callspec = getattr(item, "callspec", None)
-        scenario = callspec.params.get(SCENARIO_FIXTURE) if callspec is not None else None
+    for params in ours:
+        scenario = params.get(SCENARIO_FIXTURE)
         if isinstance(scenario, Scenario):
             scenarios.setdefault(scenario.id, scenario)
     if not scenarios:
-        return  # nothing of ours selected: the environment is not even read
+        return
     settings = nvrx_settings(session.config)
     work_dir = settings.work_dir or Path.cwd()  # a config to check: nothing is written there
     for scenario in scenarios.values():
@@ -445,6 +470,9 @@ def _pool_for(
     Under pytest-xdist a workload's scenarios all run on one worker (xdist_support), so the
     worker that asks first runs them all. The caller has checked that this workload can run
     here (a GPU and a checkout for megatron): that holds for all its scenarios alike."""
+    from pytest_nvrx.launch.gpu_slots import visible_gpus
+    from pytest_nvrx.session.scenario_pool import ScenarioPool, parallel_limit
+
     pools = request.config.stash.setdefault(POOLS_KEY, {})
     if scenario.workload in pools:
         return pools[scenario.workload]
@@ -478,6 +506,8 @@ def _run_selftest(
     """The self-test of ``workload``: the control and the plants whose tests are selected (the
     control always: the plants are judged against a stack it shows qualifies, and the seeded
     ones start from its checkpoint), through the CLI's core; or why it did not run."""
+    from pytest_nvrx.selftest.run import run_selftest, selftest_scenarios
+
     config = request.config
     selected = {s.id for s in _session_scenarios(request.session, workload, SELFTEST_FIXTURE)}
     plants = tuple(p for p in PLANTS if f"{workload}-selftest-{p.name}" in selected)
@@ -574,6 +604,8 @@ def nvrx_scenario_run(request: pytest.FixtureRequest) -> Iterator[ScenarioRun]:
     settings = nvrx_settings(request.config)
     scenario: Scenario | None = request.param
     if scenario is None:
+        from pytest_nvrx.session.scenario_run import judge_existing
+
         assert settings.run_dir is not None
         run = judge_existing(settings.run_dir, settings, terminal_writer(request.config))
         record_judged(request.config, run)

@@ -23,9 +23,11 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_nvrx.criteria import CRITERIA_IDS
-from pytest_nvrx.criteria.selftest_outcome import PlantOutcome
-from pytest_nvrx.evidence.refs import printable
+# Only what every session needs (options, markers, the hooks' cheap checks): a project that
+# merely has pytest-nvrx installed must not pay for the criteria, the evidence parsers, the
+# session's runs or the report (benchmarks/bench_plugin_import.py,
+# tests/session/test_plugin_imports.py). They are imported where a scenario of ours or an
+# --nvrx-* option needs them.
 from pytest_nvrx.fixtures import (
     JUDGED_KEY,
     SCENARIO_FIXTURE,
@@ -41,18 +43,6 @@ from pytest_nvrx.fixtures import (
     terminal_writer,
 )
 from pytest_nvrx.layout import FAULT_WINDOWS, INJECTED_FAULTS, RUNS_DIR, windows_of
-from pytest_nvrx.outputs import (
-    OutputRefused,
-    check_in_place_output,
-    check_output_targets,
-    check_outputs,
-    write_output,
-)
-from pytest_nvrx.selftest.run import selftest_scenarios
-from pytest_nvrx.session import junit
-from pytest_nvrx.session.scenario_run import EXISTING_RUN, Limits, ScenarioRun, check_scenarios
-from pytest_nvrx.session.scenarios import WORKLOAD_ORDER, Scenario, matrix_scenarios
-from pytest_nvrx.session.verdict_table import Row, fit, verdict_table
 from pytest_nvrx.settings import (
     PLUGIN_SETTINGS,
     ConfigError,
@@ -63,6 +53,10 @@ from pytest_nvrx.settings import (
 
 if TYPE_CHECKING:
     from pytest_nvrx.compare import Comparison, Side
+    from pytest_nvrx.criteria.selftest_outcome import PlantOutcome
+    from pytest_nvrx.session.scenario_run import ScenarioRun
+    from pytest_nvrx.session.scenarios import Scenario
+    from pytest_nvrx.session.verdict_table import Row
 
 # the fixtures (and the session state the hooks share with them); that module imports nothing
 # from this one
@@ -90,6 +84,11 @@ REMOTE_JUDGED_KEY = pytest.StashKey[list[str]]()
 REMOTE_SELECTED_KEY = pytest.StashKey[bool]()
 #: Key of an xdist worker's workeroutput: the scenarios it collected.
 WORKEROUTPUT_SELECTED = "nvrx_selected"
+#: A test of ours (a scenario's or a self-test run's) was collected, deselected or not (on the
+#: xdist controller: by a worker).
+COLLECTED_OURS_KEY = pytest.StashKey[bool]()
+#: Key of an xdist worker's workeroutput: it collected a test of ours.
+WORKEROUTPUT_COLLECTED = "nvrx_collected"
 #: Scenario ids selected to run in this session (after -m/-k deselection).
 SELECTED_KEY = pytest.StashKey[list[str]]()
 #: How many tests -m/-k deselected (pytest's "N deselected", explained in the header).
@@ -229,7 +228,13 @@ def pytest_configure(config: pytest.Config) -> None:
     # Our own --nvrx-* options and nvrx_* ini values are checked now (a typo is a usage error
     # whatever is collected); the environment only once scenarios are (nvrx_settings).
     settings = resolve_settings(config, env=False)
-    refused = output_refusal(config, settings.report, settings.run_dir, settings.work_dir)
+    refused = output_refusal(
+        config,
+        settings.report,
+        settings.run_dir,
+        settings.work_dir,
+        compare=settings.compare is not None,
+    )
     if refused is not None:
         raise pytest.UsageError(f"pytest-nvrx: {refused}")
     if settings.selftest and settings.run_dir is not None:
@@ -257,6 +262,7 @@ def previous_report(config: pytest.Config, path: Path, report: Path | None) -> S
     from dataclasses import replace
 
     from pytest_nvrx.compare import CompareInputError, load_side
+    from pytest_nvrx.evidence.refs import printable
 
     here = config.invocation_params.dir
     ours = [("--junitxml", junit_path(config))]
@@ -264,8 +270,8 @@ def previous_report(config: pytest.Config, path: Path, report: Path | None) -> S
         html = here / report
         ours += [
             ("--nvrx-report", html),
-            ("--nvrx-report's report.json", html.with_name("report.json")),
-            ("--nvrx-report's compare.json", html.with_name("compare.json")),
+            ("--nvrx-report's JSON", report_json_path(html)),
+            ("--nvrx-report's comparison JSON", compare_json_path(html)),
         ]
     for what, out in ours:
         if out is not None and os.path.realpath(out) == os.path.realpath(here / path):
@@ -355,6 +361,8 @@ def pytest_testnodedown(node: Any, error: object | None) -> None:
     output = getattr(node, "workeroutput", {})
     if output.get(WORKEROUTPUT_SELECTED):
         node.config.stash[REMOTE_SELECTED_KEY] = True
+    if output.get(WORKEROUTPUT_COLLECTED):
+        node.config.stash[COLLECTED_OURS_KEY] = True
     node.config.stash.setdefault(REMOTE_JUDGED_KEY, []).extend(output.get(WORKEROUTPUT_JUDGED, []))
 
 
@@ -369,6 +377,9 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         # a bad environment variable of ours, met now that our scenarios are collected: the
         # message alone, as a collection error of this module
         raise pytest.Collector.CollectError(str(exc)) from None
+    from pytest_nvrx.session.scenario_run import EXISTING_RUN
+    from pytest_nvrx.session.scenarios import matrix_scenarios
+
     if settings.run_dir is not None:
         params = [pytest.param(None, id=EXISTING_RUN, marks=pytest.mark.xdist_group("nvrx"))]
     else:
@@ -404,6 +415,9 @@ def _scenario_param(sc: Scenario) -> Any:
 def _parametrize_selftest(metafunc: pytest.Metafunc) -> None:
     """One test per self-test run of each selected workload, in the catalogue's order, in its
     workload's xdist group (the self-test runs once, on the worker that has all its tests)."""
+    from pytest_nvrx.selftest.run import selftest_scenarios
+    from pytest_nvrx.session.scenarios import WORKLOAD_ORDER
+
     try:
         settings = nvrx_settings(metafunc.config)
     except pytest.UsageError as exc:
@@ -446,12 +460,18 @@ def pytest_pycollect_makeitem(collector: pytest.Collector, name: str, obj: objec
         return None  # pytest_generate_tests reports it as this module's collection error
     if selftest:
         return None if settings.selftest else []
+    from pytest_nvrx.session.scenario_run import Limits
+
     return None if Limits.of(settings).given else []
 
 
 def _junit_properties(item: pytest.Item, run: ScenarioRun) -> list[tuple[str, str]]:
     """The run's own properties on its first testcase, its run dir on the others; a criterion's
     testcase also gets its verdict, the downtime test the measured value and the limit."""
+    from pytest_nvrx.criteria import CRITERIA_IDS
+    from pytest_nvrx.session import junit
+    from pytest_nvrx.session.scenario_run import Limits
+
     given = item.config.stash.setdefault(PROPERTIES_GIVEN_KEY, set())
     if run.key not in given:
         given.add(run.key)
@@ -492,6 +512,7 @@ def _compare_properties(config: pytest.Config, run: ScenarioRun) -> list[tuple[s
     if previous is None or selftest_outcome_of(config, run.key) is not None:
         return []
     from pytest_nvrx.compare.session import scenario_properties
+    from pytest_nvrx.session.scenario_run import Limits
 
     settings = nvrx_settings(config)
     try:
@@ -514,6 +535,9 @@ def selftest_label(outcome: PlantOutcome) -> str:
 def scenario_entry(config: pytest.Config, run: ScenarioRun) -> dict[str, Any]:
     """What the controller learns of a judged scenario, as plain data: its outcome line, its
     summary block and, with --nvrx-report, its recovery report (ScenarioReport.as_dict)."""
+    from pytest_nvrx.session.scenario_run import Limits
+    from pytest_nvrx.session.verdict_table import Row
+
     settings = nvrx_settings(config)
     limits: Limits | None = Limits.of(settings)
     selftest = selftest_outcome_of(config, run.key)
@@ -555,15 +579,18 @@ def pytest_runtest_makereport(
     item: pytest.Item, call: pytest.CallInfo[None]
 ) -> Generator[None, Any, None]:
     run = run_of(item)
-    if run is not None and call.when == "call":
+    if run is None:
+        yield  # not a test of ours
+        return
+    from pytest_nvrx.evidence.refs import printable
+
+    if call.when == "call":
         # JUnit text, like the terminal's, shows the run's control characters escaped
         item.user_properties.extend(
             (name, printable(value)) for name, value in _junit_properties(item, run)
         )
     outcome = yield
     report: pytest.TestReport = outcome.get_result()
-    if run is None:
-        return
     gate = getattr(item, "originalname", "") == "test_recovery_downtime"
     if report.failed and call.when == "call" and not gate:
         # the logs' last lines show how a run ended; a broken time limit's evidence is the
@@ -594,22 +621,37 @@ def output_refusal(
     run_dir: Path | None = None,
     work_dir: Path | None = None,
     judged: Sequence[Path] = (),
+    *,
+    compare: bool = False,
 ) -> str | None:
-    """Why the session's outputs (the report, report.json beside it, --junitxml) must not be
-    written: something other than a regular file lies where the report or its report.json
-    would go (a device, FIFO, symlink), or one resolves (links followed) into a run dir judged
-    (--nvrx-run-dir, the work dir's runs/, a run judged this session) or onto another of
-    them."""
+    """Why the session's outputs (the report, its JSON beside it, with ``compare`` the
+    comparison's JSON too, --junitxml) must not be written: something other than a regular
+    file lies where one of ours would go (a device, FIFO, symlink), or one resolves (links
+    followed) into a run dir judged (--nvrx-run-dir, the work dir's runs/, a run judged this
+    session) or onto another of them."""
+    junit = junit_path(config)
+    if junit is not None and junit.parent.exists() and not junit.parent.is_dir():
+        return f"--junitxml {junit}: {junit.parent} is not a directory; give another path"
+    if report is None and run_dir is None and work_dir is None and not judged:
+        return None  # no output of ours, no evidence to keep pytest's outputs out of
+    from pytest_nvrx.outputs import (
+        OutputRefused,
+        check_in_place_output,
+        check_output_targets,
+        check_outputs,
+    )
+
     here = config.invocation_params.dir
     # ours, renamed over their paths (pytest writes --junitxml and its cache in place)
     ours: list[tuple[str, Path]] = []
     if report is not None:
         ours += [
             ("--nvrx-report", here / report),
-            ("--nvrx-report's report.json", (here / report).with_name("report.json")),
+            ("--nvrx-report's JSON", report_json_path(here / report)),
         ]
+        if compare:
+            ours.append(("--nvrx-report's comparison JSON", compare_json_path(here / report)))
     outputs = list(ours)
-    junit = junit_path(config)
     if junit is not None:
         outputs.append(("--junitxml", junit))
     cache = _cache_dir(config)
@@ -634,9 +676,21 @@ def output_refusal(
             check_in_place_output("--junitxml", junit, evidence)
     except OutputRefused as exc:
         return str(exc)
-    if junit is not None and junit.parent.exists() and not junit.parent.is_dir():
-        return f"--junitxml {junit}: {junit.parent} is not a directory; give another path"
     return None
+
+
+def report_json_path(html: Path) -> Path:
+    """Where --nvrx-report's report.json goes: beside the page, named after it (``out/a.html``
+    -> ``out/a.json``, the ``report -o`` rule), so two reports in one directory keep both."""
+    from pytest_nvrx.report.main import json_beside
+
+    return json_beside(html)
+
+
+def compare_json_path(html: Path) -> Path:
+    """Where --nvrx-compare's document goes: beside the page, named after it (``out/a.html`` ->
+    ``out/a.compare.json``), for the same reason."""
+    return html.with_suffix(".compare.json")
 
 
 def junit_path(config: pytest.Config) -> Path | None:
@@ -670,7 +724,7 @@ class NvrxReporter:
 
     @property
     def json_path(self) -> Path | None:
-        return None if self.html is None else self.html.with_name("report.json")
+        return None if self.html is None else report_json_path(self.html)
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         entry = getattr(report, "nvrx_scenario", None)
@@ -796,12 +850,16 @@ class NvrxReporter:
         # the work dir may come from NVRX_WORK_DIR (unread at configure time): the runs judged
         # are known now
         judged = [Path(d["run_dir"]) for d in data if isinstance(d.get("run_dir"), str)]
-        refused = output_refusal(self.config, self.html, judged=judged)
+        refused = output_refusal(
+            self.config, self.html, judged=judged, compare=self.comparison is not None
+        )
         if refused is not None:
             self.outcome = f"not written: {refused}"
             session.exitstatus = pytest.ExitCode.USAGE_ERROR
             return
         sections = []
+        from pytest_nvrx.outputs import write_output
+
         if self.comparison is not None:
             from pytest_nvrx.compare.render import document, section_html
 
@@ -815,7 +873,7 @@ class NvrxReporter:
                 sections=sections,
             )
             if self.comparison is not None:
-                compare_json = self.html.with_name("compare.json")
+                compare_json = compare_json_path(self.html)
                 doc = json.dumps(document(self.comparison), indent=1) + "\n"
                 write_output(compare_json, doc)
         except OSError as exc:
@@ -826,17 +884,30 @@ class NvrxReporter:
         self.outcome = f"{self.html} and {self.json_path} ({count})"
 
     def rows(self) -> list[Row]:
+        from pytest_nvrx.session.scenario_run import Limits
+        from pytest_nvrx.session.verdict_table import Row
+
         rows = [Row.from_dict(e["row"]) for e in self.entries.values() if e.get("row")]
         for run in self.config.stash.get(JUDGED_KEY, []):
             if run.key not in self.entries:
                 rows.append(run.table_row(Limits.of(nvrx_settings(self.config))))
         return rows
 
-    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+    def pytest_terminal_summary(self, terminalreporter: Any, exitstatus: int) -> None:
         """The verdicts, each with the line that proves it, of every scenario that did not
         qualify (of all with -vv); then the closing table, one row per scenario; then where
-        the report and the JUnit XML went."""
+        the report and the JUnit XML went. A session given --nvrx-* options that collected
+        nothing: how to collect the scenarios."""
         tr = terminalreporter
+        hint = suite_hint(self.config, exitstatus)
+        if hint is not None:
+            tr.write_line(hint, yellow=True, bold=True)
+        judged = bool(self.entries) or bool(self.config.stash.get(JUDGED_KEY, []))
+        if not (judged or self.outcome or self.compare_lines or self.session_failures):
+            return  # nothing of ours to say (a project's own session: nothing imported)
+        from pytest_nvrx.evidence.refs import printable
+        from pytest_nvrx.session.verdict_table import fit, verdict_table
+
         verbosity = self.config.get_verbosity()
         width = self.config.get_terminal_writer().fullwidth
         failed = {key for key, _ in self.not_qualified()}
@@ -881,6 +952,33 @@ class NvrxReporter:
             tr.write_line(printable(line), red=True, bold=True)
 
 
+def pytest_itemcollected(item: pytest.Item) -> None:
+    if scenario_key(item) is not None:
+        item.config.stash[COLLECTED_OURS_KEY] = True
+
+
+def options_given(config: pytest.Config) -> list[str]:
+    """The --nvrx-* options on the command line (ini values and the environment aside)."""
+    return [s.plugin_option for s in PLUGIN_SETTINGS if config.getoption(s.ini, None) is not None]
+
+
+def suite_hint(config: pytest.Config, exitstatus: int) -> str | None:
+    """The one line for a session given --nvrx-* options that collected nothing, none of ours
+    among it: the shipped scenarios are a package, collected only with --pyargs (``pytest -m
+    gpu --nvrx-megatron-path X`` from a project's directory collected 0 items, exit 5, no
+    word why)."""
+    if exitstatus != pytest.ExitCode.NO_TESTS_COLLECTED:
+        return None
+    given = options_given(config)
+    if not given or config.stash.get(COLLECTED_OURS_KEY, False):
+        return None
+    return (
+        f"pytest-nvrx: {', '.join(given)} given, but no pytest-nvrx scenario was collected: add"
+        " --pyargs pytest_nvrx.suite to collect them (pytest --pyargs pytest_nvrx.suite -m gpu"
+        " --nvrx-megatron-path PATH)"
+    )
+
+
 def pytest_deselected(items: Sequence[pytest.Item]) -> None:
     if items:
         config = items[0].config
@@ -889,14 +987,22 @@ def pytest_deselected(items: Sequence[pytest.Item]) -> None:
 
 def _item_scenarios(items: Sequence[pytest.Item]) -> list[Scenario]:
     """The scenarios (and self-test runs) the items read, once each, in order."""
+    callspecs = [getattr(item, "callspec", None) for item in items]
+    ours = [
+        c.params[fixture]
+        for c in callspecs
+        if c is not None
+        for fixture in (SCENARIO_FIXTURE, SELFTEST_FIXTURE)
+        if fixture in c.params
+    ]
+    if not ours:
+        return []  # a session without our tests imports nothing of the scenarios
+    from pytest_nvrx.session.scenarios import Scenario
+
     scenarios: dict[str, Scenario] = {}
-    for item in items:
-        callspec = getattr(item, "callspec", None)
-        params = callspec.params if callspec is not None else {}
-        for fixture in (SCENARIO_FIXTURE, SELFTEST_FIXTURE):
-            scenario = params.get(fixture)
-            if isinstance(scenario, Scenario):
-                scenarios.setdefault(scenario.id, scenario)
+    for scenario in ours:
+        if isinstance(scenario, Scenario):
+            scenarios.setdefault(scenario.id, scenario)
     return list(scenarios.values())
 
 
@@ -904,6 +1010,9 @@ def _item_scenarios(items: Sequence[pytest.Item]) -> list[Scenario]:
 def pytest_xdist_node_collection_finished(node: Any, ids: Sequence[str]) -> None:
     """Under xdist the controller holds the selected scenarios to the rules, from the test ids
     a worker collected (a worker's usage error would crash it): before any is scheduled."""
+    from pytest_nvrx.selftest.run import selftest_scenarios
+    from pytest_nvrx.session.scenarios import WORKLOAD_ORDER, matrix_scenarios
+
     config = node.config
     try:
         settings = nvrx_settings(config)
@@ -937,6 +1046,8 @@ def _check_scenarios(config: pytest.Config, scenarios: Sequence[Scenario]) -> No
     option gets (exit 4), not an error of each scenario's run."""
     if not scenarios:
         return
+    from pytest_nvrx.session.scenario_run import check_scenarios
+
     try:
         settings = nvrx_settings(config)
     except pytest.UsageError:
@@ -992,6 +1103,9 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         # every xdist worker collects the same items: they tell the controller (its "nothing
         # qualified" rule), and one of them prints the header to the user's terminal
         config.workeroutput[WORKEROUTPUT_SELECTED] = list(selected)  # type: ignore[attr-defined]
+        config.workeroutput[WORKEROUTPUT_COLLECTED] = config.stash.get(  # type: ignore[attr-defined]
+            COLLECTED_OURS_KEY, False
+        )
         if selected and workerinput.get("workerid") == "gw0":
             _print_header_once(config)
             prepare_session_checkout(config, session.items)

@@ -189,6 +189,20 @@ def test_the_github_artifact_holds_only_this_runs_files() -> None:
     assert '--nvrx-report="$NVRX_RUN/report.html"' in command, command
 
 
+def test_the_recipes_share_the_gpu_locks_of_their_host() -> None:
+    """Each recipe names one GPU lock directory (NVRX_GPU_LOCK_DIR, read by the plugin) that
+    the host mounts into the container: the locks in each container's own /tmp let two runners
+    of one host run on one GPU at once."""
+    (job,) = _workflow()["jobs"].values()
+    shared = job["env"]["NVRX_GPU_LOCK_DIR"]
+    assert shared.startswith("/") and not shared.startswith("/tmp"), shared
+    assert f"{shared}:{shared}" in job["container"]["volumes"]
+    gitlab = _gitlab()
+    assert gitlab["variables"]["NVRX_GPU_LOCK_DIR"] == shared
+    # the runner's config.toml mounts it (a job cannot), as the recipe's header tells
+    assert f'volumes = ["{shared}:{shared}"]' in GITLAB.read_text(encoding="utf-8")
+
+
 def test_the_gitlab_recipe_passes_gitlabs_schema(tmp_path: Path) -> None:
     done = _schema_check(GITLAB, "vendor.gitlab-ci")
     assert done.returncode == 0, done.stdout + done.stderr

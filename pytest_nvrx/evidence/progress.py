@@ -7,6 +7,11 @@ cycle-log parser reads them in: an iteration by the adapter's ``iteration_line``
 its parser reads an iteration from, compiled for bytes), a checkpoint load by its
 ``parse_line``. NVRx's rank prefix is removed first, by the cycle-log parser's rule. A run of
 a workload without an adapter shows its cycles and its fault, never an iteration or a load.
+
+The fault is told from its marker, the evidence the verdict reads: its window, the save in
+flight and the tracker it recorded (a Megatron log prints an iteration only every few steps, so
+the log's newest iteration can lag the marker's in-flight save). A launch that saw nothing new
+for :data:`WAIT_LINE_S` says what it waits for and how long is left (:func:`waiting_for`).
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import os
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
 from pytest_nvrx.evidence.marker import read_marker
@@ -29,6 +35,10 @@ from pytest_nvrx.evidence.workload import (
     iteration_line,
 )
 from pytest_nvrx.layout import RunLayout, cycle_log_name
+from pytest_nvrx.settings.record import SECTION_NAMES, SectionTimeouts
+
+#: A wait with no new progress line gets a line at least this often (seconds).
+WAIT_LINE_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -44,18 +54,33 @@ class InjectedFault:
     #: the load of (None: a run of one fault; not a restore)
     position: int | None = None
     loading: int | None = None
+    #: what the marker recorded, as the verdict reads it: the window, the save in flight, the
+    #: tracker's iteration, the NVRx section open, when it fired (None: not recorded)
+    window: str | None = None
+    in_flight: int | None = None
+    tracker: int | None = None
+    section: str | None = None
+    time: datetime | None = None
 
     def describe(self) -> str:
         kind = f" ({self.fault})" if self.fault else ""
         rank = f" into rank {self.rank}" if self.rank is not None else ""
-        if self.loading is not None:
-            at = f" while it loaded checkpoint {self.loading}"
-        elif self.iteration is not None:
-            at = f" at iteration {self.iteration}"
-        else:
-            at = " before the first iteration"
         which = f"fault {self.position}" if self.position is not None else "fault"
-        return f"{which} injected{rank}{at}{kind}"
+        return f"{which} injected{rank}{kind}{self.where()}"
+
+    def where(self) -> str:
+        """Where it hit, from the marker first: the save in flight says which step the rank had
+        done (the log's newest iteration may lag it); the log's iteration otherwise. Nothing is
+        said that no evidence shows (no "before the first iteration" for want of a log line)."""
+        if self.loading is not None:
+            return f" while it loaded checkpoint {self.loading}"
+        window = f" in the {self.window} window" if self.window is not None else ""
+        tracker = f"tracker at {self.tracker}" if self.tracker is not None else None
+        if self.in_flight is not None:
+            facts = [f"save of {self.in_flight} in flight", *([tracker] if tracker else [])]
+            return f"{window}: {', '.join(facts)}"
+        at = f" at iteration {self.iteration}" if self.iteration is not None else ""
+        return f"{window}{at}{f', {tracker}' if tracker else ''}"
 
 
 @dataclass(frozen=True)
@@ -78,6 +103,8 @@ class Progress:
     restored: int | None = None
     fault: InjectedFault | None = None
     news: frozenset[str] = frozenset()
+    #: what a launch that saw nothing new for a while waits for (:func:`waiting_for`)
+    waiting: str | None = None
 
     @property
     def state(self) -> tuple[object, ...]:
@@ -87,7 +114,7 @@ class Progress:
     def describe(self) -> str:
         if self.cycle is None:
             # no worker has written a line yet: rendezvous, or the launcher still importing
-            return f"[{self.elapsed_s:6.1f}s] launcher starting"
+            return self._line("launcher starting")
         cycle = f"cycle {self.cycle}"
         if self.iteration is not None:
             now = f"{cycle}, iteration {self.iteration}/{self.total}"
@@ -106,7 +133,66 @@ class Progress:
                 now = f"{cycle}: {self.fault.describe()}"
             else:
                 now = f"cycle {self.fault.cycle}: {self.fault.describe()}; {now}"
-        return f"[{self.elapsed_s:6.1f}s] {now}"
+        return self._line(now)
+
+    def _line(self, now: str) -> str:
+        waiting = f"; {self.waiting}" if self.waiting is not None else ""
+        return f"[{self.elapsed_s:6.1f}s] {now}{waiting}"
+
+
+def waiting_for(
+    progress: Progress,
+    *,
+    quiet_s: float,
+    run_left_s: float,
+    sections: SectionTimeouts | None = None,
+    out_of_section_s: float | None = None,
+    now: datetime | None = None,
+) -> str:
+    """What a run that showed nothing new for ``quiet_s`` waits for, and how long is left: a
+    hung rank's detection by the deadline of the section its marker recorded open (the
+    out-of-section deadline where none was), else the next thing its log will show; always the
+    run's own time limit (``run_left_s``)."""
+    fault = progress.fault
+    if progress.cycle is None:
+        what = "for the first cycle's log (rendezvous, workers starting)"
+    elif fault is not None and fault.cycle == progress.cycle:
+        what = _detection(fault, sections, out_of_section_s, now or datetime.now(UTC))
+    elif progress.iteration is not None:
+        what = f"for the iteration after {progress.iteration}"
+    elif progress.restoring is not None and progress.restored is None:
+        what = f"for cycle {progress.cycle} to load checkpoint {progress.restoring}"
+    else:
+        what = f"for cycle {progress.cycle}'s first iteration"
+    return (
+        f"nothing new for {quiet_s:.0f} s, waiting {what}; "
+        f"the run's time limit in {max(run_left_s, 0.0):.0f} s"
+    )
+
+
+def _detection(
+    fault: InjectedFault,
+    sections: SectionTimeouts | None,
+    out_of_section_s: float | None,
+    now: datetime,
+) -> str:
+    """The faulted cycle still the newest: NVRx has yet to see the fault and restart."""
+    if fault.fault != "hang":
+        # the rank died (or raised): the launcher sees its exit, then restarts the workers
+        return f"for NVRx to restart the workers after the {fault.fault or 'fault'}"
+    if fault.section in SECTION_NAMES and sections is not None:
+        deadline = getattr(sections, fault.section)
+        which = f"the {fault.section} section's {deadline:g} s deadline"
+    elif fault.section is None and out_of_section_s is not None:
+        deadline, which = out_of_section_s, f"the out-of-section {out_of_section_s:g} s deadline"
+    else:
+        return "for NVRx to detect the hung rank"
+    if fault.time is None:
+        return f"for NVRx to detect the hung rank by {which}"
+    fired = fault.time if fault.time.tzinfo is not None else fault.time.replace(tzinfo=UTC)
+    left = deadline - (now - fired).total_seconds()
+    when = f"~{left:.0f} s left" if left >= 0 else f"passed {-left:.0f} s ago"
+    return f"for NVRx to detect the hung rank by {which} ({when})"
 
 
 #: at most this much of a cycle log is read per poll; a log that grew more is read from its tail
@@ -270,6 +356,11 @@ class ProgressReader:
             iteration=iteration,
             position=marker.schedule_position,
             loading=marker.load_iteration,
+            window=marker.window,
+            in_flight=marker.in_flight_iteration,
+            tracker=marker.tracker_iteration,
+            section=marker.section,
+            time=marker.time,
         )
 
 

@@ -36,8 +36,15 @@ from filelock import FileLock, Timeout
 
 from pytest_nvrx.megatron.stack import run_nvidia_smi
 
+#: where the locks go unless --nvrx-gpu-lock-dir (NVRX_GPU_LOCK_DIR) names another: a container's
+#: /tmp is its own, so containers that share a host's GPUs need a host directory mounted in each
 LOCK_DIR = Path("/tmp")
 LOCK_PREFIX = "pytest-nvrx-gpu-"
+
+
+def lock_dir_of(given: Path | None) -> Path:
+    """The lock directory of a session given ``given`` (--nvrx-gpu-lock-dir; None: not given)."""
+    return LOCK_DIR if given is None else given
 
 
 def smi_gpus() -> tuple[list[str], str | None]:

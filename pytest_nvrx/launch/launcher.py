@@ -29,7 +29,13 @@ from pathlib import Path
 from typing import IO, Any
 
 import pytest_nvrx
-from pytest_nvrx.evidence.progress import Progress, ProgressReader, read_tail
+from pytest_nvrx.evidence.progress import (
+    WAIT_LINE_S,
+    Progress,
+    ProgressReader,
+    read_tail,
+    waiting_for,
+)
 from pytest_nvrx.launch.process_tree import TAG_VAR, kill_tree
 from pytest_nvrx.launch.recipe import (
     Recipe,
@@ -338,6 +344,18 @@ class Launch:
     def progress(self) -> Progress:
         return self._progress.read(time.monotonic() - self._started_at)
 
+    def _waiting(self, prog: Progress, quiet_s: float, left_s: float) -> Progress:
+        """``prog`` with what the run waits for (the recipe's NVRx deadlines)."""
+        config = self.recipe.config
+        said = waiting_for(
+            prog,
+            quiet_s=quiet_s,
+            run_left_s=left_s,
+            sections=config.section_timeouts,
+            out_of_section_s=config.out_of_section_timeout,
+        )
+        return dataclasses.replace(prog, waiting=said)
+
     def _wait_for_exit(self, timeout_s: float) -> None:
         """Like ``time.sleep(timeout_s)``, but returns as soon as the launcher exits."""
         assert self._popen is not None
@@ -358,11 +376,14 @@ class Launch:
         Between polls it waits on the launcher itself (``sleep`` None), so its exit is seen at
         once rather than up to ``poll_s`` later. A stop signal (:class:`Interrupted`, or Ctrl-C's
         KeyboardInterrupt) propagates after the tree is stopped and result.json names it.
+        ``on_progress`` gets each new state, and at least every :data:`WAIT_LINE_S` of a wait
+        that shows nothing new what it waits for (a hung rank's detection) and how long is left.
         """
         assert self._popen is not None, "start() first"
         if sleep is None:
             sleep = self._wait_for_exit
         deadline = clock() + timeout_s
+        said_at = clock()
         last: tuple[object, ...] | None = None
         timed_out = False
         interrupted: signal.Signals | None = None
@@ -374,8 +395,11 @@ class Launch:
                 if on_progress is not None:
                     prog = self.progress()
                     if prog.state != last:
-                        last = prog.state
+                        last, said_at = prog.state, clock()
                         on_progress(prog)
+                    elif clock() - said_at >= WAIT_LINE_S:
+                        on_progress(self._waiting(prog, clock() - said_at, deadline - clock()))
+                        said_at = clock()
                 sleep(poll_s)
         except KeyboardInterrupt as exc:
             interrupted = interrupt_signal(exc)

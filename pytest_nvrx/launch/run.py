@@ -15,7 +15,7 @@ from pathlib import Path
 
 from pytest_nvrx.evidence.progress import Progress
 from pytest_nvrx.launch import claims
-from pytest_nvrx.launch.gpu_slots import gpu_locks
+from pytest_nvrx.launch.gpu_slots import LOCK_DIR, gpu_locks
 from pytest_nvrx.launch.launcher import Launch, RunResult, RunTimeout
 from pytest_nvrx.launch.planning import Plan, plan_run
 from pytest_nvrx.launch.prepare_megatron import Preparation, ensure_prepared
@@ -125,12 +125,13 @@ def hold_launch(
     wait: Callable[[Launch], LaunchOutcome],
     *,
     gpus: Sequence[str] = (),
+    lock_dir: Path = LOCK_DIR,
     on_start: Callable[[Launch], None] | None = None,
 ) -> LaunchOutcome:
-    """Start ``launch`` holding a lock per GPU in ``gpus`` and ``wait`` for it; leaving kills the
-    whole tree and writes result.json, also on Ctrl-C or a stop signal."""
+    """Start ``launch`` holding a lock per GPU in ``gpus`` (in ``lock_dir``) and ``wait`` for it;
+    leaving kills the whole tree and writes result.json, also on Ctrl-C or a stop signal."""
     try:
-        with gpu_locks(list(gpus)), launch:
+        with gpu_locks(list(gpus), lock_dir=lock_dir), launch:
             if on_start is not None:
                 on_start(launch)
             return wait(launch)

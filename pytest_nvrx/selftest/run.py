@@ -34,7 +34,9 @@ from pytest_nvrx.settings import ConfigError, NvrxSettings, RunConfig, WorkloadK
 from pytest_nvrx.settings.plants import PLANTS, Plant, missing_patch_points, plant_named
 from pytest_nvrx.worker.plant_hook.nvrx_plants import complete_iterations
 
-JSON_SCHEMA_VERSION = 1
+#: the ``--json`` document's ``schema_version`` (the key verify's and the report's JSON use); 1
+#: named the key ``schema``
+JSON_SCHEMA_VERSION = 2
 
 
 def selftest_scenario(workload: WorkloadKind, plant: str | None) -> Scenario:
@@ -125,7 +127,7 @@ class SelftestResult:
 
     def as_dict(self) -> dict[str, Any]:
         return {
-            "schema": JSON_SCHEMA_VERSION,
+            "schema_version": JSON_SCHEMA_VERSION,
             "workload": self.workload,
             "continuity_rtol": self.rtol,
             "exit_status": self.exit_status,

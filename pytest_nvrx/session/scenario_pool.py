@@ -18,7 +18,7 @@ from collections.abc import Callable, MutableMapping, Sequence
 from pathlib import Path
 
 from pytest_nvrx.evidence.rundir import RunEvidence
-from pytest_nvrx.launch.gpu_slots import GpuLedger, GpuSlots, visible_gpus
+from pytest_nvrx.launch.gpu_slots import GpuLedger, GpuSlots, lock_dir_of, visible_gpus
 from pytest_nvrx.launch.run import LaunchOutcome
 from pytest_nvrx.session.launch_pool import Job, LaunchPool
 from pytest_nvrx.session.scenario_run import ScenarioLaunch, ScenarioRun, scenario_values
@@ -89,7 +89,9 @@ class ScenarioPool:
         if gpus is None:
             gpus = visible_gpus()
         if gpus:
-            slots = GpuSlots(gpus, share=settings.gpu_share)
+            slots = GpuSlots(
+                gpus, share=settings.gpu_share, lock_dir=lock_dir_of(settings.gpu_lock_dir)
+            )
         self.pool: LaunchPool[LaunchOutcome] = LaunchPool(max_parallel=max_parallel, slots=slots)
         self._launches: dict[str, ScenarioLaunch] = {}
         self.gpu_ledger = GpuLedger()

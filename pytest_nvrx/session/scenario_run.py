@@ -25,7 +25,7 @@ from pytest_nvrx.evidence.progress import Progress
 from pytest_nvrx.evidence.rundir import RunEvidence, load_run
 from pytest_nvrx.evidence.timeline import Phase
 from pytest_nvrx.launch import claims
-from pytest_nvrx.launch.gpu_slots import GpuLedger, Slot, visible_gpus
+from pytest_nvrx.launch.gpu_slots import GpuLedger, Slot, lock_dir_of, visible_gpus
 from pytest_nvrx.launch.launcher import Launch, RunResult, tail_text
 from pytest_nvrx.launch.planning import Plan
 from pytest_nvrx.launch.run import (
@@ -528,7 +528,10 @@ class ScenarioLaunch:
         sessions on disjoint GPUs run side by side (see :func:`hold_launch`)."""
         launch = self.launch()
         return hold_launch(
-            launch, self.wait, gpus=visible_gpus() if self.scenario.needs_gpu else ()
+            launch,
+            self.wait,
+            gpus=visible_gpus() if self.scenario.needs_gpu else (),
+            lock_dir=lock_dir_of(self.settings.gpu_lock_dir),
         )
 
     def judge(

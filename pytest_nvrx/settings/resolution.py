@@ -45,7 +45,9 @@ class NvrxSettings:
     #: scenarios of one workload at once; None: auto
     parallel: int | None = None
     gpu_share: int = 1
-    #: the HTML report's path (report.json beside it)
+    #: where the GPU locks go; None: launch/gpu_slots.py's LOCK_DIR (/tmp)
+    gpu_lock_dir: Path | None = None
+    #: the HTML report's path (its report.json beside it, named after it: a.html -> a.json)
     report: Path | None = None
     #: the downtime gate's limit, seconds
     max_downtime: float | None = None

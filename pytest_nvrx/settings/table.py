@@ -8,6 +8,7 @@ of docs/options.md (:func:`options_table`) are all generated from it.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
@@ -102,6 +103,22 @@ def _absolute_dir(raw: str, what: str) -> Path:
     if not path.is_absolute():
         # as typed: a Path's repr (PosixPath('rel/work')) is Python's spelling, not the user's
         raise ConfigError(f"{what}: must be an absolute path, got {show_path(raw)}")
+    return path
+
+
+def _lock_dir(raw: str, what: str) -> Path:
+    """The GPU locks' directory: absolute, an existing directory, writable (each lock is a file
+    made there), so a bad one is refused before a scenario waits on it."""
+    path = _absolute_dir(raw, what)
+    if not path.is_dir():
+        raise ConfigError(
+            f"{what}: {show_path(raw)} is not a directory; give one that every session sharing"
+            " the GPUs sees (a host directory mounted into each container)"
+        )
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise ConfigError(
+            f"{what}: {show_path(raw)} is not writable: each GPU's lock is a file made there"
+        )
     return path
 
 
@@ -525,16 +542,33 @@ SETTINGS: tuple[Setting, ...] = (
         doc_default="1",
     ),
     Setting(
+        "gpu-lock-dir",
+        "absolute directory of the GPU locks, shared by every session on the host's GPUs "
+        "(default: /tmp; containers of one host: a host directory mounted into each)",
+        parse=_lock_dir,
+        env="NVRX_GPU_LOCK_DIR",
+        where="plugin",
+        attr="gpu_lock_dir",
+        doc_value="DIR",
+        doc="an existing, writable absolute directory for the GPU locks "
+        "(`DIR/pytest-nvrx-gpu-<device>.lock`): sessions that use one directory never share a "
+        "GPU; containers of one host each have their own `/tmp`, so give them a host directory "
+        "mounted into each ([Scenarios side by side](#scenarios-side-by-side))",
+        doc_default="`/tmp`",
+    ),
+    Setting(
         "report",
         "write the recovery report of the session's scenarios: one offline HTML page at PATH "
-        "and report.json beside it",
+        "and its report.json beside it, named after it (a.html -> a.json)",
         parse=parse_path,
         where="plugin",
         attr="report",
         doc_value="PATH",
         doc="write the recovery report of the session's scenarios: one self-contained offline "
-        "HTML page at `PATH` (matrix, timelines, recovery cost, loss curves) and `report.json` "
-        "beside it ([report.md](report.md)); also under pytest-xdist",
+        "HTML page at `PATH` (matrix, timelines, recovery cost, loss curves) and its "
+        "`report.json` beside it, named after it (`out/a.html` → `out/a.json`, as `report -o` "
+        "names it: a second report in that directory keeps the first one's) "
+        "([report.md](report.md)); also under pytest-xdist",
     ),
     Setting(
         "max-downtime",
@@ -591,7 +625,7 @@ SETTINGS: tuple[Setting, ...] = (
         doc="compare the session's scenarios, matched by key, with an earlier qualification's "
         "`report.json` (any schema pytest-nvrx wrote; read before anything launches): the "
         "stacks, each verdict and recovery phase old → new, in the terminal summary, as a "
-        "section of the `--nvrx-report` page (and `compare.json` beside it) and as "
+        "section of the `--nvrx-report` page (and in `a.compare.json` beside `a.html`) and as "
         "`nvrx_compare_*` JUnit properties ([compare.md](compare.md))",
         doc_default="none",
     ),

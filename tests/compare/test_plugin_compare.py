@@ -1,6 +1,6 @@
 """``--nvrx-compare REPORT_JSON`` and ``--nvrx-compare-fail SPEC`` in the plugin: the session's
-scenarios against an earlier report.json, in the terminal, the HTML report, compare.json and
-JUnit, and the session failed by the gate after every scenario was judged.
+scenarios against an earlier report.json, in the terminal, the HTML report, its
+``.compare.json`` and JUnit, and the session failed by the gate after every scenario was judged.
 
 Judged existing runs (``--nvrx-run-dir``): the committed real CPU pair of
 tests/data/compare/planted-load-delay (the second's checkpoint load 6.158 s longer)."""
@@ -67,7 +67,7 @@ def test_the_gate_fails_the_session_after_every_scenario_was_judged(
     assert props["nvrx_compare_gate"].startswith("phase:checkpoint_load:+3s: checkpoint_load")
     page = html.read_text()
     assert f"Compared with {previous}" in page and "checkpoint_load" in page
-    doc = json.loads((html.parent / "compare.json").read_text())
+    doc = json.loads(html.with_suffix(".compare.json").read_text())
     assert doc["gate"]["failed"] is True and doc["counts"]["regression"] == 1
     # the report it compared with is as it was
     assert json.loads(previous.read_text())["scenarios"][0]["name"] == "plain"
@@ -104,8 +104,12 @@ def test_a_looser_gate_passes_and_no_gate_only_shows(
             "--nvrx-compare-fail 'downtime:5%': the limit '5%' is not +Ns or +N%",
         ),
         (
-            ["--nvrx-compare", "{tmp}/out/report.json", "--nvrx-report", "{tmp}/out/q.html"],
-            "is where --nvrx-report's report.json is written",
+            ["--nvrx-compare", "{tmp}/out/q.json", "--nvrx-report", "{tmp}/out/q.html"],
+            "is where --nvrx-report's JSON is written",
+        ),
+        (
+            ["--nvrx-compare", "{tmp}/out/q.compare.json", "--nvrx-report", "{tmp}/out/q.html"],
+            "is where --nvrx-report's comparison JSON is written",
         ),
     ],
 )
@@ -116,7 +120,8 @@ def test_bad_compare_options_are_usage_errors_before_anything_runs(
     previous = previous_report(tmp_path)
     shutil.copy(previous, tmp_path / "old.json")
     (tmp_path / "out").mkdir()
-    shutil.copy(previous, tmp_path / "out" / "report.json")
+    for name in ("q.json", "q.compare.json"):
+        shutil.copy(previous, tmp_path / "out" / name)
     given = [a.replace("{tmp}", str(tmp_path)) for a in args]
     result = pytester.runpytest(*SUITE_ARGS, "--collect-only", *given)
     assert result.ret == pytest.ExitCode.USAGE_ERROR

@@ -3,10 +3,19 @@
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
+from datetime import timedelta
 from pathlib import Path
 
-from pytest_nvrx.evidence.progress import InjectedFault, Progress, ProgressReader, read_progress
+from pytest_nvrx.evidence.progress import (
+    InjectedFault,
+    Progress,
+    ProgressReader,
+    read_progress,
+    waiting_for,
+)
 from pytest_nvrx.layout import RunLayout
+from pytest_nvrx.settings import SectionTimeouts
 
 DATA = Path(__file__).parents[1] / "data"
 REF_KILL = DATA / "cpu" / "reference-kill"
@@ -62,7 +71,9 @@ def test_reference_kill_progress_lines(tmp_path: Path) -> None:
     run.write(0, 30, start=28)  # the injector's line and rank 0's last one
     hit = run.poll()
     assert hit.news == {"fault"} and hit.fault is not None
-    assert hit.describe().endswith("cycle 0: fault injected into rank 1 at iteration 20 (kill)")
+    assert hit.describe().endswith(
+        "cycle 0: fault injected into rank 1 (kill) at iteration 20, tracker at 10"
+    )
     for _ in range(3):  # the hung cycle says nothing new
         assert run.poll().news == frozenset()
     run.write(1, 4)  # replacement workers started, nothing loaded yet
@@ -106,7 +117,8 @@ def test_marker_seen_after_the_restart_names_the_cycle_it_hit(tmp_path: Path) ->
     run.inject()
     line = run.poll().describe()
     assert line.endswith(
-        "cycle 0: fault injected into rank 1 at iteration 20 (kill); cycle 1 starting"
+        "cycle 0: fault injected into rank 1 (kill) at iteration 20, tracker at 10;"
+        " cycle 1 starting"
     ), line
 
 
@@ -118,7 +130,11 @@ def test_marker_being_written_is_read_again(tmp_path: Path) -> None:
     run.layout.marker.write_bytes(complete[:40])
     assert run.poll().fault is None
     run.layout.marker.write_bytes(complete)
-    assert run.poll().fault == InjectedFault(rank=1, fault="kill", cycle=0, iteration=20)
+    fault = run.poll().fault
+    assert fault is not None and fault.time is not None
+    assert fault == InjectedFault(
+        rank=1, fault="kill", cycle=0, iteration=20, tracker=10, time=fault.time
+    )
 
 
 def test_megatron_restore_far_into_the_log(tmp_path: Path) -> None:
@@ -128,7 +144,9 @@ def test_megatron_restore_far_into_the_log(tmp_path: Path) -> None:
     run.write(0, len(run.lines(0)))
     run.inject()
     hit = run.poll()
-    assert hit.describe().endswith("cycle 0: fault injected into rank 0 at iteration 10 (kill)")
+    assert hit.describe().endswith(
+        "cycle 0: fault injected into rank 0 (kill) at iteration 10, tracker at 5"
+    )
     loading = 953  # "loading distributed checkpoint ... at iteration 5" is line 953
     assert b"loading distributed checkpoint" in run.lines(1)[loading - 1]
     run.write(1, loading - 1)
@@ -174,3 +192,66 @@ def test_a_reader_without_a_workload_waits_for_run_json_to_decide(tmp_path: Path
     layout.cycle_log(1).write_bytes((REF_KILL / "logs" / "train_cycle1.log").read_bytes())
     progress = reader.read(1.0)
     assert (progress.cycle, progress.restored, progress.iteration) == (1, 10, 40)
+
+
+GPU_KILL_SAVE = DATA / "gpu-one-matrix" / "kill-save"
+REF_HANG_FINALIZE = DATA / "windows" / "cpu" / "ref-hang-finalize"
+
+
+def test_a_window_fault_is_told_from_its_marker(tmp_path: Path) -> None:
+    """A Megatron kill in the save window (marker: tracker 5, save of 15 in flight) read while
+    the cycle log showed no iteration yet said "before the first iteration", and read while it
+    showed iteration 10 said "at iteration 10": the marker's save in flight and tracker, the
+    verdict's evidence, are what the line says."""
+    run = GrowingRun(tmp_path, GPU_KILL_SAVE, "megatron")
+    run.write(0, 1012)  # setup, up to the line before "iteration 1/100"
+    run.inject()
+    early = run.poll()
+    assert early.iteration is None and early.fault is not None
+    said = early.describe()
+    assert said.endswith(
+        "cycle 0: fault injected into rank 0 (kill) in the save window: save of 15 in flight,"
+        " tracker at 5"
+    ), said
+    assert "before the first iteration" not in said
+    late = GrowingRun(tmp_path / "late", GPU_KILL_SAVE, "megatron")
+    late.write(0, 1050)  # the log through iteration 10 only
+    late.inject()
+    lagging = late.poll()
+    assert lagging.iteration is not None and lagging.iteration < 15
+    assert lagging.describe().endswith("save of 15 in flight, tracker at 5"), lagging.describe()
+    assert f"iteration {lagging.iteration}" not in lagging.describe().split("(kill)")[1]
+
+
+def test_a_hang_waits_for_its_sections_deadline(tmp_path: Path) -> None:
+    """A quiet wait says what it waits for and how long is left: a hung rank, by the deadline
+    of the section its marker recorded open; a killed one, its restart; the run's time limit."""
+    run = GrowingRun(tmp_path, REF_HANG_FINALIZE, "reference")
+    run.write(0, len(run.lines(0)))
+    run.inject()
+    hung = run.poll()
+    assert hung.fault is not None and hung.fault.time is not None
+    assert hung.fault.section == "checkpointing"
+    sections = SectionTimeouts(setup=900, step=30, checkpointing=30)
+    twelve = hung.fault.time + timedelta(seconds=12)
+    line = replace(
+        hung,
+        waiting=waiting_for(
+            hung, quiet_s=10, run_left_s=571.6, sections=sections, out_of_section_s=180, now=twelve
+        ),
+    ).describe()
+    assert line.endswith(
+        "; nothing new for 10 s, waiting for NVRx to detect the hung rank by the checkpointing"
+        " section's 30 s deadline (~18 s left); the run's time limit in 572 s"
+    ), line
+    late = hung.fault.time + timedelta(seconds=33)
+    passed = waiting_for(hung, quiet_s=20, run_left_s=9, sections=sections, now=late)
+    assert "(passed 3 s ago)" in passed and passed.endswith("time limit in 9 s"), passed
+    killed = replace(hung, fault=replace(hung.fault, fault="kill"))
+    assert "for NVRx to restart the workers after the kill;" in waiting_for(
+        killed, quiet_s=10, run_left_s=100
+    )
+    starting = Progress(elapsed_s=3.0, cycle=None, iteration=None, total=None)
+    assert "waiting for the first cycle's log" in waiting_for(starting, quiet_s=10, run_left_s=5)
+    training = Progress(elapsed_s=3.0, cycle=1, iteration=16, total=40)
+    assert "waiting for the iteration after 16;" in waiting_for(training, quiet_s=10, run_left_s=5)

@@ -147,6 +147,33 @@ def test_progress_is_reported(tmp_path: Path) -> None:
     assert "cycle 0" in seen[-1].describe()
 
 
+def test_a_quiet_wait_says_what_it_waits_for_every_10_seconds(tmp_path: Path) -> None:
+    """A run that shows nothing new (a hung launcher here) still gets a line at least every
+    10 s of the wait, saying what it waits for and how long is left of its time limit; a
+    hang waited ~18 s for its deadline without a line."""
+    recipe, pidfile = fake_recipe(tmp_path, "hang")
+    now = [0.0]
+
+    def sleep(seconds: float) -> None:  # the wait's own clock: 35 s pass in no time
+        now[0] += seconds
+
+    seen: list[Progress] = []
+    with Launch(recipe) as launch, pytest.raises(RunTimeout):
+        read_pids(pidfile)
+        launch.wait(35, on_progress=seen.append, poll_s=1.0, clock=lambda: now[0], sleep=sleep)
+    lines = [p.describe() for p in seen]
+    assert lines[0].endswith("launcher starting") and seen[0].waiting is None, lines
+    waits = [p.waiting for p in seen[1:]]
+    assert waits == [
+        f"nothing new for 10 s, waiting for the first cycle's log (rendezvous, workers"
+        f" starting); the run's time limit in {left} s"
+        for left in (25, 15, 5)
+    ], lines
+    assert all(
+        line.split("] ", 1)[1].startswith("launcher starting; nothing new") for line in lines[1:]
+    )
+
+
 def test_kill_tree_with_nothing_to_kill() -> None:
     assert kill_tree(None, "no-such-tag", grace_s=0.1) == set()
 

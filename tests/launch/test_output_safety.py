@@ -241,7 +241,8 @@ def test_plugin_report_into_the_run_dir_or_onto_itself_is_a_usage_error(
         (["--nvrx-report", str(tmp_path / "out" / "report.json")], "give them different paths"),
         ([f"--junitxml={run_dir / 'logs' / 'launcher.log'}"], "inside --nvrx-run-dir"),
         (
-            ["--nvrx-report", str(tmp_path / "r.html"), f"--junitxml={tmp_path / 'report.json'}"],
+            # r.html's JSON is r.json (named after the page)
+            ["--nvrx-report", str(tmp_path / "r.html"), f"--junitxml={tmp_path / 'r.json'}"],
             "give them different paths",
         ),
     ]
@@ -867,7 +868,7 @@ def test_write_atomic_refuses_anything_but_a_regular_file(short_dir: Path, kind:
 def test_plugin_report_onto_anything_but_a_regular_file_is_a_usage_error(
     pytester: pytest.Pytester, run_dir: Path, short_dir: Path, kind: str, beside: bool
 ) -> None:
-    target = short_dir / ("report.json" if beside else "r.html")
+    target = short_dir / ("r.json" if beside else "r.html")  # the page's JSON: named after it
     maker = special(kind, target, short_dir / "elsewhere")
     next(maker)
     before = identity(target)
@@ -876,7 +877,7 @@ def test_plugin_report_onto_anything_but_a_regular_file_is_a_usage_error(
         *SUITE_ARGS, "--nvrx-run-dir", str(run_dir), "--nvrx-report", str(report)
     )
     assert result.ret == pytest.ExitCode.USAGE_ERROR, result.stdout.str()
-    flag = "--nvrx-report's report.json" if beside else "--nvrx-report"
+    flag = "--nvrx-report's JSON" if beside else "--nvrx-report"
     result.stderr.fnmatch_lines([f"*pytest-nvrx: {flag} {target} is {SHOWN_KIND[kind]}*"])
     assert identity(target) == before
 

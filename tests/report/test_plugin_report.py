@@ -44,7 +44,7 @@ def junit_cases(junit: Path) -> dict[str, dict[str, str]]:
 
 def check_report(html: Path, downtime: float = GPU_KILL_DOWNTIME) -> dict[str, object]:
     assert html.read_text(encoding="utf-8").startswith("<!DOCTYPE html>")
-    doc = json.loads((html.parent / "report.json").read_text())
+    doc = json.loads(html.with_suffix(".json").read_text())
     (scenario,) = doc["scenarios"]
     assert scenario["name"] == "existing-run"
     assert scenario["downtime_s"] == pytest.approx(downtime, abs=0.002)
@@ -75,7 +75,7 @@ def test_report_and_outcome_without_xdist(
             "nvrx existing-run: QUALIFIED",
             f"existing-run: {run}",
             "  PASS prior_checkpoint: *",
-            f"nvrx report: {html} and {html.parent / 'report.json'} (1 scenario)*",
+            f"nvrx report: {html} and {html.with_suffix('.json')} (1 scenario)*",
         ]
     )
     assert "test_recovery_downtime" not in out
@@ -102,6 +102,33 @@ def test_report_and_outcome_without_xdist(
         for name, value in props.items():
             assert value not in ("None", "True", "False", "[]", "{}"), (name, value)
             assert not re.match(r"^[\[{(]'", value), (name, value)
+
+
+def test_a_second_report_beside_the_first_keeps_the_first_ones_json(
+    pytester: pytest.Pytester, clean_env: None, tmp_path: Path
+) -> None:
+    """--nvrx-report out/a.html then out/b.html: each page's JSON is named after it (as
+    ``report -o`` names it); both sessions wrote out/report.json before, the second over the
+    first one's."""
+    out = tmp_path / "out"
+    kill, baseline = copy_run(GPU_KILL, tmp_path), copy_run(GPU_BASELINE, tmp_path)
+    first = pytester.runpytest(*SUITE_ARGS, "--nvrx-run-dir", str(kill),
+                               "--nvrx-report", str(out / "a.html"))  # fmt: skip
+    assert first.ret == pytest.ExitCode.OK, first.stdout.str()[-3000:]
+    first.stdout.fnmatch_lines([f"nvrx report: {out / 'a.html'} and {out / 'a.json'} (1 *"])
+    a_json = (out / "a.json").read_bytes()
+    second = pytester.runpytest(*SUITE_ARGS, "--nvrx-run-dir", str(baseline),
+                                "--nvrx-report", str(out / "b.html"))  # fmt: skip
+    assert second.ret == pytest.ExitCode.OK, second.stdout.str()[-3000:]
+    assert (out / "a.json").read_bytes() == a_json  # untouched by the second session
+    assert json.loads(a_json)["scenarios"][0]["run_dir"] == str(kill)
+    assert json.loads((out / "b.json").read_text())["scenarios"][0]["run_dir"] == str(baseline)
+    assert not (out / "report.json").exists()
+    # a page named *.json would be its own JSON: refused before anything is judged
+    clash = pytester.runpytest(*SUITE_ARGS, "--nvrx-run-dir", str(kill),
+                               "--nvrx-report", str(out / "c.json"))  # fmt: skip
+    assert clash.ret == pytest.ExitCode.USAGE_ERROR
+    assert "--nvrx-report" in clash.stderr.str() and not (out / "c.json").exists()
 
 
 def test_report_under_xdist(pytester: pytest.Pytester, clean_env: None, tmp_path: Path) -> None:

@@ -21,6 +21,7 @@ from pytest_nvrx.criteria import judge_run_dir
 from pytest_nvrx.criteria.selftest_outcome import PlantOutcome, control_outcome, plant_outcome
 from pytest_nvrx.evidence.plant_records import read_plant_records
 from pytest_nvrx.layout import PLANT_RECORDS_DIR
+from pytest_nvrx.selftest.run import JSON_SCHEMA_VERSION, SelftestResult
 from pytest_nvrx.settings.plants import PLANTS, plant_named
 
 DATA = Path(__file__).parents[1] / "data" / "gpu-selftest"
@@ -45,6 +46,17 @@ CASES = [
     for o in _document(revision)["outcomes"]
     if o["status"] != "skipped"
 ]
+
+
+def test_the_document_names_its_schema_as_verify_and_report_do() -> None:
+    """``schema_version``, the key of verify's and the report's JSON (schema 1, the device's
+    committed document, called it ``schema``); every other key as it was."""
+    device = _document(REVISIONS[0])
+    control = _outcome(DATA / REVISIONS[0] / "control", "control")
+    doc = SelftestResult("megatron", 0.0, (control,)).as_dict()
+    assert doc["schema_version"] == JSON_SCHEMA_VERSION == 2 and "schema" not in doc
+    assert device["schema"] == 1 and set(device) - {"schema"} == set(doc) - {"schema_version"}
+    assert doc["outcomes"][0].keys() == device["outcomes"][0].keys()
 
 
 @pytest.mark.parametrize(("revision", "name"), CASES, ids=[f"{r}-{n}" for r, n in CASES])

@@ -133,6 +133,6 @@ def test_control_and_one_plant_for_real(pytester: pytest.Pytester, tmp_path: Pat
     assert ("nvrx_selftest_expected", "training_continuity") in rng
     control = dict(cases["test_plant_caught[reference-selftest-control]"])
     assert "nvrx_planted" not in control and control["nvrx_selftest_status"] == "qualified"
-    doc = json.loads((html.parent / "report.json").read_text())
+    doc = json.loads(html.with_suffix(".json").read_text())
     rows = {r["scenario"]: r["status"] for r in doc["selftest"]["rows"]}
     assert rows == {"reference-selftest-control": "qualified", "reference-selftest-rng": "caught"}

@@ -76,6 +76,7 @@ def test_the_selftest_exits_0_and_says_it_passed(selftest: Selftest) -> None:
     assert selftest.text.rstrip().endswith(summary)  # the text went to stderr, the JSON alone
     assert selftest.document["workload"] == "reference"
     assert selftest.document["continuity_rtol"] == 0.0
+    assert selftest.document["schema_version"] == 2 and "schema" not in selftest.document
 
 
 def test_the_control_qualified(selftest: Selftest) -> None:

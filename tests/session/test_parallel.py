@@ -241,3 +241,74 @@ def test_stop_all_tells_each_launch_the_cause(tmp_path: Path) -> None:
     pool.stop_all(cause)
     assert made[0].causes == [cause]
     assert made[0].proc is not None and made[0].proc.poll() is not None
+
+
+#: A session's test that takes a slot on GPU 0 through the pool its settings build (the lock
+#: directory from --nvrx-gpu-lock-dir or NVRX_GPU_LOCK_DIR), says whether it got one, and holds
+#: it until told to let go.
+SLOT_TAKER = """
+import os, time
+from pathlib import Path
+from pytest_nvrx.fixtures import nvrx_settings
+from pytest_nvrx.session.scenario_pool import ScenarioPool
+
+def test_take_gpu_0(pytestconfig):
+    pool = ScenarioPool(nvrx_settings(pytestconfig), max_parallel=1, write=print, gpus=["0"])
+    assert pool.pool.slots is not None
+    slot = pool.pool.slots.try_take(1)
+    Path(os.environ["TAKER_OUT"]).write_text("took" if slot is not None else "waits")
+    release = Path(os.environ["TAKER_RELEASE"])
+    while slot is not None and not release.exists():
+        time.sleep(0.05)
+"""
+
+
+def test_two_sessions_with_one_gpu_lock_dir_never_share_a_gpu(
+    tmp_path: Path, clean_env: None
+) -> None:
+    """Two pytest sessions given one --nvrx-gpu-lock-dir (containers of one host, each with its
+    own /tmp, the directory mounted into both) see each other's GPU locks: the second cannot
+    take the GPU the first holds; a session with another lock directory can."""
+    (tmp_path / "test_taker.py").write_text(SLOT_TAKER)
+    shared, other = tmp_path / "shared-locks", tmp_path / "other-locks"
+    shared.mkdir()
+    other.mkdir()
+    (tmp_path / "at-once").touch()  # the later sessions let a GPU they took go at once
+    env = {k: v for k, v in os.environ.items() if k != "PYTEST_ADDOPTS"}
+    argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly"]
+    argv += ["-p", "no:xdist", str(tmp_path / "test_taker.py")]
+
+    def env_of(name: str, release: str = "at-once", **more: str) -> dict[str, str]:
+        files = {"TAKER_OUT": str(tmp_path / name), "TAKER_RELEASE": str(tmp_path / release)}
+        return {**env, **files, **more}
+
+    first = subprocess.Popen(
+        [*argv, "--nvrx-gpu-lock-dir", str(shared)],
+        env=env_of("first", release="release-first"),
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not (tmp_path / "first").exists() and first.poll() is None:
+            assert time.monotonic() < deadline, "the first session never took GPU 0"
+            time.sleep(0.1)
+        assert (tmp_path / "first").read_text() == "took"
+        assert (shared / "pytest-nvrx-gpu-0.lock").exists()
+        later = [
+            ("second", ["--nvrx-gpu-lock-dir", str(shared)], env_of("second")),
+            ("by-env", [], env_of("by-env", NVRX_GPU_LOCK_DIR=str(shared))),
+            ("elsewhere", ["--nvrx-gpu-lock-dir", str(other)], env_of("elsewhere")),
+        ]
+        for _, args, run_env in later:
+            done = subprocess.run(
+                [*argv, *args], env=run_env, cwd=tmp_path, capture_output=True, timeout=120
+            )
+            assert done.returncode == 0, done.stdout.decode()[-2000:]
+        said = {name: (tmp_path / name).read_text() for name, _, _ in later}
+        assert said == {"second": "waits", "by-env": "waits", "elsewhere": "took"}
+    finally:
+        (tmp_path / "release-first").touch()
+        out, _ = first.communicate(timeout=60)
+    assert first.returncode == 0, out.decode()[-2000:]

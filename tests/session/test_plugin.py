@@ -253,6 +253,33 @@ def test_gpu_scenarios_skip_with_reason(pytester: pytest.Pytester, clean_env: No
     assert result.ret == pytest.ExitCode.NO_TESTS_COLLECTED
 
 
+SUITE_HINT = "pytest-nvrx: --nvrx-megatron-path given, but no pytest-nvrx scenario was collected:"
+
+
+def test_nvrx_options_that_collect_nothing_say_to_add_pyargs(
+    pytester: pytest.Pytester, clean_env: None, megatron_stub: Path
+) -> None:
+    """``pytest -m gpu --nvrx-megatron-path X`` without ``--pyargs pytest_nvrx.suite``: exit 5
+    as before, and one line says how to collect the scenarios (it said nothing)."""
+    megatron = ["--nvrx-megatron-path", str(megatron_stub)]
+    empty = pytester.runpytest("-p", "no:cacheprovider", "-m", "gpu", *megatron)
+    assert empty.ret == pytest.ExitCode.NO_TESTS_COLLECTED
+    empty.stdout.fnmatch_lines([f"{SUITE_HINT} add --pyargs pytest_nvrx.suite to collect them*"])
+    assert empty.stdout.str().count("pytest-nvrx:") == 1
+    # a project's own tests, all deselected by -m gpu: nothing ran either
+    pytester.makepyfile(test_trivial="def test_one():\n    assert 1 + 1 == 2\n")
+    deselected = pytester.runpytest("-p", "no:cacheprovider", "-m", "gpu", *megatron)
+    assert deselected.ret == pytest.ExitCode.NO_TESTS_COLLECTED
+    deselected.stdout.fnmatch_lines([f"{SUITE_HINT}*"])
+    # no --nvrx-* option, a test that ran, or our scenarios collected and deselected: no hint
+    plain = pytester.runpytest("-p", "no:cacheprovider", "-m", "gpu")
+    ran = pytester.runpytest("-p", "no:cacheprovider", *megatron)
+    ours = pytester.runpytest(*SUITE_ARGS, "-m", "gpu and not gpu", *megatron)
+    assert plain.ret == ours.ret == pytest.ExitCode.NO_TESTS_COLLECTED and ran.ret == 0
+    for result in (plain, ran, ours):
+        assert "--pyargs" not in result.stdout.str(), result.stdout.str()
+
+
 @pytest.mark.skipif(gpu_available() is None, reason="this host has a GPU")
 def test_gpu_selected_with_megatron_on_a_gpu_less_host_is_an_error(
     pytester: pytest.Pytester,
@@ -499,6 +526,19 @@ def test_workload_option_limits_scenarios(pytester: pytest.Pytester, clean_env: 
         (["--nvrx-window", "during"], {}, "", "--nvrx-window must be one or more of step, save"),
         (["--nvrx-window", "save,"], {}, "", "--nvrx-window must be one or more of step, save"),
         ([], {}, "nvrx_window = later", "ini value nvrx_window must be one or more of"),
+        (
+            ["--nvrx-gpu-lock-dir", "rel/locks"],
+            {},
+            "",
+            "--nvrx-gpu-lock-dir: must be an absolute path, got rel/locks",
+        ),
+        (
+            ["--nvrx-gpu-lock-dir", "/nonexistent-nvrx/locks"],
+            {},
+            "",
+            "--nvrx-gpu-lock-dir: /nonexistent-nvrx/locks is not a directory; give one that",
+        ),
+        ([], {}, "nvrx_gpu_lock_dir = locks", "ini value nvrx_gpu_lock_dir: must be an absolute"),
     ],
 )
 def test_bad_values_are_usage_errors(
@@ -524,6 +564,7 @@ def test_bad_values_are_usage_errors(
         ({"NVRX_FAULT_WINDOW": "Step"}, "environment variable NVRX_FAULT_WINDOW must be"),
         ({"NVRX_WORK_DIR": "/tmp/a\nb"}, "NVRX_WORK_DIR '/tmp/a\\nb' holds the control char"),
         ({"NVRX_WORK_DIR": "rel/work"}, "NVRX_WORK_DIR: must be an absolute path, got rel/work"),
+        ({"NVRX_GPU_LOCK_DIR": "/etc/hostname"}, "NVRX_GPU_LOCK_DIR: /etc/hostname is not a dir"),
     ],
 )
 def test_bad_environment_is_an_error_once_scenarios_are_collected(

@@ -105,8 +105,8 @@ def test_last_failed_reruns_only_the_cached_failure(checkout: Path) -> None:
 
 def test_a_real_qualification_ends_with_the_table_and_writes_the_report(checkout: Path) -> None:
     """One real reference scenario through ./qualify with -qq (net -q): no progress lines, no
-    repeated PASSED lines (no -rA), the verdict table last, the HTML report and report.json
-    written beside the JUnit report (#23 item 4)."""
+    repeated PASSED lines (no -rA), the verdict table last, the HTML report and its JSON
+    (qualification-report.json, named after the page) written beside the JUnit report."""
     proc = qualify(checkout, "-qq", "-k", "reference-kill-save")
     out = proc.stdout
     assert proc.returncode == 0, out + proc.stderr
@@ -115,10 +115,10 @@ def test_a_real_qualification_ends_with_the_table_and_writes_the_report(checkout
     table = out[out.index("nvrx verdict table") :]
     rows = [line for line in table.splitlines() if line.startswith("reference-kill-save")]
     assert len(rows) == 1 and rows[0].split()[1] == "QUALIFIED", table
-    html, json_path = checkout / "qualification-report.html", checkout / "report.json"
+    html, json_path = checkout / "qualification-report.html", checkout / "qualification-report.json"
     assert f"nvrx report: {html} and {json_path} (1 scenario); JUnit: {checkout / JUNIT}" in table
     assert (checkout / "qualification-report.html").is_file()
-    assert (checkout / "report.json").is_file() and (checkout / JUNIT).is_file()
+    assert json_path.is_file() and (checkout / JUNIT).is_file()
     assert out.rstrip().splitlines()[-1] == f"qualify: JUnit report in {JUNIT}"
 
 
