@@ -53,7 +53,6 @@ from pytest_nvrx.settings import (
 
 if TYPE_CHECKING:
     from pytest_nvrx.compare import Comparison, Side
-    from pytest_nvrx.criteria.selftest_outcome import PlantOutcome
     from pytest_nvrx.session.scenario_run import ScenarioRun
     from pytest_nvrx.session.scenarios import Scenario
     from pytest_nvrx.session.verdict_table import Row
@@ -473,16 +472,18 @@ def _junit_properties(item: pytest.Item, run: ScenarioRun) -> list[tuple[str, st
     from pytest_nvrx.session.scenario_run import Limits
 
     given = item.config.stash.setdefault(PROPERTIES_GIVEN_KEY, set())
+    outcome = selftest_outcome_of(item.config, run.key)
     if run.key not in given:
         given.add(run.key)
-        props = junit.run_properties(run) + _compare_properties(item.config, run)
+        # a self-test run is held to no time limit (session/console.py)
+        limits = Limits.of(nvrx_settings(item.config)) if outcome is None else None
+        props = junit.run_properties(run, limits) + _compare_properties(item.config, run)
     else:
         props = [("nvrx_run_dir", str(run.layout.run_dir))]
     callspec = getattr(item, "callspec", None)
     criterion = callspec.params.get("criterion") if callspec is not None else None
     if criterion in CRITERIA_IDS:
         props += junit.criterion_properties(run, str(criterion))
-    outcome = selftest_outcome_of(item.config, run.key)
     if outcome is not None:
         expected = outcome.plant.caught_by if outcome.plant is not None else "qualified"
         props += [
@@ -524,56 +525,6 @@ def _compare_properties(config: pytest.Config, run: ScenarioRun) -> list[tuple[s
         return [("nvrx_compare_error", f"{type(exc).__name__}: {exc}")]
 
 
-def selftest_label(outcome: PlantOutcome) -> str:
-    """A self-test run's outcome in one line: ``planted: rng: caught by training_continuity:
-    ...``, ``control: qualified: ...``; never ``QUALIFIED`` (a planted run is no qualification)."""
-    head = "control" if outcome.plant is None else f"planted: {outcome.plant.name}"
-    said = outcome.reason.startswith(outcome.status.replace("-", " "))
-    return f"{head}: {outcome.reason if said else f'{outcome.status}: {outcome.reason}'}"
-
-
-def scenario_entry(config: pytest.Config, run: ScenarioRun) -> dict[str, Any]:
-    """What the controller learns of a judged scenario, as plain data: its outcome line, its
-    summary block and, with --nvrx-report, its recovery report (ScenarioReport.as_dict)."""
-    from pytest_nvrx.session.scenario_run import Limits
-    from pytest_nvrx.session.verdict_table import Row
-
-    settings = nvrx_settings(config)
-    limits: Limits | None = Limits.of(settings)
-    selftest = selftest_outcome_of(config, run.key)
-    if selftest is None:
-        outcome, cause, row = run.outcome_line(limits), run.cause(limits), run.table_row(limits)
-    else:
-        # a self-test run is judged by its outcome (a planted run is never qualified: caught is
-        # the pass), and held to no time limit
-        limits = None
-        label = selftest_label(selftest)
-        outcome, cause = f"nvrx {run.key}: {label}", None if selftest.good else label
-        row = Row(
-            scenario=run.key,
-            outcome=selftest.status.upper(),
-            timings=dict(run.judgement.timings),
-            cause=None if selftest.good else selftest.reason,
-            shared_gpu=run.judgement.gpu_shared,
-        )
-    entry: dict[str, Any] = {
-        "key": run.key,
-        "outcome": outcome,
-        # why it did not qualify (None: it did): the session fails on it whatever was selected
-        "cause": cause,
-        "lines": run.summary_lines(),
-        "row": row.as_dict(),
-        "report": None,
-        "report_error": None,
-    }
-    if settings.report is not None or settings.compare is not None:
-        try:
-            entry["report"] = run.report(limits).as_dict()
-        except Exception as exc:  # a report bug must not cost the qualification: say it instead
-            entry["report_error"] = f"{type(exc).__name__}: {exc}"
-    return entry
-
-
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(
     item: pytest.Item, call: pytest.CallInfo[None]
@@ -591,18 +542,21 @@ def pytest_runtest_makereport(
         )
     outcome = yield
     report: pytest.TestReport = outcome.get_result()
-    gate = getattr(item, "originalname", "") == "test_recovery_downtime"
-    if report.failed and call.when == "call" and not gate:
-        # the logs' last lines show how a run ended; a broken time limit's evidence is the
-        # timings its message gives, not the logs
-        for title, text in run.log_tails():
-            report.sections.append((title, printable(text, lines=True)))
     shipped = item.config.stash.setdefault(SHIPPED_KEY, set())
     if run.key not in shipped:
         # the scenario's first report (its run just ended): the outcome now, and the entry for
         # the controller's summary and report
         shipped.add(run.key)
-        entry = scenario_entry(item.config, run)
+        from pytest_nvrx.session.console import scenario_entry
+        from pytest_nvrx.session.scenario_run import Limits
+
+        settings = nvrx_settings(item.config)
+        entry = scenario_entry(
+            run,
+            Limits.of(settings),
+            selftest_outcome_of(item.config, run.key),
+            with_report=settings.report is not None or settings.compare is not None,
+        )
         report.nvrx_scenario = entry  # type: ignore[attr-defined]
         terminal_writer(item.config)(entry["outcome"])
 
@@ -914,17 +868,21 @@ class NvrxReporter:
         blocks = []
         for key, block in zip(self._block_keys(), self.blocks(), strict=True):
             if key in failed or key not in self.entries or verbosity >= 2:
-                blocks.append(block)  # the whole reasons: they are what to read
+                blocks.append((key, block))  # the whole reasons: they are what to read
             elif verbosity >= 0:  # -q: only the scenarios that did not qualify
                 # the outcome and the run dir whole (a path to copy), each verdict in a line
                 # (at least 120 characters: a narrow terminal wraps rather than loses it)
                 head, verdicts = block[:2], block[2:]
-                blocks.append([*head, *(fit(line, max(width, 120)) for line in verdicts)])
+                blocks.append((key, [*head, *(fit(line, max(width, 120)) for line in verdicts)]))
         if blocks:
             tr.section("nvrx verdicts")
-            for block in blocks:
+            for key, block in blocks:
                 for line in block:
                     tr.write_line(printable(line))
+                # how a failed run ended, once, after its verdicts (never once per failed test)
+                for title, text in self.entries.get(key, {}).get("tails") or ():
+                    tr.write_sep("-", printable(title))
+                    tr.write_line(printable(text, lines=True))
         rows = self.rows()
         if rows:
             tr.section("nvrx verdict table")

@@ -47,6 +47,7 @@ from typing import Any, TextIO
 
 from pytest_nvrx.criteria import FAULT_CHOICES, WINDOW_CHOICES, Judgement, judge
 from pytest_nvrx.criteria.baseline import baseline_refusal
+from pytest_nvrx.criteria.outcome import run_outcome
 from pytest_nvrx.evidence.refs import printable
 from pytest_nvrx.evidence.rundir import RunDirError, load_run
 from pytest_nvrx.evidence.segments import FaultRecovery
@@ -127,12 +128,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def json_report(judgement: Judgement, exit_status: int) -> dict[str, Any]:
-    """The ``--json`` document: versioned, with the exit status the command returns."""
-    return {
-        "schema_version": JSON_SCHEMA_VERSION,
-        **judgement.as_dict(),
-        "exit_status": exit_status,
-    }
+    """The ``--json`` document: versioned, with the run's outcome (criteria/outcome.py: the
+    one cause the console, the report and JUnit name too) and the exit status the command
+    returns."""
+    outcome = run_outcome(judgement)
+    doc: dict[str, Any] = {"schema_version": JSON_SCHEMA_VERSION}
+    for key, value in judgement.as_dict().items():
+        if key == "first_cause":
+            # after what was expected, before what the run showed (docs/criteria.md's order)
+            doc.update(summary=outcome.summary, outcome=outcome.text, cause=outcome.reason)
+        doc[key] = value
+    doc["exit_status"] = exit_status
+    return doc
 
 
 def _write_json(target: str, data: dict[str, Any], out: TextIO) -> str | None:
@@ -219,7 +226,7 @@ def _report_lines(judgement: Judgement, out: TextIO) -> None:
     note = judgement.sharing_note()
     if note is not None:
         out.write(f"note: {note}\n")
-    out.write(f"verify: {judgement.summary()}\n")
+    out.write(f"verify: {run_outcome(judgement).summary}\n")
 
 
 def _timings_text(timings: dict[str, float]) -> str:

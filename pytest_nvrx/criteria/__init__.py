@@ -13,8 +13,9 @@ evidence already loaded); each criterion is also callable on its own.
 Layout: one module per criterion, each with ``check(ctx: JudgeContext) -> Verdict`` (``ctx`` is
 built once per judgement, ``context.py``) and its public ``name(run, expected=None)``;
 ``verdict.py`` holds :class:`Verdict` and the criterion ids, ``registry.py`` the ordered
-:data:`CRITERIA`, ``judgement.py`` :func:`judge`. A new criterion is a module, its id in
-:data:`CriterionId` and its entry in :data:`CRITERIA`.
+:data:`CRITERIA`, ``judgement.py`` :func:`judge`, ``outcome.py`` the run's one outcome and
+cause (:func:`~pytest_nvrx.criteria.outcome.run_outcome`), which every output reads. A new
+criterion is a module, its id in :data:`CriterionId` and its entry in :data:`CRITERIA`.
 """
 
 from __future__ import annotations

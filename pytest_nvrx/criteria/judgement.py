@@ -65,6 +65,9 @@ class Judgement:
     window: ExpectedWindow | None = None
     # what the workers died of when they failed before the fault; it leads every failing reason
     first_cause: FirstCause | None = None
+    # why the baseline given was not compared with (criteria/baseline.py; a note says it too);
+    # None: none was given, or it was used
+    baseline_refused: str | None = None
     # the runs that held one of this run's GPUs while it ran (result.json), with that line;
     # None: not recorded. Its recovery timings include their memory reclaim and load
     gpu_shared_with: tuple[str, ...] | None = None
@@ -143,28 +146,6 @@ class Judgement:
     def passed(self) -> bool:
         return self.judgeable and all(v.passed for v in self.verdicts)
 
-    def summary(self) -> str:
-        """The one-line outcome, led by the first cause when the workers failed before the
-        fault: ``FAILED: the workers failed before the fault: X [f:12]; 6 of 6 fail: a, b, ...``;
-        a planted run's by its plant: ``planted: rng: FAILED (1 of 6: training_continuity)``."""
-        if self.planted is not None:
-            return f"planted: {self.planted}: {self._outcome()}"
-        return self._outcome()
-
-    def _outcome(self) -> str:
-        if not self.judgeable:
-            return "CANNOT JUDGE (see errors)"
-        failed = [v.id for v in self.verdicts if not v.passed]
-        total = len(self.verdicts)
-        if failed:
-            count = f"{len(failed)} of {total}"
-            if self.first_cause is not None:
-                return f"FAILED: {self.first_cause.text}; {count} fail: {', '.join(failed)}"
-            return f"FAILED ({count}: {', '.join(failed)})"
-        na = sum(v.not_applicable for v in self.verdicts)
-        extra = f", {na} not applicable" if na else ""
-        return f"PASSED ({total - na} of {total}{extra})"
-
     def verdict(self, criterion: str) -> Verdict:
         for v in self.verdicts:
             if v.id == criterion:
@@ -186,7 +167,6 @@ class Judgement:
                 if self.window is not None and self.window.window is not None
                 else None
             ),
-            "summary": self.summary(),
             "first_cause": self.first_cause.as_dict() if self.first_cause is not None else None,
             "criteria": [v.as_dict() for v in self.verdicts],
             "passed": self.passed,
@@ -327,6 +307,7 @@ def judge(
         continuity_rtol=continuity_rtol,
         window=ctx.window,
         first_cause=cause,
+        baseline_refused=refused,
         gpu_shared_with=shared.value if shared is not None else None,
         gpu_shared_ref=shared.ref if shared is not None else None,
         planted=planted,

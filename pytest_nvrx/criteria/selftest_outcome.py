@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pytest_nvrx.criteria.judgement import Judgement
+from pytest_nvrx.criteria.outcome import run_outcome
 from pytest_nvrx.evidence.plant_records import PlantRecords
 from pytest_nvrx.evidence.refs import EvidenceRef
 from pytest_nvrx.settings.plants import Plant
@@ -74,18 +75,22 @@ def _failed(judgement: Judgement) -> tuple[str, ...]:
     return tuple(v.id for v in judgement.verdicts if not v.passed)
 
 
-def control_outcome(judgement: Judgement) -> PlantOutcome:
+def control_outcome(judgement: Judgement, *, launch_error: str | None = None) -> PlantOutcome:
+    """The control's row: qualified or not by the run's outcome (criteria/outcome.py;
+    ``launch_error``: why its launch did not end by itself, None where it did)."""
     failed = _failed(judgement)
     cause = judgement.first_cause.text if judgement.first_cause is not None else None
-    if not judgement.judgeable:
+    outcome = run_outcome(judgement, launch_error=launch_error)
+    if outcome.kind == "cannot-judge":
         reason = "; ".join(judgement.unjudgeable_reasons) or "cannot judge"
         return PlantOutcome(None, "cannot-judge", reason, judgement.run_dir, failed, cause)
-    if judgement.passed:
+    if outcome.qualified:
         return PlantOutcome(None, "qualified", "the unplanted control qualified", judgement.run_dir)
+    why = outcome.summary if outcome.kind != "launch" else outcome.reason
     return PlantOutcome(
         None,
         "not-qualified",
-        f"the unplanted control is NOT QUALIFIED ({judgement.summary()}): this stack fails "
+        f"the unplanted control is NOT QUALIFIED ({why}): this stack fails "
         "without a plant, so a failing plant shows nothing",
         judgement.run_dir,
         failed,

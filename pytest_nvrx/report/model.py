@@ -20,6 +20,7 @@ from typing import Any
 
 from pytest_nvrx.criteria import judge
 from pytest_nvrx.criteria.judgement import Judgement
+from pytest_nvrx.criteria.outcome import Outcome, cause_in, outcome_text, run_outcome
 from pytest_nvrx.criteria.selftest_outcome import PlantOutcome, control_outcome, plant_outcome
 from pytest_nvrx.criteria.training_continuity import print_model
 from pytest_nvrx.evidence.plant_records import read_plant_records
@@ -30,6 +31,7 @@ from pytest_nvrx.report.plain import flat_dict, start_time
 from pytest_nvrx.report.recovery import Recovery, fault_recovery_of, recovery_of
 from pytest_nvrx.report.timeline_data import TimelineData, timeline_data
 from pytest_nvrx.settings.plants import Plant, plant_named
+from pytest_nvrx.settings.values import quote
 
 #: the scenario document's version: raised only when a change breaks existing readers
 SCHEMA_VERSION = 2  # 2: termination ends when the workers stopped; gpu_reclaim follows
@@ -65,6 +67,9 @@ class ScenarioReport:
     judgeable: bool
     summary: str
     first_cause: str | None
+    #: why it did not qualify (criteria/outcome.py's cause: the one the console, verify and
+    #: JUnit name too); None: nothing failed
+    cause: str | None
     criteria: tuple[CriterionResult, ...]
     problems: tuple[str, ...]
     stack: dict[str, Any]
@@ -98,36 +103,10 @@ class ScenarioReport:
         return self.fault == "none"
 
     @property
-    def cause(self) -> str | None:
-        """Why the scenario did not qualify, in one line: the first cause when the workers died
-        before the fault, else the first failing criterion's reason (None when it qualified)."""
-        if self.passed:
-            return None
-        if not self.judgeable:
-            # as verify's summary: a run that cannot be judged says why first, never a cause
-            # its broken evidence suggests (an empty dir's "the fault never happened")
-            fatal = next((p for p in self.problems if p.startswith("fatal: ")), None)
-            why = fatal.removeprefix("fatal: ") if fatal is not None else self.summary
-            return f"cannot judge the run directory: {why}"
-        if self.first_cause:
-            return self.first_cause
-        failing = next((c for c in self.criteria if c.status == "FAIL"), None)
-        if failing is not None:
-            return f"{failing.id}: {failing.reason}"
-        return self.gate or self.summary
-
-    @property
     def outcome(self) -> str:
         """``QUALIFIED`` or ``NOT QUALIFIED: <cause>``, after ``planted: <name>: `` in a planted
-        run, which is never QUALIFIED: where every criterion held it says so."""
-        if self.planted is not None:
-            outcome = (
-                "every criterion held, NOT A QUALIFICATION (a planted run)"
-                if self.passed
-                else f"NOT QUALIFIED: {self.cause}"
-            )
-            return f"planted: {self.planted}: {outcome}"
-        return "QUALIFIED" if self.passed else f"NOT QUALIFIED: {self.cause}"
+        run, which is never QUALIFIED (:func:`~pytest_nvrx.criteria.outcome.outcome_text`)."""
+        return outcome_text(self.cause, self.planted)
 
     @property
     def downtime_s(self) -> float | None:
@@ -168,19 +147,22 @@ class ScenarioReport:
 
     def held_to(
         self,
+        outcome: Outcome,
         failure: str | None,
         *,
         max_downtime_s: float | None = None,
         max_phases: dict[str, float] | None = None,
     ) -> ScenarioReport:
-        """This report under time limits: ``failure`` (why the run broke them, None when it
-        kept to them) makes it not qualified."""
+        """This report under time limits: ``failure`` is why the run broke them (None: it kept
+        to them), ``outcome`` the run's outcome held to them
+        (:func:`~pytest_nvrx.criteria.outcome.run_outcome`)."""
         return replace(
             self,
             max_downtime_s=max_downtime_s,
             max_phases=max_phases,
             gate=failure,
-            passed=self.passed and failure is None,
+            cause=outcome.cause,
+            passed=outcome.cause is None,
         )
 
     @classmethod
@@ -216,10 +198,14 @@ class ScenarioReport:
         judgement: Judgement,
         *,
         name: str | None = None,
+        launch_error: str | None = None,
     ) -> ScenarioReport:
         """The report of a run already judged (the plugin has both at hand): its recovery is
-        the judgement's recovery clock (:func:`~pytest_nvrx.evidence.timeline.recovery_clock`)."""
+        the judgement's recovery clock (:func:`~pytest_nvrx.evidence.timeline.recovery_clock`);
+        ``launch_error``: why its launch did not end by itself (None: it did, or it was not
+        launched here)."""
         clock = judgement.clock
+        outcome = run_outcome(judgement, launch_error=launch_error)
         t0 = start_time(run)
         manifest = run.manifest
         train_iters = None
@@ -247,10 +233,11 @@ class ScenarioReport:
             fault=str(judgement.expected.kind),
             window=window,
             train_iters=train_iters,
-            passed=judgement.passed,
+            passed=outcome.cause is None,
             judgeable=judgement.judgeable,
-            summary=judgement.summary(),
+            summary=outcome.summary,
             first_cause=judgement.first_cause.text if judgement.first_cause is not None else None,
+            cause=outcome.cause,
             criteria=tuple(
                 CriterionResult(v.id, v.status, v.reason, tuple(ref.render() for ref in v.evidence))
                 for v in judgement.verdicts
@@ -263,7 +250,7 @@ class ScenarioReport:
             loss=loss_series(run.cycle_logs, print_model(run)),
             gpu_shared_with=judgement.gpu_shared_with,
             planted=judgement.planted,
-            selftest=_selftest_row(run, judgement),
+            selftest=_selftest_row(run, judgement, launch_error),
             schedule=judgement.schedule,
             recoveries=recoveries,
             total_downtime_s=judgement.total_downtime_s,
@@ -316,7 +303,14 @@ class ScenarioReport:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ScenarioReport:
+        """The report a document holds; ValueError where its ``outcome`` and ``passed``
+        disagree (a qualified outcome that did not pass, or the reverse)."""
         recovery = data["recovery"]
+        # the document keeps the cause in its outcome line, once
+        cause = cause_in(data["outcome"], data.get("planted"))
+        if (cause is None) is not data["passed"]:
+            outcome, passed = quote(data["outcome"]), data["passed"]
+            raise ValueError(f"its outcome {outcome} contradicts passed={passed}")
         return cls(
             name=data["name"],
             run_dir=data["run_dir"],
@@ -328,6 +322,7 @@ class ScenarioReport:
             judgeable=data["judgeable"],
             summary=data["summary"],
             first_cause=data["first_cause"],
+            cause=cause,
             criteria=tuple(CriterionResult.from_dict(c) for c in data["criteria"]),
             problems=tuple(data["problems"]),
             stack=dict(data["stack"]),
@@ -354,7 +349,9 @@ class ScenarioReport:
 # Building
 
 
-def _selftest_row(run: RunEvidence, judgement: Judgement) -> dict[str, Any] | None:
+def _selftest_row(
+    run: RunEvidence, judgement: Judgement, launch_error: str | None
+) -> dict[str, Any] | None:
     """A self-test run's outcome (run.json's ``config.selftest``, or a plant named): the control
     qualified or not, a plant caught, missed or not applied (its ``plant-records/``), judged at
     the tolerance ``judgement`` was; None for every other run."""
@@ -364,7 +361,7 @@ def _selftest_row(run: RunEvidence, judgement: Judgement) -> dict[str, Any] | No
         return None
     rtol = judgement.continuity_rtol
     if judgement.planted is None:
-        outcome = control_outcome(judgement)
+        outcome = control_outcome(judgement, launch_error=launch_error)
     else:
         try:
             plant = plant_named(judgement.planted)

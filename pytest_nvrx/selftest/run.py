@@ -167,7 +167,7 @@ def run_selftest(
         pool.submit(control, work_dir)
         control_run = pool.run(control, baselines={})
         runs[control.id] = control_run
-        first = control_outcome(control_run.judgement)
+        first = control_outcome(control_run.judgement, launch_error=control_run.error)
         write(f"nvrx {control.id}: {first.reason}")
         seed = first_checkpoint(control_run.layout.checkpoint_dir)
         for plant, scenario in to_run:

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from pytest_nvrx.criteria import Judgement
-from pytest_nvrx.session.scenario_run import ScenarioRun
+from pytest_nvrx.session.scenario_run import Limits, ScenarioRun
 
 
 def property_text(value: Any) -> str | None:
@@ -41,13 +41,18 @@ def properties(pairs: Sequence[tuple[str, Any]]) -> list[tuple[str, str]]:
     return out
 
 
-def run_properties(run: ScenarioRun) -> list[tuple[str, str]]:
-    """The run's own properties (its dir, the launcher's end, the stack, verify's timings),
-    as text: the plugin puts them on the scenario's first testcase only. A planted self-test
-    run's first is ``nvrx_planted``: it is never a qualification run."""
+def run_properties(run: ScenarioRun, limits: Limits | None = None) -> list[tuple[str, str]]:
+    """The run's own properties (its dir, its outcome and cause, the launcher's end, the stack,
+    verify's timings), as text: the plugin puts them on the scenario's first testcase only. A
+    planted self-test run's first is ``nvrx_planted``: it is never a qualification run. The
+    outcome is the run's held to ``limits`` (criteria/outcome.py): the one the console and the
+    report name."""
+    outcome = run.outcome(limits)
     props: list[tuple[str, Any]] = [
         ("nvrx_planted", run.judgement.planted),  # None: left out
         ("nvrx_run_dir", str(run.layout.run_dir)),
+        ("nvrx_outcome", outcome.text),
+        ("nvrx_cause", outcome.reason),  # None (qualified): left out
     ]
     if run.result is not None:
         props += [

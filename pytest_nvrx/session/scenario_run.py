@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pytest_nvrx.criteria import Judgement, judge, judge_run_dir
-from pytest_nvrx.criteria.baseline import baseline_refusal
+from pytest_nvrx.criteria import Judgement, judge
+from pytest_nvrx.criteria.outcome import Outcome, run_outcome
 from pytest_nvrx.evidence.progress import Progress
 from pytest_nvrx.evidence.rundir import RunEvidence, load_run
 from pytest_nvrx.evidence.timeline import Phase
@@ -99,8 +99,10 @@ class ScenarioRun:
     stack: dict[str, Any] = field(default_factory=dict)
     #: why the launch did not end by itself (its deadline), else None
     error: str | None = None
-    #: the recovery report of this run, built on first use (report()) from its evidence loaded
-    #: again (checkpoint payload unread) and the judgement's recovery clock
+    #: the evidence judged (None: not kept), which the report is built from
+    evidence: RunEvidence | None = field(default=None, repr=False, compare=False)
+    #: the recovery report of this run, built on first use (report()) from the evidence judged
+    #: and the judgement's recovery clock
     _report: ScenarioReport | None = field(default=None, init=False, repr=False, compare=False)
 
     def log_tails(self) -> list[tuple[str, str]]:
@@ -264,35 +266,20 @@ class ScenarioRun:
                 out.append(failure)
         return out + self.phase_failures(limits.phases)
 
-    def cause(self, limits: Limits | None = None) -> str | None:
-        """Why the scenario did not qualify, in one line; None when it did. The first cause
-        leads (the workers died before the fault), then the launch's deadline, broken
-        artifacts, the first failing criterion, the time limits."""
-        judgement = self.judgement
-        if judgement.first_cause is not None:
-            return judgement.first_cause.text
-        if self.error is not None:
-            return self.error
-        if not judgement.judgeable:
-            return "cannot judge the run directory: " + "; ".join(judgement.unjudgeable_reasons)
-        failing = next((v for v in judgement.verdicts if not v.passed), None)
-        if failing is not None:
-            return f"{failing.id}: {failing.reason} [{failing.evidence[0].location}]"
-        return "; ".join(self.gate_failures(limits)) or None
-
-    def outcome(self, limits: Limits | None = None) -> str:
-        """``QUALIFIED`` or ``NOT QUALIFIED: <cause>``."""
-        cause = self.cause(limits)
-        return "QUALIFIED" if cause is None else f"NOT QUALIFIED: {cause}"
+    def outcome(self, limits: Limits | None = None) -> Outcome:
+        """The scenario's outcome and its one cause (criteria/outcome.py): the judgement, the
+        launch's deadline and the time limits it breaks, in that function's order."""
+        gate = "; ".join(self.gate_failures(limits)) or None
+        return run_outcome(self.judgement, launch_error=self.error, limits=gate)
 
     def table_row(self, limits: Limits | None = None) -> Row:
         """The session's closing table's row (pytest_nvrx.session.verdict_table)."""
-        cause = self.cause(limits)
+        outcome = self.outcome(limits)
         return Row(
             scenario=self.key,
-            outcome="QUALIFIED" if cause is None else "NOT QUALIFIED",
+            outcome=outcome.status,
             timings=dict(self.judgement.timings),
-            cause=cause,
+            cause=outcome.reason,
             baseline=self.baseline,
             shared_gpu=self.judgement.gpu_shared,
             recoveries=fault_rows(self.judgement.recoveries),
@@ -300,23 +287,29 @@ class ScenarioRun:
         )
 
     def outcome_line(self, limits: Limits | None = None) -> str:
-        return f"nvrx {self.key}: {self.outcome(limits)}"
+        """``nvrx <scenario>: <outcome>``, the line the console prints when it was judged."""
+        return f"nvrx {self.key}: {self.outcome(limits).text}"
 
     def report(self, limits: Limits | None = None) -> ScenarioReport:
-        """The recovery report's view of this run (pytest_nvrx.report): its evidence loaded
-        again once (checkpoint payload unread), the verdicts and the recovery clock this
+        """The recovery report's view of this run (pytest_nvrx.report): the evidence judged
+        (loaded again only where it was not kept), the verdicts and the recovery clock this
         judgement gave; a broken limit makes it not qualified."""
         if self._report is None:
             from pytest_nvrx.report import ScenarioReport
 
-            evidence = load_run(
-                self.layout.run_dir, self.layout.checkpoint_dir, read_checkpoints=False
+            evidence = self.evidence
+            if evidence is None:
+                evidence = load_run(
+                    self.layout.run_dir, self.layout.checkpoint_dir, read_checkpoints=False
+                )
+            self._report = ScenarioReport.from_judgement(
+                evidence, self.judgement, name=self.key, launch_error=self.error
             )
-            self._report = ScenarioReport.from_judgement(evidence, self.judgement, name=self.key)
         if limits is None or not limits.given:
             return self._report
         failures = self.gate_failures(limits)
         return self._report.held_to(
+            self.outcome(limits),
             "; ".join(failures) or None,
             max_downtime_s=limits.downtime_s,
             max_phases=dict(limits.phases) or None,
@@ -601,7 +594,7 @@ def judge_scenario(
         say(f"continuity also checked against {reference.run_dir.name}")
     elif reference is not None:
         # judge() refused it (criteria/baseline.py): continuity rests on the replay alone
-        why = baseline_refusal(evidence, reference)
+        why = judgement.baseline_refused
         say(f"continuity not checked against {reference.run_dir.name}: {why}")
     return ScenarioRun(
         key=scenario.id,
@@ -611,16 +604,17 @@ def judge_scenario(
         result=outcome.result,
         stack=planned.manifest_stack() or {},
         error=outcome.timed_out,
+        evidence=evidence,
     )
 
 
 def judge_existing(
     run_dir: Path, settings: NvrxSettings, write: Callable[[str], None]
 ) -> ScenarioRun:
-    """An existing run directory (--nvrx-run-dir) judged as it is."""
-    judgement = judge_run_dir(
-        run_dir, None, expect_fault=None, continuity_rtol=settings.continuity_rtol
-    )
+    """An existing run directory (--nvrx-run-dir) judged as it is. Raises RunDirError if it
+    is not one."""
+    evidence = load_run(run_dir)
+    judgement = judge(evidence, continuity_rtol=settings.continuity_rtol)
     if judgement.first_cause is not None:
         write(f"nvrx {EXISTING_RUN}: {judgement.first_cause.text}")
     return ScenarioRun(
@@ -629,4 +623,5 @@ def judge_existing(
         layout=RunLayout.for_run(run_dir, judgement.checkpoint_dir),
         judgement=judgement,
         stack=judgement.stack,
+        evidence=evidence,
     )

@@ -1,16 +1,18 @@
 """The table that ends a session's console: one row per scenario (no pytest here).
 
 pytest-benchmark ends its sessions with one compact table; so do we: the scenario, its outcome,
-the downtime and the main recovery phases (verify's timings), and why it did not qualify, cut
-to the terminal's width. A fault schedule's row shows its total downtime and how many
-recoveries it had, and one row under it per fault: that recovery's downtime and phases, and
-how it ended where it did not recover (struck while restoring by the next fault, the job
-stopped). The full verdicts, each with the line that proves it, are in the "nvrx verdicts"
-section above it, the JUnit XML and the HTML report.
+the downtime and the main recovery phases (verify's timings), and why it did not qualify
+(criteria/outcome.py's cause, whole, wrapped within its column to the terminal's width). A
+fault schedule's row shows its total downtime and how many recoveries it had, and one row under
+it per fault: that recovery's downtime and phases, and how it ended where it did not recover
+(struck while restoring by the next fault, the job stopped). The full verdicts, each with the
+line that proves it, are in the "nvrx verdicts" section above it, the JUnit XML and the HTML
+report.
 """
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -122,8 +124,14 @@ def _seconds(value: float | None) -> str:
     return "—" if value is None else f"{value:.1f}s"
 
 
-def _cut(text: str, width: int) -> str:
-    return text if len(text) <= width else text[: max(width - 1, 0)] + "…"
+#: the least room beside a row that its cause wraps in; less, and it wraps below the row
+MIN_CAUSE_WIDTH = 30
+
+
+def wrap(text: str, width: int) -> list[str]:
+    """``text`` in lines of at most ``width`` characters, broken between words only: a word
+    longer than the width stands whole on its own line (a path, a quoted token)."""
+    return textwrap.wrap(text, width, break_long_words=False, break_on_hyphens=False) or [""]
 
 
 def fit(line: str, width: int) -> str:
@@ -140,9 +148,10 @@ def fit(line: str, width: int) -> str:
 
 
 def verdict_table(rows: Sequence[Row], width: int = 120) -> list[str]:
-    """The table's lines: the cause is cut to ``width``, or goes on a line of its own below
-    its row where the row leaves it too little room; a terminal narrower than the columns
-    themselves wraps them."""
+    """The table's lines: the cause wraps within its column to ``width``, never cut and never
+    broken inside a word, or below its row where the row leaves it too little room; the rule
+    under the header is as wide as the table. A terminal narrower than the columns themselves
+    wraps them."""
     if not rows:
         return []
     every = [t for r in rows for t in (r.timings, *(f.timings for f in r.recoveries))]
@@ -182,30 +191,31 @@ def verdict_table(rows: Sequence[Row], width: int = 120) -> list[str]:
             text += f"  {cell:>{w}}"
         return text
 
-    out = [line(header) + "  cause", "-" * min(width, len(line(header)) + 7)]
+    head = line(header)
+    # the cause column starts where the header says "cause"; a cause wraps within it, word by
+    # word, unless the columns leave it too little room: then it wraps below its row
+    room = width - len(head) - 2
+    table = [head + "  cause"]
     for cells, cause in body:
         text = line(cells)
-        room = width - len(text) - 2
-        if cause and (room >= 30 or len(cause) <= room):
-            out.append(text + "  " + _cut(cause, room))
-        elif cause:
-            # (a schedule's row leaves its phase cells blank)
-            out += [text.rstrip(), "    " + _cut(cause, max(width - 4, 30))]
+        if not cause:
+            table.append(text.rstrip())
+        elif room >= MIN_CAUSE_WIDTH:
+            first, *more = wrap(cause, room)
+            table.append(f"{text}  {first}")
+            table += [" " * (len(text) + 2) + part for part in more]
         else:
-            out.append(text.rstrip())
+            # (a schedule's row leaves its phase cells blank)
+            table.append(text.rstrip())
+            table += ["    " + part for part in wrap(cause, max(width - 4, MIN_CAUSE_WIDTH))]
+    out = [table[0], "-" * max(len(t) for t in table), *table[1:]]
     if any(r.recoveries for r in rows):
-        out.append(
-            _cut(
-                "schedule downtime: its recoveries' total (a struck one ends at the next fault)",
-                width,
-            )
+        out += wrap(
+            "schedule downtime: its recoveries' total (a struck one ends at the next fault)", width
         )
     if any(r.shared_gpu for r in rows):
-        out.append(
-            _cut(
-                "* shared its GPU with other scenarios (--nvrx-gpu-share): its timings include"
-                " theirs",
-                width,
-            )
+        out += wrap(
+            "* shared its GPU with other scenarios (--nvrx-gpu-share): its timings include theirs",
+            width,
         )
     return out

@@ -13,6 +13,7 @@ from __future__ import annotations
 import pytest
 
 from pytest_nvrx.criteria import CRITERIA_IDS
+from pytest_nvrx.criteria.outcome import RUN_CAUSES
 from pytest_nvrx.evidence.refs import printable
 from pytest_nvrx.fixtures import nvrx_settings
 from pytest_nvrx.session.scenario_run import Limits, ScenarioRun
@@ -23,19 +24,15 @@ pytestmark = pytest.mark.timeout(0)
 
 
 def test_run_finished(nvrx_scenario_run: ScenarioRun) -> None:
-    """The launch itself ended (no timeout), left a judgeable run directory, and its workers
-    did not die before the fault (a setup error: the first cause, quoted, is the failure)."""
-    assert nvrx_scenario_run.error is None, nvrx_scenario_run.error
-    judgement = nvrx_scenario_run.judgement
-    if not judgement.judgeable:
-        pytest.fail(
-            printable(
-                "run directory cannot be judged: " + "; ".join(judgement.unjudgeable_reasons)
-            ),
-            pytrace=False,
-        )
-    if judgement.first_cause is not None:
-        pytest.fail(printable(judgement.first_cause.text), pytrace=False)
+    """The run left a judgeable run directory, its workers did not die before the fault and the
+    launch ended by itself; otherwise the failure is the run's cause (criteria/outcome.py: the
+    one the console, the report and JUnit name), its first line what ``-ra`` shows."""
+    outcome = nvrx_scenario_run.outcome()
+    if outcome.kind in RUN_CAUSES and outcome.cause is not None:
+        lines = [outcome.cause]
+        if outcome.kind == "cannot-judge":  # every reason, under the first
+            lines += [f"  {why}" for why in nvrx_scenario_run.judgement.unjudgeable_reasons[1:]]
+        pytest.fail(printable("\n".join(lines), lines=True), pytrace=False)
 
 
 @pytest.mark.parametrize("criterion", CRITERIA_IDS)
@@ -44,9 +41,12 @@ def test_recovery_criterion(nvrx_scenario_run: ScenarioRun, criterion: str) -> N
     if verdict.not_applicable:
         pytest.skip(f"{criterion}: {verdict.reason}")
     if not verdict.passed:
-        # the verdict alone (no assertion rewrite, no source of this suite); it reaches the
-        # terminal and JUnit with the run's control characters escaped
-        pytest.fail(printable(verdict.render(), lines=True), pytrace=False)
+        # the verdict alone (no assertion rewrite, no source of this suite), its reason first
+        # (led by the first cause where the workers died before the fault: what ``-ra``
+        # shows), then the lines that prove it; the run's control characters escaped
+        head, *proof = verdict.render().split("\n")  # (a log line's own \r is no line break)
+        first = head.removeprefix(f"{verdict.status} {verdict.id}: ")
+        pytest.fail(printable("\n".join([first, *proof]), lines=True), pytrace=False)
 
 
 @pytest.mark.nvrx_downtime_gate

@@ -198,6 +198,7 @@ def test_a_verdict_that_turned_fails_the_verdict_gate(tmp_path: Path) -> None:
     broken = doc(NEW)
     s = broken["scenarios"][0]
     s["passed"], s["first_cause"] = False, "the replacement never loaded a checkpoint"
+    s["outcome"] = f"NOT QUALIFIED: {s['first_cause']}"  # the cause, said once (its outcome)
     new = write(tmp_path, "new.json", broken)
     code, out, _ = cli(NEW, new, "--fail-on", "verdict")
     assert code == 1
@@ -505,6 +506,7 @@ def test_a_new_run_that_broke_before_its_first_cycle_is_still_its_scenario(tmp_p
     s = next(s for s in broken["scenarios"] if s["schedule"] == ["kill@step", "kill@restore"])
     s["timeline"]["cycles"], s["passed"] = [], False
     s["first_cause"] = "the launcher never started a worker"
+    s["outcome"] = f"NOT QUALIFIED: {s['first_cause']}"
     code, out, _ = cli(OLD, write(tmp_path, "broken.json", broken), "--fail-on", "verdict")
     assert code == 1, out
     assert "gate fails: megatron kill@step, kill@restore [30 iterations, 1 rank]: verdict" in out

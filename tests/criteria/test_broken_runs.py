@@ -20,6 +20,7 @@ import pytest
 
 from pytest_nvrx.criteria import Judgement, judge_run_dir
 from pytest_nvrx.criteria.first_cause import BEFORE_FAULT, NEVER_HAPPENED, WITHOUT_FAULT
+from pytest_nvrx.criteria.outcome import run_outcome
 from pytest_nvrx.evidence import load_run
 from pytest_nvrx.evidence.rundir import RunEvidence
 from tests.helpers.reference_runs import RUN_TIMEOUT_S, launch_reference
@@ -88,7 +89,7 @@ def test_a_finalize_fault_that_never_lands_says_the_tracker_advanced_at_submit(
         ), verdict.render()
         if not verdict.passed:
             assert verdict.reason.startswith(cause.text + "; "), verdict.render()
-    assert run.judgement.summary().startswith(f"FAILED: {NEVER_HAPPENED}: ")
+    assert run_outcome(run.judgement).summary.startswith(f"FAILED: {NEVER_HAPPENED}: ")
 
 
 # ----------------------------------------------------------------------------------------------

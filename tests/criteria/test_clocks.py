@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from pytest_nvrx.criteria import Judgement, judge_run_dir
+from pytest_nvrx.criteria.outcome import run_outcome
 from pytest_nvrx.layout import RunLayout
 from pytest_nvrx.session.scenario_run import Limits, ScenarioRun
 from pytest_nvrx.verify import verify_main
@@ -22,7 +23,7 @@ REF_KILL = DATA / "windows" / "cpu" / "ref-kill-save"
 def _cannot_judge(run: Doctor) -> tuple[Judgement, str]:
     judgement = judge_run_dir(run.root)
     assert not judgement.judgeable and not judgement.passed
-    assert judgement.summary() == "CANNOT JUDGE (see errors)"
+    assert run_outcome(judgement).summary == "CANNOT JUDGE (see errors)"
     assert all(not v.passed or v.not_applicable for v in judgement.verdicts)
     err = io.StringIO()
     assert verify_main([str(run.root)], io.StringIO(), err) == 2

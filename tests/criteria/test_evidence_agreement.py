@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from pytest_nvrx.criteria import judge_run_dir
+from pytest_nvrx.criteria.outcome import run_outcome
 from pytest_nvrx.verify import verify_main
 from tests.helpers.doctor import CYCLE1, Doctor
 
@@ -24,7 +25,7 @@ G2_KILL = DATA / "gpu-continuity" / "g2-kill-30"
 def test_the_unchanged_runs_pass(ref: Doctor, g2: Doctor) -> None:
     for run in (ref, g2):
         judgement = judge_run_dir(run.root)
-        assert judgement.passed, judgement.summary()
+        assert judgement.passed, run_outcome(judgement).summary
 
 
 # --- every rank restores the same checkpoint ---------------------------------------------------
@@ -166,7 +167,7 @@ def test_replayed_lines_stripped_of_their_values_cannot_be_judged(g2: Doctor) ->
     )
     assert verdict.evidence[0].location == f"{CYCLE1}:1014"
     assert not judgement.judgeable and not judgement.passed
-    assert judgement.summary() == "CANNOT JUDGE (see errors)"
+    assert run_outcome(judgement).summary == "CANNOT JUDGE (see errors)"
     assert verify_main([str(g2.root)], io.StringIO(), io.StringIO()) == 2
 
 

@@ -19,6 +19,7 @@ import pytest
 
 from pytest_nvrx.criteria import CRITERIA_IDS, judge, judge_run_dir
 from pytest_nvrx.criteria.first_cause import BEFORE_FAULT, NEVER_HAPPENED, WITHOUT_FAULT
+from pytest_nvrx.criteria.outcome import run_outcome
 from pytest_nvrx.evidence.rundir import load_run
 from pytest_nvrx.verify import verify_main
 from tests.helpers.doctor import CYCLE0, CYCLE1, LAUNCHER, MARKER, Doctor, copy_run
@@ -79,7 +80,9 @@ def test_real_setup_failure_leads_every_criterion_with_the_traceback() -> None:
         " (run.json) but it never happened"
     )
     assert prior.evidence[0].location == "fault_injected.json"  # the headline's own location
-    assert judgement.summary().startswith(f"FAILED: {cause.text}; 6 of 6 fail: prior_checkpoint")
+    assert run_outcome(judgement).summary.startswith(
+        f"FAILED: {cause.text}; 6 of 6 fail: prior_checkpoint"
+    )
 
 
 def test_verify_prints_the_first_cause_under_its_header_and_leads_its_summary(
@@ -217,7 +220,9 @@ def test_megatron_setup_assertion_leads_with_its_wording(tmp_path: Path) -> None
     failing = [v for v in judgement.verdicts if not v.passed]
     assert {v.id for v in failing} >= {"prior_checkpoint", "replaced_cycle", "no_repeat_injection"}
     assert_led_by_cause(judgement)
-    assert judgement.summary().startswith(f"FAILED: {BEFORE_FAULT}: AssertionError: Using tensor")
+    assert run_outcome(judgement).summary.startswith(
+        f"FAILED: {BEFORE_FAULT}: AssertionError: Using tensor"
+    )
 
 
 def test_the_doctored_assertion_is_the_checkouts_own() -> None:
@@ -253,7 +258,7 @@ def test_a_normal_fault_run_has_no_first_cause(run: Path) -> None:
     judgement = judge_run_dir(run)
     assert judgement.passed, "\n".join(v.render() for v in judgement.verdicts)
     assert judgement.first_cause is None
-    assert not judgement.summary().startswith("FAILED")
+    assert not run_outcome(judgement).summary.startswith("FAILED")
 
 
 def test_a_failure_after_the_marker_gets_no_lead() -> None:
@@ -263,7 +268,7 @@ def test_a_failure_after_the_marker_gets_no_lead() -> None:
     assert not judgement.passed
     assert judgement.first_cause is None
     assert all(not v.reason.startswith(BEFORE_FAULT) for v in judgement.verdicts)
-    assert judgement.summary().startswith("FAILED (")
+    assert run_outcome(judgement).summary.startswith("FAILED (")
 
 
 def test_a_lost_marker_with_a_fire_line_is_still_the_fault(tmp_path: Path) -> None:
@@ -461,7 +466,7 @@ def test_helpers_imported_half_built_are_named_as_such(tmp_path: Path, why: str)
         "0: [rank0]:     from megatron.core.datasets.helpers_cpp import *",
     ]
     assert_led_by_cause(judgement)
-    assert judgement.summary().startswith(f"FAILED: {BEFORE_FAULT}: ImportError: ")
+    assert run_outcome(judgement).summary.startswith(f"FAILED: {BEFORE_FAULT}: ImportError: ")
 
 
 def test_other_import_errors_are_not_called_half_built(tmp_path: Path) -> None:

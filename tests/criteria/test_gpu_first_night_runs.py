@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from pytest_nvrx.criteria import judge_run_dir
+from pytest_nvrx.criteria.outcome import run_outcome
 
 DATA = Path(__file__).parents[1] / "data" / "gpu-first-night"
 BASELINE = DATA / "megatron-baseline"
@@ -26,7 +27,7 @@ def test_the_matrix_is_all_here() -> None:
 @pytest.mark.parametrize("run", RUNS, ids=lambda p: p.name)
 def test_every_run_qualifies_and_no_worker_failed_first(run: Path) -> None:
     judgement = judge_run_dir(run, baseline=None if run == BASELINE else BASELINE)
-    assert judgement.passed, judgement.summary()
+    assert judgement.passed, run_outcome(judgement).summary
     assert judgement.first_cause is None
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from pytest_nvrx.criteria import judge_run_dir
+from pytest_nvrx.criteria.outcome import run_outcome
 from pytest_nvrx.evidence.durability import tracker_readings
 from pytest_nvrx.evidence.rundir import load_run
 from tests.helpers.doctor import CYCLE0, CYCLE1, Doctor, copy_run
@@ -30,7 +31,7 @@ RUN_DIR = "/tmp/nvrx-work/runs/megatron-ckpt-worker-finalize-20261201T211147-004
 @pytest.mark.parametrize("run", [CKPT_WORKER, EXCEPTION], ids=lambda p: p.name)
 def test_the_real_one_gpu_runs_qualify_against_their_baseline(run: Path) -> None:
     judgement = judge_run_dir(run, baseline=BASELINE)
-    assert judgement.passed, judgement.summary()
+    assert judgement.passed, run_outcome(judgement).summary
     assert judge_run_dir(BASELINE).passed
 
 
@@ -107,7 +108,7 @@ def test_the_one_gpu_default_matrix_qualifies_by_every_invariant(name: str) -> N
     readings = tracker_readings(run)
     assert len(readings) >= 20, "rank 0 read the tracker at every finalization"
     judgement = judge_run_dir(MATRIX / name, baseline=MATRIX / "baseline")
-    assert judgement.passed, judgement.summary()
+    assert judgement.passed, run_outcome(judgement).summary
     assert judgement.baseline_dir == MATRIX / "baseline"
 
 

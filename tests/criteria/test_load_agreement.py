@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from pytest_nvrx.criteria import judge_run_dir
+from pytest_nvrx.criteria.outcome import run_outcome
 from pytest_nvrx.criteria.verdict import Verdict
 from pytest_nvrx.evidence.megatron import MEGATRON
 from pytest_nvrx.evidence.reference import REFERENCE
@@ -53,7 +54,7 @@ def _where(verdict: Verdict) -> list[str]:
 def test_the_unchanged_runs_pass(ref: Doctor, g2: Doctor) -> None:
     for run in (ref, g2):
         judgement = judge_run_dir(run.root)
-        assert judgement.passed, judgement.summary()
+        assert judgement.passed, run_outcome(judgement).summary
 
 
 # --- the checkpoint a load line names is the one of the iteration it names --------------------
@@ -135,7 +136,7 @@ def test_a_restored_data_position_other_than_the_failed_cycle_printed_fails(
 
 def _cannot_judge(run: Doctor, where: str) -> None:
     judgement = judge_run_dir(run.root)
-    assert not judgement.judgeable and not judgement.passed, judgement.summary()
+    assert not judgement.judgeable and not judgement.passed, run_outcome(judgement).summary
     fatal = [p for p in judgement.problems if p.severity == "fatal"]
     assert fatal[0].message.startswith(f"{where} is prefixed as rank 1's line but says rank 0")
     assert verify_main([str(run.root)], io.StringIO(), io.StringIO()) == 2

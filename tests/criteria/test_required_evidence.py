@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from pytest_nvrx.criteria import Judgement, judge, judge_run_dir
+from pytest_nvrx.criteria.outcome import run_outcome
 from pytest_nvrx.evidence import load_run
 from pytest_nvrx.evidence.checkpoint import MAX_METADATA_BYTES
 from pytest_nvrx.evidence.rundir import RESULT_KEYS, RunEvidence
@@ -105,7 +106,7 @@ def test_a_cycle_without_its_lines_past_the_restore_is_never_a_pass(
     doc.write_lines(log, kept)
     j = judge_run_dir(doc.root)
     tc = j.verdict("training_continuity")
-    assert not j.passed, j.summary()
+    assert not j.passed, run_outcome(j).summary
     assert not tc.passed and not tc.not_applicable, tc.render()
     if original.passed or original.planted is not None:
         # the edit alone turned a judged replay into a verdict that names what is missing
@@ -147,7 +148,7 @@ def test_the_failed_cycle_s_lines_are_not_required_against_a_baseline(tmp_path: 
     for it in (6, 7, 8, 9):
         doc.delete("logs/train_cycle0.log", f"iteration        {it}/")
     j = judge_run_dir(doc.root, baseline=continuity / "g2-baseline-30")
-    assert j.passed, j.summary()
+    assert j.passed, run_outcome(j).summary
     assert "baseline g2-baseline-30: iterations 6..30 compared, 25/25 equal" in (
         j.verdict("training_continuity").reason
     )
@@ -217,7 +218,7 @@ def test_a_rank_missing_from_a_cycle_that_trained_is_never_a_pass(
     doc = copy_run(run_dir, tmp_path / run_dir.name)
     doc.write_lines(log, [line for line in doc.lines(log) if not line.startswith(f"{rank}: ")])
     j = judge_run_dir(doc.root)
-    assert not j.passed, j.summary()
+    assert not j.passed, run_outcome(j).summary
     if not _original(run_dir).passed:
         return  # it failed before the edit: what it fails for is its own
     named = (
@@ -487,7 +488,7 @@ def test_a_run_made_by_hand_is_judged_from_its_logs(run_dir: Path) -> None:
     j = _original(run_dir)
     assert not any("result.json" in p.message for p in j.problems), j.problems
     assert j.judgeable
-    assert j.passed is (run_dir.name == "gpu-kill-100"), j.summary()
+    assert j.passed is (run_dir.name == "gpu-kill-100"), run_outcome(j).summary
 
 
 def test_every_class_was_made_on_the_committed_runs() -> None:

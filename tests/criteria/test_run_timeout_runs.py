@@ -20,6 +20,7 @@ import pytest
 
 from pytest_nvrx.criteria import Judgement, judge_run_dir
 from pytest_nvrx.criteria.first_cause import RUN_TIMEOUT
+from pytest_nvrx.criteria.outcome import run_outcome
 from pytest_nvrx.report import ScenarioReport
 from pytest_nvrx.session import junit
 from pytest_nvrx.session.scenario_run import judge_existing
@@ -62,7 +63,7 @@ def test_the_first_cause_names_the_run_timeout_and_the_fault_it_cut_short(run_di
     assert cause.ref.text.strip() == '"timed_out": true,'
     assert not judgement.passed
     assert_led_by_cause(judgement)
-    assert judgement.summary().startswith(f"FAILED: {cause.text}; ")
+    assert run_outcome(judgement).summary.startswith(f"FAILED: {cause.text}; ")
 
 
 def test_verify_says_it_in_text_and_json(tmp_path: Path) -> None:
@@ -84,7 +85,7 @@ def test_the_report_the_outcome_and_junit_say_it() -> None:
     assert cause is not None
     assert ScenarioReport.from_run_dir(HANG_STEP).first_cause == cause.text
     run = judge_existing(HANG_STEP, NvrxSettings(), lambda line: None)
-    assert run.outcome() == f"NOT QUALIFIED: {cause.text}"
+    assert run.outcome().text == f"NOT QUALIFIED: {cause.text}"
     reason = dict(junit.criterion_properties(run, "replaced_cycle"))["nvrx_reason"]
     assert reason.startswith(f"{cause.text}; ")
 
@@ -98,7 +99,7 @@ def test_a_copy_whose_result_does_not_say_timed_out_claims_no_run_timeout(
     judgement = judged(doctor.root)
     cause = judgement.first_cause
     assert cause is None or not cause.run_timeout
-    assert RUN_TIMEOUT not in judgement.summary()
+    assert RUN_TIMEOUT not in run_outcome(judgement).summary
     assert not judgement.passed  # the launcher still ended on a signal, never a finish
 
 

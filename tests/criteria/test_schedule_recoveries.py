@@ -21,6 +21,7 @@ import pytest
 
 from pytest_nvrx.criteria import judge_run_dir
 from pytest_nvrx.criteria.judgement import Judgement
+from pytest_nvrx.criteria.outcome import run_outcome
 from pytest_nvrx.evidence.timeline import RUN_TIMINGS
 from pytest_nvrx.layout import RunLayout, marker_name
 from pytest_nvrx.report import ScenarioReport, render_html, report_json
@@ -93,7 +94,7 @@ def test_the_committed_schedule_runs_are_all_here() -> None:
 @pytest.mark.parametrize("run", SCHEDULE_RUNS, ids=_id)
 def test_every_fault_of_a_schedule_has_its_own_measured_recovery(run: Path) -> None:
     j = judge_run_dir(run)
-    assert j.passed, j.summary()
+    assert j.passed, run_outcome(j).summary
     n = _markers(run)
     assert [(r.position, r.fault) for r in j.recoveries] == [
         (k, j.schedule[k - 1]) for k in range(1, n + 1)
@@ -274,7 +275,8 @@ def test_a_struck_recovery_is_held_by_the_time_it_was_down(run: Path) -> None:
     # in the second recovery, which restores the same checkpoint
     phases = {"worker_start": 1000.0, "checkpoint_load": 1000.0, "first_step": 1000.0}
     assert scenario.gate_failures(Limits(max(first, second) + 1, phases, shared_gpu=True)) == []
-    assert scenario.outcome(Limits(max(first, second) + 1, phases, shared_gpu=True)) == "QUALIFIED"
+    held = Limits(max(first, second) + 1, phases, shared_gpu=True)
+    assert scenario.outcome(held).text == "QUALIFIED"
     (failure,) = scenario.gate_failures(Limits(first - 0.5, shared_gpu=True))
     assert f"fault 1 of 2, kill@step: down {first:.3f} s until fault 2 struck its replacement" in (
         failure

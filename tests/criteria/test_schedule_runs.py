@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from pytest_nvrx.criteria import CRITERIA_IDS, judge_run_dir
+from pytest_nvrx.criteria.outcome import run_outcome
 from pytest_nvrx.layout import marker_name
 from pytest_nvrx.report.model import ScenarioReport
 from tests.helpers.doctor import Doctor, copy_run
@@ -44,7 +45,7 @@ def test_a_schedule_that_recovers_every_time_passes_every_criterion_per_fault(
     run: Path, n: int
 ) -> None:
     j = judge_run_dir(run)
-    assert j.passed and j.judgeable, j.summary()
+    assert j.passed and j.judgeable, run_outcome(j).summary
     assert [v.id for v in j.verdicts] == list(CRITERIA_IDS)
     for v in j.verdicts:
         if v.id != "no_repeat_injection":
@@ -79,7 +80,7 @@ def test_a_recovery_cut_short_by_the_next_fault_needs_no_final_iteration() -> No
 
 def test_a_spent_restart_budget_is_the_launcher_s_qualification() -> None:
     j = judge_run_dir(BUDGET)
-    assert j.passed, j.summary()
+    assert j.passed, run_outcome(j).summary
     c5 = j.verdict("no_repeat_injection")
     assert "the launcher gave up after exactly 2 cycles" in c5.reason
     assert "max_restarts 1" in c5.reason and "(exit code 1)" in c5.reason
@@ -93,7 +94,7 @@ def test_a_spent_restart_budget_is_the_launcher_s_qualification() -> None:
 
 def test_a_schedule_faster_than_its_checkpoints_meets_nvrx_s_no_progress_stop() -> None:
     j = judge_run_dir(NO_PROGRESS)
-    assert j.passed, j.summary()
+    assert j.passed, run_outcome(j).summary
     c5 = j.verdict("no_repeat_injection").reason
     assert "NVRx stopped the job after 4 cycles, 3 of them in a row without progress" in c5
     assert "EARLY TERMINATION: 3 consecutive training cycles without progress" in c5
@@ -197,7 +198,7 @@ def test_an_unscheduled_failure_fails(tmp_path: Path) -> None:
     )
     doc.insert_after(log, "Cycle: 1 Event: worker_start_completed", early)
     j = judge_run_dir(doc.root)
-    assert not j.passed, j.summary()
+    assert not j.passed, run_outcome(j).summary
     c5 = j.verdict("no_repeat_injection")
     assert not c5.passed
     assert "a failure no scheduled fault explains" in c5.reason
@@ -217,7 +218,7 @@ def test_the_megatron_schedule_matrix_ran_on_both_revisions() -> None:
 @pytest.mark.parametrize("run", GPU_RUNS, ids=lambda p: f"{p.parent.name}-{p.name}")
 def test_the_megatron_schedule_runs_pass_fault_by_fault(run: Path) -> None:
     j = judge_run_dir(run)
-    assert j.passed and j.judgeable, j.summary()
+    assert j.passed and j.judgeable, run_outcome(j).summary
     c5 = j.verdict("no_repeat_injection").reason
     if run.name.endswith("restarts1"):
         assert "the launcher gave up after exactly 2 cycles" in c5
@@ -383,8 +384,8 @@ def test_an_adversarial_edit_is_never_a_pass(attack: str, tmp_path: Path) -> Non
     doc = _copy(run, tmp_path)
     edit(doc)
     j = judge_run_dir(doc.root)
-    assert not j.passed, j.summary()
-    assert (1 if j.judgeable else 2) == code, j.summary()
+    assert not j.passed, run_outcome(j).summary
+    assert (1 if j.judgeable else 2) == code, run_outcome(j).summary
     texts = [v.reason for v in j.verdicts] + [p.message for p in j.problems]
     assert any(said in t for t in texts), "\n".join(texts)
 
@@ -476,7 +477,7 @@ def test_megatron_s_checkpoint_worker_survived_two_restarts() -> None:
     worker, docs/findings.md), and the fourth cycle restored 20."""
     run = GPU / "core_v0.19.0" / "megatron-schedule-kill-step_kill-step_ckpt-worker-finalize"
     j = judge_run_dir(run)
-    assert j.passed, j.summary()
+    assert j.passed, run_outcome(j).summary
     c2 = j.verdict("replaced_cycle").reason
     assert "fault 3 of 3, ckpt-worker@finalize in cycle 2: launcher recorded rank 0 timed out" in c2
     c3 = j.verdict("optimizer_state_load").reason

@@ -299,6 +299,9 @@ def test_the_plugin_pairing_judges_by_replay_only_and_says_why(base: Doctor) -> 
     assert "baseline" not in continuity.reason
     (note,) = [p.message for p in j.problems if "baseline" in p.message]
     assert note.startswith(f"baseline {base.root} not used by training_continuity: it is not")
+    # the refusal is the judgement's: the plugin says it without asking baseline_refusal again
+    assert j.baseline_refused is not None and note.endswith(j.baseline_refused)
+    assert judge(load_run(G2_KILL), baseline=load_run(G2_BASELINE)).baseline_refused is None
 
 
 # --- item 8c: result.json's interrupted/timed_out, run.json's schema -------------------------

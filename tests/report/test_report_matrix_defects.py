@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from pytest_nvrx.criteria import judge_run_dir
+from pytest_nvrx.criteria.outcome import run_outcome
 from pytest_nvrx.report import ScenarioReport, render_html, report_json, report_main
 from pytest_nvrx.report.svg import loss_svg, timeline_svg
 from pytest_nvrx.report.svg_shapes import CYCLE_COLORS, WIDTH
@@ -80,7 +82,8 @@ def test_a_scenario_failing_only_the_gate_shows_a_red_cell(
     kill = next(r for r in reference_matrix if r.name == "ref-kill-step")
     assert all(c.status == "PASS" for c in kill.criteria)
     why = "downtime 7.525 s exceeds the limit 5 s (--nvrx-max-downtime)"
-    gated = kill.held_to(why, max_downtime_s=5.0)
+    held = run_outcome(judge_run_dir(Path(kill.run_dir)), limits=why)
+    gated = kill.held_to(held, why, max_downtime_s=5.0)
     assert not gated.passed
     html = render_html([gated, reference_matrix[0]])
     matrix = html[html.index("<table class=matrix>") : html.index("</table>")]
@@ -90,7 +93,8 @@ def test_a_scenario_failing_only_the_gate_shows_a_red_cell(
     assert why in cell[1]
     assert f'id="{_anchor(gated)}-time-limits"' in html  # the detail the cell links to
     # held to a limit and within it: a green cell saying which; held to none: no verdict
-    kept = reference_matrix[0].held_to(None, max_downtime_s=60.0)
+    first = reference_matrix[0]
+    kept = first.held_to(run_outcome(judge_run_dir(Path(first.run_dir))), None, max_downtime_s=60.0)
     page = render_html([kept, kill])
     matrix = page[page.index("<table class=matrix>") : page.index("</table>")]
     assert 'class="FAIL"' not in matrix

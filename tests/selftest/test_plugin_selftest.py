@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from pytest_nvrx.criteria.selftest_outcome import PlantOutcome
-from pytest_nvrx.plugin import selftest_label
+from pytest_nvrx.session.console import selftest_label
 from pytest_nvrx.settings.plants import PLANTS, plant_named
 from tests.helpers.sessions import SUITE_ARGS
 

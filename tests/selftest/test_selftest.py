@@ -32,6 +32,7 @@ from pathlib import Path
 import pytest
 
 from pytest_nvrx.criteria import judge_run_dir
+from pytest_nvrx.criteria.outcome import run_outcome
 from pytest_nvrx.criteria.selftest_outcome import PlantOutcome, Status, exit_status, plant_outcome
 from pytest_nvrx.evidence import load_run
 from pytest_nvrx.evidence.plant_records import PlantRecord, PlantRecords, read_plant_records
@@ -259,7 +260,7 @@ def test_a_planted_run_that_qualifies_is_missed(selftest: Selftest, tmp_path: Pa
     assert marker.get("plant") is None
     (copy / MARKER_NAME).write_text(json.dumps({**marker, "plant": "rng"}, indent=2))
     judgement = judge_run_dir(copy)
-    assert judgement.passed, judgement.summary()
+    assert judgement.passed, run_outcome(judgement).summary
     rng = plant_named("rng")
     outcome = plant_outcome(rng, judgement, read_plant_records(copy), rtol=1e-6)
     assert outcome.status == "missed", outcome

@@ -36,18 +36,47 @@ def test_the_table_has_a_row_per_scenario_with_downtime_and_phases() -> None:
     assert all(len(line) <= 150 for line in lines)
 
 
-def test_the_cause_is_cut_to_the_width_and_shared_gpus_are_marked() -> None:
-    cause = "replaced_cycle: " + "x" * 300 + " [logs/launcher.log:80]"
+def test_the_cause_wraps_within_its_row_and_shared_gpus_are_marked() -> None:
+    """The cause was cut at the width (``...Assertio…``, issue #38): it wraps in its column,
+    word by word, whole; a word longer than the column is not broken either."""
+    cause = "replaced_cycle: " + " ".join(f"word{i}" for i in range(60)) + " [logs/launcher.log:80]"
+    long_word = "x" * 120
     rows = [
         Row("reference-kill-save", "NOT QUALIFIED", {}, cause=cause),
         Row("megatron-kill-save", "QUALIFIED", {"gpu_memory_reclaim_s": 38.0}, shared_gpu=True),
+        Row("reference-hang", "NOT QUALIFIED", {}, cause=f"cannot judge: {long_word} end"),
     ]
     lines = verdict_table(rows, width=100)
-    assert all(len(line) <= 100 for line in lines), [len(line) for line in lines]
-    assert lines[2].endswith("…") and "replaced_cycle: xxx" in lines[2]
-    assert lines[3].startswith("megatron-kill-save *")
+    column = lines[0].index("cause")
+    first = lines.index(next(x for x in lines if x.startswith("reference-kill-save")))
+    end = lines.index(next(x for x in lines if x.startswith("megatron-kill-save *")))
+    wrapped = lines[first:end]
+    assert len(wrapped) > 2 and all(len(x) <= 100 for x in wrapped), wrapped
+    assert all(x[column:] and not x[:column].strip() for x in wrapped[1:]), wrapped
+    assert " ".join(x[column:] for x in wrapped) == cause  # whole, in order, no "…"
+    assert not any("…" in x for x in lines)
+    assert f"  {long_word}" in "\n".join(lines)  # a word longer than the column stays whole
     assert lines[-1].startswith("* shared its GPU with other scenarios")
     assert verdict_table([], width=100) == []
+
+
+def test_the_rule_is_as_wide_as_the_table() -> None:
+    """The dashed rule was 80 wide under a ~130-wide header (issue #38)."""
+    timings = {
+        "failure_to_first_iteration_after_restore_s": 64.9,
+        "failure_to_detected_s": 0.4,
+        "detected_to_replacement_start_s": 40.1,
+        "gpu_memory_reclaim_s": 38.0,
+        "replacement_start_to_checkpoint_loaded_s": 19.5,
+        "replacement_start_to_first_iteration_s": 21.0,
+    }
+    name = "megatron-schedule-kill-step_kill-restore_kill-restore-restarts1"
+    rows = [Row(name, "NOT QUALIFIED", timings, cause="prior_checkpoint: no checkpoint")]
+    for width in (80, 200):
+        header, rule, *body = verdict_table(rows, width=width)
+        assert set(rule) == {"-"} and len(rule) == max(len(x) for x in [header, *body])
+    narrow = verdict_table(rows, width=80)
+    assert len(narrow[0]) > 100 and len(narrow[1]) == len(narrow[0])
 
 
 def test_a_row_travels_as_plain_data() -> None:
@@ -65,15 +94,16 @@ def test_fit_keeps_the_quoted_line() -> None:
 
 def test_a_cause_with_no_room_beside_its_row_goes_below_it() -> None:
     """At 80 columns a NOT QUALIFIED row had no room left and its cause was dropped (the
-    adversarial review of #23)."""
+    adversarial review of #23): it wraps below the row, whole."""
     timings = {"failure_to_first_iteration_after_restore_s": 64.9, "failure_to_detected_s": 0.4}
-    rows = [
-        Row("megatron-ckpt-worker-finalize", "NOT QUALIFIED", timings, cause="gate: " + "z" * 90)
-    ]
+    cause = "gate: " + " ".join(["downtime 64.9 s exceeds the limit 10 s"] * 4)
+    rows = [Row("megatron-ckpt-worker-finalize", "NOT QUALIFIED", timings, cause=cause)]
     lines = verdict_table(rows, width=80)
     row = next(i for i, line in enumerate(lines) if line.startswith("megatron-ckpt"))
-    assert "gate" not in lines[row] and lines[row + 1].startswith("    gate: zzz")
-    assert len(lines[row + 1]) <= 80
+    assert "gate" not in lines[row] and lines[row + 1].startswith("    gate: downtime")
+    below = lines[row + 1 :]
+    assert len(below) == 3 and all(len(x) <= 80 and x.startswith("    ") for x in below)
+    assert " ".join(x.strip() for x in below) == cause
 
 
 def test_the_report_of_an_empty_dir_says_it_cannot_be_judged(tmp_path: Path) -> None:

@@ -117,7 +117,7 @@ def test_the_gate_refuses_shared_gpu_timings_unless_told(tmp_path: Path) -> None
     refused = scenario.gate_failures(Limits(downtime_s=600.0))
     assert len(refused) == 1 and refused[0].startswith("cannot hold the run to --nvrx-max-down")
     assert "shared with 2 other runs" in refused[0] and "--nvrx-gate-shared-gpu" in refused[0]
-    assert scenario.outcome(Limits(downtime_s=600.0)).startswith("NOT QUALIFIED: cannot hold")
+    assert scenario.outcome(Limits(downtime_s=600.0)).text.startswith("NOT QUALIFIED: cannot hold")
     # told to: gated as any run (63 s of downtime)
     assert scenario.gate_failures(Limits(downtime_s=600.0, shared_gpu=True)) == []
     gated = scenario.gate_failures(Limits(downtime_s=10.0, shared_gpu=True))[0]
