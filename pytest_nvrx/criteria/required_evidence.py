@@ -26,11 +26,15 @@ statement makes it one:
 
 * the lines only a cross-check reads (:func:`cross_check_lines`), each by what the run says of
   them: every rank's ``started`` line of a cycle that trained (``starts_on_every_rank``), the
-  versions a cycle printed when another cycle of the run printed them (one build), the fresh
-  start of a cycle that trained and loaded nothing (both workloads print one: the reference
-  workload ``no checkpoint found``, Megatron ``could not find the metadata file``), and rank 0's
-  tracker readings in every cycle that trained when another cycle's show our injector reads
-  the tracker.
+  versions a cycle printed when another cycle of the run printed them (one build) or run.json's
+  stack records a release that prints them in every process (``versions_printed``:
+  Megatron-Core 0.19 on), the fresh start of a cycle that trained and loaded nothing (both
+  workloads print one: the reference workload ``no checkpoint found``, Megatron ``could not
+  find the metadata file``), and rank 0's injector lines about the tracker in every cycle that
+  trained: its announcement (``reading checkpoint tracker ...``) where run.json's
+  ``tracker_readings`` or another cycle's announcement says the injector makes one, and a
+  reading (``checkpoint tracker reads N``) in such a cycle that loaded or finalized a
+  checkpoint where a reading, an announcement or run.json says the injector logs them.
 
 A requirement nobody can check (no world size recorded, a middle of a huge log the parser did not
 keep) is no requirement: absence of a statement claims nothing.
@@ -38,7 +42,7 @@ keep) is no requirement: absence of a statement claims nothing.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from pytest_nvrx.criteria.helpers import or_none
@@ -61,6 +65,7 @@ from pytest_nvrx.evidence.workload import (
     get_adapter,
     loads_on_every_rank,
     starts_on_every_rank,
+    versions_printed,
 )
 
 
@@ -265,6 +270,7 @@ def required_problems(run: RunEvidence) -> tuple[Problem, ...]:
     return tuple(out)
 
 
+_LOADED = (LoadStarted, LoadCompleted, *LOAD_FAILURES)
 _DUMPED_BEFORE = (
     LoadStarted,
     LoadCompleted,
@@ -339,16 +345,37 @@ def cross_check_lines(run: RunEvidence, adapter: WorkloadLogAdapter) -> list[Pro
                     f"the {run.workload} workload prints one on every rank of the"
                     f" {len(ranks)} {size_ref.location} names before it trains",
                 )
-    # every component a cycle printed the version of, with the first line that printed it
+    # every component a cycle printed the version of, with the first line that printed it;
+    # those a release run.json records prints in every process, with that record's line
     printed: dict[str, EvidenceRef] = {}
     for log in logs:
         for event in log.of_type(VersionReported):
             printed.setdefault(event.component, event.ref)
+    release = _release_printing_versions(run, adapter)
+    stated: dict[str, str] = {}
+    if release is not None:
+        version, ref, components = release
+        for name in components:
+            if name not in printed:
+                printed[name] = ref
+                stated[name] = f"{run.workload} {version}"
     for log in trained if printed else ():
         have = {event.component for event in log.of_type(VersionReported)}
-        lacking = [name for name in printed if name not in have]
-        if lacking:
-            shown = printed[lacking[0]]
+        # a release prints them on rank 0 (Megatron's print_rank_0): not in another node's log
+        lacking = [
+            name for name in printed if name not in have and (name not in stated or 0 in log.ranks)
+        ]
+        if not lacking:
+            continue
+        shown = printed[lacking[0]]
+        if lacking[0] in stated:
+            missing(
+                log,
+                f"version line of {lacking[0]}",
+                f"{shown.location} records {stated[lacking[0]]}, which prints its versions first"
+                " thing in every process",
+            )
+        else:
             missing(
                 log,
                 f"version line of {lacking[0]} ('{shown.text.split(': ', 1)[-1][:40]}...')",
@@ -366,15 +393,66 @@ def cross_check_lines(run: RunEvidence, adapter: WorkloadLogAdapter) -> list[Pro
                 f"the {run.workload} workload prints one or the other before it trains, so"
                 " what this cycle trained from is unknown",
             )
-    read = next((line for log in logs for line in log.injector if line.kind == "tracker"), None)
-    if read is not None:
-        for log in trained:
-            if not any(line.kind == "tracker" for line in log.injector):
-                missing(
-                    log,
-                    "checkpoint tracker reading of the injector ('checkpoint tracker reads N')",
-                    f"this run's injector reads the tracker on rank 0 in every cycle"
-                    f" ({read.ref.location}), and durability compares its readings with the"
-                    " finalizations",
-                )
+    _tracker_lines(run, logs, trained, missing)
     return out
+
+
+def _release_printing_versions(
+    run: RunEvidence, adapter: WorkloadLogAdapter
+) -> tuple[str, EvidenceRef, tuple[str, ...]] | None:
+    """The release of the workload run.json's stack records, its line and the components whose
+    versions that release prints in every process (:func:`versions_printed`); None: no stack,
+    a workload or release that prints none (core_v0.18.2)."""
+    manifest = run.manifest
+    if manifest is None:
+        return None
+    version = manifest.stack.get(adapter.name)
+    ref = manifest.stack_refs.get(adapter.name)
+    components = versions_printed(adapter, version)
+    if not components or ref is None or not isinstance(version, str):
+        return None
+    return version, ref, components
+
+
+def _tracker_lines(
+    run: RunEvidence,
+    logs: Sequence[CycleLog],
+    trained: Sequence[CycleLog],
+    missing: Callable[[CycleLog, str, str], None],
+) -> None:
+    """Rank 0's injector lines about the tracker (module doc), each required where the run says
+    it was printed: the announcement (``reading checkpoint tracker ...``) in every cycle that
+    trained where rank 0 printed a line, when run.json's ``tracker_readings`` or another cycle's
+    announcement says the injector makes one; a reading (``checkpoint tracker reads N``) in
+    every such cycle that loaded or finalized a checkpoint (the tracker then named one while rank
+    0's probes ran), when a reading, an announcement or run.json says the injector logs them.
+    Runs recorded before the injector announced its readings say neither, so in them every
+    reading deleted at once is not seen."""
+    manifest = run.manifest
+    flag = manifest.tracker_readings if manifest is not None else None
+    recorded = flag.ref if flag is not None and flag.value is True else None
+    lines = [line for log in logs for line in log.injector]
+    announced = next((x.ref for x in lines if x.kind == "observing"), recorded)
+    read = next((x.ref for x in lines if x.kind == "tracker"), announced)
+    if read is None:
+        return
+    for log in trained:
+        if 0 not in log.ranks:
+            continue  # another node's log: rank 0 printed nowhere here
+        kinds = {x.kind for x in log.injector if x.rank == 0}
+        if announced is not None and "observing" not in kinds:
+            missing(
+                log,
+                "announcement of rank 0's tracker readings ('reading checkpoint tracker ...')",
+                f"this run's injector makes it on rank 0 as every process starts"
+                f" ({announced.location})",
+            )
+        tracked = any(isinstance(e, (*_LOADED, SaveCompleted)) for e in log.events)
+        if tracked and "tracker" not in kinds:
+            missing(
+                log,
+                "checkpoint tracker reading of the injector ('checkpoint tracker reads N')",
+                f"this run's injector reads the tracker on rank 0 in every cycle"
+                f" ({read.location}) and this cycle loaded or finalized a checkpoint;"
+                " durability compares the readings with the finalizations",
+            )

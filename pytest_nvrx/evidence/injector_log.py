@@ -13,6 +13,9 @@ The injector (:mod:`pytest_nvrx.worker.injector`) writes to the rank's stderr, s
 * skip: ``marker <M> exists: fault already injected; running the workload without injection``;
 * tracker (rank 0, every run): ``checkpoint tracker reads <N> at <ISO time> (<probe>)``, once
   per value it reads at its section/submit probes (``start`` for the value found at start-up);
+* observing (rank 0, every process, before its first reading): ``reading checkpoint tracker
+  <tracker>; each new value read is logged``; injectors older than that line logged their
+  readings without announcing them (the committed runs of 2026-12-01 to 12-05);
 * armed (a fault schedule's): ``schedule <S>: arming fault <k> of <n> (<fault>@<window>), marker
   <path>``;
 * never (exit 3): ``ERROR: the requested fault (<fault> on rank <R>) never happened: <why>``
@@ -25,8 +28,9 @@ The ``exception`` fault's own exception line (``InjectedFault: pytest-nvrx injec
 rank R in window W (in-flight iteration N, tracker T)``, the last line of its traceback) states
 the same: :func:`parse_injected_exception`.
 
-These lines corroborate the marker (the file a criterion judges by); they are never required:
-runs made with the walkthrough's wrapper have none. Nothing here judges.
+These lines corroborate the marker (the file a criterion judges by); runs made with the
+walkthrough's wrapper have none, so each is required only where the run says our injector printed
+it (criteria/required_evidence.py, criteria/marker_agreement.py). Nothing here judges.
 """
 
 from __future__ import annotations
@@ -41,11 +45,14 @@ from pytest_nvrx.evidence.refs import EvidenceRef, LineCursor, read_int
 from pytest_nvrx.evidence.tracebacks import split_tag
 
 TAG = "[pytest-nvrx injector] "
+#: the head of rank 0's announcement that it logs its tracker readings (the injector's
+#: OBSERVER_ANNOUNCEMENT; tests/worker/test_tracker_readers_agree.py holds the two equal)
+OBSERVER_ANNOUNCEMENT = "reading checkpoint tracker"
 #: Injector lines a cycle log keeps: a few per cycle, plus rank 0's tracker readings, one per
 #: checkpoint the cycle finalized (a longer cycle keeps the first ones).
 MAX_INJECTOR_LINES = 4096
 
-InjectorLineKind = Literal["watching", "fired", "skipped", "never", "tracker", "armed"]
+InjectorLineKind = Literal["watching", "fired", "skipped", "never", "tracker", "armed", "observing"]
 
 _HEAD = re.compile(re.escape(TAG) + r"rank (?P<rank>\d+) pid (?P<pid>\d+): (?P<msg>.*)$")
 _WATCHING = re.compile(
@@ -80,6 +87,9 @@ _TRACKER_READ = re.compile(
     r"checkpoint tracker reads (?P<t>\d+) at (?P<ts>\S+)"
     r" \((?P<where>[^()]*(?:\([^()]*\))?[^()]*)\)$",
     re.ASCII,
+)
+_OBSERVING = re.compile(
+    re.escape(OBSERVER_ANNOUNCEMENT) + r" (?P<tracker>.+); each new value read is logged$"
 )
 _NEVER_WINDOW = re.compile(r"window (?P<window>\w+) never opened ")
 _NEVER_BASELINE = re.compile(r"\(baseline (?P<base>\d+)[,)]")
@@ -139,6 +149,8 @@ def parse_injector_line(body: str, at: LineCursor) -> InjectorLine | None:
             trigger=m["where"],
             time=when,
         )
+    if msg.startswith(OBSERVER_ANNOUNCEMENT):
+        return line("observing") if _OBSERVING.match(msg) is not None else None
     if msg.startswith("window "):
         m = _FIRED.match(msg)
         if m is None:

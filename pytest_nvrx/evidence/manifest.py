@@ -9,7 +9,8 @@ have neither, so every field is optional and the criteria fall back to the logs.
                  config.nnodes, config.world_size, config.tp, config.pp, config.checkpoint_dir,
                  config.selftest, config.plant, config.save_interval,
                  config.distributed_optimizer, config.section_timeouts,
-                 config.out_of_section_timeout, workload_argv, start_time, stack
+                 config.out_of_section_timeout, tracker_readings, workload_argv, start_time,
+                 stack
     result.json  exit_code, start_time, end_time, wall_s, timed_out, interrupted
 
 run.json states some settings twice, and the two must agree (:attr:`Manifest.contradictions`,
@@ -153,6 +154,10 @@ class Manifest:
     distributed_optimizer: Setting | None = None
     section_timeouts: Setting | None = None  # as the launcher is given it: "setup:120,step:10"
     out_of_section_timeout: Setting | None = None
+    # True: the injector this run launched logs rank 0's tracker readings in every cycle, after
+    # its announcement (criteria/required_evidence.py requires both); None: not recorded (the
+    # runs before the harness said so)
+    tracker_readings: Setting | None = None
     start_time: datetime | None = None
     start_ref: EvidenceRef | None = None
     stack: dict[str, Any] = field(default_factory=dict)
@@ -238,6 +243,7 @@ _TYPED: dict[str, tuple[Callable[..., object], dict[str, Any]]] = {
     "max_restarts": (int_field, {"minimum": 0}),
     "save_interval": (int_field, {"minimum": 1}),
     "distributed_optimizer": (bool_field, {}),
+    "tracker_readings": (bool_field, {}),
     "section_timeouts": (str_field, {}),
     "out_of_section_timeout": (seconds_field, {}),
 }

@@ -245,6 +245,11 @@ class MegatronLogAdapter:
     source_roots = ("megatron",)
     # pretrain() prints the argument dump (print_rank_0) before it loads, saves or trains
     dumps_settings = True
+    # pretrain_gpt.py's __main__ prints the PyTorch, Megatron-Core and Transformer Engine versions
+    # (print_rank_0) before anything else from Megatron-Core 0.19 on (core_v0.19.0; every cycle
+    # of the committed runs of that revision has them, core_v0.18.2's none)
+    prints_versions_from = (0, 19)
+    version_components = tuple(_COMPONENTS.values())
     # live progress reads iteration lines by the pattern parse_line reads them by, in bytes
     iteration_line = re.compile(_ITERATION.pattern.encode())
 

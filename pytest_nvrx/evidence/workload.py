@@ -294,7 +294,9 @@ class WorkloadLogAdapter(Protocol):
 # event ``parse_line`` would make of ``text`` (None: none) without making it; the cycle-log
 # parser then makes only the save events it keeps (Megatron's logs hold millions of saves);
 # ``loads_on_every_rank`` (see loads_on_every_rank below); ``dumps_settings`` (see
-# dumps_settings below); ``stated_rank(text) -> int | None``
+# dumps_settings below); ``prints_versions_from`` and ``version_components`` (see versions_printed
+# below);
+# ``stated_rank(text) -> int | None``
 # (see stated_rank below); and ``iteration_line`` (see iteration_line below).
 
 
@@ -331,6 +333,25 @@ def dumps_settings(adapter: WorkloadLogAdapter) -> bool:
     every argument), which the resume-settings and run.json checks compare; the reference
     workload prints none."""
     return getattr(adapter, "dumps_settings", False) is True
+
+
+_RELEASE = re.compile(r"(\d{1,6})\.(\d{1,6})(?:[.+\-]|rc|a|b|$)", re.ASCII)
+
+
+def versions_printed(adapter: WorkloadLogAdapter, version: object) -> tuple[str, ...]:
+    """The components whose versions (VersionReported) every process of the workload prints as
+    it starts at ``version`` (the package version run.json's stack records, ``0.19.1``); empty:
+    none, or a version it cannot read. An adapter sets ``prints_versions_from`` to the first
+    ``(major, minor)`` that prints them and ``version_components`` to their names (Megatron:
+    pretrain_gpt.py's ``> PyTorch version ...`` lines, from core 0.19 on)."""
+    since = getattr(adapter, "prints_versions_from", None)
+    components = getattr(adapter, "version_components", ())
+    if not isinstance(version, str) or not isinstance(since, tuple):
+        return ()
+    m = _RELEASE.match(version)
+    if m is None or (int(m[1]), int(m[2])) < since:
+        return ()
+    return tuple(str(c) for c in components)
 
 
 def source_roots(adapter: WorkloadLogAdapter) -> tuple[str, ...]:

@@ -409,6 +409,9 @@ def manifest(recipe: Recipe, *, stack: Mapping[str, Any] | None = None) -> dict[
         "command": recipe.shell_command(),
         "env": dict(recipe.env),
         "worker_env": [v.as_dict() for v in recipe.worker_env],
+        # the injector (worker/injector.py) logs rank 0's tracker readings in every cycle and says
+        # so first: a verifier then requires them (runs recorded before it said so have none)
+        "tracker_readings": True,
         "log_server_port": recipe.log_server_port,
         "host": socket.gethostname(),
         "pid": os.getpid(),

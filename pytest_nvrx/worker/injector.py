@@ -64,6 +64,9 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any, Final, NoReturn
 
+# Rank 0's tracker observer says it reads the tracker with this line's head (the core's
+# injector-log parser reads it: evidence/injector_log.py).
+OBSERVER_ANNOUNCEMENT: Final = "reading checkpoint tracker"
 # Megatron's checkpoint tracker, repeated from pytest_nvrx.layout (stdlib-only module).
 TRACKER_NAME: Final = "latest_checkpointed_iteration.txt"
 # The self-test's planted bug in the workers' environment, repeated from pytest_nvrx.settings.plants
@@ -1133,6 +1136,13 @@ class TrackerObserver:
         self.last: int | None = None
         self.broken = False
 
+    def announce(self) -> None:
+        """Say, before the first read, that this rank logs its readings: a run whose every
+        reading is gone must not read as a run of an injector that never made any (the core
+        requires the readings of every cycle that announced them, and the announcement of every
+        cycle where rank 0 ran)."""
+        _log(self.rank, f"{OBSERVER_ANNOUNCEMENT} {self.tracker}; each new value read is logged")
+
     def observe(self, where: str) -> None:
         if self.broken:
             return
@@ -1411,6 +1421,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     observer_rank = rank if rank is not None else _env_int(os.environ, "RANK")
     if observer_rank == 0:
         observer = TrackerObserver(opts.tracker, 0)
+        observer.announce()
         observer.observe("start")
     if probes is not None or observer is not None:
         install_probes(Probes(probes, observer))

@@ -206,6 +206,29 @@ def test_every_run_with_a_foreign_digit_rank_prefix_cannot_be_judged(
     assert bad == []
 
 
+def _prints_versions(run: Path) -> bool:
+    """run.json's stack names Megatron-Core 0.19 or later, which prints its versions first
+    thing in every process (pretrain_gpt.py's __main__; core_v0.18.2 prints none)."""
+    stack = json.loads(_text(run, "run.json")).get("stack") or {}
+    m = re.match(r"(\d+)\.(\d+)", str(stack.get("megatron") or ""))
+    return _workload(run) == "megatron" and m is not None and (int(m[1]), int(m[2])) >= (0, 19)
+
+
+def _drop_everywhere(run: Path, *patterns: str) -> Edit:
+    def edit(doc: Doctor) -> bool:
+        hit = False
+        for rel in _cycle_logs(run):
+            for pattern in patterns:
+                hit = _drop(rel, pattern)(doc) or hit
+        return hit
+
+    return edit
+
+
+READING = INJ.replace(r"rank \d+", "rank 0") + "checkpoint tracker reads "
+ANNOUNCEMENT = INJ.replace(r"rank \d+", "rank 0") + "reading checkpoint tracker "
+
+
 def test_every_run_without_a_line_only_a_cross_check_reads(tmp_path: Path) -> None:
     def cases() -> Iterator[tuple[Path, str, Edit]]:
         for run in PASSING:
@@ -214,12 +237,30 @@ def test_every_run_without_a_line_only_a_cross_check_reads(tmp_path: Path) -> No
             trained_logs = [
                 rel for rel in logs if re.search(r"consumed[ _]samples", _text(run, rel))
             ]
+            release = _prints_versions(run)
+            announced = any(re.search(ANNOUNCEMENT, _text(run, rel), re.M) for rel in logs)
+            read_in = [rel for rel in logs if re.search(READING, _text(run, rel), re.M)]
+            if release and trained_logs:
+                yield (
+                    run,
+                    "every cycle's version lines",
+                    _drop_everywhere(run, r"^\d+: > .+ version \.+ "),
+                )
+            if announced:
+                yield run, "every reading of every cycle", _drop_everywhere(run, READING)
+                yield run, "every announcement", _drop_everywhere(run, ANNOUNCEMENT)
             for n, rel in enumerate(logs):
                 text = _text(run, rel)
-                # a version line is required where another cycle printed it (one build); a run
-                # of one trained cycle states no version it must print (left open)
-                several = len(trained_logs) > 1
+                # a version line is required where another cycle printed it (one build), and in
+                # every cycle of a release that prints them in every process
+                several = len(trained_logs) > 1 or release
                 trained = "consumed samples" in text or "consumed_samples" in text
+                # rank 0's tracker readings: where another cycle has some or the run announces
+                # them, in a cycle that trained and read the tracker
+                if trained and rel in read_in and (announced or len(read_in) > 1):
+                    yield run, f"{rel}'s tracker readings", _drop(rel, READING)
+                if trained and announced:
+                    yield run, f"{rel}'s announcement", _drop(rel, ANNOUNCEMENT)
                 if trained and " started pid " in text:
                     yield run, f"{rel}'s started lines", _drop(rel, r"\] \S+ rank \d+ started pid ")
                 if several and trained and re.search(r"(?m)^\d+: > PyTorch version ", text):

@@ -729,22 +729,116 @@ def test_cross_check_lines_deleted_is_no_pass(tmp_path: Path) -> None:
     assert _passing(tmp_path, cases) == []
 
 
+#: real reference runs recorded since the injector announces its tracker readings (and run.json
+#: says it does): tests/data/observer/README.md
+OBSERVED = (DATA / "observer" / "ref-kill-save", DATA / "observer" / "ref-baseline")
+_INJ = r"^\d+: \[pytest-nvrx injector\] rank 0 pid \d+: "
+READINGS = _INJ + r"checkpoint tracker reads "
+ANNOUNCEMENT = _INJ + r"reading checkpoint tracker "
+
+
+def _from_every_cycle(*patterns: str) -> Edit:
+    def edit(doc: Doctor) -> None:
+        for pattern in patterns:
+            hit = False
+            for log in sorted(doc.path("logs").glob("train_cycle*.log")):
+                rel = f"logs/{log.name}"
+                lines = doc.lines(rel)
+                kept = [line for line in lines if re.search(pattern, line) is None]
+                hit = hit or len(kept) < len(lines)
+                doc.write_lines(rel, kept)
+            assert hit, f"no line matches {pattern!r}"
+
+    return edit
+
+
+def _both(*edits: Edit) -> Edit:
+    def edit(doc: Doctor) -> None:
+        for one in edits:
+            one(doc)
+
+    return edit
+
+
+def test_every_tracker_reading_deleted_is_no_pass(tmp_path: Path) -> None:
+    """A run whose injector announces its readings (and whose run.json says it does) without
+    any reading, without any announcement, or without both: each cannot be judged."""
+    cases: list[tuple[Path, str, Edit]] = []
+    for src in OBSERVED:
+        cases += [
+            (src, "every tracker reading of every cycle", _from_every_cycle(READINGS)),
+            (src, "every announcement of every cycle", _from_every_cycle(ANNOUNCEMENT)),
+            (
+                src,
+                "every reading and every announcement",
+                _from_every_cycle(READINGS, ANNOUNCEMENT),
+            ),
+            (
+                src,
+                "every reading, run.json's tracker_readings deleted",
+                _both(
+                    _from_every_cycle(READINGS),
+                    _set_key("run.json", "tracker_readings", delete=True),
+                ),
+            ),
+            (
+                src,
+                "every reading, run.json's tracker_readings false",
+                _both(
+                    _from_every_cycle(READINGS),
+                    _set_key("run.json", "tracker_readings", value=False),
+                ),
+            ),
+        ]
+    assert _passing(tmp_path, cases) == []
+
+
+def test_the_last_cycles_announcement_deleted_is_no_pass(tmp_path: Path) -> None:
+    cases: list[tuple[Path, str, Edit]] = [
+        (OBSERVED[0], "cycle 1's announcement", lambda d: _remove_lines(d, CYCLE1, ANNOUNCEMENT)),
+        (OBSERVED[0], "cycle 0's announcement", lambda d: _remove_lines(d, CYCLE0, ANNOUNCEMENT)),
+    ]
+    assert _passing(tmp_path, cases) == []
+
+
 @pytest.mark.xfail(
     strict=True,
-    reason="adversarial #36 M, left open: a run whose every tracker reading is deleted reads as a"
-    " run of an injector that prints none (the committed runs recorded before the injector's"
-    " TrackerObserver have none, and nothing in run.json or the marker tells the two apart);"
-    " readings missing from one cycle while another has them fail (cross_check_lines)",
+    reason="adversarial #36 M, left open for runs recorded before the injector announced its"
+    " readings: gpu-shared/kill-save with every reading deleted reads as a run of an injector that"
+    " printed none (nothing in run.json, the marker or the logs of the 64 runs recorded before"
+    " the TrackerObserver tells them apart from those after it); readings missing from one cycle"
+    " while another has them fail (cross_check_lines), and runs since the announcement fail"
+    " (test_every_tracker_reading_deleted_is_no_pass)",
 )
-def test_every_tracker_reading_deleted_is_no_pass(tmp_path: Path) -> None:
-    inj = r"^\d+: \[pytest-nvrx injector\] "
-
-    def readings(doc: Doctor) -> None:
-        _remove_lines(doc, CYCLE0, inj + r".*checkpoint tracker reads")
-        _remove_lines(doc, CYCLE1, inj + r".*checkpoint tracker reads")
-
+def test_every_tracker_reading_deleted_in_a_run_before_the_announcement(tmp_path: Path) -> None:
     cases: list[tuple[Path, str, Edit]] = [
-        (DATA / "gpu-shared" / "kill-save", "the tracker readings of both cycles", readings)
+        (
+            DATA / "gpu-shared" / "kill-save",
+            "the tracker readings of both cycles",
+            _from_every_cycle(READINGS),
+        )
+    ]
+    assert _passing(tmp_path, cases) == []
+
+
+def test_every_version_line_of_a_single_trained_cycle_deleted_is_no_pass(tmp_path: Path) -> None:
+    """Megatron-Core 0.19 prints its versions first thing in every process: a run of one trained
+    cycle (a baseline) without them cannot be judged, though no other cycle printed them."""
+
+    def drop(pattern: str) -> Edit:
+        def edit(doc: Doctor) -> None:
+            _remove_lines(doc, CYCLE0, pattern)
+
+        return edit
+
+    versions = r"^\d+: > (PyTorch|Megatron-Core|Transformer Engine) version "
+    cases: list[tuple[Path, str, Edit]] = [
+        (src, f"{what} of cycle 0", drop(pattern))
+        for src in (MEG_BASELINE, MEG_BASELINE_ONE)
+        for what, pattern in (
+            ("every version line", versions),
+            ("the Megatron-Core version line", r"^\d+: > Megatron-Core version "),
+        )
     ]
     assert _passing(tmp_path, cases) == []
 

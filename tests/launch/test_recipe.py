@@ -308,6 +308,8 @@ def test_manifest_holds_what_a_verifier_needs(tmp_path: Path, megatron_stub: Pat
     assert man["host"] and man["start_time"].endswith("+00:00")
     assert man["stack"] == {"torch": "2.x"}
     assert man["profile"] == "default" and man["worker_env"] == []
+    # the injector logs rank 0's tracker readings: a verifier requires them (required_evidence)
+    assert man["tracker_readings"] is True
 
 
 def test_manifest_records_the_worker_env(tmp_path: Path, megatron_stub: Path) -> None:

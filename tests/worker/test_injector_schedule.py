@@ -348,7 +348,9 @@ def test_a_schedule_on_another_rank_never_injects(launcher: Launcher, sc: Scenar
     assert run.wait() == 0, run.describe()
     assert list(sc.run_dir.iterdir()) == []
     assert sc.finished.exists()
-    assert run.stderr == ""
+    # rank 0's one line: it observes the tracker (none there, nothing read), never a fault's
+    assert run.stderr.count("\n") == 1
+    assert f"rank 0 pid {run.proc.pid}: reading checkpoint tracker {sc.tracker};" in run.stderr
 
 
 # --- the restore window: fake checkpoint libraries beside the workload --------------------------

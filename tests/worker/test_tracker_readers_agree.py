@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 
 from pytest_nvrx import layout
+from pytest_nvrx.evidence.injector_log import OBSERVER_ANNOUNCEMENT, parse_injector_line
+from pytest_nvrx.evidence.refs import LineCursor
 from pytest_nvrx.evidence.tracker import read_tracker
 from pytest_nvrx.worker import injector
 
@@ -63,3 +65,26 @@ def test_the_injector_copies_the_layouts_names() -> None:
     assert injector.WINDOWS == layout.FAULT_WINDOWS
     assert set(injector.SCHEDULE_WINDOWS) == set(layout.SCHEDULE_WINDOWS)
     assert dict(injector.FAULT_WINDOWS_ONLY) == dict(layout.FAULT_WINDOWS_ONLY)
+
+
+def test_the_core_reads_the_observers_announcement_and_readings(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """Rank 0's observer says it logs its readings before the first one, in the line the core
+    requires wherever a run says so (criteria/required_evidence.py); both copies of its head
+    agree, and what the observer writes is what the core parses."""
+    assert injector.OBSERVER_ANNOUNCEMENT == OBSERVER_ANNOUNCEMENT
+    path = tmp_path / layout.TRACKER_NAME
+    path.write_text("5\n")
+    observer = injector.TrackerObserver(str(path), 0)
+    observer.announce()
+    observer.observe("start")
+    lines = capfd.readouterr().err.splitlines()
+    parsed = [parse_injector_line(line, LineCursor("x.log")) for line in lines]
+    assert [
+        (p.kind, p.rank) if p is not None else line for p, line in zip(parsed, lines, strict=True)
+    ] == [
+        ("observing", 0),
+        ("tracker", 0),
+    ]
+    assert parsed[1] is not None and parsed[1].tracker_iteration == 5
