@@ -141,6 +141,13 @@ UNIT_COSTS = (
     ("tests/session/test_plugin_signals.py", 14),
     ("tests/session/test_plugin.py", 20),
     ("tests/worker/test_injector.py", 15),
+    # doctored copies of the committed runs judged by the hundred, one unit each (CPU seconds
+    # of each module alone, -n 0, 2026-12-05): with the long units, not in the short tail where
+    # a unit of a minute (two beside the other worker) leaves the other worker idle
+    ("tests/criteria/test_checkpoint_agreement.py", 65),
+    ("tests/criteria/test_adversarial_36_sweep.py", 60),
+    ("tests/criteria/test_adversarial_review_36.py", 60),
+    ("tests/criteria/test_required_evidence.py", 50),
 )
 
 

@@ -62,6 +62,15 @@ def _copy(run: Path, tmp_path: Path) -> Doctor:
     return copy_run(run, tmp_path / run.name)
 
 
+@functools.cache
+def _evidence(run: Path) -> RunEvidence:
+    """A committed run's evidence, loaded once per session (the originals are never edited:
+    each test doctors its own copy). Collection and most tests read a run before they edit a
+    copy of it, and a run's logs take most of a test's time to parse (Megatron's ~650 lines a
+    cycle): read once, not at every use."""
+    return load_run(run, read_checkpoints=False)
+
+
 # ---------------------------------------------------------------------------------------------
 # 6. a failure record stamped before the fault but written out of time order; a first cause
 #    beside PASSED
@@ -85,10 +94,11 @@ def _restamp(line: str, local: datetime, utc: datetime) -> str:
     )
 
 
-def _failures_after_the_fault(run: Doctor) -> tuple[list[LauncherEvent], datetime, timedelta]:
+def _failures_after_the_fault(
+    evidence: RunEvidence,
+) -> tuple[list[LauncherEvent], datetime, timedelta]:
     """The launcher's failure records at or after the marker's time (each one the fault's
     detection), the marker's time and the launcher's zone."""
-    evidence = load_run(run.root, read_checkpoints=False)
     marker = evidence.marker
     assert marker is not None and marker.ok and marker.time is not None
     zone = evidence.launcher.utc_offset or timedelta(0)
@@ -103,15 +113,17 @@ def _failures_after_the_fault(run: Doctor) -> tuple[list[LauncherEvent], datetim
     return after, marker.time, zone
 
 
-def _early_failure(run: Doctor, nth: int, *, in_order: bool) -> tuple[int, bool]:
-    """Restamp the launcher's ``nth`` failure record after the fault 10 s before the fault; with
+def _early_failure(
+    run: Doctor, evidence: RunEvidence, nth: int, *, in_order: bool
+) -> tuple[int, bool]:
+    """Restamp the launcher's ``nth`` failure record after the fault 10 s before the fault, in
+    ``run``, a fresh copy of the run ``evidence`` was read from (the same lines); with
     ``in_order`` also move it up among the lines of that time. Returns its new line number and
     whether a record above it is stamped more than a second later (out of time order)."""
-    events, fault, zone = _failures_after_the_fault(run)
+    events, fault, zone = _failures_after_the_fault(evidence)
     event = events[nth]
     assert event.ref.line is not None
     when = fault - timedelta(seconds=10)
-    evidence = load_run(run.root, read_checkpoints=False)
     lines = run.lines(LAUNCHER)
     at = event.ref.line - 1
     line = _restamp(lines[at], (when + zone).replace(tzinfo=None), when)
@@ -135,7 +147,7 @@ def _early_failure(run: Doctor, nth: int, *, in_order: bool) -> tuple[int, bool]
 
 
 def _each_failure_record(run: Path, tmp_path: Path) -> list[tuple[int, Doctor]]:
-    records, _, _ = _failures_after_the_fault(_copy(run, tmp_path / "probe"))
+    records, _, _ = _failures_after_the_fault(_evidence(run))
     return [(n, _copy(run, tmp_path / str(n))) for n in range(len(records))]
 
 
@@ -145,10 +157,10 @@ def test_a_failure_record_stamped_before_the_fault_out_of_order_cannot_be_judged
 ) -> None:
     # each of the launcher's records of the fault's detection, one at a time; on one node every
     # line is one writer's (on several, a line that names no launcher has no order to break)
-    manifest = load_run(run, read_checkpoints=False).manifest
+    manifest = _evidence(run).manifest
     nodes = manifest.nnodes.value if manifest is not None and manifest.nnodes is not None else 1
     for n, doctored in _each_failure_record(run, tmp_path):
-        line, out_of_order = _early_failure(doctored, n, in_order=False)
+        line, out_of_order = _early_failure(doctored, _evidence(run), n, in_order=False)
         status, text = never_passes(doctored.root)
         if out_of_order and nodes == 1:
             assert status == 2, text
@@ -160,7 +172,7 @@ def test_a_failure_record_moved_before_the_fault_never_passes(run: Path, tmp_pat
     # the same records moved up among the lines of their new time: in order, so only the
     # verdict itself can object: a first cause never stands beside PASSED
     for n, doctored in _each_failure_record(run, tmp_path):
-        _early_failure(doctored, n, in_order=True)
+        _early_failure(doctored, _evidence(run), n, in_order=True)
         never_passes(doctored.root)
 
 
@@ -180,7 +192,7 @@ def test_a_first_cause_beside_every_criterion_holding_cannot_be_judged(tmp_path:
 
 
 def _is_baseline(run: Path) -> bool:
-    manifest = load_run(run, read_checkpoints=False).manifest
+    manifest = _evidence(run).manifest
     return manifest is not None and manifest.fault is not None and manifest.fault.value == "none"
 
 
@@ -207,7 +219,7 @@ def test_a_baseline_with_an_unrecorded_later_cycle_log_fails(
 
 
 def _faults(run: Path) -> int:
-    manifest = load_run(run, read_checkpoints=False).manifest
+    manifest = _evidence(run).manifest
     return len(manifest.scheduled_faults) if manifest is not None else 0
 
 
@@ -358,7 +370,7 @@ def _as_rank(line: str, rank: int) -> str:
 def _replayed(run: Path) -> list[tuple[str, int, int, int]]:
     """(cycle log, line number, printing rank, world size) of each replayed iteration line: the
     replacement's lines of iterations the failed cycle printed too."""
-    evidence = load_run(run, read_checkpoints=False)
+    evidence = _evidence(run)
     ranks = {
         int(m["rank"])
         for log in evidence.cycle_logs
@@ -654,7 +666,7 @@ def _stamped(line: str, when: datetime, zone: timedelta) -> str:
 def _restored_cycles(run: Path) -> list[tuple[str, int, datetime]]:
     """(log, line number of its first iteration, when its restore completed) of each cycle
     with a stamped load line or setup milestone and an iteration."""
-    evidence = load_run(run, read_checkpoints=False)
+    evidence = _evidence(run)
     out = []
     for log in evidence.cycle_logs:
         done = [e.time for e in log.of_type(LoadCompleted) if e.time is not None]
@@ -679,7 +691,7 @@ def test_an_iteration_stamped_before_its_cycle_restored_cannot_be_judged(
     run: Path, tmp_path: Path
 ) -> None:
     # the ranks of one node share a clock; those of several are a second apart at most
-    evidence = load_run(run, read_checkpoints=False)
+    evidence = _evidence(run)
     zone = evidence.launcher.utc_offset or timedelta(0)
     nodes = evidence.manifest.nnodes if evidence.manifest is not None else None
     early = timedelta(milliseconds=50 if nodes is None or nodes.value == 1 else 1050)
@@ -714,14 +726,14 @@ def _fired(evidence: RunEvidence) -> list[tuple[Marker, int]]:
     return out
 
 
-KILLED = [d for d in FAULT_RUNS if _fired(load_run(d, read_checkpoints=False))]
+KILLED = [d for d in FAULT_RUNS if _fired(_evidence(d))]
 
 
 @pytest.mark.parametrize("run", KILLED, ids=_id)
 def test_a_killed_rank_printing_an_iteration_after_its_fire_line_cannot_be_judged(
     run: Path, tmp_path: Path
 ) -> None:
-    evidence = load_run(run, read_checkpoints=False)
+    evidence = _evidence(run)
     template = next(e for log in evidence.cycle_logs for e in log.iterations)
     for n, (marker, cycle) in enumerate(_fired(evidence)):
         log = evidence.cycle_log(cycle)
