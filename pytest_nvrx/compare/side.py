@@ -418,6 +418,16 @@ def check_scenario(report: ScenarioReport, at: str) -> None:
     for flag in ("passed", "judgeable"):
         if not isinstance(getattr(report, flag), bool):
             raise CompareInputError(f"{at}: '{flag}' is {_shown(getattr(report, flag))}, not bool")
+    # what says why a scenario did not qualify (its outcome), read against 'passed'
+    _text(report.summary, "summary", at, optional=False)
+    _text(report.first_cause, "first_cause", at)
+    _text(report.gate, "gate", at)
+    for problem in report.problems:
+        _text(problem, "problems", at, optional=False)
+    for criterion in report.criteria:
+        _text(criterion.id, "criteria.id", at, optional=False)
+        _text(criterion.status, "criteria.status", at, optional=False)
+        _text(criterion.reason, "criteria.reason", at, optional=False)
     for name in ("train_iters", "world_size"):
         it = getattr(report, name)
         if it is not None and (isinstance(it, bool) or not isinstance(it, int)):

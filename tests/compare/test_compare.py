@@ -353,6 +353,11 @@ def _bad_inputs(tmp_path: Path) -> dict[str, tuple[Path, str]]:
     del missing["scenarios"][0]["criteria"]
     letters = doc(NEW)
     letters["scenarios"][0]["gpu_shared_with"] = "gw0"
+    # what says whether a scenario qualified is read against 'passed': text, or refused
+    problem = doc(NEW)
+    problem["scenarios"][0]["problems"] = [1]
+    status = doc(NEW)
+    status["scenarios"][0]["criteria"][0]["status"] = None
     (tmp_path / "empty-dir").mkdir()
     cases = {
         "newer": (write(tmp_path, "newer.json", newer), "schema 3 is newer than this"),
@@ -376,6 +381,8 @@ def _bad_inputs(tmp_path: Path) -> dict[str, tuple[Path, str]]:
             "'gpu_shared_with' is \"gw0\", not a list",
         ),
         "absent": (tmp_path / "absent.json", "cannot be read"),
+        "problem": (write(tmp_path, "problem.json", problem), "'problems' is 1, not text"),
+        "status": (write(tmp_path, "status.json", status), "'criteria.status' is null, not text"),
     }
     (tmp_path / "cut.json").write_text(good[: len(good) // 2])
     (tmp_path / "empty.json").write_text("")
