@@ -3,8 +3,8 @@
 each test doctors copies of committed real runs or reports (under tmp_path, the originals never
 touched) so that their evidence is missing or contradicts itself, and asks that ``verify`` does
 not exit 0 for any of them, or that ``compare`` neither gates them through nor breaks on them.
-Today every case here passes (or breaks), so each test is marked xfail(strict=True): it turns into
-an XPASS (a failure) once its class is fixed, and the marker is then removed. The counts over
+A class still open is marked xfail(strict=True): it turns into an XPASS (a failure) once the
+class is fixed, and the marker is then removed (compare's Z1-Z8 are fixed). The counts over
 every committed run of each kind, and the cause of each class, are in the review's note
 (brief/adv2.md of the session that wrote it).
 """
