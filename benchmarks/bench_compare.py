@@ -9,7 +9,9 @@ both documents' sizes, the wall time of ``python -m pytest_nvrx compare OLD NEW 
 verdict,downtime:+5% -o page.html --json out.json`` in a fresh interpreter (what a CI step waits
 for: start, imports, reading, comparing, writing; best and median of ``--repeat``), and of
 ``load_side`` twice + ``compare`` + the three renderings in this process (best). The bound the
-project keeps: under 1 s (docs/performance.md).
+project keeps: under 1 s (docs/performance.md). Then the pairing of keys a side shows only in
+part (``diff._pair_partial_keys``) on ``--keys`` keys a side with none in common, the case that
+costs most (best): linear in the keys.
 """
 
 from __future__ import annotations
@@ -25,8 +27,9 @@ from pathlib import Path
 from typing import Any
 
 from pytest_nvrx.compare import compare, load_side, parse_gate
+from pytest_nvrx.compare.diff import ScenarioKey, _pair_partial_keys
 from pytest_nvrx.compare.render import document, html, text
-from pytest_nvrx.report import build_reports, write_report
+from pytest_nvrx.report import ScenarioReport, build_reports, write_report
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "tests" / "data"
@@ -90,9 +93,22 @@ def _in_process_s(old: Path, new: Path) -> float:
     return time.perf_counter() - start
 
 
+def _pairing_s(n: int) -> float:
+    a: dict[ScenarioKey, list[ScenarioReport]] = {
+        ScenarioKey("megatron", "kill (step)", 1000 + i, 1): [] for i in range(n)
+    }
+    b: dict[ScenarioKey, list[ScenarioReport]] = {
+        ScenarioKey("megatron", "kill (step)", 10**6 + i, 1): [] for i in range(n)
+    }
+    start = time.perf_counter()
+    _pair_partial_keys(a, b)
+    return time.perf_counter() - start
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=7)
+    parser.add_argument("--keys", type=int, default=20000)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="nvrx-bench-compare-") as tmp:
         work = Path(tmp)
@@ -112,6 +128,8 @@ def main() -> int:
             f"{statistics.median(command):.3f} s; load + compare + render in process best: "
             f"{min(inside):.3f} s"
         )
+    pairing = [_pairing_s(args.keys) for _ in range(args.repeat)]
+    print(f"pairing {args.keys} keys a side, none in common, best: {min(pairing):.3f} s")
     return 0
 
 

@@ -14,7 +14,6 @@ and prints the summary.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Generator, Sequence
 from importlib import metadata
@@ -815,7 +814,7 @@ class NvrxReporter:
         from pytest_nvrx.outputs import write_output
 
         if self.comparison is not None:
-            from pytest_nvrx.compare.render import document, section_html
+            from pytest_nvrx.compare.render import document_json, section_html
 
             title = f"Compared with {self.comparison.old.source}"
             sections.append((title, section_html(self.comparison)))
@@ -828,8 +827,7 @@ class NvrxReporter:
             )
             if self.comparison is not None:
                 compare_json = compare_json_path(self.html)
-                doc = json.dumps(document(self.comparison), indent=1) + "\n"
-                write_output(compare_json, doc)
+                write_output(compare_json, document_json(self.comparison))
         except OSError as exc:
             self.outcome = f"cannot write the report: {exc}"
             session.exitstatus = pytest.ExitCode.INTERNAL_ERROR

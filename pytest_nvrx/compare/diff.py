@@ -2,7 +2,7 @@
 -> new, what the gate fails, and what is noise (no pytest, nothing written).
 
 A scenario is matched by its key (workload, its fault or fault schedule with the window, train
-iterations, ranks), never by its name: a run dir's name carries the time it ran. Several
+iterations, ranks launched), never by its name: a run dir's name carries the time it ran. Several
 scenarios of one key on one side are samples of it: the side's timing is their median and its
 verdict QUALIFIED only when every sample qualified. A timing is *noise* when a sample of either
 side ran on a GPU it shared with another run (result.json's ``gpu_shared_with``: its recovery
@@ -51,7 +51,11 @@ class ScenarioKey:
 
 
 def scenario_key(report: ScenarioReport) -> ScenarioKey:
-    ranks = max((len(c.ranks) for c in report.timeline.cycles), default=0)
+    """The ranks are the world size run.json says the run launched; a document that does not
+    record it (written before it did) gives the most ranks a cycle shows: a rank that printed
+    nothing is still one of the scenario's, or a run that lost it would be another scenario."""
+    shown = max((len(c.ranks) for c in report.timeline.cycles), default=0)
+    ranks = report.world_size if report.world_size is not None else shown
     return ScenarioKey(
         report.workload or "unknown workload",
         report.fault_text,
@@ -255,10 +259,17 @@ def _recovery_label(recovery: Recovery, index: int) -> str | None:
     return f"recovery {recovery.position if recovery.position is not None else index + 1}{fault}"
 
 
+def measured(seconds: float | None) -> float | None:
+    """A timing as a measurement: a negative one is none (its milestones out of order: the
+    judgement could not judge that run; side.check_scenario refuses one in a run that passed)."""
+    return seconds if seconds is not None and seconds >= 0 else None
+
+
 def _phase_seconds(recovery: Recovery | None, phase: str) -> float | None:
     if recovery is None:
         return None
-    return next((p.seconds for p in recovery.phases if p.id == phase), None)
+    # side.check_scenario refuses a phase listed twice: there is one to find
+    return measured(next((p.seconds for p in recovery.phases if p.id == phase), None))
 
 
 def _timings(
@@ -270,8 +281,8 @@ def _timings(
         TimingDiff(
             "downtime",
             None,
-            _median([r.downtime_s for r in key_old]),
-            _median([r.downtime_s for r in key_new]),
+            _median([measured(r.downtime_s) for r in key_old]),
+            _median([measured(r.downtime_s) for r in key_new]),
         )
     ]
     count = max(
@@ -292,8 +303,8 @@ def _timings(
                 TimingDiff(
                     "downtime",
                     label,
-                    _median([r.downtime_s if r else None for r in olds]),
-                    _median([r.downtime_s if r else None for r in news]),
+                    _median([measured(r.downtime_s) if r else None for r in olds]),
+                    _median([measured(r.downtime_s) if r else None for r in news]),
                     position=position,
                 )
             )
@@ -409,13 +420,57 @@ def _pair_partial_keys(
 ) -> list[str]:
     """Match, in place, each key one side shows only in part with the one key of the other side
     it can be (filed under OLD's key): a NEW run that broke before its first cycle is the
-    scenario it was, its verdict compared and gated, not a scenario "only in NEW"."""
+    scenario it was, its verdict compared and gated, not a scenario "only in NEW".
+
+    NEW's unmatched keys are indexed by their known parts, so that each OLD key looks up its
+    candidates instead of scanning every NEW key: the work is linear in the keys."""
+    unmatched = [kb for kb in b if kb not in a]
+    #: the unmatched NEW keys by (workload, fault) and a part: the exact key, its train
+    #: iterations (any ranks), its ranks (any train iterations), neither
+    exact: dict[tuple[object, ...], set[ScenarioKey]] = {}
+    by_iters: dict[tuple[object, ...], set[ScenarioKey]] = {}
+    by_ranks: dict[tuple[object, ...], set[ScenarioKey]] = {}
+    by_kind: dict[tuple[object, ...], set[ScenarioKey]] = {}
+
+    def buckets(k: ScenarioKey) -> list[set[ScenarioKey]]:
+        kind = (k.workload, k.fault)
+        return [
+            exact.setdefault((*kind, k.train_iters, k.ranks), set()),
+            by_iters.setdefault((*kind, k.train_iters), set()),
+            by_ranks.setdefault((*kind, k.ranks), set()),
+            by_kind.setdefault(kind, set()),
+        ]
+
+    for kb in unmatched:
+        for bucket in buckets(kb):
+            bucket.add(kb)
+
+    def candidates(ka: ScenarioKey) -> list[set[ScenarioKey]]:
+        kind = (ka.workload, ka.fault)
+        it, rk = ka.train_iters, ka.ranks
+        if it is None and rk is None:
+            return [by_kind.get(kind, set())]
+        if it is None:  # any train iterations, ranks equal or unknown
+            return [by_ranks.get((*kind, rk), set()), by_ranks.get((*kind, None), set())]
+        if rk is None:  # any ranks, train iterations equal or unknown
+            return [by_iters.get((*kind, it), set()), by_iters.get((*kind, None), set())]
+        return [  # both known: the NEW key lacks one part or both (an equal key is in common)
+            exact.get((*kind, it, rk), set()),
+            exact.get((*kind, None, rk), set()),
+            exact.get((*kind, it, None), set()),
+            exact.get((*kind, None, None), set()),
+        ]
+
     notes = []
     for ka in [k for k in a if k not in b]:
-        candidates = [kb for kb in b if kb not in a and _compatible(ka, kb)]
-        if len(candidates) != 1:
+        found = [s for s in candidates(ka) if s]
+        if sum(len(s) for s in found) != 1:
             continue
-        [kb] = candidates
+        [kb] = found[0]
+        if not _compatible(ka, kb):  # the index holds only keys that are
+            continue
+        for bucket in buckets(kb):
+            bucket.discard(kb)
         b[ka] = b.pop(kb)
         notes.append(f"matched OLD {ka} with NEW {kb} (one side does not show all of the key)")
     return notes

@@ -9,15 +9,14 @@ line on stderr. Outputs go only to a regular file or a new path, never onto or i
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TextIO
 
 from pytest_nvrx.compare.diff import Comparison, Incomparable, compare
-from pytest_nvrx.compare.render import document, html, text
-from pytest_nvrx.compare.side import CompareInputError, load_side
+from pytest_nvrx.compare.render import document_json, html, text
+from pytest_nvrx.compare.side import CompareInputError, is_run_dir, load_side
 from pytest_nvrx.evidence.refs import printable
 from pytest_nvrx.outputs import OutputRefused, check_output_targets, check_outputs, write_output
 from pytest_nvrx.settings import ConfigError
@@ -95,6 +94,24 @@ def run_compare(
     )
 
 
+def _evidence_dirs(sides: Sequence[tuple[str, Path]]) -> list[tuple[str, Path]]:
+    """Each directory side, and each run dir a folder side holds (a link into it included:
+    its run dir may live anywhere); check_outputs adds their checkpoints/."""
+    out = []
+    for what, path in sides:
+        if not path.is_dir():
+            continue
+        out.append((what, path))
+        if is_run_dir(path):
+            continue
+        try:
+            entries = sorted(path.iterdir())
+        except OSError:
+            continue  # load_side says why it cannot be listed
+        out += [(f"{what}'s run dir", p) for p in entries if p.is_dir() and is_run_dir(p)]
+    return out
+
+
 def compare_main(
     argv: Sequence[str], stdout: TextIO | None = None, stderr: TextIO | None = None
 ) -> int:
@@ -110,7 +127,7 @@ def compare_main(
         outputs.append(("--json", Path(args.json_path)))
     sides = [(f"{label} side", p) for label, p in (("OLD", args.old), ("NEW", args.new))]
     try:
-        check_outputs(outputs, [(what, p) for what, p in sides if p.is_dir()])
+        check_outputs(outputs, _evidence_dirs(sides))
         check_output_targets(outputs)
         for flag, path in outputs:
             for what, side in sides:
@@ -137,11 +154,11 @@ def compare_main(
         if args.output is not None:
             write_output(args.output, html(result))
         if args.json_path is not None and not json_to_stdout:
-            write_output(args.json_path, json.dumps(document(result), indent=1) + "\n")
+            write_output(args.json_path, document_json(result))
     except OSError as exc:
         err.write(printable(f"compare: error: cannot write the comparison: {exc}") + "\n")
         return EXIT_CANNOT_COMPARE
     (err if json_to_stdout else out).write(text(result))
     if json_to_stdout:
-        out.write(json.dumps(document(result), indent=1) + "\n")
+        out.write(document_json(result))
     return EXIT_GATE if result.gate_failed else EXIT_OK

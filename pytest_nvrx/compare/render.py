@@ -4,6 +4,7 @@ nothing fetched). Every string that came from a side is escaped (a report is unt
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from pytest_nvrx import __version__
@@ -143,6 +144,12 @@ def document(c: Comparison) -> dict[str, Any]:
         "changes": c.changes,
         "summary": c.closing_line(),
     }
+
+
+def document_json(c: Comparison) -> str:
+    """The ``--json`` document as text: strict JSON (a value that is no JSON number raises;
+    side.MAX_SECONDS bounds every timing, so that none does)."""
+    return json.dumps(document(c), indent=1, allow_nan=False) + "\n"
 
 
 # ----------------------------------------------------------------------------------------------

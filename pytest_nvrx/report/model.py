@@ -23,6 +23,7 @@ from pytest_nvrx.criteria.judgement import Judgement
 from pytest_nvrx.criteria.outcome import Outcome, cause_in, outcome_text, run_outcome
 from pytest_nvrx.criteria.selftest_outcome import PlantOutcome, control_outcome, plant_outcome
 from pytest_nvrx.criteria.training_continuity import print_model
+from pytest_nvrx.evidence.manifest import Manifest
 from pytest_nvrx.evidence.plant_records import read_plant_records
 from pytest_nvrx.evidence.rundir import RunEvidence, load_run
 from pytest_nvrx.evidence.timeline import PHASES as PHASES  # re-exported: the report's phases
@@ -97,6 +98,9 @@ class ScenarioReport:
     schedule: tuple[str, ...] = ()
     recoveries: tuple[Recovery, ...] = ()
     total_downtime_s: float | None = None
+    #: the ranks run.json says the run launched (config.world_size; None: not recorded): a run
+    #: whose rank printed nothing still launched them
+    world_size: int | None = None
 
     @property
     def baseline(self) -> bool:
@@ -254,6 +258,7 @@ class ScenarioReport:
             schedule=judgement.schedule,
             recoveries=recoveries,
             total_downtime_s=judgement.total_downtime_s,
+            world_size=_world_size(manifest),
         )
 
     def as_dict(self) -> dict[str, Any]:
@@ -271,6 +276,8 @@ class ScenarioReport:
             # a schedule's every fault; absent from a one-fault run's document (as it was)
             **({"schedule": list(self.schedule)} if self.schedule else {}),
             "train_iters": self.train_iters,
+            # absent where run.json does not say it (a document as it was before it)
+            **({"world_size": self.world_size} if self.world_size is not None else {}),
             "passed": self.passed,
             "judgeable": self.judgeable,
             "summary": self.summary,
@@ -342,11 +349,19 @@ class ScenarioReport:
             schedule=tuple(data.get("schedule") or ()),
             recoveries=tuple(Recovery.from_dict(r) for r in data.get("recoveries") or ()),
             total_downtime_s=data.get("total_downtime_s"),
+            world_size=data.get("world_size"),
         )
 
 
 # ----------------------------------------------------------------------------------------------
 # Building
+
+
+def _world_size(manifest: Manifest | None) -> int | None:
+    """run.json's world size, where it states a whole number of ranks."""
+    setting = manifest.world_size if manifest is not None else None
+    value = setting.value if setting is not None else None
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
 def _selftest_row(

@@ -69,6 +69,17 @@ def scale(data: dict[str, Any], factor: float) -> dict[str, Any]:
     return out
 
 
+def grow(scenario: dict[str, Any], recovery: int, phase: str, seconds: float) -> None:
+    """One recovery's ``phase`` took ``seconds`` longer, and so did its downtime and the
+    scenario's (a document that says otherwise contradicts itself: compare refuses it)."""
+    r = scenario["recoveries"][recovery]
+    p = next(p for p in r["phases"] if p["id"] == phase)
+    p["seconds"] = round(p["seconds"] + seconds, 3)
+    r["downtime_s"] = round(r["downtime_s"] + seconds, 3)
+    for key in ("downtime_s", "total_downtime_s"):
+        scenario[key] = round(scenario[key] + seconds, 3)
+
+
 def unshared(data: dict[str, Any]) -> dict[str, Any]:
     """A copy whose runs had their GPU to themselves (no noise)."""
     out = copy.deepcopy(data)
@@ -167,8 +178,7 @@ def test_a_phase_gate_names_the_phase(tmp_path: Path) -> None:
     data = unshared(doc(NEW))
     slower = copy.deepcopy(data)
     hang = next(s for s in slower["scenarios"] if s["schedule"][0] == "hang@finalize")
-    load = next(p for p in hang["recoveries"][1]["phases"] if p["id"] == "checkpoint_load")
-    load["seconds"] += 6.0
+    grow(hang, 1, "checkpoint_load", 6.0)
     old, new = write(tmp_path, "a.json", data), write(tmp_path, "b.json", slower)
     code, out, _ = cli(old, new, "--fail-on", "phase:load:+5s")
     assert code == 1
@@ -199,6 +209,7 @@ def test_a_verdict_that_turned_fails_the_verdict_gate(tmp_path: Path) -> None:
     s = broken["scenarios"][0]
     s["passed"], s["first_cause"] = False, "the replacement never loaded a checkpoint"
     s["outcome"] = f"NOT QUALIFIED: {s['first_cause']}"  # the cause, said once (its outcome)
+    broken["passed"] = False  # the document's verdict is every scenario's
     new = write(tmp_path, "new.json", broken)
     code, out, _ = cli(NEW, new, "--fail-on", "verdict")
     assert code == 1
@@ -268,8 +279,8 @@ def test_samples_are_the_median_and_too_few_are_noise(tmp_path: Path) -> None:
     three = copy.deepcopy(data)
     first = three["scenarios"][0]
     slow, fast = copy.deepcopy(first), copy.deepcopy(first)
-    slow["total_downtime_s"] = first["total_downtime_s"] + 100
-    fast["total_downtime_s"] = first["total_downtime_s"] - 1
+    grow(slow, 0, "checkpoint_load", 100.0)
+    grow(fast, 0, "checkpoint_load", -1.0)
     three["scenarios"] += [slow, fast]
     result = compare(
         load_side(write(tmp_path, "a.json", data), "OLD"),
@@ -343,6 +354,11 @@ def _bad_inputs(tmp_path: Path) -> dict[str, tuple[Path, str]]:
     del missing["scenarios"][0]["criteria"]
     letters = doc(NEW)
     letters["scenarios"][0]["gpu_shared_with"] = "gw0"
+    # what says whether a scenario qualified is read against 'passed': text, or refused
+    problem = doc(NEW)
+    problem["scenarios"][0]["problems"] = [1]
+    status = doc(NEW)
+    status["scenarios"][0]["criteria"][0]["status"] = None
     (tmp_path / "empty-dir").mkdir()
     cases = {
         "newer": (write(tmp_path, "newer.json", newer), "schema 3 is newer than this"),
@@ -366,6 +382,8 @@ def _bad_inputs(tmp_path: Path) -> dict[str, tuple[Path, str]]:
             "'gpu_shared_with' is \"gw0\", not a list",
         ),
         "absent": (tmp_path / "absent.json", "cannot be read"),
+        "problem": (write(tmp_path, "problem.json", problem), "'problems' is 1, not text"),
+        "status": (write(tmp_path, "status.json", status), "'criteria.status' is null, not text"),
     }
     (tmp_path / "cut.json").write_text(good[: len(good) // 2])
     (tmp_path / "empty.json").write_text("")
@@ -507,6 +525,7 @@ def test_a_new_run_that_broke_before_its_first_cycle_is_still_its_scenario(tmp_p
     s["timeline"]["cycles"], s["passed"] = [], False
     s["first_cause"] = "the launcher never started a worker"
     s["outcome"] = f"NOT QUALIFIED: {s['first_cause']}"
+    broken["passed"] = False
     code, out, _ = cli(OLD, write(tmp_path, "broken.json", broken), "--fail-on", "verdict")
     assert code == 1, out
     assert "gate fails: megatron kill@step, kill@restore [30 iterations, 1 rank]: verdict" in out

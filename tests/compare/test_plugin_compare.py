@@ -19,6 +19,10 @@ from pytest_nvrx.report import build_reports, write_report
 pytest_plugins = ["pytester"]
 
 PAIR = Path(__file__).parents[1] / "data" / "compare" / "planted-load-delay"
+#: a committed real report (the Megatron fault schedules on core_v0.19.0)
+SCHEDULES = (
+    Path(__file__).parents[1] / "data" / "compare" / "gpu-schedules-core_v0.19.0.report.json"
+)
 SUITE_ARGS = ["--pyargs", "pytest_nvrx.suite", "-p", "no:cacheprovider"]
 
 
@@ -91,6 +95,34 @@ def test_a_looser_gate_passes_and_no_gate_only_shows(
     assert shown.ret == pytest.ExitCode.OK
     assert "checkpoint_load" not in shown.stdout.str()  # the details with -v
     assert "compare: 0 regressions, 0 improvements, 1 slower" in shown.stdout.str()
+
+
+#: one hostile number or text each, in a copy of a report.json: (what is replaced, by what)
+HOSTILE = {
+    "400-digit downtime": ('"total_downtime_s": ', '"total_downtime_s": ' + "9" * 400 + ', "x": '),
+    "400-digit timing": ('"timings": {', '"timings": {"x": ' + "9" * 400 + ", "),
+    "loss dropped 1e999": ('"dropped": ', '"dropped": 1e999, "y": '),
+    "empty fault_window": ('"fault_window": ', '"fault_window": [], "z": '),
+    "lone surrogate in the stack": ('"torch": "', '"torch": "\\ud800'),
+}
+
+
+@pytest.mark.parametrize("what", sorted(HOSTILE))
+def test_a_hostile_report_to_compare_with_is_a_one_line_usage_error(
+    pytester: pytest.Pytester, clean_env: None, tmp_path: Path, what: str
+) -> None:
+    text = json.dumps(json.loads(SCHEDULES.read_text()))
+    old, new = HOSTILE[what]
+    assert old in text
+    hostile = tmp_path / "hostile.json"
+    hostile.write_text(text.replace(old, new, 1), encoding="utf-8")
+    result = pytester.runpytest(*SUITE_ARGS, "--collect-only", "--nvrx-compare", str(hostile))
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    err = result.stderr.str()
+    assert "Traceback" not in err and "INTERNALERROR" not in err
+    assert f"pytest-nvrx: --nvrx-compare {hostile}: scenario 1" in err or (
+        f"pytest-nvrx: --nvrx-compare {hostile}: a text holds a lone surrogate" in err
+    ), err
 
 
 @pytest.mark.parametrize(

@@ -228,6 +228,7 @@ def test_report_json_schema_is_stable(megatron: list[ScenarioReport]) -> None:
         "fault",
         "window",
         "train_iters",
+        "world_size",  # a field added without raising the schema: run.json states it here
         "passed",
         "judgeable",
         "summary",
@@ -248,6 +249,7 @@ def test_report_json_schema_is_stable(megatron: list[ScenarioReport]) -> None:
         "baseline",
     }
     assert scenario["downtime_s"] == scenario["recovery"]["downtime_s"] == 25.417
+    assert scenario["world_size"] == 1
     assert set(scenario["criteria"][0]) == {"id", "status", "reason", "evidence"}
     recovery = scenario["recovery"]
     assert set(recovery) == {"downtime_s", "unattributed_s", "milestones", "phases", "lost_work"}
