@@ -316,8 +316,10 @@ class ScenarioReport:
         # the document keeps the cause in its outcome line, once
         cause = cause_in(data["outcome"], data.get("planted"))
         if (cause is None) is not data["passed"]:
-            outcome, passed = quote(data["outcome"]), data["passed"]
-            raise ValueError(f"its outcome {outcome} contradicts passed={passed}")
+            outcome, passed = quote(data["outcome"]), str(data["passed"]).lower()
+            raise ValueError(
+                f"'passed' is {passed}, yet 'outcome' is {outcome}: the scenario contradicts itself"
+            )
         return cls(
             name=data["name"],
             run_dir=data["run_dir"],
