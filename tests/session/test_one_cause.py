@@ -141,7 +141,9 @@ def test_a_report_document_whose_outcome_contradicts_passed_is_refused() -> None
         ValueError, match=r"'passed' is false, yet 'outcome' is .*contradicts itself"
     ):
         ScenarioReport.from_dict({**data, "passed": False})
-    with pytest.raises(ValueError, match=r"'passed' is true, yet 'outcome' is .*contradicts itself"):
+    with pytest.raises(
+        ValueError, match=r"'passed' is true, yet 'outcome' is .*contradicts itself"
+    ):
         ScenarioReport.from_dict({**data, "outcome": "NOT QUALIFIED: replaced_cycle: no"})
     with pytest.raises(ValueError, match="not an outcome"):
         ScenarioReport.from_dict({**data, "outcome": "qualified, trust me"})
