@@ -9,14 +9,13 @@ each scenario carries the scenario's outcome, summary and (with ``--nvrx-report`
 report as plain data (``report.nvrx_scenario``; a TestReport's extra attributes survive xdist's
 serialization), and :class:`NvrxReporter`, registered on the controller only (as junitxml's
 LogXML is), collects them in ``pytest_runtest_logreport``, writes the report at the session's end
-and prints the summary.
+and prints the summary (what they add up to, without pytest: session/summary.py).
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Generator, Sequence
-from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -41,20 +40,18 @@ from pytest_nvrx.fixtures import (
     selftest_outcome_of,
     terminal_writer,
 )
-from pytest_nvrx.layout import FAULT_WINDOWS, INJECTED_FAULTS, RUNS_DIR, windows_of
+from pytest_nvrx.layout import FAULT_WINDOWS, INJECTED_FAULTS, windows_of
 from pytest_nvrx.settings import (
     PLUGIN_SETTINGS,
     ConfigError,
     NvrxSettings,
-    ScheduledFault,
-    option_hint,
 )
 
 if TYPE_CHECKING:
-    from pytest_nvrx.compare import Comparison, Side
+    from pytest_nvrx.compare import Side
     from pytest_nvrx.session.scenario_run import ScenarioRun
     from pytest_nvrx.session.scenarios import Scenario
-    from pytest_nvrx.session.verdict_table import Row
+    from pytest_nvrx.session.summary import SessionSummary
 
 # the fixtures (and the session state the hooks share with them); that module imports nothing
 # from this one
@@ -261,16 +258,12 @@ def previous_report(config: pytest.Config, path: Path, report: Path | None) -> S
 
     from pytest_nvrx.compare import CompareInputError, load_side
     from pytest_nvrx.evidence.refs import printable
+    from pytest_nvrx.session.output_paths import report_outputs
 
     here = config.invocation_params.dir
-    ours = [("--junitxml", junit_path(config))]
+    ours: list[tuple[str, Path | None]] = [("--junitxml", junit_path(config))]
     if report is not None:
-        html = here / report
-        ours += [
-            ("--nvrx-report", html),
-            ("--nvrx-report's JSON", report_json_path(html)),
-            ("--nvrx-report's comparison JSON", compare_json_path(html)),
-        ]
+        ours += report_outputs(here / report, compare=True)
     for what, out in ours:
         if out is not None and os.path.realpath(out) == os.path.realpath(here / path):
             raise pytest.UsageError(
@@ -303,53 +296,19 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     return ScenarioScheduling(config, log)
 
 
-def _dist_version(name: str) -> str:
-    try:
-        return metadata.version(name)
-    except metadata.PackageNotFoundError:
-        return "absent"
-
-
-def header_lines(config: pytest.Config) -> list[str]:
-    """What the session runs on: versions, the workers' stack for a GPU qualification, where."""
-    settings = nvrx_settings(config)
-    import platform
-
-    versions = ", ".join(
-        f"{label} {_dist_version(dist)}"
-        for label, dist in (
-            ("torch", "torch"),
-            ("nvrx", "nvidia-resiliency-ext"),
-            ("megatron-core", "megatron-core"),
-            ("TE", "transformer-engine"),
-            ("apex", "apex"),
-        )
-    )
-    lines = [f"nvrx: python {platform.python_version()}, {versions}"]
-    if settings.megatron_path is not None and settings.run_dir is None:
-        # A GPU qualification: the full stack of the workers' interpreter (one ~6 s probe,
-        # reused by the scenarios), Megatron's version and revision included. Without a
-        # Megatron path (CPU reference runs) each scenario still prints its stack.
-        from pytest_nvrx.megatron.stack import detect_stack, format_stack_line
-
-        lines.append(format_stack_line(detect_stack(settings.megatron_path)))
-    megatron, work_dir = settings.megatron_path or "not given", settings.work_dir or "pytest tmp"
-    where = f"megatron: {megatron}, work dir: {work_dir}"
-    if settings.run_dir is not None:
-        where += f", judging existing run: {settings.run_dir}"
-    lines.append(f"nvrx: {where}")
-    return lines
-
-
 def _print_header_once(config: pytest.Config) -> None:
     """The header, printed once scenarios are known to be collected (not in pytest's report
     header, which every session prints before collection)."""
     if config.stash.get(HEADER_KEY, False):
         return
     config.stash[HEADER_KEY] = True
-    write = terminal_writer(config)
+    from pytest_nvrx.session.header import header_lines, selection_lines
+
+    settings = nvrx_settings(config)
     selected: list[str] = config.stash.get(SELECTED_KEY, [])
-    for line in [*header_lines(config), *selection_lines(config, selected)]:
+    deselected = config.stash.get(DESELECTED_KEY, 0)
+    write = terminal_writer(config)
+    for line in [*header_lines(settings), *selection_lines(settings, selected, deselected)]:
         write(line)
 
 
@@ -376,7 +335,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         # message alone, as a collection error of this module
         raise pytest.Collector.CollectError(str(exc)) from None
     from pytest_nvrx.session.scenario_run import EXISTING_RUN
-    from pytest_nvrx.session.scenarios import matrix_scenarios
+    from pytest_nvrx.session.scenarios import session_scenarios
 
     if settings.run_dir is not None:
         params = [pytest.param(None, id=EXISTING_RUN, marks=pytest.mark.xdist_group("nvrx"))]
@@ -384,21 +343,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         # One xdist group per workload: a scenario's tests run on one worker, so it launches
         # once per session whatever -n is, and the faulted scenarios find their workload's
         # baseline run (training continuity) on the same worker.
-        params = [
-            _scenario_param(sc)
-            for sc in matrix_scenarios(
-                settings.matrix, settings.windows, settings.workloads, _schedules(settings)
-            )
-        ]
+        params = [_scenario_param(sc) for sc in session_scenarios(settings)]
     metafunc.parametrize(SCENARIO_FIXTURE, params, indirect=True, scope="session")
-
-
-def _schedules(settings: NvrxSettings) -> str | tuple[ScheduledFault, ...]:
-    """The schedule scenarios to run: chosen windows (--nvrx-window) leave the default schedule
-    matrix out, whose faults lie in other windows too; a schedule given runs all the same."""
-    if settings.windows is not None and settings.schedules == "default":
-        return "none"
-    return settings.schedules
 
 
 def _scenario_param(sc: Scenario) -> Any:
@@ -484,25 +430,9 @@ def _junit_properties(item: pytest.Item, run: ScenarioRun) -> list[tuple[str, st
     if criterion in CRITERIA_IDS:
         props += junit.criterion_properties(run, str(criterion))
     if outcome is not None:
-        expected = outcome.plant.caught_by if outcome.plant is not None else "qualified"
-        props += [
-            ("nvrx_selftest_status", outcome.status),
-            ("nvrx_selftest_expected", expected),
-            ("nvrx_selftest_reason", outcome.reason),
-        ]
+        props += junit.selftest_properties(outcome)
     if item.get_closest_marker(DOWNTIME_GATE) is not None:
-        limits = Limits.of(nvrx_settings(item.config))
-        # a schedule's downtime is its total; the limit holds each recovery's (listed after it)
-        measured = [("nvrx_downtime_s", run.downtime_s)] + [
-            (f"nvrx_fault{r.position}_downtime_s", r.downtime_s)
-            for r in run.judgement.recoveries
-            if r.due
-        ]
-        for name, value in [*measured, ("nvrx_max_downtime_s", limits.downtime_s)]:
-            if value is not None:
-                props.append((name, str(value)))
-        for phase, limit in limits.phases.items():
-            props.append((f"nvrx_max_phase_{phase}_s", str(limit)))
+        props += junit.downtime_properties(run, Limits.of(nvrx_settings(item.config)))
     return props
 
 
@@ -578,72 +508,26 @@ def output_refusal(
     compare: bool = False,
 ) -> str | None:
     """Why the session's outputs (the report, its JSON beside it, with ``compare`` the
-    comparison's JSON too, --junitxml) must not be written: something other than a regular
-    file lies where one of ours would go (a device, FIFO, symlink), or one resolves (links
-    followed) into a run dir judged (--nvrx-run-dir, the work dir's runs/, a run judged this
-    session) or onto another of them."""
+    comparison's JSON too, --junitxml) must not be written (session/output_paths.py), pytest's
+    own where pytest will write them. --junitxml's directory is checked in every session; the
+    rest only where there is an output or evidence of ours."""
     junit = junit_path(config)
     if junit is not None and junit.parent.exists() and not junit.parent.is_dir():
         return f"--junitxml {junit}: {junit.parent} is not a directory; give another path"
     if report is None and run_dir is None and work_dir is None and not judged:
         return None  # no output of ours, no evidence to keep pytest's outputs out of
-    from pytest_nvrx.outputs import (
-        OutputRefused,
-        check_in_place_output,
-        check_output_targets,
-        check_outputs,
+    from pytest_nvrx.session import output_paths
+
+    return output_paths.output_refusal(
+        config.invocation_params.dir,
+        report,
+        junit=junit,
+        cache=_cache_dir(config),
+        run_dir=run_dir,
+        work_dir=work_dir,
+        judged=judged,
+        compare=compare,
     )
-
-    here = config.invocation_params.dir
-    # ours, renamed over their paths (pytest writes --junitxml and its cache in place)
-    ours: list[tuple[str, Path]] = []
-    if report is not None:
-        ours += [
-            ("--nvrx-report", here / report),
-            ("--nvrx-report's JSON", report_json_path(here / report)),
-        ]
-        if compare:
-            ours.append(("--nvrx-report's comparison JSON", compare_json_path(here / report)))
-    outputs = list(ours)
-    if junit is not None:
-        outputs.append(("--junitxml", junit))
-    cache = _cache_dir(config)
-    if cache is not None:
-        # judging --nvrx-run-dir . from inside the run dir made .pytest_cache/ there
-        outputs.append(
-            (
-                "pytest's cache dir (move it: -o cache_dir=DIR; or drop it: -p no:cacheprovider)",
-                cache,
-            )
-        )
-    evidence = [("the run dir", Path(d)) for d in judged]
-    if run_dir is not None:
-        evidence.append(("--nvrx-run-dir", here / run_dir))
-    if work_dir is not None:
-        evidence.append(("the scenarios' run dirs", work_dir / RUNS_DIR))
-    try:
-        check_outputs(outputs, evidence)
-        check_output_targets(ours)
-        if junit is not None:
-            # pytest truncates it in place: a hard link of run.json would be overwritten
-            check_in_place_output("--junitxml", junit, evidence)
-    except OutputRefused as exc:
-        return str(exc)
-    return None
-
-
-def report_json_path(html: Path) -> Path:
-    """Where --nvrx-report's report.json goes: beside the page, named after it (``out/a.html``
-    -> ``out/a.json``, the ``report -o`` rule), so two reports in one directory keep both."""
-    from pytest_nvrx.report.main import json_beside
-
-    return json_beside(html)
-
-
-def compare_json_path(html: Path) -> Path:
-    """Where --nvrx-compare's document goes: beside the page, named after it (``out/a.html`` ->
-    ``out/a.compare.json``), for the same reason."""
-    return html.with_suffix(".compare.json")
 
 
 def junit_path(config: pytest.Config) -> Path | None:
@@ -658,118 +542,57 @@ def junit_path(config: pytest.Config) -> Path | None:
 
 
 class NvrxReporter:
-    """The scenarios' outcomes and recovery report, on the controller: fed from test reports,
-    written at the session's end (--nvrx-report), announced in the terminal summary."""
+    """The scenarios' outcomes and recovery report, on the controller (as junitxml's LogXML):
+    fed from test reports, written at the session's end (--nvrx-report), announced in the
+    terminal summary. What they add up to is session/summary.py's (made at the first entry, or
+    where the session's end needs it: a session without our scenarios imports nothing); here,
+    pytest's side: the exit status and the terminal."""
 
     def __init__(self, config: pytest.Config, settings: NvrxSettings) -> None:
         self.config = config
-        path = settings.report
-        self.html = None if path is None else config.invocation_params.dir / path
-        self.compare_rules = settings.compare_fail
-        self.gate_noise = settings.gate_shared_gpu
-        self.comparison: Comparison | None = None
-        #: the comparison's lines for the terminal (or why there is none)
-        self.compare_lines: list[str] = []
-        self.entries: dict[str, dict[str, Any]] = {}
-        self.outcome: str | None = None
-        # why the session failed although its tests passed (a NOT QUALIFIED scenario)
-        self.session_failures: list[str] = []
+        self.settings = settings
+        self.summary: SessionSummary | None = None
 
-    @property
-    def json_path(self) -> Path | None:
-        return None if self.html is None else report_json_path(self.html)
+    def _summary(self) -> SessionSummary:
+        if self.summary is None:
+            from pytest_nvrx.session.summary import SessionSummary
+
+            path = self.settings.report
+            html = None if path is None else self.config.invocation_params.dir / path
+            self.summary = SessionSummary(html)
+        return self.summary
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         entry = getattr(report, "nvrx_scenario", None)
-        if isinstance(entry, dict) and isinstance(entry.get("key"), str):
-            self.entries.setdefault(entry["key"], entry)
-
-    def _block_keys(self) -> list[str]:
-        """The scenario of each of :meth:`blocks`, in its order."""
-        keys = list(self.entries)
-        keys += [
-            run.key for run in self.config.stash.get(JUDGED_KEY, []) if run.key not in self.entries
-        ]
-        return keys
-
-    def blocks(self) -> list[list[str]]:
-        """Each scenario's summary block, led by its outcome line; runs judged here whose entry
-        no report carried (none should be) still show their verdicts."""
-        blocks = [[entry["outcome"], *entry["lines"]] for entry in self.entries.values()]
-        for run in self.config.stash.get(JUDGED_KEY, []):
-            if run.key not in self.entries:
-                blocks.append(run.summary_lines())
-        return blocks
-
-    def not_qualified(self) -> list[tuple[str, str]]:
-        """(scenario, first cause) of every judged scenario that did not qualify."""
-        return [
-            (key, str(entry["cause"]))
-            for key, entry in self.entries.items()
-            if entry.get("cause") is not None
-        ]
+        if entry is not None:
+            self._summary().add(entry)
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         """The session's status from what was qualified, then the report."""
-        self._fail_unqualified(session)
-        self._fail_nothing_qualified(session)
-        self._compare(session)
-        self._write_report(session)
-
-    def _compare(self, session: pytest.Session) -> None:
-        """The session against --nvrx-compare's report, after every scenario was judged; a
-        gate that fails (or cannot judge: nothing in common) fails a session that passed."""
-        previous = self.config.stash.get(COMPARE_KEY, None)
-        if previous is None or self.config.option.collectonly:
-            return
-        from pytest_nvrx.compare import Incomparable, compare
-        from pytest_nvrx.compare.render import text
-        from pytest_nvrx.compare.session import session_side
-        from pytest_nvrx.report import ScenarioReport
-
-        data = [e["report"] for e in self.entries.values() if e.get("report") is not None]
-        if not data:
-            return
-        reports = [ScenarioReport.from_dict(d) for d in data]
-        try:
-            result = compare(
-                previous, session_side(reports), self.compare_rules, gate_noise=self.gate_noise
-            )
-        except Incomparable as exc:
-            why = f"cannot compare with {previous.source}: {exc}"
-            self.compare_lines = [why]
-            if self.compare_rules and session.exitstatus == pytest.ExitCode.OK:
-                self.session_failures.append(f"pytest-nvrx: --nvrx-compare-fail: {why}")
-                session.exitstatus = pytest.ExitCode.TESTS_FAILED
-            return
-        self.comparison = result
-        lines = text(result).splitlines()
-        if self.config.get_verbosity() < 1:
-            # the details (every phase of every scenario) with -v; the rest always
-            lines = [line for line in lines if not line.startswith("  ") or "verdict" in line]
-        self.compare_lines = lines
-        if result.gate_failed and session.exitstatus == pytest.ExitCode.OK:
-            rules = ",".join(str(r) for r in result.rules)
-            self.session_failures += [
-                f"pytest-nvrx: --nvrx-compare-fail {rules}: {failure}"
-                for failure in result.failures
-            ]
+        summary, ok = self.summary, session.exitstatus == pytest.ExitCode.OK
+        if summary is not None and ok and summary.fail_unqualified():
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
-
-    def _fail_unqualified(self, session: pytest.Session) -> None:
-        """A NOT QUALIFIED scenario fails the session even when every test that ran passed
-        (``-k prior_checkpoint``, ``--lf`` after a failed session, ``-m`` of a few criteria):
-        a retry of the failed tests never turns a broken stack green."""
-        failed = self.not_qualified()
-        if not failed or session.exitstatus != pytest.ExitCode.OK:
-            return
-        self.session_failures = [
-            f"pytest-nvrx: scenario {key} is NOT QUALIFIED although every selected test of it"
-            f" passed: {cause}"
-            for key, cause in failed
-        ]
-        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        self._fail_nothing_qualified(session)
+        previous = self.config.stash.get(COMPARE_KEY, None)
+        if summary is not None and previous is not None and not self.config.option.collectonly:
+            passed = session.exitstatus == pytest.ExitCode.OK
+            rules, noise = self.settings.compare_fail, self.settings.gate_shared_gpu
+            verbose = self.config.get_verbosity() >= 1
+            if summary.compare(previous, rules, gate_noise=noise, verbose=verbose, passed=passed):
+                session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        if self.settings.report is not None and not self.config.option.collectonly:
+            summary = self._summary()
+            compare = summary.comparison is not None
+            status = summary.write_report(
+                lambda judged: output_refusal(
+                    self.config, summary.html, judged=judged, compare=compare
+                )
+            )
+            if status == "refused":
+                session.exitstatus = pytest.ExitCode.USAGE_ERROR
+            elif status == "failed":
+                session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
 
     def _fail_nothing_qualified(self, session: pytest.Session) -> None:
         """A session that selected scenarios but ran none of them qualified nothing: not green.
@@ -791,121 +614,27 @@ class NvrxReporter:
         )
         session.exitstatus = pytest.ExitCode.NO_TESTS_COLLECTED
 
-    def _write_report(self, session: pytest.Session) -> None:
-        if self.html is None or self.json_path is None or self.config.option.collectonly:
-            return
-        from pytest_nvrx.report import ScenarioReport, write_report
-
-        data = [e["report"] for e in self.entries.values() if e.get("report") is not None]
-        if not data:
-            self.outcome = f"no scenario was judged: {self.html} not written"
-            return
-        # the work dir may come from NVRX_WORK_DIR (unread at configure time): the runs judged
-        # are known now
-        judged = [Path(d["run_dir"]) for d in data if isinstance(d.get("run_dir"), str)]
-        refused = output_refusal(
-            self.config, self.html, judged=judged, compare=self.comparison is not None
-        )
-        if refused is not None:
-            self.outcome = f"not written: {refused}"
-            session.exitstatus = pytest.ExitCode.USAGE_ERROR
-            return
-        sections = []
-        from pytest_nvrx.outputs import write_output
-
-        if self.comparison is not None:
-            from pytest_nvrx.compare.render import document_json, section_html
-
-            title = f"Compared with {self.comparison.old.source}"
-            sections.append((title, section_html(self.comparison)))
-        try:
-            write_report(
-                [ScenarioReport.from_dict(d) for d in data],
-                html=self.html,
-                json_path=self.json_path,
-                sections=sections,
-            )
-            if self.comparison is not None:
-                compare_json = compare_json_path(self.html)
-                write_output(compare_json, document_json(self.comparison))
-        except OSError as exc:
-            self.outcome = f"cannot write the report: {exc}"
-            session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
-            return
-        count = f"{len(data)} scenario{'' if len(data) == 1 else 's'}"
-        self.outcome = f"{self.html} and {self.json_path} ({count})"
-
-    def rows(self) -> list[Row]:
-        from pytest_nvrx.session.scenario_run import Limits
-        from pytest_nvrx.session.verdict_table import Row
-
-        rows = [Row.from_dict(e["row"]) for e in self.entries.values() if e.get("row")]
-        for run in self.config.stash.get(JUDGED_KEY, []):
-            if run.key not in self.entries:
-                rows.append(run.table_row(Limits.of(nvrx_settings(self.config))))
-        return rows
-
     def pytest_terminal_summary(self, terminalreporter: Any, exitstatus: int) -> None:
-        """The verdicts, each with the line that proves it, of every scenario that did not
-        qualify (of all with -vv); then the closing table, one row per scenario; then where
-        the report and the JUnit XML went. A session given --nvrx-* options that collected
-        nothing: how to collect the scenarios."""
-        tr = terminalreporter
+        """The summary's (session/summary.py: the verdicts of every scenario that did not
+        qualify, the closing table, where the outputs went), after the one line for a session
+        given --nvrx-* options that collected nothing: how to collect the scenarios."""
         hint = suite_hint(self.config, exitstatus)
         if hint is not None:
-            tr.write_line(hint, yellow=True, bold=True)
-        judged = bool(self.entries) or bool(self.config.stash.get(JUDGED_KEY, []))
-        if not (judged or self.outcome or self.compare_lines or self.session_failures):
+            terminalreporter.write_line(hint, yellow=True, bold=True)
+        judged: list[ScenarioRun] = self.config.stash.get(JUDGED_KEY, [])
+        if self.summary is None and not judged:
             return  # nothing of ours to say (a project's own session: nothing imported)
-        from pytest_nvrx.evidence.refs import printable
-        from pytest_nvrx.session.verdict_table import fit, verdict_table
+        from pytest_nvrx.session.scenario_run import Limits
 
-        verbosity = self.config.get_verbosity()
-        width = self.config.get_terminal_writer().fullwidth
-        failed = {key for key, _ in self.not_qualified()}
-        blocks = []
-        for key, block in zip(self._block_keys(), self.blocks(), strict=True):
-            if key in failed or key not in self.entries or verbosity >= 2:
-                blocks.append((key, block))  # the whole reasons: they are what to read
-            elif verbosity >= 0:  # -q: only the scenarios that did not qualify
-                # the outcome and the run dir whole (a path to copy), each verdict in a line
-                # (at least 120 characters: a narrow terminal wraps rather than loses it)
-                head, verdicts = block[:2], block[2:]
-                blocks.append((key, [*head, *(fit(line, max(width, 120)) for line in verdicts)]))
-        if blocks:
-            tr.section("nvrx verdicts")
-            for key, block in blocks:
-                for line in block:
-                    tr.write_line(printable(line))
-                # how a failed run ended, once, after its verdicts (never once per failed test)
-                for title, text in self.entries.get(key, {}).get("tails") or ():
-                    tr.write_sep("-", printable(title))
-                    tr.write_line(printable(text, lines=True))
-        rows = self.rows()
-        if rows:
-            tr.section("nvrx verdict table")
-            for line in verdict_table(rows, width=width):
-                tr.write_line(printable(line))
-        for entry in self.entries.values():
-            if entry.get("report_error"):
-                left_out = f"nvrx report: {entry['key']} left out: {entry['report_error']}"
-                tr.write_line(printable(left_out))
-        where = []
-        if self.outcome is not None:
-            where.append(f"report: {self.outcome}")
-        elif rows and self.html is None:
-            where.append("report: none (--nvrx-report PATH writes one)")
-        xml = junit_path(self.config)
-        if rows and xml is not None:
-            where.append(f"JUnit: {xml}")
-        if where:
-            tr.write_line(printable("nvrx " + "; ".join(where)))
-        if self.compare_lines:
-            tr.section("nvrx compare")
-            for line in self.compare_lines:
-                tr.write_line(printable(line))
-        for line in self.session_failures:
-            tr.write_line(printable(line), red=True, bold=True)
+        limits = Limits.of(nvrx_settings(self.config)) if judged else None
+        self._summary().write_terminal(
+            terminalreporter,
+            judged,
+            limits,
+            verbosity=self.config.get_verbosity(),
+            width=self.config.get_terminal_writer().fullwidth,
+            junit=junit_path(self.config),
+        )
 
 
 def pytest_itemcollected(item: pytest.Item) -> None:
@@ -967,19 +696,14 @@ def pytest_xdist_node_collection_finished(node: Any, ids: Sequence[str]) -> None
     """Under xdist the controller holds the selected scenarios to the rules, from the test ids
     a worker collected (a worker's usage error would crash it): before any is scheduled."""
     from pytest_nvrx.selftest.run import selftest_scenarios
-    from pytest_nvrx.session.scenarios import WORKLOAD_ORDER, matrix_scenarios
+    from pytest_nvrx.session.scenarios import WORKLOAD_ORDER, session_scenarios
 
     config = node.config
     try:
         settings = nvrx_settings(config)
     except pytest.UsageError:
         return  # a bad value of the environment: the workers' collection error
-    known = {
-        sc.id: sc
-        for sc in matrix_scenarios(
-            settings.matrix, settings.windows, settings.workloads, _schedules(settings)
-        )
-    }
+    known = {sc.id: sc for sc in session_scenarios(settings)}
     known.update(
         (sc.id, sc)
         for w in WORKLOAD_ORDER
@@ -1016,30 +740,6 @@ def _check_scenarios(config: pytest.Config, scenarios: Sequence[Scenario]) -> No
         check_scenarios(settings, runnable, work_dir)
     except ConfigError as exc:
         raise pytest.UsageError(f"pytest-nvrx: {exc.message_for('plugin')}") from None
-
-
-def selection_lines(config: pytest.Config, selected: Sequence[str]) -> list[str]:
-    """What pytest's own "deselected" and "skipped" will mean, said once before the runs."""
-    settings = nvrx_settings(config)
-    names = ", ".join(selected)
-    lines = [f"nvrx: {len(selected)} scenario{'' if len(selected) == 1 else 's'}: {names}"]
-    deselected = config.stash.get(DESELECTED_KEY, 0)
-    if deselected:
-        lines.append(
-            f"nvrx: {deselected} tests deselected by -m/-k: those the expression leaves out"
-            " (-m gpu: Megatron on GPUs; -m 'not gpu': the CPU reference workload)"
-        )
-    if any(key.endswith("-baseline") for key in selected):
-        lines.append(
-            "nvrx: a baseline's criteria that need a fault (prior_checkpoint, replaced_cycle,"
-            " optimizer_state_load, training_continuity) show as skipped: not applicable"
-        )
-    if settings.megatron_path is None and any(key.startswith("megatron-") for key in selected):
-        lines.append(
-            "nvrx: the megatron scenarios will be skipped: no Megatron checkout"
-            f" ({option_hint('megatron-path', 'plugin')})"
-        )
-    return lines
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from pytest_nvrx.criteria import Judgement
+from pytest_nvrx.criteria.selftest_outcome import PlantOutcome
 from pytest_nvrx.session.scenario_run import Limits, ScenarioRun
 
 
@@ -103,3 +104,31 @@ def criterion_properties(run: ScenarioRun, criterion: str) -> list[tuple[str, st
             ("nvrx_evidence", [ref.render() for ref in verdict.evidence]),
         ]
     )
+
+
+def selftest_properties(outcome: PlantOutcome) -> list[tuple[str, str]]:
+    """A self-test run's testcases: its outcome (caught, missed, ...), what was expected of it
+    (the criterion that must catch its plant; the control: qualified) and why."""
+    expected = outcome.plant.caught_by if outcome.plant is not None else "qualified"
+    return [
+        ("nvrx_selftest_status", outcome.status),
+        ("nvrx_selftest_expected", expected),
+        ("nvrx_selftest_reason", outcome.reason),
+    ]
+
+
+def downtime_properties(run: ScenarioRun, limits: Limits) -> list[tuple[str, str]]:
+    """The downtime test's testcase: the downtime measured and the limits it is held to. A
+    schedule's downtime is its total; the limit holds each recovery's (listed after it)."""
+    measured = [("nvrx_downtime_s", run.downtime_s)] + [
+        (f"nvrx_fault{r.position}_downtime_s", r.downtime_s)
+        for r in run.judgement.recoveries
+        if r.due
+    ]
+    props = [
+        (name, str(value))
+        for name, value in [*measured, ("nvrx_max_downtime_s", limits.downtime_s)]
+        if value is not None
+    ]
+    props += [(f"nvrx_max_phase_{phase}_s", str(limit)) for phase, limit in limits.phases.items()]
+    return props

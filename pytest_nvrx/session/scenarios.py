@@ -34,6 +34,7 @@ from pytest_nvrx.settings import (
     MATRICES,
     WORKLOAD_KINDS,
     ConfigError,
+    NvrxSettings,
     ScheduledFault,
     WorkloadKind,
     parse_schedule,
@@ -208,6 +209,17 @@ def matrix_scenarios(
             out += [Scenario(workload, fault, window) for fault, window in pairs]
             out += schedule_scenarios(workload, schedules)
     return tuple(out)
+
+
+def session_scenarios(settings: NvrxSettings) -> tuple[Scenario, ...]:
+    """The scenarios a session's settings choose: :func:`matrix_scenarios` of its matrix,
+    windows and workloads, and its schedule scenarios. Chosen windows (--nvrx-window) leave the
+    default schedule matrix out, whose faults lie in other windows too; a schedule given runs
+    all the same."""
+    schedules = settings.schedules
+    if settings.windows is not None and schedules == "default":
+        schedules = "none"
+    return matrix_scenarios(settings.matrix, settings.windows, settings.workloads, schedules)
 
 
 #: The default matrix of both workloads.

@@ -162,7 +162,7 @@ def test_a_cycle_record_naming_no_log_cannot_be_judged(ref: Doctor, value: objec
     _cannot_judge(ref, f"cycle record {RECORD1} has cycle_log_file ")
 
 
-# 5. run.json against itself (manifest._contradictions)
+# 5. run.json against itself (manifest_contradictions._contradictions)
 
 
 def _edit_run_json(run: Doctor, edit: object) -> None:

@@ -106,7 +106,8 @@ def set_injector_option(doc: Doctor, option: str, value: object) -> None:
     """Make run.json's injector arguments (``workload_argv``) and its ``command`` pass
     ``option=value``, as the harness spells them from ``config``: a test that changes what the
     run was asked to do (config's window, fault, fault rank) changes both, or run.json
-    contradicts itself (evidence/manifest.py) before anything the test is about is judged."""
+    contradicts itself (evidence/manifest_contradictions.py) before anything the test is about
+    is judged."""
     data = doc.json("run.json")
     argv = list(data["workload_argv"])
     new = f"{option}={value}"
