@@ -13,10 +13,11 @@ iteration (:func:`_tracker_junk`), and a plant that acted in a run that names an
 from __future__ import annotations
 
 from pytest_nvrx.evidence.cycle_infos import unended
+from pytest_nvrx.evidence.cycle_log import CycleLog
 from pytest_nvrx.evidence.plant_records import read_plant_records
-from pytest_nvrx.evidence.refs import Problem, is_ascii_number, split_rank_prefix
+from pytest_nvrx.evidence.refs import EvidenceRef, Problem, is_ascii_number, split_rank_prefix
 from pytest_nvrx.evidence.rundir import RunEvidence
-from pytest_nvrx.evidence.workload import get_adapter, stated_rank
+from pytest_nvrx.evidence.workload import WorkloadLogAdapter, get_adapter, stated_rank
 
 
 def evidence_problems(run: RunEvidence) -> tuple[Problem, ...]:
@@ -186,19 +187,10 @@ def _misattributed_lines(run: RunEvidence) -> list[Problem]:
     under another rank's NVRx prefix: then no rank's lines can be told apart from another's, and
     what "every rank loaded" means is lost (fatal). Only the lines that are evidence are read."""
     adapter = get_adapter(run.workload)
-    if getattr(adapter, "stated_rank", None) is None:
-        return []
     for log in run.cycle_logs:
-        wrong = [
-            (event.ref, prefix, said)
-            for event in (*log.iterations, *log.events)
-            for prefix, text in (split_rank_prefix(event.ref.text),)
-            if prefix is not None
-            and (said := stated_rank(adapter, text)) is not None
-            and said != prefix
-        ]
+        wrong = misattributed_lines(log, adapter)
         if wrong:
-            ref, prefix, said = min(wrong, key=lambda w: w[0].line or 0)
+            ref, prefix, said = wrong[0]
             return [
                 Problem(
                     "fatal",
@@ -208,3 +200,27 @@ def _misattributed_lines(run: RunEvidence) -> list[Problem]:
                 )
             ]
     return []
+
+
+def misattributed_lines(
+    log: CycleLog, adapter: WorkloadLogAdapter
+) -> list[tuple[EvidenceRef, int, int]]:
+    """The lines of ``log`` whose NVRx prefix names another rank than the line states (the
+    reference, the prefix, the stated rank), first line first. The fault injector states its
+    rank in every line whatever the workload: one of its lines under another rank's prefix (a
+    fire line in the stream of a rank it did not kill) is the same contradiction."""
+    wrong = [
+        (line.ref, prefix, line.rank)
+        for line in log.injector
+        if (prefix := split_rank_prefix(line.ref.text)[0]) is not None and prefix != line.rank
+    ]
+    if getattr(adapter, "stated_rank", None) is not None:
+        wrong += [
+            (event.ref, prefix, said)
+            for event in (*log.iterations, *log.events)
+            for prefix, text in (split_rank_prefix(event.ref.text),)
+            if prefix is not None
+            and (said := stated_rank(adapter, text)) is not None
+            and said != prefix
+        ]
+    return sorted(wrong, key=lambda w: w[0].line or 0)

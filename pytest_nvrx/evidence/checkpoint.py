@@ -200,7 +200,7 @@ def read_checkpoint_metadata(directory: Path, iteration: int, run_dir: Path) -> 
     judged. A pickle that names anything DCP metadata does not is UNREADABLE.
     """
     shown = display_path(directory, run_dir)
-    why = file_refusal(directory, want_dir=True)
+    why = file_refusal(directory, directory.parent, want_dir=True)
     if why is not None:
         return CheckpointMetadata(
             iteration,

@@ -265,8 +265,12 @@ def load_run(
     # Only a directory is a directory of evidence: a file (or FIFO, ...) in its place is no run,
     # and one that cannot be read (its permissions) hides what it holds.
     refused_dirs: set[Path] = set()
+    own_dirs = [layout.cycle_infos, layout.logs]
+    if checkpoint_dir is None:  # a checkpoint dir named apart from the run may lie anywhere
+        own_dirs.append(layout.checkpoint_dir)
     for directory in (layout.checkpoint_dir, layout.cycle_infos, layout.logs):
-        why = file_refusal(directory, want_dir=True)
+        inside = run_dir if directory in own_dirs else None
+        why = file_refusal(directory, inside, want_dir=True)
         if why is not None:
             problems.append(Problem("fatal", f"{display_path(directory, run_dir)} {why}"))
             refused_dirs.add(directory)
