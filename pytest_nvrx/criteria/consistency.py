@@ -17,7 +17,12 @@ from pytest_nvrx.evidence.cycle_log import CycleLog
 from pytest_nvrx.evidence.plant_records import read_plant_records
 from pytest_nvrx.evidence.refs import EvidenceRef, Problem, is_ascii_number, split_rank_prefix
 from pytest_nvrx.evidence.rundir import RunEvidence
-from pytest_nvrx.evidence.workload import WorkloadLogAdapter, get_adapter, stated_rank
+from pytest_nvrx.evidence.workload import (
+    WorkloadLogAdapter,
+    get_adapter,
+    printed_by_rank_0_only,
+    stated_rank,
+)
 
 
 def evidence_problems(run: RunEvidence) -> tuple[Problem, ...]:
@@ -54,6 +59,7 @@ def evidence_problems(run: RunEvidence) -> tuple[Problem, ...]:
     problems += _launch_config_blocks(run)
     problems += _last_cycle_unended(run)
     problems += _misattributed_lines(run)
+    problems += _off_rank_0_lines(run)
     problems += _plant_records_problems(run)
     return tuple(problems)
 
@@ -200,6 +206,41 @@ def _misattributed_lines(run: RunEvidence) -> list[Problem]:
                 )
             ]
     return []
+
+
+def _off_rank_0_lines(run: RunEvidence) -> list[Problem]:
+    """A line the workload prints on rank 0 alone (a save, a load, an FT deadline: see
+    ``printed_by_rank_0_only``) under another rank's prefix: rank 0's record of it is missing,
+    and the rank that has it never prints one, so what the run saved or loaded is unknown
+    (fatal)."""
+    adapter = get_adapter(run.workload)
+    for log in run.cycle_logs:
+        off = off_rank_0_lines(log, adapter)
+        if off:
+            ref, prefix = off[0]
+            return [
+                Problem(
+                    "fatal",
+                    f"{ref.location} is rank {prefix}'s line, but the {run.workload} workload"
+                    " prints this line on rank 0 alone: rank 0's is missing and this one no"
+                    " rank of the workload printed",
+                    ref,
+                )
+            ]
+    return []
+
+
+def off_rank_0_lines(log: CycleLog, adapter: WorkloadLogAdapter) -> list[tuple[EvidenceRef, int]]:
+    """The lines of ``log`` the workload prints on rank 0 alone found under another rank's
+    prefix (the reference, the prefix), first line first."""
+    off = [
+        (event.ref, prefix)
+        for event in log.events
+        if printed_by_rank_0_only(adapter, event)
+        and (prefix := split_rank_prefix(event.ref.text)[0]) is not None
+        and prefix != 0
+    ]
+    return sorted(off, key=lambda o: o[0].line or 0)
 
 
 def misattributed_lines(

@@ -245,6 +245,8 @@ class MegatronLogAdapter:
     source_roots = ("megatron",)
     # pretrain() prints the argument dump (print_rank_0) before it loads, saves or trains
     dumps_settings = True
+    # its load and save lines are print_rank_0's too
+    rank_0_only = (LoadStarted, LoadCompleted, SaveScheduled, SaveCompleted)
     # live progress reads iteration lines by the pattern parse_line reads them by, in bytes
     iteration_line = re.compile(_ITERATION.pattern.encode())
 
