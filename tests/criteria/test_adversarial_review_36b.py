@@ -23,6 +23,7 @@ import pytest
 
 from pytest_nvrx.compare.main import compare_main
 from pytest_nvrx.criteria.consistency import misattributed_lines, off_rank_0_lines
+from pytest_nvrx.evidence.checkpoint import read_checkpoint_metadata
 from pytest_nvrx.evidence.cycle_log import parse_cycle_log
 from pytest_nvrx.evidence.refs import file_refusal, read_json_file
 from pytest_nvrx.evidence.workload import SaveCompleted, get_adapter
@@ -350,7 +351,6 @@ def _metadata_from(src_rel: str, dst_rel: str) -> Edit:
     return edit
 
 
-@xfail
 def test_the_restore_points_metadata_of_another_checkpoint_is_no_pass(tmp_path: Path) -> None:
     restore = "checkpoints/iter_0000005/.metadata"
     megatron_meta = MEG_KILL_SAVE / restore
@@ -372,6 +372,30 @@ def test_the_restore_points_metadata_of_another_checkpoint_is_no_pass(tmp_path: 
         ),
     ]
     assert _passing(tmp_path, cases) == []
+
+
+def test_every_committed_checkpoints_metadata_in_another_checkpoint_is_refused(
+    tmp_path: Path,
+) -> None:
+    """V over every committed run holding two checkpoints' .metadata (the review counted 73
+    passing runs with a restore and another checkpoint): iter_N's .metadata replaced by iter_M's
+    is refused as another checkpoint's (it names the directory it was saved to)."""
+    accepted, seen = [], 0
+    for n, run in enumerate(sorted({m.parents[1] for m in _committed(".metadata")})):
+        metas = sorted(run.glob("iter_*/.metadata"))
+        if len(metas) < 2 or run.name != "checkpoints":
+            continue
+        first, second = metas[0], metas[-1]
+        moved = tmp_path / str(n) / first.parent.name
+        moved.mkdir(parents=True)
+        (moved / ".metadata").write_bytes(second.read_bytes())
+        iteration = int(first.parent.name.removeprefix("iter_"))
+        meta = read_checkpoint_metadata(moved, iteration, tmp_path / str(n))
+        seen += 1
+        if meta.not_evidence is None or second.parent.name not in meta.not_evidence:
+            accepted.append(f"{run.relative_to(DATA)}: {first.parent.name} <- {second.parent.name}")
+    assert seen > 70
+    assert accepted == []
 
 
 # ----------------------------------------------------------------------------------------------
