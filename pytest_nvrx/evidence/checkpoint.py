@@ -271,7 +271,7 @@ def read_checkpoint_metadata(directory: Path, iteration: int, run_dir: Path) -> 
                 detail=f"torch DCP metadata unreadable: {_why_unreadable(exc)}",
             )
         named = saved_to.rstrip("/").rsplit("/", 1)[-1] if saved_to is not None else None
-        if named is not None and named != directory.name:
+        if saved_to is not None and named is not None and named != directory.name:
             # torch DCP writes the directory it saved into: this is another checkpoint's file
             why = (
                 f"{meta_shown} says it was saved to {quote(named)}"

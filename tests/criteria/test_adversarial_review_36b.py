@@ -23,9 +23,11 @@ import pytest
 
 from pytest_nvrx.compare.main import compare_main
 from pytest_nvrx.criteria.consistency import misattributed_lines, off_rank_0_lines
+from pytest_nvrx.criteria.no_repeat_injection import no_repeat_injection
 from pytest_nvrx.evidence.checkpoint import read_checkpoint_metadata
 from pytest_nvrx.evidence.cycle_log import parse_cycle_log
 from pytest_nvrx.evidence.refs import file_refusal, read_json_file
+from pytest_nvrx.evidence.rundir import load_run
 from pytest_nvrx.evidence.workload import SaveCompleted, get_adapter
 from pytest_nvrx.verify import verify_main
 from tests.helpers.doctor import Doctor, copy_run
@@ -228,7 +230,7 @@ def test_every_committed_last_save_moved_off_rank_0_is_found(tmp_path: Path) -> 
 
 # ----------------------------------------------------------------------------------------------
 # S. An injector line under another rank's NVRx prefix than the rank its text states
-# (consistency._misattributed_lines reads only the workload's lines)
+# (the injector states its rank in every line: consistency.misattributed_lines holds it to it)
 
 
 def test_an_injector_line_under_another_ranks_prefix_is_no_pass(tmp_path: Path) -> None:
@@ -299,7 +301,6 @@ def test_every_committed_fire_line_under_another_ranks_prefix_is_found(tmp_path:
 # falls back to result.json alone and the run passes without the launcher's record of its end
 
 
-@xfail
 def test_the_launcher_log_cut_before_its_end_is_no_pass(tmp_path: Path) -> None:
     def cut_before_the_end(doc: Doctor) -> None:
         lines = doc.lines(LAUNCHER)
@@ -313,6 +314,39 @@ def test_the_launcher_log_cut_before_its_end_is_no_pass(tmp_path: Path) -> None:
         for src in (DURABILITY_KILL_SAVE, MEG_HANG_30)
     ]
     assert _passing(tmp_path, cases) == []
+
+
+def test_every_committed_launcher_log_cut_before_its_end_cannot_be_judged(tmp_path: Path) -> None:
+    """T over every committed run whose result.json says the launcher exited 0 (the review cut
+    launcher.log at 90 %: 22 of 31 passed): its launcher.log cut before 'worker group
+    successfully finished' makes no_repeat_injection unable to judge (run.json, result.json and
+    the cut log are all it reads for this)."""
+    seen, judged = 0, []
+    for n, log in enumerate(_committed("launcher.log")):
+        src = log.parents[1]
+        result = src / "result.json"
+        if log.parent.name != "logs" or not result.is_file():
+            continue
+        if json.loads(result.read_text(encoding="utf-8")).get("exit_code") != 0:
+            continue
+        lines = log.read_text(encoding="utf-8").splitlines(keepends=True)
+        end = next(
+            (i for i, line in enumerate(lines) if "worker group successfully finished" in line),
+            None,
+        )
+        assert end is not None, f"{log.relative_to(DATA)}: exit 0 without the success line"
+        run = tmp_path / str(n)
+        (run / "logs").mkdir(parents=True)
+        for name in ("run.json", "result.json"):
+            if (src / name).is_file():
+                (run / name).write_bytes((src / name).read_bytes())
+        (run / LAUNCHER).write_text("".join(lines[:end]), encoding="utf-8")
+        seen += 1
+        verdict = no_repeat_injection(load_run(run, read_checkpoints=False))
+        if not verdict.cannot_judge:
+            judged.append(f"{src.relative_to(DATA)}: {verdict.reason}")
+    assert seen > 80
+    assert judged == []
 
 
 # ----------------------------------------------------------------------------------------------
