@@ -18,6 +18,7 @@ from pytest_nvrx.evidence.plant_records import read_plant_records
 from pytest_nvrx.evidence.refs import EvidenceRef, Problem, is_ascii_number, split_rank_prefix
 from pytest_nvrx.evidence.rundir import RunEvidence
 from pytest_nvrx.evidence.workload import (
+    Milestone,
     WorkloadLogAdapter,
     get_adapter,
     printed_by_rank_0_only,
@@ -60,6 +61,7 @@ def evidence_problems(run: RunEvidence) -> tuple[Problem, ...]:
     problems += _last_cycle_unended(run)
     problems += _misattributed_lines(run)
     problems += _off_rank_0_lines(run)
+    problems += _trained_after_finishing(run)
     problems += _plant_records_problems(run)
     return tuple(problems)
 
@@ -228,6 +230,41 @@ def _off_rank_0_lines(run: RunEvidence) -> list[Problem]:
                 )
             ]
     return []
+
+
+def _trained_after_finishing(run: RunEvidence) -> list[Problem]:
+    """A process prints its ``training finished`` milestone after its last iteration: an
+    iteration line of the same rank after it says the process trained on after it finished
+    (or the lines were reordered), so which iteration it ended at is unknown (fatal)."""
+    for log in run.cycle_logs:
+        later = iterations_after_finish(log)
+        if later:
+            done, it = later[0]
+            return [
+                Problem(
+                    "fatal",
+                    f"{it.location} is an iteration line after {done.location} said the same"
+                    " rank finished training: a process finishes after its last iteration",
+                    it,
+                )
+            ]
+    return []
+
+
+def iterations_after_finish(log: CycleLog) -> list[tuple[EvidenceRef, EvidenceRef]]:
+    """The iteration lines of ``log`` printed after the ``training_done`` milestone of the same
+    rank's stream (the milestone, the iteration), first milestone first."""
+    out = []
+    for done in log.events:
+        if not isinstance(done, Milestone) or done.name != "training_done":
+            continue
+        rank, line = split_rank_prefix(done.ref.text)[0], done.ref.line or 0
+        out += [
+            (done.ref, it.ref)
+            for it in log.iterations
+            if (it.ref.line or 0) > line and split_rank_prefix(it.ref.text)[0] == rank
+        ][:1]
+    return out
 
 
 def off_rank_0_lines(log: CycleLog, adapter: WorkloadLogAdapter) -> list[tuple[EvidenceRef, int]]:

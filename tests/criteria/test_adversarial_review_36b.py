@@ -22,7 +22,11 @@ from pathlib import Path
 import pytest
 
 from pytest_nvrx.compare.main import compare_main
-from pytest_nvrx.criteria.consistency import misattributed_lines, off_rank_0_lines
+from pytest_nvrx.criteria.consistency import (
+    iterations_after_finish,
+    misattributed_lines,
+    off_rank_0_lines,
+)
 from pytest_nvrx.criteria.no_repeat_injection import no_repeat_injection
 from pytest_nvrx.evidence.checkpoint import read_checkpoint_metadata
 from pytest_nvrx.evidence.cycle_log import parse_cycle_log
@@ -354,7 +358,6 @@ def test_every_committed_launcher_log_cut_before_its_end_cannot_be_judged(tmp_pa
 # stamps left in line order): the milestone contradicts the line it follows
 
 
-@xfail
 def test_training_finished_before_its_last_iteration_is_no_pass(tmp_path: Path) -> None:
     def swap(doc: Doctor) -> None:
         lines = doc.lines(CYCLE1)
@@ -370,6 +373,41 @@ def test_training_finished_before_its_last_iteration_is_no_pass(tmp_path: Path) 
         (DURABILITY_KILL_SAVE, "training finished 20 stamped before iteration 20/20", swap)
     ]
     assert _passing(tmp_path, cases) == []
+
+
+def test_every_committed_training_finished_before_its_last_iteration_is_found(
+    tmp_path: Path,
+) -> None:
+    """U over every committed cycle log whose rank printed "training finished" (the review
+    swapped it with the last iteration line in 30 reference runs): the milestone's event moved
+    before that iteration line (each line's head kept) is found (a fatal problem of
+    criteria.consistency)."""
+    head = re.compile(r"^(\d+: \[ref\] \S+ rank \d+ )(.*)$", re.S)
+    seen, missed = 0, []
+    for n, log_path in enumerate(_committed("train_cycle*.log")):
+        if b" training finished " not in log_path.read_bytes():
+            continue
+        adapter = get_adapter(_workload(log_path.parents[1]))
+        cycle = int(log_path.stem.removeprefix("train_cycle"))
+        lines = log_path.read_text(encoding="utf-8").splitlines(keepends=True)
+        done = next(i for i, line in enumerate(lines) if " training finished " in line)
+        rank = lines[done].split(":", 1)[0]
+        last = max(
+            i
+            for i, line in enumerate(lines[:done])
+            if line.startswith(f"{rank}: ") and re.search(r" iteration \d+/\d+ ", line)
+        )
+        a, b = head.match(lines[last]), head.match(lines[done])
+        assert a is not None and b is not None
+        lines[last], lines[done] = a[1] + b[2], b[1] + a[2]
+        doctored = tmp_path / f"{n}-{log_path.name}"
+        doctored.write_text("".join(lines), encoding="utf-8")
+        seen += 1
+        found = iterations_after_finish(parse_cycle_log(doctored, cycle, adapter))
+        if [(d.line, i.line) for d, i in found] != [(last + 1, done + 1)]:
+            missed.append(f"{log_path.relative_to(DATA)}:{done + 1}")
+    assert seen > 20
+    assert missed == []
 
 
 # ----------------------------------------------------------------------------------------------
