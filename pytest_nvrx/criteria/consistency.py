@@ -13,10 +13,17 @@ iteration (:func:`_tracker_junk`), and a plant that acted in a run that names an
 from __future__ import annotations
 
 from pytest_nvrx.evidence.cycle_infos import unended
+from pytest_nvrx.evidence.cycle_log import CycleLog
 from pytest_nvrx.evidence.plant_records import read_plant_records
-from pytest_nvrx.evidence.refs import Problem, is_ascii_number, split_rank_prefix
+from pytest_nvrx.evidence.refs import EvidenceRef, Problem, is_ascii_number, split_rank_prefix
 from pytest_nvrx.evidence.rundir import RunEvidence
-from pytest_nvrx.evidence.workload import get_adapter, stated_rank
+from pytest_nvrx.evidence.workload import (
+    Milestone,
+    WorkloadLogAdapter,
+    get_adapter,
+    printed_by_rank_0_only,
+    stated_rank,
+)
 
 
 def evidence_problems(run: RunEvidence) -> tuple[Problem, ...]:
@@ -53,6 +60,8 @@ def evidence_problems(run: RunEvidence) -> tuple[Problem, ...]:
     problems += _launch_config_blocks(run)
     problems += _last_cycle_unended(run)
     problems += _misattributed_lines(run)
+    problems += _off_rank_0_lines(run)
+    problems += _trained_after_finishing(run)
     problems += _plant_records_problems(run)
     return tuple(problems)
 
@@ -186,19 +195,10 @@ def _misattributed_lines(run: RunEvidence) -> list[Problem]:
     under another rank's NVRx prefix: then no rank's lines can be told apart from another's, and
     what "every rank loaded" means is lost (fatal). Only the lines that are evidence are read."""
     adapter = get_adapter(run.workload)
-    if getattr(adapter, "stated_rank", None) is None:
-        return []
     for log in run.cycle_logs:
-        wrong = [
-            (event.ref, prefix, said)
-            for event in (*log.iterations, *log.events)
-            for prefix, text in (split_rank_prefix(event.ref.text),)
-            if prefix is not None
-            and (said := stated_rank(adapter, text)) is not None
-            and said != prefix
-        ]
+        wrong = misattributed_lines(log, adapter)
         if wrong:
-            ref, prefix, said = min(wrong, key=lambda w: w[0].line or 0)
+            ref, prefix, said = wrong[0]
             return [
                 Problem(
                     "fatal",
@@ -208,3 +208,97 @@ def _misattributed_lines(run: RunEvidence) -> list[Problem]:
                 )
             ]
     return []
+
+
+def _off_rank_0_lines(run: RunEvidence) -> list[Problem]:
+    """A line the workload prints on rank 0 alone (a save, a load, an FT deadline: see
+    ``printed_by_rank_0_only``) under another rank's prefix: rank 0's record of it is missing,
+    and the rank that has it never prints one, so what the run saved or loaded is unknown
+    (fatal)."""
+    adapter = get_adapter(run.workload)
+    for log in run.cycle_logs:
+        off = off_rank_0_lines(log, adapter)
+        if off:
+            ref, prefix = off[0]
+            return [
+                Problem(
+                    "fatal",
+                    f"{ref.location} is rank {prefix}'s line, but the {run.workload} workload"
+                    " prints this line on rank 0 alone: rank 0's is missing and this one no"
+                    " rank of the workload printed",
+                    ref,
+                )
+            ]
+    return []
+
+
+def _trained_after_finishing(run: RunEvidence) -> list[Problem]:
+    """A process prints its ``training finished`` milestone after its last iteration: an
+    iteration line of the same rank after it says the process trained on after it finished
+    (or the lines were reordered), so which iteration it ended at is unknown (fatal)."""
+    for log in run.cycle_logs:
+        later = iterations_after_finish(log)
+        if later:
+            done, it = later[0]
+            return [
+                Problem(
+                    "fatal",
+                    f"{it.location} is an iteration line after {done.location} said the same"
+                    " rank finished training: a process finishes after its last iteration",
+                    it,
+                )
+            ]
+    return []
+
+
+def iterations_after_finish(log: CycleLog) -> list[tuple[EvidenceRef, EvidenceRef]]:
+    """The iteration lines of ``log`` printed after the ``training_done`` milestone of the same
+    rank's stream (the milestone, the iteration), first milestone first."""
+    out = []
+    for done in log.events:
+        if not isinstance(done, Milestone) or done.name != "training_done":
+            continue
+        rank, line = split_rank_prefix(done.ref.text)[0], done.ref.line or 0
+        out += [
+            (done.ref, it.ref)
+            for it in log.iterations
+            if (it.ref.line or 0) > line and split_rank_prefix(it.ref.text)[0] == rank
+        ][:1]
+    return out
+
+
+def off_rank_0_lines(log: CycleLog, adapter: WorkloadLogAdapter) -> list[tuple[EvidenceRef, int]]:
+    """The lines of ``log`` the workload prints on rank 0 alone found under another rank's
+    prefix (the reference, the prefix), first line first."""
+    off = [
+        (event.ref, prefix)
+        for event in log.events
+        if printed_by_rank_0_only(adapter, event)
+        and (prefix := split_rank_prefix(event.ref.text)[0]) is not None
+        and prefix != 0
+    ]
+    return sorted(off, key=lambda o: o[0].line or 0)
+
+
+def misattributed_lines(
+    log: CycleLog, adapter: WorkloadLogAdapter
+) -> list[tuple[EvidenceRef, int, int]]:
+    """The lines of ``log`` whose NVRx prefix names another rank than the line states (the
+    reference, the prefix, the stated rank), first line first. The fault injector states its
+    rank in every line whatever the workload: one of its lines under another rank's prefix (a
+    fire line in the stream of a rank it did not kill) is the same contradiction."""
+    wrong = [
+        (line.ref, prefix, line.rank)
+        for line in log.injector
+        if (prefix := split_rank_prefix(line.ref.text)[0]) is not None and prefix != line.rank
+    ]
+    if getattr(adapter, "stated_rank", None) is not None:
+        wrong += [
+            (event.ref, prefix, said)
+            for event in (*log.iterations, *log.events)
+            for prefix, text in (split_rank_prefix(event.ref.text),)
+            if prefix is not None
+            and (said := stated_rank(adapter, text)) is not None
+            and said != prefix
+        ]
+    return sorted(wrong, key=lambda w: w[0].line or 0)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pytest_nvrx.criteria.context import JudgeContext
 from pytest_nvrx.criteria.expected import ExpectedFault
 from pytest_nvrx.criteria.helpers import launcher_words, marker_ref, timed_out_failure
-from pytest_nvrx.criteria.verdict import CriterionId, Verdict, failing, passing
+from pytest_nvrx.criteria.verdict import CriterionId, Verdict, failing, passing, unjudgeable
 from pytest_nvrx.evidence.launcher_log import LauncherEventKind
 from pytest_nvrx.evidence.refs import EvidenceRef
 from pytest_nvrx.evidence.rundir import RunEvidence
@@ -75,6 +75,18 @@ def check(ctx: JudgeContext) -> Verdict:
     successes = (*finished, *clean_exits)
     if not successes and exit_code is None:
         return failing(ID, "the launcher recorded no successful finish", ctx.launcher_outcome)
+    if not successes and exit_code is not None and launcher.exists:
+        # ft_launcher prints these on every successful exit: its log was cut before its end,
+        # so what the launcher did last is unknown (result.json alone is not its record)
+        return unjudgeable(
+            ID,
+            f"{exit_code.ref.location} says the launcher exited 0, but {launcher.file} ends"
+            f" ({launcher.last_ref.location if launcher.last_ref else 'empty'}) before the lines"
+            " ft_launcher prints on every successful exit ('worker group successfully"
+            " finished', 'Agent .run() is OK'): its log is cut short",
+            exit_code.ref,
+            launcher.last_ref,
+        )
     success_refs = [e.ref for e in successes][-1:] + ([exit_code.ref] if exit_code else [])
     marker = run.marker
     if ctx.expected.baseline:

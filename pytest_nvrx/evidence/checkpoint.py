@@ -68,8 +68,11 @@ class CheckpointMetadata:
     example: str | None = None
     detail: str = ""
     # set when what is on disk is no checkpoint at all (a file as the iteration directory, a
-    # FIFO as .metadata): the run cannot be judged
+    # FIFO as .metadata, a .metadata naming another checkpoint): the run cannot be judged
     not_evidence: str | None = None
+    # the state-dict keys that are not optimizer state (the model's, RNG, ...): one run's
+    # checkpoints all hold the same (None: not read)
+    model_keys: frozenset[str] | None = None
 
     @property
     def ref(self) -> EvidenceRef:
@@ -169,7 +172,14 @@ def _fields(obj: _Inert) -> dict[object, object]:
 
 
 def dcp_metadata_keys(data: bytes) -> list[str]:
-    """The state-dict keys of a torch DCP ``.metadata`` pickle, without running any of it.
+    """The state-dict keys of a torch DCP ``.metadata`` pickle, without running any of it."""
+    return read_dcp_metadata(data)[0]
+
+
+def read_dcp_metadata(data: bytes) -> tuple[list[str], str | None]:
+    """The state-dict keys of a torch DCP ``.metadata`` pickle and the checkpoint path it says
+    it was saved to (``storage_meta.checkpoint_id``; None: it names none), without running any
+    of it.
 
     Raises :class:`MetadataRefused` for a global DCP metadata never names, ``ValueError`` for
     a pickle that is not DCP metadata, and whatever a corrupt pickle makes the unpickler raise.
@@ -182,7 +192,22 @@ def dcp_metadata_keys(data: bytes) -> list[str]:
     entries = fields.get("state_dict_metadata", root.args[0] if root.args else None)
     if not isinstance(entries, dict) or not all(isinstance(k, str) for k in entries):
         raise ValueError("its state_dict_metadata is not a mapping of key names")
-    return list(entries)
+    return list(entries), _checkpoint_id(fields.get("storage_meta"))
+
+
+def _checkpoint_id(storage_meta: object) -> str | None:
+    """``StorageMeta.checkpoint_id`` as a ``/`` path: a str (Megatron's writer) or a pathlib
+    path (torch's ``dcp.save``: its parts); None when absent or anything else."""
+    if not isinstance(storage_meta, _Inert):
+        return None
+    value = _fields(storage_meta).get(
+        "checkpoint_id", storage_meta.args[0] if storage_meta.args else None
+    )
+    if isinstance(value, str):
+        return value
+    if isinstance(value, _Inert) and value.args and all(isinstance(a, str) for a in value.args):
+        return "/".join(str(a) for a in value.args).replace("//", "/")
+    return None
 
 
 def _why_unreadable(exc: BaseException) -> str:
@@ -200,7 +225,7 @@ def read_checkpoint_metadata(directory: Path, iteration: int, run_dir: Path) -> 
     judged. A pickle that names anything DCP metadata does not is UNREADABLE.
     """
     shown = display_path(directory, run_dir)
-    why = file_refusal(directory, want_dir=True)
+    why = file_refusal(directory, directory.parent, want_dir=True)
     if why is not None:
         return CheckpointMetadata(
             iteration,
@@ -229,7 +254,7 @@ def read_checkpoint_metadata(directory: Path, iteration: int, run_dir: Path) -> 
         )
     if meta.is_file():
         try:
-            keys = dcp_metadata_keys(read_capped(meta, MAX_METADATA_BYTES, directory))
+            keys, saved_to = read_dcp_metadata(read_capped(meta, MAX_METADATA_BYTES, directory))
         except FileTooLarge as exc:
             return CheckpointMetadata(
                 iteration,
@@ -244,6 +269,17 @@ def read_checkpoint_metadata(directory: Path, iteration: int, run_dir: Path) -> 
                 shown,
                 OptimizerState.UNREADABLE,
                 detail=f"torch DCP metadata unreadable: {_why_unreadable(exc)}",
+            )
+        named = saved_to.rstrip("/").rsplit("/", 1)[-1] if saved_to is not None else None
+        if saved_to is not None and named is not None and named != directory.name:
+            # torch DCP writes the directory it saved into: this is another checkpoint's file
+            why = (
+                f"{meta_shown} says it was saved to {quote(named)}"
+                f" (storage_meta.checkpoint_id {quote(saved_to)}), not to"
+                f" {quote(directory.name)}: it is another checkpoint's metadata"
+            )
+            return CheckpointMetadata(
+                iteration, shown, OptimizerState.UNREADABLE, detail=why, not_evidence=why
             )
         optimizer = sorted(k for k in keys if k.startswith(OPTIMIZER_PREFIX))
         example = next(
@@ -261,8 +297,9 @@ def read_checkpoint_metadata(directory: Path, iteration: int, run_dir: Path) -> 
                 f" ({OPTIMIZER_PREFIX}*)"
             )
             state = OptimizerState.MISSING
+        model = frozenset(k for k in keys if not k.startswith(OPTIMIZER_PREFIX))
         return CheckpointMetadata(
-            iteration, shown, state, len(keys), len(optimizer), example, detail
+            iteration, shown, state, len(keys), len(optimizer), example, detail, None, model
         )
     what = (
         "common.pt only (not unpickled: it may hold code)"

@@ -158,6 +158,9 @@ class ReferenceLogAdapter:
     loads_on_every_rank = True
     # every rank prints "started pid P world_size W restart_count R" first (reference.py main)
     starts_on_every_rank = True
+    # rank 0 alone prints its saves, FT deadlines and "training finished" (ref_checkpoints.py,
+    # reference.py)
+    rank_0_only = (SaveScheduled, SaveCompleted, FtTimeoutsReported, "training_done")
     # traceback frames are shown from the package on (the checkout's path is the run host's)
     source_roots = ("pytest_nvrx",)
     # live progress reads iteration lines by the patterns parse_line reads them by, in bytes:

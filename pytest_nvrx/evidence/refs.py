@@ -146,10 +146,11 @@ def file_refusal(path: Path, root: Path | None = None, *, want_dir: bool = False
     """Why ``path`` cannot be read as evidence, or None when it can be (or does not exist).
 
     Refused: anything but a regular file (a directory with ``want_dir``), a symlink to nothing,
-    a symlink whose target lies outside ``root`` (a file of the run must not be another
-    user's file), and a directory that cannot be listed or searched (its permissions: its
-    files cannot be read, and absence is no evidence). Only ``stat`` is used on a file: nothing
-    is opened, so a FIFO or device has no effect; only a directory is opened (``O_DIRECTORY``).
+    a path whose real location lies outside ``root``, through a symlink at any component (a
+    file of the run must not be another user's file), and a directory that cannot be listed or
+    searched (its permissions: its files cannot be read, and absence is no evidence). Only
+    ``stat`` is used on a file: nothing is opened, so a FIFO or device has no effect; only a
+    directory is opened (``O_DIRECTORY``).
     The reason is a phrase to put after the path ("is a FIFO, not a regular file").
     """
     try:
@@ -164,10 +165,17 @@ def file_refusal(path: Path, root: Path | None = None, *, want_dir: bool = False
             st = os.stat(path)
         except OSError as exc:
             return f"is a symlink to nothing usable ({exc.strerror})"
-        if root is not None:
-            target = os.path.realpath(path)
-            if not _inside(target, os.path.realpath(root)):
+    if root is not None:
+        # every component, not only the last: a folder of the run symlinked out of it makes each
+        # file under it another user's file as much as a symlinked file does
+        target = os.path.realpath(path)
+        if not _inside(target, os.path.realpath(root)):
+            if stat.S_ISLNK(link.st_mode):
                 return f"is a symlink leaving {root.name or root}/ (to {quote(target)})"
+            return (
+                f"is reached through a symlinked folder leaving {root.name or root}/"
+                f" (it is {quote(target)})"
+            )
     if want_dir:
         if not stat.S_ISDIR(st.st_mode):
             return f"is {file_kind(st.st_mode)}, not a directory"
@@ -517,6 +525,27 @@ def json_depth(text: str) -> int:
     return deepest
 
 
+class RepeatedKey(ValueError):
+    """A JSON object naming one key twice: ``json`` would keep the last value silently, while
+    a reader quoting the key's line would show the first, so the record contradicts itself (no
+    writer of the records read here, ``json.dumps`` or NVRx, ever repeats a key)."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(
+            f"key {quote(key)} given twice in one object: the record contradicts itself"
+        )
+        self.key = key
+
+
+def _object_once(pairs: list[tuple[str, object]]) -> dict[str, object]:
+    obj: dict[str, object] = {}
+    for key, value in pairs:
+        if key in obj:
+            raise RepeatedKey(key)
+        obj[key] = value
+    return obj
+
+
 def parse_json(text: str) -> object:
     """``json.loads`` for untrusted text (already size-capped by its reader): ``ValueError``
     saying what is wrong for malformed JSON, nesting deeper than :data:`MAX_JSON_DEPTH`, or a
@@ -525,7 +554,9 @@ def parse_json(text: str) -> object:
     if depth > MAX_JSON_DEPTH:
         raise ValueError(f"nested {depth} deep, deeper than {MAX_JSON_DEPTH}: not a record")
     try:
-        return json.loads(text)
+        return json.loads(text, object_pairs_hook=_object_once)
+    except RepeatedKey:
+        raise
     except json.JSONDecodeError as exc:
         raise ValueError(f"not JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
     except (ValueError, RecursionError) as exc:  # a 5000-digit integer; a deep unclosed string
@@ -550,14 +581,22 @@ def read_json_file(path: Path, root: Path | None = None, *, shown: str | None = 
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ValueError(f"not UTF-8 ({exc.reason} at byte {exc.start})") from None
-    data = parse_json(text)
     key_lines: dict[str, tuple[int, str]] = {}
+    repeats: dict[str, list[tuple[int, str]]] = {}
     for lineno, line in enumerate(text.splitlines(), start=1):
         stripped = line.strip()
         if stripped.startswith('"'):
             end = stripped.find('"', 1)
             if end > 0 and stripped[end + 1 :].lstrip().startswith(":"):
-                key_lines.setdefault(stripped[1:end], (lineno, clip_line(line)))
+                key = stripped[1:end]
+                key_lines.setdefault(key, (lineno, clip_line(line)))
+                repeats.setdefault(key, []).append((lineno, clip_line(line)))
+    try:
+        data = parse_json(text)
+    except RepeatedKey as exc:
+        # quote every line naming the key, so both values the file states are shown
+        where = "; ".join(f"line {n}: {quote(t.strip())}" for n, t in repeats.get(exc.key, [])[:4])
+        raise ValueError(f"{exc}{f' ({where})' if where else ''}") from None
     return JsonFile(data, key_lines)
 
 

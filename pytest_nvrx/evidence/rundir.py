@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_nvrx.evidence.checkpoint import (
+    DCP_METADATA,
     CheckpointMetadata,
     list_checkpoint_iterations,
     read_checkpoint_metadata,
@@ -53,6 +54,7 @@ from pytest_nvrx.layout import (
     marker_name,
     node_file_name,
 )
+from pytest_nvrx.settings.values import quote
 
 
 class RunDirError(ValueError):
@@ -265,8 +267,12 @@ def load_run(
     # Only a directory is a directory of evidence: a file (or FIFO, ...) in its place is no run,
     # and one that cannot be read (its permissions) hides what it holds.
     refused_dirs: set[Path] = set()
+    own_dirs = [layout.cycle_infos, layout.logs]
+    if checkpoint_dir is None:  # a checkpoint dir named apart from the run may lie anywhere
+        own_dirs.append(layout.checkpoint_dir)
     for directory in (layout.checkpoint_dir, layout.cycle_infos, layout.logs):
-        why = file_refusal(directory, want_dir=True)
+        inside = run_dir if directory in own_dirs else None
+        why = file_refusal(directory, inside, want_dir=True)
         if why is not None:
             problems.append(Problem("fatal", f"{display_path(directory, run_dir)} {why}"))
             refused_dirs.add(directory)
@@ -383,6 +389,7 @@ def load_run(
             if meta.not_evidence is not None:
                 problems.append(Problem("fatal", f"checkpoint {meta.not_evidence}", meta.ref))
             checkpoints.append(meta)
+        problems += _foreign_model_keys(checkpoints, listed, layout, workload_adapter, run_dir)
 
     return RunEvidence(
         run_dir=run_dir,
@@ -610,6 +617,55 @@ def _look_alikes(layout: RunLayout) -> list[Path]:
         for n in names
         if CYCLE_LOG_LOOK_ALIKE.fullmatch(n) and not CYCLE_LOG_PATTERN.fullmatch(n)
     ]
+
+
+#: How many checkpoints on disk, besides those read, a restore point's keys are compared with
+_KEY_WITNESSES = 2
+
+
+def _foreign_model_keys(
+    read: list[CheckpointMetadata],
+    listed: tuple[int, ...] | None,
+    layout: RunLayout,
+    adapter: WorkloadLogAdapter,
+    run_dir: Path,
+) -> list[Problem]:
+    """One run trains one model: every checkpoint it saved holds the same keys besides the
+    optimizer's (optimizer_state_load judges those). A checkpoint read whose other keys differ
+    from another of the run's checkpoints (a .metadata of another model's, or another run's)
+    leaves unknown which state was restored (fatal). The nearest checkpoints on disk besides
+    those read are read for the comparison too (at most :data:`_KEY_WITNESSES`)."""
+    known = {m.iteration: m for m in read if m.model_keys is not None}
+    if not known:
+        return []
+    others = sorted(
+        (i for i in listed or () if i not in {m.iteration for m in read}),
+        key=lambda i: min(abs(i - k) for k in known),
+    )[:_KEY_WITNESSES]
+    witnesses = list(known.values())
+    for iteration in others:
+        path = adapter.checkpoint_path(layout.checkpoint_dir, iteration)
+        meta = read_checkpoint_metadata(path, iteration, run_dir)
+        if meta.model_keys is not None and meta.not_evidence is None:
+            witnesses.append(meta)
+    for meta in known.values():
+        for other in witnesses:
+            if other.model_keys != meta.model_keys:
+                assert meta.model_keys is not None and other.model_keys is not None
+                only = sorted(meta.model_keys - other.model_keys)
+                lacks = sorted(other.model_keys - meta.model_keys)
+                example = f"{quote(only[0])} only here" if only else f"no {quote(lacks[0])}"
+                return [
+                    Problem(
+                        "fatal",
+                        f"checkpoint {meta.dir}/{DCP_METADATA} holds {len(meta.model_keys)} keys"
+                        f" besides the optimizer's, {other.dir}/{DCP_METADATA}"
+                        f" {len(other.model_keys)} ({example}): one run's checkpoints hold one"
+                        " model, so which state was restored is unknown",
+                        meta.ref,
+                    )
+                ]
+    return []
 
 
 def _refuse(path: Path, run_dir: Path, file: str, problems: list[Problem]) -> str | None:

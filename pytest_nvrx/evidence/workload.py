@@ -295,9 +295,8 @@ class WorkloadLogAdapter(Protocol):
 # parser then makes only the save events it keeps (Megatron's logs hold millions of saves);
 # ``loads_on_every_rank`` (see loads_on_every_rank below); ``dumps_settings`` (see
 # dumps_settings below); ``prints_versions_from`` and ``version_components`` (see versions_printed
-# below);
-# ``stated_rank(text) -> int | None``
-# (see stated_rank below); and ``iteration_line`` (see iteration_line below).
+# below); ``stated_rank(text) -> int | None`` (see stated_rank below); ``rank_0_only`` (see
+# printed_by_rank_0_only below); and ``iteration_line`` (see iteration_line below).
 
 
 def stated_rank(adapter: WorkloadLogAdapter, text: str) -> int | None:
@@ -311,6 +310,19 @@ def stated_rank(adapter: WorkloadLogAdapter, text: str) -> int | None:
         return None
     rank = method(text)
     return rank if isinstance(rank, int) else None
+
+
+def printed_by_rank_0_only(adapter: WorkloadLogAdapter, event: object) -> bool:
+    """Whether the workload prints ``event``'s kind of line on rank 0 alone, so the same line
+    under another rank's prefix is no line the workload printed (and rank 0's is missing).
+
+    Optional: an adapter sets ``rank_0_only``, event types and Milestone names (the reference
+    workload's saves, FT deadlines and ``training finished``; Megatron's ``print_rank_0`` load,
+    save and FT lines)."""
+    kinds = getattr(adapter, "rank_0_only", ())
+    if isinstance(event, Milestone):
+        return event.name in kinds
+    return type(event) in kinds
 
 
 def loads_on_every_rank(adapter: WorkloadLogAdapter) -> bool:

@@ -16,7 +16,8 @@ from tests.helpers.doctor import KILL_RUN, copy_run
 
 @pytest.fixture(scope="module")
 def dcp_checkpoints(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """Two tiny torch DCP checkpoints in Megatron's key style: with and without optimizer."""
+    """Two tiny torch DCP checkpoints in Megatron's key style: with and without optimizer,
+    each saved as iteration 5's (DCP's metadata names the directory it was saved to)."""
     torch = pytest.importorskip("torch")
     dcp = pytest.importorskip("torch.distributed.checkpoint")
     root = tmp_path_factory.mktemp("dcp")
@@ -29,7 +30,7 @@ def dcp_checkpoints(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]
     }
     out = {}
     for name, state in states.items():
-        path = root / name
+        path = root / name / "iter_0000005"
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # "no process group: saving non-distributed"
             dcp.save(state, storage_writer=dcp.FileSystemWriter(str(path)))
