@@ -11,7 +11,7 @@ import functools
 import io
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -26,6 +26,7 @@ from pytest_nvrx.evidence.workload import LoadCompleted, Milestone
 from pytest_nvrx.report import report_main
 from pytest_nvrx.verify import verify_main
 from tests.helpers.doctor import CYCLE0, LAUNCHER, MARKER, Doctor, copy_run
+from tests.helpers.parse_once import parsing_once
 
 DATA = Path(__file__).parents[1] / "data"
 #: every committed run directory (a logs/ folder of its own)
@@ -35,6 +36,21 @@ FAULT_RUNS = [d for d in RUNS if (d / MARKER).is_file()]
 
 def _id(run: Path) -> str:
     return str(run.relative_to(DATA))
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _parse_once() -> Iterator[None]:
+    """Each copy's unchanged files are parsed once (tests/helpers/parse_once.py)."""
+    with parsing_once():
+        yield
+
+
+@functools.cache
+def _evidence(run: Path) -> RunEvidence:
+    """A committed run's evidence, without checkpoints (read once: the originals never change);
+    what the edits below are planned from."""
+    with parsing_once():  # at collection too: the copies' unchanged files are these
+        return load_run(run, read_checkpoints=False)
 
 
 def verify(root: Path, *args: str) -> tuple[int, str]:
@@ -85,10 +101,10 @@ def _restamp(line: str, local: datetime, utc: datetime) -> str:
     )
 
 
-def _failures_after_the_fault(run: Doctor) -> tuple[list[LauncherEvent], datetime, timedelta]:
+def _failures_after_the_fault(run: Path) -> tuple[list[LauncherEvent], datetime, timedelta]:
     """The launcher's failure records at or after the marker's time (each one the fault's
-    detection), the marker's time and the launcher's zone."""
-    evidence = load_run(run.root, read_checkpoints=False)
+    detection), the marker's time and the launcher's zone, in the committed run ``run``."""
+    evidence = _evidence(run)
     marker = evidence.marker
     assert marker is not None and marker.ok and marker.time is not None
     zone = evidence.launcher.utc_offset or timedelta(0)
@@ -103,15 +119,16 @@ def _failures_after_the_fault(run: Doctor) -> tuple[list[LauncherEvent], datetim
     return after, marker.time, zone
 
 
-def _early_failure(run: Doctor, nth: int, *, in_order: bool) -> tuple[int, bool]:
-    """Restamp the launcher's ``nth`` failure record after the fault 10 s before the fault; with
-    ``in_order`` also move it up among the lines of that time. Returns its new line number and
-    whether a record above it is stamped more than a second later (out of time order)."""
-    events, fault, zone = _failures_after_the_fault(run)
+def _early_failure(original: Path, run: Doctor, nth: int, *, in_order: bool) -> tuple[int, bool]:
+    """Restamp the launcher's ``nth`` failure record after the fault 10 s before the fault in
+    ``run``, an unedited copy of ``original``; with ``in_order`` also move it up among the lines
+    of that time. Returns its new line number and whether a record above it is stamped more
+    than a second later (out of time order)."""
+    events, fault, zone = _failures_after_the_fault(original)
     event = events[nth]
     assert event.ref.line is not None
     when = fault - timedelta(seconds=10)
-    evidence = load_run(run.root, read_checkpoints=False)
+    evidence = _evidence(original)
     lines = run.lines(LAUNCHER)
     at = event.ref.line - 1
     line = _restamp(lines[at], (when + zone).replace(tzinfo=None), when)
@@ -135,7 +152,7 @@ def _early_failure(run: Doctor, nth: int, *, in_order: bool) -> tuple[int, bool]
 
 
 def _each_failure_record(run: Path, tmp_path: Path) -> list[tuple[int, Doctor]]:
-    records, _, _ = _failures_after_the_fault(_copy(run, tmp_path / "probe"))
+    records, _, _ = _failures_after_the_fault(run)
     return [(n, _copy(run, tmp_path / str(n))) for n in range(len(records))]
 
 
@@ -145,10 +162,10 @@ def test_a_failure_record_stamped_before_the_fault_out_of_order_cannot_be_judged
 ) -> None:
     # each of the launcher's records of the fault's detection, one at a time; on one node every
     # line is one writer's (on several, a line that names no launcher has no order to break)
-    manifest = load_run(run, read_checkpoints=False).manifest
+    manifest = _evidence(run).manifest
     nodes = manifest.nnodes.value if manifest is not None and manifest.nnodes is not None else 1
     for n, doctored in _each_failure_record(run, tmp_path):
-        line, out_of_order = _early_failure(doctored, n, in_order=False)
+        line, out_of_order = _early_failure(run, doctored, n, in_order=False)
         status, text = never_passes(doctored.root)
         if out_of_order and nodes == 1:
             assert status == 2, text
@@ -160,7 +177,7 @@ def test_a_failure_record_moved_before_the_fault_never_passes(run: Path, tmp_pat
     # the same records moved up among the lines of their new time: in order, so only the
     # verdict itself can object: a first cause never stands beside PASSED
     for n, doctored in _each_failure_record(run, tmp_path):
-        _early_failure(doctored, n, in_order=True)
+        _early_failure(run, doctored, n, in_order=True)
         never_passes(doctored.root)
 
 
@@ -180,7 +197,7 @@ def test_a_first_cause_beside_every_criterion_holding_cannot_be_judged(tmp_path:
 
 
 def _is_baseline(run: Path) -> bool:
-    manifest = load_run(run, read_checkpoints=False).manifest
+    manifest = _evidence(run).manifest
     return manifest is not None and manifest.fault is not None and manifest.fault.value == "none"
 
 
@@ -207,7 +224,7 @@ def test_a_baseline_with_an_unrecorded_later_cycle_log_fails(
 
 
 def _faults(run: Path) -> int:
-    manifest = load_run(run, read_checkpoints=False).manifest
+    manifest = _evidence(run).manifest
     return len(manifest.scheduled_faults) if manifest is not None else 0
 
 
@@ -358,7 +375,7 @@ def _as_rank(line: str, rank: int) -> str:
 def _replayed(run: Path) -> list[tuple[str, int, int, int]]:
     """(cycle log, line number, printing rank, world size) of each replayed iteration line: the
     replacement's lines of iterations the failed cycle printed too."""
-    evidence = load_run(run, read_checkpoints=False)
+    evidence = _evidence(run)
     ranks = {
         int(m["rank"])
         for log in evidence.cycle_logs
@@ -654,7 +671,7 @@ def _stamped(line: str, when: datetime, zone: timedelta) -> str:
 def _restored_cycles(run: Path) -> list[tuple[str, int, datetime]]:
     """(log, line number of its first iteration, when its restore completed) of each cycle
     with a stamped load line or setup milestone and an iteration."""
-    evidence = load_run(run, read_checkpoints=False)
+    evidence = _evidence(run)
     out = []
     for log in evidence.cycle_logs:
         done = [e.time for e in log.of_type(LoadCompleted) if e.time is not None]
@@ -679,7 +696,7 @@ def test_an_iteration_stamped_before_its_cycle_restored_cannot_be_judged(
     run: Path, tmp_path: Path
 ) -> None:
     # the ranks of one node share a clock; those of several are a second apart at most
-    evidence = load_run(run, read_checkpoints=False)
+    evidence = _evidence(run)
     zone = evidence.launcher.utc_offset or timedelta(0)
     nodes = evidence.manifest.nnodes if evidence.manifest is not None else None
     early = timedelta(milliseconds=50 if nodes is None or nodes.value == 1 else 1050)
@@ -714,14 +731,14 @@ def _fired(evidence: RunEvidence) -> list[tuple[Marker, int]]:
     return out
 
 
-KILLED = [d for d in FAULT_RUNS if _fired(load_run(d, read_checkpoints=False))]
+KILLED = [d for d in FAULT_RUNS if _fired(_evidence(d))]
 
 
 @pytest.mark.parametrize("run", KILLED, ids=_id)
 def test_a_killed_rank_printing_an_iteration_after_its_fire_line_cannot_be_judged(
     run: Path, tmp_path: Path
 ) -> None:
-    evidence = load_run(run, read_checkpoints=False)
+    evidence = _evidence(run)
     template = next(e for log in evidence.cycle_logs for e in log.iterations)
     for n, (marker, cycle) in enumerate(_fired(evidence)):
         log = evidence.cycle_log(cycle)
