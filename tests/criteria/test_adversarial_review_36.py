@@ -14,13 +14,14 @@ import io
 import json
 import re
 import shutil
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 import pytest
 
 from pytest_nvrx.verify import verify_main
 from tests.helpers.doctor import Doctor, copy_run
+from tests.helpers.parse_once import parsing_once
 
 DATA = Path(__file__).parents[1] / "data"
 TRACKER = "checkpoints/latest_checkpointed_iteration.txt"
@@ -51,10 +52,23 @@ MEG_BASELINE_ONE = DATA / "gpu-one" / "baseline"
 Edit = Callable[[Doctor], object]
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _parse_once() -> Iterator[None]:
+    """Each copy's unchanged files are parsed once (tests/helpers/parse_once.py)."""
+    with parsing_once():
+        yield
+
+
 def _verify(run_dir: Path) -> tuple[int, str]:
     out, err = io.StringIO(), io.StringIO()
     code = verify_main([str(run_dir)], out, err)
     return code, out.getvalue() + err.getvalue()
+
+
+@functools.cache
+def _committed(src: Path) -> tuple[int, str]:
+    """verify of a committed run (once: the originals never change)."""
+    return _verify(src)
 
 
 def _passing(tmp_path: Path, cases: list[tuple[Path, str, Edit]]) -> list[str]:
@@ -62,7 +76,7 @@ def _passing(tmp_path: Path, cases: list[tuple[Path, str, Edit]]) -> list[str]:
     then a doctored copy of it: the ``what`` of every copy that still exits 0."""
     passed: list[str] = []
     for i, (src, what, edit) in enumerate(cases):
-        code, text = _verify(src)
+        code, text = _committed(src)
         assert code == 0, f"{src.relative_to(DATA)} no longer passes as committed:\n{text}"
         doc = copy_run(src, tmp_path / f"{i}-{src.name}")
         edit(doc)
@@ -135,7 +149,7 @@ def _committed_passing() -> tuple[Path, ...]:
     """Every committed run our harness recorded (run.json and result.json) that passes as
     committed."""
     runs = sorted(p.parent for p in DATA.rglob("result.json") if (p.parent / "run.json").is_file())
-    return tuple(r for r in runs if _verify(r)[0] == 0)
+    return tuple(r for r in runs if _committed(r)[0] == 0)
 
 
 def _config(src: Path) -> dict:  # type: ignore[type-arg]

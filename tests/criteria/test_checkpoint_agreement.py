@@ -12,20 +12,30 @@ from __future__ import annotations
 import io
 import os
 import shutil
-from collections.abc import Callable
-from functools import lru_cache
+from collections.abc import Callable, Iterator
+from functools import cache, lru_cache
 from pathlib import Path
+
+import pytest
 
 from pytest_nvrx.evidence.rundir import RunEvidence, load_run
 from pytest_nvrx.evidence.workload import LoadCompleted, SaveCompleted, SaveScheduled
 from pytest_nvrx.verify import verify_main
 from tests.helpers.doctor import Doctor, copy_run
+from tests.helpers.parse_once import parsing_once
 
 DATA = Path(__file__).parents[1] / "data"
 TRACKER = "checkpoints/latest_checkpointed_iteration.txt"
 BUDGET = DATA / "cpu-schedules" / "ref-budget-kill-step+kill-restore+kill-restore"
 
 Edit = Callable[[Doctor], object]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _parse_once() -> Iterator[None]:
+    """Each copy's unchanged files are parsed once (tests/helpers/parse_once.py)."""
+    with parsing_once():
+        yield
 
 
 def _verify(run_dir: Path) -> tuple[int, str]:
@@ -56,7 +66,9 @@ def _still_passing(tmp_path: Path, cases: list[tuple[Path, str, Edit]]) -> list[
     return passed
 
 
+@cache
 def _evidence(src: Path) -> RunEvidence:
+    """A committed run's evidence (read once: the originals never change)."""
     return load_run(src)
 
 

@@ -11,7 +11,7 @@ import functools
 import io
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -26,6 +26,7 @@ from pytest_nvrx.evidence.workload import LoadCompleted, Milestone
 from pytest_nvrx.report import report_main
 from pytest_nvrx.verify import verify_main
 from tests.helpers.doctor import CYCLE0, LAUNCHER, MARKER, Doctor, copy_run
+from tests.helpers.parse_once import parsing_once
 
 DATA = Path(__file__).parents[1] / "data"
 #: every committed run directory (a logs/ folder of its own)
@@ -35,6 +36,21 @@ FAULT_RUNS = [d for d in RUNS if (d / MARKER).is_file()]
 
 def _id(run: Path) -> str:
     return str(run.relative_to(DATA))
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _parse_once() -> Iterator[None]:
+    """Each copy's unchanged files are parsed once (tests/helpers/parse_once.py)."""
+    with parsing_once():
+        yield
+
+
+@functools.cache
+def _evidence(run: Path) -> RunEvidence:
+    """A committed run's evidence, without checkpoints (read once: the originals never change);
+    what the edits below are planned from."""
+    with parsing_once():  # at collection too: the copies' unchanged files are these
+        return load_run(run, read_checkpoints=False)
 
 
 def verify(root: Path, *args: str) -> tuple[int, str]:
@@ -62,15 +78,6 @@ def _copy(run: Path, tmp_path: Path) -> Doctor:
     return copy_run(run, tmp_path / run.name)
 
 
-@functools.cache
-def _evidence(run: Path) -> RunEvidence:
-    """A committed run's evidence, loaded once per session (the originals are never edited:
-    each test doctors its own copy). Collection and most tests read a run before they edit a
-    copy of it, and a run's logs take most of a test's time to parse (Megatron's ~650 lines a
-    cycle): read once, not at every use."""
-    return load_run(run, read_checkpoints=False)
-
-
 # ---------------------------------------------------------------------------------------------
 # 6. a failure record stamped before the fault but written out of time order; a first cause
 #    beside PASSED
@@ -94,11 +101,10 @@ def _restamp(line: str, local: datetime, utc: datetime) -> str:
     )
 
 
-def _failures_after_the_fault(
-    evidence: RunEvidence,
-) -> tuple[list[LauncherEvent], datetime, timedelta]:
+def _failures_after_the_fault(run: Path) -> tuple[list[LauncherEvent], datetime, timedelta]:
     """The launcher's failure records at or after the marker's time (each one the fault's
-    detection), the marker's time and the launcher's zone."""
+    detection), the marker's time and the launcher's zone, in the committed run ``run``."""
+    evidence = _evidence(run)
     marker = evidence.marker
     assert marker is not None and marker.ok and marker.time is not None
     zone = evidence.launcher.utc_offset or timedelta(0)
@@ -113,17 +119,16 @@ def _failures_after_the_fault(
     return after, marker.time, zone
 
 
-def _early_failure(
-    run: Doctor, evidence: RunEvidence, nth: int, *, in_order: bool
-) -> tuple[int, bool]:
-    """Restamp the launcher's ``nth`` failure record after the fault 10 s before the fault, in
-    ``run``, a fresh copy of the run ``evidence`` was read from (the same lines); with
-    ``in_order`` also move it up among the lines of that time. Returns its new line number and
-    whether a record above it is stamped more than a second later (out of time order)."""
-    events, fault, zone = _failures_after_the_fault(evidence)
+def _early_failure(original: Path, run: Doctor, nth: int, *, in_order: bool) -> tuple[int, bool]:
+    """Restamp the launcher's ``nth`` failure record after the fault 10 s before the fault in
+    ``run``, an unedited copy of ``original``; with ``in_order`` also move it up among the lines
+    of that time. Returns its new line number and whether a record above it is stamped more
+    than a second later (out of time order)."""
+    events, fault, zone = _failures_after_the_fault(original)
     event = events[nth]
     assert event.ref.line is not None
     when = fault - timedelta(seconds=10)
+    evidence = _evidence(original)
     lines = run.lines(LAUNCHER)
     at = event.ref.line - 1
     line = _restamp(lines[at], (when + zone).replace(tzinfo=None), when)
@@ -147,7 +152,7 @@ def _early_failure(
 
 
 def _each_failure_record(run: Path, tmp_path: Path) -> list[tuple[int, Doctor]]:
-    records, _, _ = _failures_after_the_fault(_evidence(run))
+    records, _, _ = _failures_after_the_fault(run)
     return [(n, _copy(run, tmp_path / str(n))) for n in range(len(records))]
 
 
@@ -160,7 +165,7 @@ def test_a_failure_record_stamped_before_the_fault_out_of_order_cannot_be_judged
     manifest = _evidence(run).manifest
     nodes = manifest.nnodes.value if manifest is not None and manifest.nnodes is not None else 1
     for n, doctored in _each_failure_record(run, tmp_path):
-        line, out_of_order = _early_failure(doctored, _evidence(run), n, in_order=False)
+        line, out_of_order = _early_failure(run, doctored, n, in_order=False)
         status, text = never_passes(doctored.root)
         if out_of_order and nodes == 1:
             assert status == 2, text
@@ -172,7 +177,7 @@ def test_a_failure_record_moved_before_the_fault_never_passes(run: Path, tmp_pat
     # the same records moved up among the lines of their new time: in order, so only the
     # verdict itself can object: a first cause never stands beside PASSED
     for n, doctored in _each_failure_record(run, tmp_path):
-        _early_failure(doctored, _evidence(run), n, in_order=True)
+        _early_failure(run, doctored, n, in_order=True)
         never_passes(doctored.root)
 
 

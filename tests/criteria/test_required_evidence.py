@@ -12,6 +12,7 @@ from __future__ import annotations
 import io
 import json
 import re
+from collections.abc import Iterator
 from functools import cache
 from pathlib import Path
 
@@ -26,6 +27,7 @@ from pytest_nvrx.evidence.workload import LoadCompleted, get_adapter
 from pytest_nvrx.layout import MARKER_NAME
 from pytest_nvrx.verify import verify_main
 from tests.helpers.doctor import copy_run
+from tests.helpers.parse_once import parsing_once
 
 DATA = Path(__file__).parents[1] / "data"
 #: every committed run directory (one with logs/)
@@ -38,9 +40,17 @@ def _id(run_dir: Path) -> str:
     return str(run_dir.relative_to(DATA))
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _parse_once() -> Iterator[None]:
+    """Each copy's unchanged files are parsed once (tests/helpers/parse_once.py)."""
+    with parsing_once():
+        yield
+
+
 @cache
 def _evidence(run_dir: Path) -> RunEvidence:
-    return load_run(run_dir)
+    with parsing_once():  # at collection too: the copies' unchanged files are these
+        return load_run(run_dir)
 
 
 @cache
