@@ -10,7 +10,6 @@ class, are in the review's note (brief/adv36.md of the session that wrote it).
 from __future__ import annotations
 
 import functools
-import io
 import json
 import re
 import shutil
@@ -19,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_nvrx.verify import verify_main
+from tests.helpers.adversarial import Edit, committed_verdict, still_passing, verify_run
 from tests.helpers.doctor import Doctor, copy_run
 from tests.helpers.parse_once import parsing_once
 
@@ -49,41 +48,12 @@ REF_BASELINE = DATA / "cpu" / "reference-baseline"
 MEG_BASELINE = DATA / "windows" / "gpu" / "g2-baseline"
 MEG_BASELINE_ONE = DATA / "gpu-one" / "baseline"
 
-Edit = Callable[[Doctor], object]
-
 
 @pytest.fixture(autouse=True, scope="module")
 def _parse_once() -> Iterator[None]:
     """Each copy's unchanged files are parsed once (tests/helpers/parse_once.py)."""
     with parsing_once():
         yield
-
-
-def _verify(run_dir: Path) -> tuple[int, str]:
-    out, err = io.StringIO(), io.StringIO()
-    code = verify_main([str(run_dir)], out, err)
-    return code, out.getvalue() + err.getvalue()
-
-
-@functools.cache
-def _committed(src: Path) -> tuple[int, str]:
-    """verify of a committed run (once: the originals never change)."""
-    return _verify(src)
-
-
-def _passing(tmp_path: Path, cases: list[tuple[Path, str, Edit]]) -> list[str]:
-    """Each committed run verified as committed (it must pass: else the case tests nothing),
-    then a doctored copy of it: the ``what`` of every copy that still exits 0."""
-    passed: list[str] = []
-    for i, (src, what, edit) in enumerate(cases):
-        code, text = _committed(src)
-        assert code == 0, f"{src.relative_to(DATA)} no longer passes as committed:\n{text}"
-        doc = copy_run(src, tmp_path / f"{i}-{src.name}")
-        edit(doc)
-        code, text = _verify(doc.root)
-        if code == 0:
-            passed.append(f"{src.relative_to(DATA)}: {what}")
-    return passed
 
 
 def _remove_file(rel: str) -> Edit:
@@ -149,7 +119,7 @@ def _committed_passing() -> tuple[Path, ...]:
     """Every committed run our harness recorded (run.json and result.json) that passes as
     committed."""
     runs = sorted(p.parent for p in DATA.rglob("result.json") if (p.parent / "run.json").is_file())
-    return tuple(r for r in runs if _committed(r)[0] == 0)
+    return tuple(r for r in runs if committed_verdict(r)[0] == 0)
 
 
 def _config(src: Path) -> dict:  # type: ignore[type-arg]
@@ -174,7 +144,7 @@ def _passing_each(
         for what, edit in edits(src):
             edit(doc)
             tried += 1
-            if _verify(doc.root)[0] == 0:
+            if verify_run(doc.root)[0] == 0:
                 passed.append(f"{src.relative_to(DATA)}: {what}")
             for p in list(doc.root.rglob("*")):
                 if p.is_file() and "checkpoints" not in p.parts and p not in small:
@@ -193,7 +163,7 @@ def test_result_json_without_run_json_is_no_pass(tmp_path: Path) -> None:
         (src, "run.json deleted, result.json kept", lambda d: d.remove("run.json"))
         for src in (MEG_KILL_SAVE, MEG_EXCEPTION_STEP, MEG_KILL_30)
     ]
-    assert _passing(tmp_path, cases) == []
+    assert still_passing(tmp_path, cases) == []
 
 
 def test_every_committed_run_without_run_json_is_no_pass(tmp_path: Path) -> None:
@@ -214,7 +184,7 @@ def test_tracker_absent_empty_or_release_at_the_end_is_no_pass(tmp_path: Path) -
         cases.append((src, "tracker deleted", lambda d: d.remove(TRACKER)))
         cases.append((src, "tracker emptied", _write(TRACKER, "")))
         cases.append((src, "tracker says release", _write(TRACKER, "release")))
-    assert _passing(tmp_path, cases) == []
+    assert still_passing(tmp_path, cases) == []
 
 
 # ----------------------------------------------------------------------------------------------
@@ -247,7 +217,7 @@ def test_restore_point_not_on_disk_is_no_pass(tmp_path: Path) -> None:
         cases.append((src, f"{at}/.metadata deleted", _remove_file(f"{at}/.metadata")))
         cases.append((src, f"{at}/ emptied", _empty_dir(at)))
         cases.append((src, f"{at}/ removed", _remove_file(at)))
-    assert _passing(tmp_path, cases) == []
+    assert still_passing(tmp_path, cases) == []
 
 
 # ----------------------------------------------------------------------------------------------
@@ -284,7 +254,7 @@ def test_argument_dump_removed_is_no_pass(tmp_path: Path) -> None:
             _strip_dump(CYCLE1)(d)
 
         cases.append((src, "every cycle's dump removed", both))
-    assert _passing(tmp_path, cases) == []
+    assert still_passing(tmp_path, cases) == []
 
 
 # ----------------------------------------------------------------------------------------------
@@ -322,7 +292,7 @@ def test_second_launcher_block_is_no_pass(tmp_path: Path) -> None:
         (two, "node 2's block says max_restarts 0", _other_node(r"(max_restarts\s*: )\d+"))
     )
     cases.append((two, "node 2's block names another run", _other_node(r"(run_id\s*: ).*")))
-    assert _passing(tmp_path, cases) == []
+    assert still_passing(tmp_path, cases) == []
 
 
 def _other_node(rx: str) -> Edit:
@@ -382,7 +352,7 @@ def test_run_json_contradicting_itself_is_no_pass(tmp_path: Path) -> None:
                 _set_key("run.json", "env", "NVRX_RUN_ID", value="other-run"),
             )
         )
-    assert _passing(tmp_path, cases) == []
+    assert still_passing(tmp_path, cases) == []
 
 
 def _self_contradictions(src: Path) -> list[tuple[str, Edit]]:
@@ -446,7 +416,7 @@ def test_injector_argv_against_config_and_marker_is_no_pass(tmp_path: Path) -> N
             _argv("workload_argv", "--schedule=", lambda a: "--schedule=hang@step"),
         )
     )
-    assert _passing(tmp_path, cases) == []
+    assert still_passing(tmp_path, cases) == []
 
 
 def _injector_edits(src: Path) -> list[tuple[str, Edit]]:
@@ -514,7 +484,7 @@ def test_ft_timeouts_and_distributed_optimizer_disagreeing_is_no_pass(tmp_path: 
         ),
         (MEG_KILL_SAVE, "config.distributed_optimizer flipped", distopt),
     ]
-    assert _passing(tmp_path, cases) == []
+    assert still_passing(tmp_path, cases) == []
 
 
 _FT_LINE = re.compile(r"FT: initialized\. Timeouts=|ft monitoring initialized sections ")
@@ -580,7 +550,7 @@ def _ft_edits_hand_made(src: Path) -> list[tuple[str, Edit]]:
     def printed(doc: Doctor) -> None:
         doc.replace(CYCLE1, "step=120.00, checkpointing", "step=300.00, checkpointing")
 
-    assert _verify(src)[0] == 0
+    assert verify_run(src)[0] == 0
     return [("cycle 1 printed step=300", printed)]
 
 
@@ -594,7 +564,7 @@ def test_schema2_marker_without_a_field_is_no_pass(tmp_path: Path) -> None:
         for key in ("run_id", "argv", "world_size", "host", "tracker", "pid", "restart_count"):
             cases.append((src, f"marker {key} deleted", _set_key(MARKER, key, delete=True)))
             cases.append((src, f"marker {key} null", _set_key(MARKER, key, value=None)))
-    assert _passing(tmp_path, cases) == []
+    assert still_passing(tmp_path, cases) == []
 
 
 # ----------------------------------------------------------------------------------------------
@@ -606,7 +576,7 @@ def test_result_json_values_nulled_is_no_pass(tmp_path: Path) -> None:
     for src in (REF_KILL_SAVE, MEG_KILL_SAVE):
         for key in ("timed_out", "wall_s", "start_time", "end_time"):
             cases.append((src, f"result.json {key} null", _set_key("result.json", key, value=None)))
-    assert _passing(tmp_path, cases) == []
+    assert still_passing(tmp_path, cases) == []
 
 
 def test_every_committed_run_result_json_values_nulled_is_no_pass(tmp_path: Path) -> None:
@@ -634,7 +604,7 @@ def test_checkpoint_dir_no_save_wrote_is_no_pass(tmp_path: Path) -> None:
     cases: list[tuple[Path, str, Edit]] = [
         (src, "iter_<last+1000> added", extra) for src in (REF_KILL_SAVE, MEG_KILL_SAVE)
     ]
-    assert _passing(tmp_path, cases) == []
+    assert still_passing(tmp_path, cases) == []
 
 
 # ----------------------------------------------------------------------------------------------
@@ -659,7 +629,7 @@ def test_budget_ended_schedule_missing_evidence_is_no_pass(tmp_path: Path) -> No
                 _write(TRACKER, "99"),
             )
         )
-    assert _passing(tmp_path, cases) == []
+    assert still_passing(tmp_path, cases) == []
 
 
 # ----------------------------------------------------------------------------------------------
@@ -740,7 +710,7 @@ def test_cross_check_lines_deleted_is_no_pass(tmp_path: Path) -> None:
             lambda d: _remove_lines(d, CYCLE0, inj + r".*advanced \d+ -> \d+; marker "),
         ),
     ]
-    assert _passing(tmp_path, cases) == []
+    assert still_passing(tmp_path, cases) == []
 
 
 #: real reference runs recorded since the injector announces its tracker readings (and run.json
@@ -804,7 +774,7 @@ def test_every_tracker_reading_deleted_is_no_pass(tmp_path: Path) -> None:
                 ),
             ),
         ]
-    assert _passing(tmp_path, cases) == []
+    assert still_passing(tmp_path, cases) == []
 
 
 def test_the_last_cycles_announcement_deleted_is_no_pass(tmp_path: Path) -> None:
@@ -812,7 +782,7 @@ def test_the_last_cycles_announcement_deleted_is_no_pass(tmp_path: Path) -> None
         (OBSERVED[0], "cycle 1's announcement", lambda d: _remove_lines(d, CYCLE1, ANNOUNCEMENT)),
         (OBSERVED[0], "cycle 0's announcement", lambda d: _remove_lines(d, CYCLE0, ANNOUNCEMENT)),
     ]
-    assert _passing(tmp_path, cases) == []
+    assert still_passing(tmp_path, cases) == []
 
 
 @pytest.mark.xfail(
@@ -832,7 +802,7 @@ def test_every_tracker_reading_deleted_in_a_run_before_the_announcement(tmp_path
             _from_every_cycle(READINGS),
         )
     ]
-    assert _passing(tmp_path, cases) == []
+    assert still_passing(tmp_path, cases) == []
 
 
 def test_every_version_line_of_a_single_trained_cycle_deleted_is_no_pass(tmp_path: Path) -> None:
@@ -854,7 +824,7 @@ def test_every_version_line_of_a_single_trained_cycle_deleted_is_no_pass(tmp_pat
             ("the Megatron-Core version line", r"^\d+: > Megatron-Core version "),
         )
     ]
-    assert _passing(tmp_path, cases) == []
+    assert still_passing(tmp_path, cases) == []
 
 
 # ----------------------------------------------------------------------------------------------
@@ -881,7 +851,7 @@ def test_scheduled_save_never_finalized_is_no_pass(tmp_path: Path) -> None:
             _drop_finalized(CYCLE1, r"successfully saved checkpoint from iteration +20 "),
         ),
     ]
-    assert _passing(tmp_path, cases) == []
+    assert still_passing(tmp_path, cases) == []
 
 
 # ----------------------------------------------------------------------------------------------
@@ -956,7 +926,7 @@ def test_unicode_digits_in_iteration_lines_is_no_pass(tmp_path: Path) -> None:
             _arabic_in(CYCLE1, r"^\d+: +train_iters \.+ (\d+)"),
         ),
     ]
-    assert _passing(tmp_path, cases) == []
+    assert still_passing(tmp_path, cases) == []
 
 
 def test_unicode_digits_are_no_number() -> None:
@@ -991,7 +961,7 @@ def test_baseline_without_launcher_record_is_no_pass(tmp_path: Path) -> None:
         cases.append((src, "launcher.log deleted", lambda d: d.remove(LAUNCHER)))
         record = next(p for p in (src / "cycle_infos").iterdir() if p.name.endswith(".0.0"))
         cases.append((src, f"{record.name} deleted", _remove_file(f"cycle_infos/{record.name}")))
-    assert _passing(tmp_path, cases) == []
+    assert still_passing(tmp_path, cases) == []
 
 
 def _record_edits(src: Path) -> list[tuple[str, Edit]]:
@@ -1019,7 +989,7 @@ def test_superscript_rank_prefix_is_one_line_not_a_traceback(tmp_path: Path) -> 
     lines[at] = "²" + lines[at][1:]
     doc.write_lines(CYCLE1, lines)
     try:
-        code, text = _verify(doc.root)
+        code, text = verify_run(doc.root)
     except ValueError as exc:
         pytest.fail(f"verify raised {exc!r}")
     assert code == 2 and "Traceback" not in text

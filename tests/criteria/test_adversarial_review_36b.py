@@ -33,7 +33,7 @@ from pytest_nvrx.evidence.cycle_log import parse_cycle_log
 from pytest_nvrx.evidence.refs import file_refusal, read_json_file
 from pytest_nvrx.evidence.rundir import load_run
 from pytest_nvrx.evidence.workload import SaveCompleted, get_adapter
-from pytest_nvrx.verify import verify_main
+from tests.helpers.adversarial import Edit, still_passing, verify_run
 from tests.helpers.doctor import Doctor, copy_run
 
 DATA = Path(__file__).parents[1] / "data"
@@ -49,30 +49,8 @@ MEG_HANG_30 = DATA / "gpu-continuity" / "g2-hang-30"
 PLAIN = DATA / "compare" / "planted-load-delay" / "plain"
 V19 = DATA / "compare" / "gpu-schedules-core_v0.19.0.report.json"
 
-Edit = Callable[[Doctor], object]
 
 xfail = pytest.mark.xfail(strict=True, reason="adversarial review 36b: open (see the test)")
-
-
-def _verify(run_dir: Path) -> tuple[int, str]:
-    out, err = io.StringIO(), io.StringIO()
-    code = verify_main([str(run_dir)], out, err)
-    return code, out.getvalue() + err.getvalue()
-
-
-def _passing(tmp_path: Path, cases: list[tuple[Path, str, Edit]]) -> list[str]:
-    """Each committed run verified as committed (it must pass: else the case tests nothing),
-    then a doctored copy of it: the ``what`` of every copy that still exits 0."""
-    passed: list[str] = []
-    for i, (src, what, edit) in enumerate(cases):
-        code, text = _verify(src)
-        assert code == 0, f"{src.relative_to(DATA)} no longer passes as committed:\n{text}"
-        doc = copy_run(src, tmp_path / f"{i}-{src.name}")
-        edit(doc)
-        code, text = _verify(doc.root)
-        if code == 0:
-            passed.append(f"{src.relative_to(DATA)}: {what}")
-    return passed
 
 
 def _compare(*argv: str) -> tuple[int, str]:
@@ -117,7 +95,7 @@ def test_a_json_key_given_twice_is_no_pass(tmp_path: Path) -> None:
                 _duplicate_key("cycle_infos/cycle_info..0.1", "cycle_log_file", "/elsewhere/x.log"),
             ),
         ]
-    assert _passing(tmp_path, cases) == []
+    assert still_passing(tmp_path, cases) == []
 
 
 def _committed(name: str) -> list[Path]:
@@ -203,7 +181,7 @@ def test_a_print_rank_line_moved_to_another_rank_is_no_pass(tmp_path: Path) -> N
             _move_to_rank(CYCLE1, r"^0: .*successfully saved checkpoint", 1),
         ),
     ]
-    assert _passing(tmp_path, cases) == []
+    assert still_passing(tmp_path, cases) == []
 
 
 def test_every_committed_last_save_moved_off_rank_0_is_found(tmp_path: Path) -> None:
@@ -260,7 +238,7 @@ def test_an_injector_line_under_another_ranks_prefix_is_no_pass(tmp_path: Path) 
             tracker_reading_as_rank_1,
         ),
     ]
-    assert _passing(tmp_path, cases) == []
+    assert still_passing(tmp_path, cases) == []
 
 
 def _workload(run_dir: Path) -> str:
@@ -317,7 +295,7 @@ def test_the_launcher_log_cut_before_its_end_is_no_pass(tmp_path: Path) -> None:
         (src, "launcher.log cut before 'worker group successfully finished'", cut_before_the_end)
         for src in (DURABILITY_KILL_SAVE, MEG_HANG_30)
     ]
-    assert _passing(tmp_path, cases) == []
+    assert still_passing(tmp_path, cases) == []
 
 
 def test_every_committed_launcher_log_cut_before_its_end_cannot_be_judged(tmp_path: Path) -> None:
@@ -372,7 +350,7 @@ def test_training_finished_before_its_last_iteration_is_no_pass(tmp_path: Path) 
     cases: list[tuple[Path, str, Edit]] = [
         (DURABILITY_KILL_SAVE, "training finished 20 stamped before iteration 20/20", swap)
     ]
-    assert _passing(tmp_path, cases) == []
+    assert still_passing(tmp_path, cases) == []
 
 
 def test_every_committed_training_finished_before_its_last_iteration_is_found(
@@ -443,7 +421,7 @@ def test_the_restore_points_metadata_of_another_checkpoint_is_no_pass(tmp_path: 
             _metadata_from("checkpoints/iter_0000010/.metadata", restore),
         ),
     ]
-    assert _passing(tmp_path, cases) == []
+    assert still_passing(tmp_path, cases) == []
 
 
 def test_every_committed_checkpoints_metadata_in_another_checkpoint_is_refused(
@@ -490,7 +468,7 @@ def test_a_run_directory_symlinked_out_of_the_run_is_no_pass(tmp_path: Path) -> 
         (REF_KILL_SAVE, f"{sub}/ outside, symlinked back", out(sub))
         for sub in ("logs", "cycle_infos", "checkpoints")
     ]
-    assert _passing(tmp_path, cases) == []
+    assert still_passing(tmp_path, cases) == []
 
 
 def test_every_committed_runs_logs_reached_through_a_symlinked_folder_are_refused(
@@ -786,7 +764,7 @@ def test_compare_a_new_run_that_lost_a_rank_fails_the_verdict_gate(tmp_path: Pat
         for log in sorted((new / "plain" / "logs").glob("train_cycle*.log")):
             lines = log.read_text(encoding="utf-8").splitlines(keepends=True)
             log.write_text("".join(line for line in lines if not line.startswith("1: ")), "utf-8")
-        assert _verify(new / "plain")[0] != 0
+        assert verify_run(new / "plain")[0] != 0
         code, out = _compare(str(old), str(new), "--fail-on", "verdict")
         assert code == 1, out
         assert "gate fails: reference kill (step) [12 iterations, 2 ranks]: verdict" in out

@@ -1,5 +1,6 @@
 """What several test modules share: doctored copies of committed runs (doctor.py) and the memo
-that parses their unchanged files once (parse_once.py), real runs
+that parses their unchanged files once (parse_once.py), the adversarial reviews' harness
+(adversarial.py), real runs
 through the real launcher (reference_runs.py, recipe_runs.py, selftest_runs.py), marked process
 trees (processes.py), stand-in Megatron checkouts (megatron_checkouts.py), the injector's test
 launcher (injector_launcher.py), what a committed run records (recorded_runs.py), the sessions'
