@@ -62,6 +62,7 @@ def evidence_problems(run: RunEvidence) -> tuple[Problem, ...]:
     problems += _misattributed_lines(run)
     problems += _off_rank_0_lines(run)
     problems += _trained_after_finishing(run)
+    problems += _finished_without_its_end(run)
     problems += _plant_records_problems(run)
     return tuple(problems)
 
@@ -249,6 +250,35 @@ def _trained_after_finishing(run: RunEvidence) -> list[Problem]:
                 )
             ]
     return []
+
+
+def _finished_without_its_end(run: RunEvidence) -> list[Problem]:
+    """result.json says the launcher exited 0 on its own, so the last cycle's workers finished
+    training, and every workload prints its ``training finished`` milestone before it exits 0
+    (the reference workload's ``training finished``, Megatron's ``after training is done``).
+    A last cycle log without it was cut before its end: where training ended is unknown, and
+    what the cut lines said (fatal)."""
+    manifest = run.manifest
+    logs = [log for log in run.cycle_logs if log.exists and log.read_error is None]
+    if manifest is None or manifest.exit_code is None or not logs:
+        return []
+    code = manifest.exit_code
+    timed_out = manifest.timed_out is not None and manifest.timed_out.value is True
+    if code.value != 0 or timed_out:
+        return []
+    last = max(logs, key=lambda log: log.cycle)
+    if any(isinstance(e, Milestone) and e.name == "training_done" for e in last.events):
+        return []
+    ends = f"ends at {last.last_line.location}" if last.last_line else "is empty"
+    return [
+        Problem(
+            "fatal",
+            f"{code.ref.location} says the launcher exited 0, but {last.file}, the last cycle's"
+            f" log, {ends} without the workload's 'training finished' line, which it prints"
+            " before every clean exit: the log is cut short, so where training ended is unknown",
+            last.last_line or code.ref,
+        )
+    ]
 
 
 def iterations_after_finish(log: CycleLog) -> list[tuple[EvidenceRef, EvidenceRef]]:

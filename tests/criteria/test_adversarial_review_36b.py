@@ -16,6 +16,7 @@ import io
 import json
 import os
 import re
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 
@@ -23,6 +24,7 @@ import pytest
 
 from pytest_nvrx.compare.main import compare_main
 from pytest_nvrx.criteria.consistency import (
+    evidence_problems,
     iterations_after_finish,
     misattributed_lines,
     off_rank_0_lines,
@@ -329,6 +331,68 @@ def test_every_committed_launcher_log_cut_before_its_end_cannot_be_judged(tmp_pa
             judged.append(f"{src.relative_to(DATA)}: {verdict.reason}")
     assert seen > 80
     assert judged == []
+
+
+def _last_cycle_log(run: Path) -> Path:
+    return max(
+        run.glob("logs/train_cycle*.log"),
+        key=lambda p: int(re.sub(r"\D", "", p.name.removesuffix(".log"))),
+    )
+
+
+def _cut_at_finish(lines: list[str]) -> list[str]:
+    """The lines before the workload's training-finished milestone (the reference workload's
+    ``training finished``, Megatron's ``after training is done``)."""
+    end = next(
+        i
+        for i, line in enumerate(lines)
+        if "training finished" in line or "after training is done" in line
+    )
+    return lines[:end]
+
+
+def test_the_last_cycle_log_cut_before_training_finished_is_no_pass(tmp_path: Path) -> None:
+    """T, the cycle log's half: result.json and launcher.log say the run ended well, but the
+    last cycle log stops before the workload's training-finished line."""
+
+    def cut_before_finish(doc: Doctor) -> None:
+        rel = str(_last_cycle_log(doc.root).relative_to(doc.root))
+        doc.write_lines(rel, _cut_at_finish(doc.lines(rel)))
+
+    cases: list[tuple[Path, str, Edit]] = [
+        (src, "last cycle log cut before 'training finished'", cut_before_finish)
+        for src in (REF_KILL_SAVE, MEG_HANG_30)
+    ]
+    assert still_passing(tmp_path, cases) == []
+
+
+def test_every_committed_last_cycle_log_cut_before_training_finished_cannot_be_judged(
+    tmp_path: Path,
+) -> None:
+    """T's cycle-log half over every committed run whose result.json says the launcher exited 0:
+    its last cycle log cut before the training-finished line is a fatal contradiction (run.json,
+    result.json, the cycle records and the cut log are all the check reads)."""
+    seen, missed = 0, []
+    for n, result in enumerate(_committed("result.json")):
+        src = result.parent
+        if json.loads(result.read_text(encoding="utf-8")).get("exit_code") != 0:
+            continue
+        last = _last_cycle_log(src)
+        lines = last.read_text(encoding="utf-8").splitlines(keepends=True)
+        run = tmp_path / str(n)
+        (run / "logs").mkdir(parents=True)
+        for name in ("run.json", "result.json"):
+            if (src / name).is_file():
+                (run / name).write_bytes((src / name).read_bytes())
+        if (src / "cycle_infos").is_dir():
+            shutil.copytree(src / "cycle_infos", run / "cycle_infos")
+        (run / "logs" / last.name).write_text("".join(_cut_at_finish(lines)), encoding="utf-8")
+        seen += 1
+        problems = evidence_problems(load_run(run, read_checkpoints=False))
+        if not any(p.severity == "fatal" and "cut short" in p.message for p in problems):
+            missed.append(str(src.relative_to(DATA)))
+    assert seen > 80
+    assert missed == []
 
 
 # ----------------------------------------------------------------------------------------------
