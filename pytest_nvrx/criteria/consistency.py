@@ -266,8 +266,16 @@ def _finished_without_its_end(run: RunEvidence) -> list[Problem]:
     timed_out = manifest.timed_out is not None and manifest.timed_out.value is True
     if code.value != 0 or timed_out:
         return []
-    last = max(logs, key=lambda log: log.cycle)
-    if any(isinstance(e, Milestone) and e.name == "training_done" for e in last.events):
+    # the last cycle the launcher recorded (a later log without a record is flagged apart)
+    recorded = {record.cycle for record in run.cycles}
+    last = max(
+        (log for log in logs if log.cycle in recorded or not run.cycle_infos.exists),
+        key=lambda log: log.cycle,
+        default=None,
+    )
+    if last is None or any(
+        isinstance(e, Milestone) and e.name == "training_done" for e in last.events
+    ):
         return []
     ends = f"ends at {last.last_line.location}" if last.last_line else "is empty"
     return [

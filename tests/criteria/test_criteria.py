@@ -596,11 +596,8 @@ def test_launcher_criteria_on_real_two_rank_cpu_runs(
 ) -> None:
     from pytest_nvrx.criteria import judge
     from pytest_nvrx.evidence import load_run
-    from pytest_nvrx.evidence.megatron import MEGATRON
 
-    # replaced_cycle and no_repeat_injection read only launcher, cycle records and marker:
-    # any workload adapter will do for them
-    j = judge(load_run(CPU_DATA / name, adapter=MEGATRON))
+    j = judge(load_run(CPU_DATA / name))
     c2 = j.verdict("replaced_cycle")
     assert c2.passed and how in c2.reason, c2.render()
     if proof is not None:
