@@ -34,7 +34,7 @@ from pytest_nvrx.settings.schedule import (
     schedule_ending,
 )
 from pytest_nvrx.settings.table import option_hint
-from pytest_nvrx.settings.values import ConfigError, EntryPoint
+from pytest_nvrx.settings.values import ConfigError, EntryPoint, finite_float
 
 #: Seconds from a cycle's start to its first training step, a lower-bound estimate per workload.
 #: Measured in the committed runs (tests/data, cycle record start to the cycle's first
@@ -153,22 +153,14 @@ def _collective_timeout(config: RunConfig, window: str) -> tuple[float, str] | N
         flag, eq, value = arg.partition("=")
         if not eq:
             value = args[i + 1] if i + 1 < len(args) else ""
-        minutes = _number(value) if flag == _COLLECTIVE_MINUTES_FLAG else None
+        minutes = finite_float(value) if flag == _COLLECTIVE_MINUTES_FLAG else None
         if minutes is not None:
             seconds = 60.0 * minutes
         elif flag == _AFTER_INIT_FLAG and config.workload == "megatron":
-            after_init = _number(value)
+            after_init = finite_float(value)
     if after_init is not None and 0 < after_init < seconds and window != "restore":
         return after_init, _AFTER_INIT_FLAG
     return (seconds, _COLLECTIVE_MINUTES_FLAG) if seconds > 0 else None
-
-
-def _number(text: str) -> float | None:
-    try:
-        value = float(text)
-    except ValueError:
-        return None
-    return value if math.isfinite(value) else None
 
 
 def no_nvrx_sections(config: RunConfig) -> bool:

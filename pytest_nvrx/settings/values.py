@@ -147,6 +147,15 @@ def parse_rtol(raw: str, what: str) -> float:
     return value
 
 
+def finite_float(text: str) -> float | None:
+    """``float(text)`` where it reads a finite number, else None."""
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return value if math.isfinite(value) else None
+
+
 def argparse_type(parse: Callable[[str, str], Any], option: str) -> Callable[[str], Any]:
     """An argparse ``type`` from one of these parsers: one parser for every entry point, its
     error an argparse error (exit 2 before anything is done)."""
