@@ -169,6 +169,36 @@ def argparse_type(parse: Callable[[str, str], Any], option: str) -> Callable[[st
     return convert
 
 
+def command_parser(command: str, description: str, epilog: str) -> argparse.ArgumentParser:
+    """The argument parser of one of ``python -m pytest_nvrx``'s commands."""
+    return argparse.ArgumentParser(
+        prog=f"python -m pytest_nvrx {command}", description=description, epilog=epilog
+    )
+
+
+def add_continuity_rtol(parser: argparse.ArgumentParser, help: str) -> None:
+    """``--continuity-rtol``, training_continuity's tolerance, for a command that judges runs:
+    one parser and default (0: exact) for every one of them."""
+    parser.add_argument(
+        "--continuity-rtol",
+        metavar="RTOL",
+        type=argparse_type(parse_rtol, "--continuity-rtol"),
+        default=0.0,
+        help=help,
+    )
+
+
+def parse_command_line(
+    parser: argparse.ArgumentParser, argv: Sequence[str], usage_status: int
+) -> argparse.Namespace | int:
+    """``argv`` parsed, or the exit status where argparse ended it: 0 after ``--help``, its
+    own (2) after a usage error it printed, else ``usage_status``."""
+    try:
+        return parser.parse_args(list(argv))
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else usage_status
+
+
 def parse_port(raw: str, what: str) -> int:
     """A TCP port we connect to or listen on: 1-65535 (0 would be a random one)."""
     text = raw.strip()
