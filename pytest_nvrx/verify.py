@@ -57,7 +57,7 @@ from pytest_nvrx.outputs import (
     check_outputs,
     write_output,
 )
-from pytest_nvrx.settings import argparse_type, parse_rtol
+from pytest_nvrx.settings import add_continuity_rtol, command_parser, parse_command_line
 
 EXIT_PASSED = 0
 EXIT_FAILED = 1
@@ -69,8 +69,8 @@ JSON_SCHEMA_VERSION = 1
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m pytest_nvrx verify",
+    parser = command_parser(
+        "verify",
         description="Judge a finished run directory (walkthrough layout) by the six recovery "
         "criteria and quote the log lines that prove each verdict.",
         epilog="Exit status: 0 all criteria hold (never for a planted self-test run), 1 a "
@@ -116,12 +116,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="an uninterrupted run of the same configuration: training_continuity also "
         "compares every iteration after the restore with it",
     )
-    parser.add_argument(
-        "--continuity-rtol",
-        metavar="RTOL",
-        type=argparse_type(parse_rtol, "--continuity-rtol"),
-        default=0.0,
-        help="relative tolerance of training_continuity's comparisons, for stacks that are not "
+    add_continuity_rtol(
+        parser,
+        "relative tolerance of training_continuity's comparisons, for stacks that are not "
         "bitwise deterministic (default 0: exact)",
     )
     return parser
@@ -257,11 +254,9 @@ def total_line(judgement: Judgement) -> str:
 def verify_main(argv: list[str], stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
     out = stdout if stdout is not None else sys.stdout
     err = stderr if stderr is not None else sys.stderr
-    parser = build_parser()
-    try:
-        args = parser.parse_args(argv)
-    except SystemExit as exc:  # argparse printed the usage error already
-        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+    args = parse_command_line(build_parser(), argv, EXIT_USAGE)
+    if isinstance(args, int):
+        return args
     refused = _output_refusal(args)
     if refused is not None:
         err.write(f"verify: error: {printable(refused)}\n")

@@ -19,7 +19,7 @@ from pytest_nvrx.compare.render import document_json, html, text
 from pytest_nvrx.compare.side import CompareInputError, is_run_dir, load_side
 from pytest_nvrx.evidence.refs import printable
 from pytest_nvrx.outputs import OutputRefused, check_output_targets, check_outputs, write_output
-from pytest_nvrx.settings import ConfigError
+from pytest_nvrx.settings import ConfigError, command_parser, parse_command_line
 from pytest_nvrx.settings.compare_gate import parse_gate
 
 EXIT_OK = 0
@@ -34,8 +34,8 @@ def _min_samples(text: str) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m pytest_nvrx compare",
+    parser = command_parser(
+        "compare",
         description="Compare two qualifications: the stacks, each scenario's verdict and "
         "recovery timings old -> new, matched by scenario key; optionally gate on it.",
         epilog="OLD and NEW: a report.json (any schema this pytest-nvrx wrote) or a folder of "
@@ -117,10 +117,9 @@ def compare_main(
 ) -> int:
     out = stdout if stdout is not None else sys.stdout
     err = stderr if stderr is not None else sys.stderr
-    try:
-        args = build_parser().parse_args(list(argv))
-    except SystemExit as exc:
-        return exc.code if isinstance(exc.code, int) else EXIT_CANNOT_COMPARE
+    args = parse_command_line(build_parser(), argv, EXIT_CANNOT_COMPARE)
+    if isinstance(args, int):
+        return args
     json_to_stdout = args.json_path == "-"
     outputs = [("-o", args.output)] if args.output is not None else []
     if args.json_path is not None and not json_to_stdout:

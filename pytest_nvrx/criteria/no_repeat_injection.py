@@ -8,6 +8,7 @@ from pytest_nvrx.criteria.context import JudgeContext
 from pytest_nvrx.criteria.expected import ExpectedFault
 from pytest_nvrx.criteria.helpers import launcher_words, marker_ref, timed_out_failure
 from pytest_nvrx.criteria.verdict import CriterionId, Verdict, failing, passing, unjudgeable
+from pytest_nvrx.evidence.cycle_log import CycleLog
 from pytest_nvrx.evidence.launcher_log import LauncherEventKind
 from pytest_nvrx.evidence.refs import EvidenceRef
 from pytest_nvrx.evidence.rundir import RunEvidence
@@ -31,6 +32,15 @@ def _workload_failures(run: RunEvidence, from_cycle: int | None) -> list[Evidenc
         for e in log.events
         if isinstance(e, (WorkloadError, *LOAD_FAILURES))
     ]
+
+
+def _ran_after(run: RunEvidence, cycle: int) -> CycleLog | None:
+    """The first log of a cycle after ``cycle`` whose workers printed a line: they ran again,
+    whatever the launcher's records say."""
+    return next(
+        (g for g in run.cycle_logs if g.cycle > cycle and g.exists and g.first_line is not None),
+        None,
+    )
 
 
 def check(ctx: JudgeContext) -> Verdict:
@@ -106,15 +116,8 @@ def check(ctx: JudgeContext) -> Verdict:
                 [r.ref for r in run.cycles],
             )
         # a later cycle's log, recorded or not: the workers ran again all the same
-        again = [
-            log
-            for log in run.cycle_logs
-            if log.cycle > min((r.cycle for r in run.cycles), default=0)
-            and log.exists
-            and log.first_line is not None
-        ]
-        if again:
-            log = again[0]
+        log = _ran_after(run, min((r.cycle for r in run.cycles), default=0))
+        if log is not None:
             return failing(
                 ID,
                 f"{log.file} shows cycle {log.cycle} ran (the launcher's records have"
@@ -187,16 +190,8 @@ def check(ctx: JudgeContext) -> Verdict:
             [r.ref for r in extra[:2]],
         )
     # a later cycle's log without a cycle record: the workers ran again all the same
-    ran_again = [
-        log
-        for log in run.cycle_logs
-        if replacement is not None
-        and log.cycle > replacement
-        and log.exists
-        and log.first_line is not None
-    ]
-    if ran_again:
-        log = ran_again[0]
+    log = _ran_after(run, replacement) if replacement is not None else None
+    if log is not None:
         return failing(
             ID,
             f"{log.file} shows cycle {log.cycle} ran after the replacement cycle {replacement}"

@@ -17,11 +17,11 @@ from typing import cast
 
 from pytest_nvrx.evidence.refs import (
     LineCursor,
-    UnreadableNumber,
     check_numbers,
     is_ascii_number,
     read_float,
     read_int,
+    read_loss,
 )
 from pytest_nvrx.evidence.replay import PrintModel
 from pytest_nvrx.evidence.workload import (
@@ -124,47 +124,15 @@ _FT_INITIALIZED = re.compile(
 _FT_SECTION = re.compile(r"(?P<name>[A-Za-z_]\w*)=(?P<value>[^,\s]+)")
 
 
-def _seconds(text: str) -> float | None:
-    """A deadline as printed: ASCII (float() reads any script's digits), finite."""
-    if not text.isascii():
-        return None
-    try:
-        value = float(text)
-    except ValueError:
-        return None
-    return value if math.isfinite(value) else None
-
-
 def _ft_timeouts(m: re.Match[str], at: LineCursor) -> FtTimeoutsReported | None:
-    sections: list[tuple[str, float]] = []
-    for part in (p.strip() for p in m["sections"].split(",")):
-        if not part:
-            continue
-        found = _FT_SECTION.fullmatch(part)
-        seconds = _seconds(found["value"]) if found is not None else None
-        if found is None or seconds is None:
-            return None
-        sections.append((found["name"], seconds))
-    out_of_section = _seconds(m["oos"])
-    if out_of_section is None:
-        return None
+    found = [_FT_SECTION.fullmatch(p) for p in (p.strip() for p in m["sections"].split(",")) if p]
+    sections = [(f["name"], f["value"]) if f is not None else None for f in found]
     calculated = m["calc"] != "set()" or m["oos_calc"] == "True"
-    return FtTimeoutsReported(tuple(sorted(sections)), out_of_section, calculated, at.ref())
+    return FtTimeoutsReported.read(sections, m["oos"], calculated, at)
 
 
 def _int_or_none(value: str | None) -> int | None:
     return read_int(value) if value is not None else None
-
-
-def _float_or_none(value: str | None) -> float | None:
-    if value is None:
-        return None
-    try:
-        return read_float(value)
-    except UnreadableNumber:
-        raise
-    except ValueError:
-        return None
 
 
 _RefOnly = (
@@ -287,7 +255,7 @@ class MegatronLogAdapter:
                 iteration=read_int(m["it"]),
                 total=read_int(m["total"]),
                 consumed_samples=_int_or_none(m["consumed"]),
-                loss=_float_or_none(loss["loss"]) if loss is not None else None,
+                loss=read_loss(loss["loss"]) if loss is not None else None,
                 time=at.local_time(m["ts"]),
                 ref=at.ref(),
                 values=values,

@@ -22,7 +22,11 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from pytest_nvrx.evidence.refs import LineCursor, UnreadableNumber, read_float, read_int
+from pytest_nvrx.evidence.refs import (
+    LineCursor,
+    read_int,
+    read_loss,
+)
 from pytest_nvrx.evidence.workload import (
     FtTimeoutsReported,
     IterationCommitted,
@@ -85,43 +89,16 @@ _FT_INITIALIZED = re.compile(
 )
 
 
-def _seconds(text: str) -> float | None:
-    """A deadline as Python printed it: ASCII (float() reads any script's digits), finite."""
-    if not text.isascii():
-        return None
-    try:
-        value = float(text)
-    except ValueError:
-        return None
-    return value if value == value and abs(value) != float("inf") else None
-
-
 def _ft_timeouts(event: str, at: LineCursor) -> FtTimeoutsReported | None:
     m = _FT_INITIALIZED.match(event)
     if m is None:
         return None
-    sections: list[tuple[str, float]] = []
+    sections: list[tuple[str, str] | None] = []
     if m["sections"] != "-":
         for part in m["sections"].split(","):
             name, colon, value = part.partition(":")
-            seconds = _seconds(value)
-            if not colon or seconds is None:
-                return None
-            sections.append((name, seconds))
-    out_of_section = _seconds(m["oos"])
-    if out_of_section is None:
-        return None
-    return FtTimeoutsReported(tuple(sorted(sections)), out_of_section, False, at.ref())
-
-
-def _float_or_none(value: str) -> float | None:
-    """A loss: None for text no float reads ('nan' reads), ForeignDigits for other digits."""
-    try:
-        return read_float(value)
-    except UnreadableNumber:
-        raise
-    except ValueError:
-        return None
+            sections.append((name, value) if colon else None)
+    return FtTimeoutsReported.read(sections, m["oos"], False, at)
 
 
 def _path(event: str) -> str | None:
@@ -200,7 +177,7 @@ class ReferenceLogAdapter:
                 iteration=read_int(m["it"]),
                 total=read_int(m["total"]),
                 consumed_samples=read_int(m["consumed"]),
-                loss=_float_or_none(m["loss"]),
+                loss=read_loss(m["loss"]),
                 time=time,
                 ref=at.ref(),
                 values=tuple((name, m[group]) for group, name in _VALUE_NAMES if m[group]),

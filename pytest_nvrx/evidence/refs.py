@@ -26,7 +26,7 @@ from datetime import UTC, datetime, timedelta, tzinfo
 from pathlib import Path
 from typing import BinaryIO, Literal
 
-from pytest_nvrx.settings.values import quote
+from pytest_nvrx.settings.values import finite_float, quote
 
 # A longer line keeps its head; the rest of it is skipped (a file of NUL bytes has no newline).
 MAX_LINE_BYTES = 64 * 1024
@@ -383,6 +383,23 @@ def read_float(text: str) -> float:
     if not text.isascii():
         raise ForeignDigits(text)
     return float(text)
+
+
+def read_loss(text: str) -> float | None:
+    """A loss as a workload prints it: None for text no float reads ('nan' reads),
+    :class:`ForeignDigits` for digits other than ASCII 0-9."""
+    try:
+        return read_float(text)
+    except UnreadableNumber:
+        raise
+    except ValueError:
+        return None
+
+
+def read_deadline(text: str) -> float | None:
+    """A deadline as printed (an NVRx section timeout): a finite float of ASCII text, else
+    None (``float()`` reads any script's digits, and 'nan' and 'inf')."""
+    return finite_float(text) if text.isascii() else None
 
 
 def check_numbers(text: str) -> str:

@@ -285,46 +285,39 @@ def compare(
         for name, text in cand.event.values:
             if not compared_name(name):
                 continue
-            if name in model.averaged:
-                ref_line = by_window.get(cand.window)
-                if ref_line is not None:
-                    expected_text = ref_line.event.value(name)
-                    if expected_text is None:
-                        gap(it, name, cand.event.ref, [ref_line], False)
-                        ok = False
-                        continue
-                    result = _direct(text, expected_text, rtol)
-                    refs: tuple[EvidenceRef, ...] = (ref_line.event.ref,)
-                    parts: tuple[int, ...] = ()
-                else:
-                    tiles = _tile(cand.first, it, by_first)
-                    if tiles is None or len(tiles) < 2:
-                        continue
-                    texts = [t.event.value(name) for t in tiles]
-                    if any(t is None for t in texts):
-                        lacking = [t for t, x in zip(tiles, texts, strict=True) if x is None]
-                        gap(it, name, cand.event.ref, lacking, False)
-                        ok = False
-                        continue
-                    weights = [t.iteration - t.first + 1 for t in tiles]
-                    result, expected_text = _derived(
-                        text, [t for t in texts if t is not None], weights, rtol
-                    )
-                    refs = tuple(t.event.ref for t in tiles)
-                    parts = tuple(t.iteration for t in tiles)
-                    if Derivation(it, parts) not in derived:
-                        derived.append(Derivation(it, parts))
-            else:
-                if same_line is None:
-                    continue
-                expected_text = same_line.event.value(name)
+            averaged = name in model.averaged
+            # the one reference line that prints the same value: the window's for an averaged
+            # one, the same iteration's for its own
+            one = by_window.get(cand.window) if averaged else same_line
+            if one is not None:
+                expected_text = one.event.value(name)
                 if expected_text is None:
-                    gap(it, name, cand.event.ref, [same_line], False)
+                    gap(it, name, cand.event.ref, [one], False)
                     ok = False
                     continue
                 result = _direct(text, expected_text, rtol)
-                refs = (same_line.event.ref,)
-                parts = ()
+                refs: tuple[EvidenceRef, ...] = (one.event.ref,)
+                parts: tuple[int, ...] = ()
+            elif averaged:
+                tiles = _tile(cand.first, it, by_first)
+                if tiles is None or len(tiles) < 2:
+                    continue
+                texts = [t.event.value(name) for t in tiles]
+                if any(t is None for t in texts):
+                    lacking = [t for t, x in zip(tiles, texts, strict=True) if x is None]
+                    gap(it, name, cand.event.ref, lacking, False)
+                    ok = False
+                    continue
+                weights = [t.iteration - t.first + 1 for t in tiles]
+                result, expected_text = _derived(
+                    text, [t for t in texts if t is not None], weights, rtol
+                )
+                refs = tuple(t.event.ref for t in tiles)
+                parts = tuple(t.iteration for t in tiles)
+                if Derivation(it, parts) not in derived:
+                    derived.append(Derivation(it, parts))
+            else:
+                continue
             any_value = True
             n_values += 1
             if name not in seen_names:

@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import importlib
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Protocol
 
-from pytest_nvrx.evidence.refs import EvidenceRef, LineCursor
+from pytest_nvrx.evidence.refs import EvidenceRef, LineCursor, read_deadline
 
 
 @dataclass(frozen=True, slots=True)
@@ -242,6 +243,28 @@ class FtTimeoutsReported:
     out_of_section: float
     calculated: bool
     ref: EvidenceRef
+
+    @classmethod
+    def read(
+        cls,
+        sections: Iterable[tuple[str, str] | None],
+        out_of_section: str,
+        calculated: bool,
+        at: LineCursor,
+    ) -> FtTimeoutsReported | None:
+        """The deadlines as a workload's line prints them: each section's (name, seconds as
+        text), None for a part its pattern does not read; None where any part is not read or
+        any deadline is no finite ASCII number (:func:`read_deadline`)."""
+        read: list[tuple[str, float]] = []
+        for part in sections:
+            seconds = read_deadline(part[1]) if part is not None else None
+            if part is None or seconds is None:
+                return None
+            read.append((part[0], seconds))
+        outside = read_deadline(out_of_section)
+        if outside is None:
+            return None
+        return cls(tuple(sorted(read)), outside, calculated, at.ref())
 
 
 WorkloadEvent = (

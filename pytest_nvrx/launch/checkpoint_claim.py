@@ -81,6 +81,19 @@ def pid_start(pid: int) -> int | None:
         return None
 
 
+def holder_record(run_id: str, run_dir: Path, host: str, time: str) -> dict[str, object]:
+    """What a claim file says of its holder, this process (:func:`read_holder` reads it)."""
+    return {
+        "run_id": run_id,
+        "run_dir": str(run_dir),
+        "host": host,
+        "pid": os.getpid(),
+        "pid_start": pid_start(os.getpid()),
+        "time": time,
+        "tool": __version__,
+    }
+
+
 @dataclass(frozen=True)
 class Holder:
     """Who holds a claim, as its file says; ``record`` False when it could not be read (being
@@ -357,15 +370,8 @@ def claim_checkpoint_dir(
         raise _naming(_refusal(checkpoint_dir, holder, host)) from None
     except OSError as exc:
         raise _unwritable(checkpoint_dir, exc) from None
-    record = {
-        "run_id": run_id,
-        "run_dir": str(run_dir),
-        "host": host,
-        "pid": os.getpid(),
-        "pid_start": pid_start(os.getpid()),
-        "time": _dt.datetime.now(_dt.UTC).isoformat(timespec="milliseconds"),
-        "tool": __version__,
-    }
+    now = _dt.datetime.now(_dt.UTC).isoformat(timespec="milliseconds")
+    record = holder_record(run_id, run_dir, host, now)
     _HELD.add(path)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:

@@ -49,8 +49,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from pytest_nvrx import __version__
-from pytest_nvrx.launch.checkpoint_claim import Holder, pid_start, read_holder, settled_holder
+from pytest_nvrx.launch.checkpoint_claim import (
+    Holder,
+    holder_record,
+    pid_start,
+    read_holder,
+    settled_holder,
+)
 from pytest_nvrx.megatron.build import (
     COMMAND_MISSING,
     FirstUseBuild,
@@ -305,16 +310,7 @@ def acquire(
         except FileExistsError:
             pass
         else:
-            record = {
-                "run_id": who,
-                "run_dir": str(directory),
-                "host": host,
-                "pid": os.getpid(),
-                "pid_start": pid_start(os.getpid()),
-                "time": stamp,
-                "tool": __version__,
-                "building": list(building),
-            }
+            record = {**holder_record(who, directory, host, stamp), "building": list(building)}
             _HELD.add(path)
             try:
                 with os.fdopen(fd, "w", encoding="utf-8") as fh:

@@ -31,7 +31,7 @@ from pytest_nvrx.outputs import (
 )
 from pytest_nvrx.report.model import ScenarioReport
 from pytest_nvrx.report.render import render_html, report_json, selftest_section
-from pytest_nvrx.settings import argparse_type, parse_rtol
+from pytest_nvrx.settings import add_continuity_rtol, command_parser, parse_command_line
 
 EXIT_QUALIFIED = 0
 EXIT_NOT_QUALIFIED = 1
@@ -110,8 +110,8 @@ def run_dirs_among(paths: Sequence[Path], err: TextIO) -> list[Path]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m pytest_nvrx report",
+    parser = command_parser(
+        "report",
         description="Judge run directories and write one self-contained HTML recovery report "
         "(matrix, timeline, recovery cost, loss curve) and its report.json.",
         epilog="A baseline run (fault=none) among the RUN_DIRs is drawn under the loss curve of "
@@ -137,12 +137,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="report.json path (default: beside the HTML file, named after it: "
         "-o out/a.html writes out/a.json)",
     )
-    parser.add_argument(
-        "--continuity-rtol",
-        metavar="RTOL",
-        type=argparse_type(parse_rtol, "--continuity-rtol"),
-        default=0.0,
-        help="relative tolerance of training_continuity's comparisons, every run judged at it "
+    add_continuity_rtol(
+        parser,
+        "relative tolerance of training_continuity's comparisons, every run judged at it "
         "(default 0: exact); over self-test runs, the self-test section shows which planted "
         "bugs this tolerance lets through (missed)",
     )
@@ -154,10 +151,9 @@ def report_main(
 ) -> int:
     out = stdout if stdout is not None else sys.stdout
     err = stderr if stderr is not None else sys.stderr
-    try:
-        args = build_parser().parse_args(list(argv))
-    except SystemExit as exc:
-        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+    args = parse_command_line(build_parser(), argv, EXIT_USAGE)
+    if isinstance(args, int):
+        return args
     html: Path = args.output
     json_path: Path = args.json_path or json_beside(html)
     json_flag = "--json" if args.json_path is not None else "--json (default)"

@@ -36,8 +36,10 @@ from pytest_nvrx.settings import (
     NvrxSettings,
     PartialRunConfig,
     WorkloadKind,
+    add_continuity_rtol,
     argparse_type,
-    parse_rtol,
+    command_parser,
+    parse_command_line,
     plugin_setting,
 )
 from pytest_nvrx.settings.plants import PLANTS
@@ -65,8 +67,8 @@ def _typed(name: str, option: str) -> Callable[[str], object]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m pytest_nvrx selftest",
+    parser = command_parser(
+        "selftest",
         description="Plant each known recovery bug (docs/selftest.md) into a real run of this "
         "stack, one run per plant after an unplanted control, and show which criterion catches "
         "each. A plant that passes means the qualification would pass that bug on this stack.",
@@ -93,11 +95,8 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="NAME",
         help="run only this plant (repeatable; default: the whole catalogue)",
     )
-    parser.add_argument(
-        "--continuity-rtol",
-        type=argparse_type(parse_rtol, "--continuity-rtol"),
-        default=0.0,
-        help="the tolerance of training_continuity the plants are judged at (default 0: exact)",
+    add_continuity_rtol(
+        parser, "the tolerance of training_continuity the plants are judged at (default 0: exact)"
     )
     for name, text in TABLE_OPTIONS:
         option = "--" + name.replace("_", "-")
@@ -168,11 +167,9 @@ def selftest_main(
 ) -> int:
     env = os.environ if environ is None else environ
     out = stdout if stdout is not None else sys.stdout
-    parser = build_parser()
-    try:
-        args = parser.parse_args(list(argv))
-    except SystemExit as exc:
-        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+    args = parse_command_line(build_parser(), argv, EXIT_USAGE)
+    if isinstance(args, int):
+        return args
     text = sys.stderr if args.json_file == "-" else out
     try:
         plants = choose_plants(args.plant)

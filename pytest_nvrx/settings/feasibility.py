@@ -34,7 +34,7 @@ from pytest_nvrx.settings.schedule import (
     schedule_ending,
 )
 from pytest_nvrx.settings.table import option_hint
-from pytest_nvrx.settings.values import ConfigError, EntryPoint
+from pytest_nvrx.settings.values import ConfigError, EntryPoint, finite_float
 
 #: Seconds from a cycle's start to its first training step, a lower-bound estimate per workload.
 #: Measured in the committed runs (tests/data, cycle record start to the cycle's first
@@ -106,6 +106,12 @@ class LeastTime:
         waiting = [f for f in self.faults if f.section is not None]
         return max(waiting, key=lambda f: f.detection_s, default=None)
 
+    def named(self, fault: FaultCost) -> str:
+        """``hang@restore``; in a schedule of several faults ``hang@restore (fault 2 of 3)``."""
+        if self.scheduled > 1:
+            return f"{fault.entry} (fault {fault.position} of {self.scheduled})"
+        return str(fault.entry)
+
     def breakdown(self) -> str:
         """``2 start-ups of ~10 s, 2 restarts of ~1 s, hang@restore's detection 900 s``."""
         startups = sum(1 for f in self.faults if f.before_s) + (1 if self.final_s else 0)
@@ -153,22 +159,14 @@ def _collective_timeout(config: RunConfig, window: str) -> tuple[float, str] | N
         flag, eq, value = arg.partition("=")
         if not eq:
             value = args[i + 1] if i + 1 < len(args) else ""
-        minutes = _number(value) if flag == _COLLECTIVE_MINUTES_FLAG else None
+        minutes = finite_float(value) if flag == _COLLECTIVE_MINUTES_FLAG else None
         if minutes is not None:
             seconds = 60.0 * minutes
         elif flag == _AFTER_INIT_FLAG and config.workload == "megatron":
-            after_init = _number(value)
+            after_init = finite_float(value)
     if after_init is not None and 0 < after_init < seconds and window != "restore":
         return after_init, _AFTER_INIT_FLAG
     return (seconds, _COLLECTIVE_MINUTES_FLAG) if seconds > 0 else None
-
-
-def _number(text: str) -> float | None:
-    try:
-        value = float(text)
-    except ValueError:
-        return None
-    return value if math.isfinite(value) else None
 
 
 def no_nvrx_sections(config: RunConfig) -> bool:
@@ -241,11 +239,8 @@ def check_run_timeout(config: RunConfig, run_timeout_s: float) -> None:
                 f" {alone} {above}; {raise_it} {estimate}"
             )
         assert slowest.section is not None and slowest.section_s is not None
-        which = str(slowest.entry)
-        if least.scheduled > 1:
-            which += f" (fault {slowest.position} of {least.scheduled})"
         detected = (
-            f"{which} is detected only by the {slowest.section} section's timeout"
+            f"{least.named(slowest)} is detected only by the {slowest.section} section's timeout"
             f" ({_secs(slowest.section_s)})"
         )
         if slowest.collective_s is not None and slowest.collective_s < slowest.section_s:
@@ -267,11 +262,8 @@ def _refuse_unmonitored(
 ) -> None:
     """A hang no NVRx section sees (``--no-ft``): only a peer's collective timeout detects it,
     and on one rank nothing does."""
-    which = str(slowest.entry)
-    if least.scheduled > 1:
-        which += f" (fault {slowest.position} of {least.scheduled})"
     unseen = (
-        f"{which} is seen by no NVRx section: under {REFERENCE_NO_FT_FLAG} the"
+        f"{least.named(slowest)} is seen by no NVRx section: under {REFERENCE_NO_FT_FLAG} the"
         f" {config.workload} workload's ranks do not connect to NVRx's rank monitor"
     )
     if slowest.collective_s is None:

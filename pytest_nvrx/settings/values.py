@@ -147,6 +147,15 @@ def parse_rtol(raw: str, what: str) -> float:
     return value
 
 
+def finite_float(text: str) -> float | None:
+    """``float(text)`` where it reads a finite number, else None."""
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return value if math.isfinite(value) else None
+
+
 def argparse_type(parse: Callable[[str, str], Any], option: str) -> Callable[[str], Any]:
     """An argparse ``type`` from one of these parsers: one parser for every entry point, its
     error an argparse error (exit 2 before anything is done)."""
@@ -158,6 +167,36 @@ def argparse_type(parse: Callable[[str, str], Any], option: str) -> Callable[[st
             raise argparse.ArgumentTypeError(str(exc)) from None
 
     return convert
+
+
+def command_parser(command: str, description: str, epilog: str) -> argparse.ArgumentParser:
+    """The argument parser of one of ``python -m pytest_nvrx``'s commands."""
+    return argparse.ArgumentParser(
+        prog=f"python -m pytest_nvrx {command}", description=description, epilog=epilog
+    )
+
+
+def add_continuity_rtol(parser: argparse.ArgumentParser, help: str) -> None:
+    """``--continuity-rtol``, training_continuity's tolerance, for a command that judges runs:
+    one parser and default (0: exact) for every one of them."""
+    parser.add_argument(
+        "--continuity-rtol",
+        metavar="RTOL",
+        type=argparse_type(parse_rtol, "--continuity-rtol"),
+        default=0.0,
+        help=help,
+    )
+
+
+def parse_command_line(
+    parser: argparse.ArgumentParser, argv: Sequence[str], usage_status: int
+) -> argparse.Namespace | int:
+    """``argv`` parsed, or the exit status where argparse ended it: 0 after ``--help``, its
+    own (2) after a usage error it printed, else ``usage_status``."""
+    try:
+        return parser.parse_args(list(argv))
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else usage_status
 
 
 def parse_port(raw: str, what: str) -> int:
