@@ -12,6 +12,8 @@ iteration (:func:`_tracker_junk`), and a plant that acted in a run that names an
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+
 from pytest_nvrx.evidence.cycle_infos import unended
 from pytest_nvrx.evidence.cycle_log import CycleLog
 from pytest_nvrx.evidence.plant_records import read_plant_records
@@ -191,24 +193,36 @@ def _last_cycle_unended(run: RunEvidence) -> list[Problem]:
     ]
 
 
+def _first_in_logs[Found](
+    run: RunEvidence,
+    find: Callable[[CycleLog], Sequence[Found]],
+    say: Callable[[Found], tuple[str, EvidenceRef]],
+) -> list[Problem]:
+    """The first finding of ``find`` over the cycle logs in cycle order, as one fatal problem
+    (``say`` gives its message and the line it quotes)."""
+    for log in run.cycle_logs:
+        found = find(log)
+        if found:
+            message, ref = say(found[0])
+            return [Problem("fatal", message, ref)]
+    return []
+
+
 def _misattributed_lines(run: RunEvidence) -> list[Problem]:
     """A workload that states its rank inside its lines (``stated_rank``) contradicts a line
     under another rank's NVRx prefix: then no rank's lines can be told apart from another's, and
     what "every rank loaded" means is lost (fatal). Only the lines that are evidence are read."""
     adapter = get_adapter(run.workload)
-    for log in run.cycle_logs:
-        wrong = misattributed_lines(log, adapter)
-        if wrong:
-            ref, prefix, said = wrong[0]
-            return [
-                Problem(
-                    "fatal",
-                    f"{ref.location} is prefixed as rank {prefix}'s line but says rank {said}:"
-                    " the log does not tell which rank printed what",
-                    ref,
-                )
-            ]
-    return []
+
+    def say(wrong: tuple[EvidenceRef, int, int]) -> tuple[str, EvidenceRef]:
+        ref, prefix, said = wrong
+        return (
+            f"{ref.location} is prefixed as rank {prefix}'s line but says rank {said}:"
+            " the log does not tell which rank printed what",
+            ref,
+        )
+
+    return _first_in_logs(run, lambda log: misattributed_lines(log, adapter), say)
 
 
 def _off_rank_0_lines(run: RunEvidence) -> list[Problem]:
@@ -217,39 +231,33 @@ def _off_rank_0_lines(run: RunEvidence) -> list[Problem]:
     and the rank that has it never prints one, so what the run saved or loaded is unknown
     (fatal)."""
     adapter = get_adapter(run.workload)
-    for log in run.cycle_logs:
-        off = off_rank_0_lines(log, adapter)
-        if off:
-            ref, prefix = off[0]
-            return [
-                Problem(
-                    "fatal",
-                    f"{ref.location} is rank {prefix}'s line, but the {run.workload} workload"
-                    " prints this line on rank 0 alone: rank 0's is missing and this one no"
-                    " rank of the workload printed",
-                    ref,
-                )
-            ]
-    return []
+
+    def say(off: tuple[EvidenceRef, int]) -> tuple[str, EvidenceRef]:
+        ref, prefix = off
+        return (
+            f"{ref.location} is rank {prefix}'s line, but the {run.workload} workload"
+            " prints this line on rank 0 alone: rank 0's is missing and this one no"
+            " rank of the workload printed",
+            ref,
+        )
+
+    return _first_in_logs(run, lambda log: off_rank_0_lines(log, adapter), say)
 
 
 def _trained_after_finishing(run: RunEvidence) -> list[Problem]:
     """A process prints its ``training finished`` milestone after its last iteration: an
     iteration line of the same rank after it says the process trained on after it finished
     (or the lines were reordered), so which iteration it ended at is unknown (fatal)."""
-    for log in run.cycle_logs:
-        later = iterations_after_finish(log)
-        if later:
-            done, it = later[0]
-            return [
-                Problem(
-                    "fatal",
-                    f"{it.location} is an iteration line after {done.location} said the same"
-                    " rank finished training: a process finishes after its last iteration",
-                    it,
-                )
-            ]
-    return []
+
+    def say(later: tuple[EvidenceRef, EvidenceRef]) -> tuple[str, EvidenceRef]:
+        done, it = later
+        return (
+            f"{it.location} is an iteration line after {done.location} said the same"
+            " rank finished training: a process finishes after its last iteration",
+            it,
+        )
+
+    return _first_in_logs(run, iterations_after_finish, say)
 
 
 def _finished_without_its_end(run: RunEvidence) -> list[Problem]:
