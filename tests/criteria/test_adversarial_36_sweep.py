@@ -7,7 +7,7 @@ class's causes, are in tests/criteria/test_adversarial_review_36.py.
 
 from __future__ import annotations
 
-import io
+import functools
 import json
 import re
 from collections.abc import Callable, Iterator
@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from pytest_nvrx.verify import verify_main
+from tests.helpers.adversarial import committed_verdict, verify_run
 from tests.helpers.doctor import Doctor, copy_run
+from tests.helpers.parse_once import parsing_once
 
 DATA = Path(__file__).parents[1] / "data"
 LAUNCHER = "logs/launcher.log"
@@ -27,18 +28,19 @@ _ARABIC = str.maketrans("0123456789", "٠١٢٣٤٥٦٧٨٩")
 Edit = Callable[[Doctor], bool]  # False: the edit does not apply to this run (no such line)
 
 
-def _verify(run_dir: Path) -> tuple[int, str]:
-    out, err = io.StringIO(), io.StringIO()
-    code = verify_main([str(run_dir)], out, err)
-    return code, out.getvalue() + err.getvalue()
+@pytest.fixture(autouse=True, scope="module")
+def _parse_once() -> Iterator[None]:
+    """Each copy's unchanged files are parsed once (tests/helpers/parse_once.py)."""
+    with parsing_once():
+        yield
 
 
-def _passing_runs() -> list[Path]:
+@functools.cache
+def _passing() -> list[Path]:
+    """The committed runs that pass as committed (verified when a test first asks, not at
+    collection: every xdist worker collects this module, one runs it)."""
     runs = sorted({p.parent for p in DATA.rglob("run.json")})
-    return [run for run in runs if _verify(run)[0] == 0]
-
-
-PASSING = _passing_runs()
+    return [run for run in runs if committed_verdict(run)[0] == 0]
 
 
 def _cycle_logs(run: Path) -> list[str]:
@@ -73,7 +75,7 @@ def _still_passing(tmp_path: Path, cases: Iterator[tuple[Path, str, Edit]]) -> l
         if not edit(doc):
             continue
         applied += 1
-        code, _ = _verify(doc.root)
+        code, _ = verify_run(doc.root)
         if code == 0:
             passed.append(f"{src.relative_to(DATA)}: {what}")
     assert applied, "no committed run of the kind: the sweep tests nothing"
@@ -100,7 +102,7 @@ def test_every_megatron_dump_removed(tmp_path: Path) -> None:
         return edit
 
     def cases() -> Iterator[tuple[Path, str, Edit]]:
-        for run in PASSING:
+        for run in _passing():
             if _workload(run) == "megatron":
                 for rel in _cycle_logs(run):
                     if "consumed samples:" in _text(run, rel):
@@ -126,7 +128,7 @@ def test_every_run_with_a_second_contradicting_launch_block(tmp_path: Path) -> N
         return edit
 
     def cases() -> Iterator[tuple[Path, str, Edit]]:
-        for run in PASSING:
+        for run in _passing():
             if (run / LAUNCHER).is_file():
                 yield run, "max_restarts 0", second(r"(max_restarts\s*: )\d+", r"\g<1>0")
                 yield run, "run_id other", second(r"(run_id\s*: ).*", r"\g<1>other-run")
@@ -145,7 +147,7 @@ def test_every_schema2_marker_without_a_key(tmp_path: Path) -> None:
         return edit
 
     def cases() -> Iterator[tuple[Path, str, Edit]]:
-        for run in PASSING:
+        for run in _passing():
             if (run / MARKER).is_file() and json.loads(_text(run, MARKER)).get(
                 "schema_version"
             ) == 2:
@@ -172,7 +174,7 @@ def test_every_run_with_unicode_digits_in_its_iteration_lines(tmp_path: Path) ->
         return edit
 
     def cases() -> Iterator[tuple[Path, str, Edit]]:
-        for run in PASSING:
+        for run in _passing():
             logs = _cycle_logs(run)
             if logs:
                 yield run, f"{logs[-1]}'s iteration lines", arabic(logs[-1])
@@ -185,7 +187,7 @@ def test_every_run_with_a_foreign_digit_rank_prefix_cannot_be_judged(
     tmp_path: Path, prefix: str
 ) -> None:
     bad: list[str] = []
-    for i, run in enumerate(PASSING):
+    for i, run in enumerate(_passing()):
         logs = _cycle_logs(run)
         if not logs:
             continue
@@ -197,7 +199,7 @@ def test_every_run_with_a_foreign_digit_rank_prefix_cannot_be_judged(
         lines[at] = prefix + lines[at][1:]
         doc.write_lines(logs[-1], lines)
         try:
-            code, text = _verify(doc.root)
+            code, text = verify_run(doc.root)
         except ValueError as exc:
             bad.append(f"{run.relative_to(DATA)}: raised {exc!r}")
             continue
@@ -231,7 +233,7 @@ ANNOUNCEMENT = INJ.replace(r"rank \d+", "rank 0") + "reading checkpoint tracker 
 
 def test_every_run_without_a_line_only_a_cross_check_reads(tmp_path: Path) -> None:
     def cases() -> Iterator[tuple[Path, str, Edit]]:
-        for run in PASSING:
+        for run in _passing():
             logs = _cycle_logs(run)
             has_marker = (run / MARKER).is_file()
             trained_logs = [

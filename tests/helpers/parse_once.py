@@ -4,7 +4,7 @@ hundreds of copies of the same committed runs, each copy with one file edited.
 Only the product's pure parsers of one file are memoized, keyed by the file's whole content
 (SHA-256) and by every other argument they take: :func:`~pytest_nvrx.evidence.cycle_log.
 parse_cycle_log` (a cycle log), :func:`~pytest_nvrx.evidence.launcher_log.parse_launcher_log`
-(the launcher log) and :func:`~pytest_nvrx.evidence.checkpoint.dcp_metadata_keys` (a
+(the launcher log) and :func:`~pytest_nvrx.evidence.checkpoint.read_dcp_metadata` (a
 checkpoint's ``.metadata`` bytes). An edited file has other bytes, so it is parsed by the real
 parser; an unchanged one gives what the real parser gave for the same bytes (the results are
 frozen dataclasses and tuples, never mutated). Everything else of a judgement runs as it would:
@@ -37,7 +37,7 @@ from pytest_nvrx.evidence.workload import WorkloadLogAdapter
 #: the real parsers, whatever is installed in their place
 REAL_CYCLE_LOG = parse_cycle_log
 REAL_LAUNCHER_LOG = parse_launcher_log
-REAL_METADATA_KEYS = checkpoint.dcp_metadata_keys
+REAL_DCP_METADATA = checkpoint.read_dcp_metadata
 
 #: the committed runs: what every copy's unchanged files are the same bytes as
 DATA = Path(__file__).parents[1] / "data"
@@ -98,10 +98,13 @@ def launcher_log_once(path: Path, *, file: str | None = None) -> LauncherLog:
     return _once(key, lambda: REAL_LAUNCHER_LOG(path, file=file), path)
 
 
-def metadata_keys_once(data: bytes) -> list[str]:
-    # a fresh list each call: the caller may keep or change it
-    key = ("metadata", hashlib.sha256(data).digest())
-    return list(_once(key, lambda: tuple(REAL_METADATA_KEYS(data))))
+def dcp_metadata_once(data: bytes) -> tuple[list[str], str | None]:
+    def parse() -> tuple[tuple[str, ...], str | None]:
+        keys, saved_to = REAL_DCP_METADATA(data)
+        return tuple(keys), saved_to
+
+    keys, saved_to = _once(("metadata", hashlib.sha256(data).digest()), parse)
+    return list(keys), saved_to  # a fresh list each call: the caller may keep or change it
 
 
 @contextmanager
@@ -111,5 +114,5 @@ def parsing_once() -> Iterator[None]:
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(rundir, "parse_cycle_log", cycle_log_once)
         mp.setattr(rundir, "parse_launcher_log", launcher_log_once)
-        mp.setattr(checkpoint, "dcp_metadata_keys", metadata_keys_once)
+        mp.setattr(checkpoint, "read_dcp_metadata", dcp_metadata_once)
         yield
