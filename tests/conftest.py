@@ -104,7 +104,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
-#: Under pytest-xdist (``./check`` runs ``-n 2``) tests are handed out by scope: a module stays
+#: Under pytest-xdist (``./check`` runs ``-n 3``) tests are handed out by scope: a module stays
 #: on one worker (its module-scoped fixtures, a real launch among them, run once; the self-test's
 #: nine runs in tests/selftest/test_selftest.py), except these modules, whose tests share nothing
 #: expensive: each launches its own run, or judges its own doctored copies.

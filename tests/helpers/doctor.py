@@ -6,14 +6,17 @@ unchanged run.
 
 from __future__ import annotations
 
+import functools
 import json
+import os
 import shlex
 import shutil
 import stat
 from pathlib import Path
 from typing import Any
 
-GPU_DATA = Path(__file__).parents[1] / "data" / "gpu"
+DATA = Path(__file__).parents[1] / "data"
+GPU_DATA = DATA / "gpu"
 KILL_RUN = GPU_DATA / "gpu-kill-100"
 BASELINE_RUN = GPU_DATA / "gpu-baseline-20"
 
@@ -124,12 +127,55 @@ def set_injector_option(doc: Doctor, option: str, value: object) -> None:
 
 
 def copy_run(src: Path, dest: Path) -> Doctor:
-    """A writable copy of a run directory (the shared originals are read-only)."""
-    shutil.copytree(src, dest, symlinks=True)
-    for p in [dest, *dest.rglob("*")]:
-        if not p.is_symlink():
-            p.chmod(p.stat().st_mode | stat.S_IWUSR)
+    """A writable copy of a run directory (the shared originals are read-only): its files,
+    folders and links (as links), each writable by its owner. A committed run's tree is read
+    once per test process (the sweeps copy each one hundreds of times; it never changes)."""
+    if not Path(os.path.abspath(src)).is_relative_to(DATA):
+        shutil.copytree(src, dest, symlinks=True)
+        for p in [dest, *dest.rglob("*")]:
+            if not p.is_symlink():
+                p.chmod(p.stat().st_mode | stat.S_IWUSR)
+        return Doctor(dest)
+    os.makedirs(os.path.dirname(os.path.abspath(dest)), exist_ok=True)  # as copytree does
+    os.mkdir(dest, stat.S_IMODE(os.lstat(src).st_mode) | stat.S_IWUSR)
+    for rel, kind, mode, content in _committed_tree(Path(os.path.abspath(src))):
+        target = os.path.join(dest, rel)
+        if kind == "dir":
+            os.mkdir(target, mode)
+        elif kind == "link":
+            os.symlink(content, target)
+        else:
+            fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+            try:
+                os.write(fd, content)  # type: ignore[arg-type]
+            finally:
+                os.close(fd)
+    for rel, kind, mode, _ in _committed_tree(Path(os.path.abspath(src))):
+        if kind != "link":  # as copytree leaves them: the mode, whatever the umask took
+            os.chmod(os.path.join(dest, rel), mode)
     return Doctor(dest)
+
+
+@functools.cache
+def _committed_tree(src: Path) -> tuple[tuple[str, str, int, bytes | str], ...]:
+    """Every entry below a committed run dir, parents first: (path relative to it, "dir",
+    "link" or "file", its mode made owner-writable, a file's bytes or a link's target)."""
+    out: list[tuple[str, str, int, bytes | str]] = []
+    for root, dirs, files in os.walk(src):
+        for name in sorted(dirs) + sorted(files):
+            path = os.path.join(root, name)
+            rel = os.path.relpath(path, src)
+            st = os.lstat(path)
+            mode = stat.S_IMODE(st.st_mode) | stat.S_IWUSR
+            if stat.S_ISLNK(st.st_mode):
+                out.append((rel, "link", mode, os.readlink(path)))
+            elif stat.S_ISDIR(st.st_mode):
+                out.append((rel, "dir", mode, b""))
+            else:
+                with open(path, "rb") as f:
+                    out.append((rel, "file", mode, f.read()))
+        dirs[:] = [d for d in dirs if not os.path.islink(os.path.join(root, d))]
+    return tuple(out)
 
 
 # Lines in the launcher's own formats, for inserting into doctored launcher logs.
