@@ -201,6 +201,8 @@ def doctor_megatron_setup_failure(dest: Path) -> tuple[Doctor, int]:
     doc.replace(
         LAUNCHER, "failed (exitcode: -15) local_rank: 1", "failed (exitcode: 1) local_rank: 0"
     )
+    # no cycle trained: the launcher did not exit 0 (as tests/data/setup-failure's did not)
+    doc.set_json("result.json", exit_code=1)
     return doc, exception_line
 
 
@@ -445,6 +447,7 @@ def test_helpers_imported_half_built_are_named_as_such(tmp_path: Path, why: str)
     doc.replace(
         LAUNCHER, "failed (exitcode: -15) local_rank: 1", "failed (exitcode: 1) local_rank: 0"
     )
+    doc.set_json("result.json", exit_code=1)  # no cycle trained: the launcher did not exit 0
     judgement = judge_run_dir(doc.root)
     cause = judgement.first_cause
     assert cause is not None
