@@ -26,6 +26,7 @@ CRITERIA = [
 ]  # fmt: skip
 
 
+@pytest.mark.real_run
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("scenario", DEFAULT_PAIRS, ids=lambda s: s.id)
 def test_run_each_default_pair_then_verify(tmp_path: Path, scenario: Scenario) -> None:
