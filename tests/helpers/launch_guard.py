@@ -209,9 +209,12 @@ def pytest_runtest_makereport(
     report = yield
     if not (_State.refused or _State.cli):
         return report
-    found = [*_State.refused]
-    found += [f"{start.what} (launched)" for start in _State.cli if _cli_launched(start)]
-    _State.refused, _State.cli = [], []
+    launched = [start for start in _State.cli if _cli_launched(start)]
+    found = [*_State.refused, *(f"{start.what} (launched)" for start in launched)]
+    # a CLI still starting (its run.json not yet written) is looked at again after the next
+    # phase, the test's teardown last
+    _State.refused = []
+    _State.cli = [start for start in _State.cli if start not in launched]
     if found:
         lines = [
             f"{item.nodeid} launches the real ft_launcher but does not carry "
