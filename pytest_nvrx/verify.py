@@ -56,24 +56,31 @@ from pytest_nvrx.outputs import (
     check_output_paths,
     write_output,
 )
-from pytest_nvrx.settings import add_continuity_rtol, command_parser, parse_command_line
+from pytest_nvrx.settings import parse_command
 
 EXIT_PASSED = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = command_parser(
-        "verify",
-        description="Judge a finished run directory (walkthrough layout) by the six recovery "
-        "criteria and quote the log lines that prove each verdict.",
-        epilog="Exit status: 0 all criteria hold (never for a planted self-test run), 1 a "
-        "criterion fails or a planted run passes, 2 the run cannot be "
-        "judged (missing directory, unusable marker/run.json, bad arguments) or --json FILE "
-        "cannot be written or resolves (links followed) into RUN_DIR, --checkpoint-dir or "
-        "--baseline (refused before judging).",
-    )
+DESCRIPTION = (
+    "Judge a finished run directory (walkthrough layout) by the six recovery criteria and quote "
+    "the log lines that prove each verdict."
+)
+EPILOG = (
+    "Exit status: 0 all criteria hold (never for a planted self-test run), 1 a criterion fails "
+    "or a planted run passes, 2 the run cannot be judged (missing directory, unusable "
+    "marker/run.json, bad arguments) or --json FILE cannot be written or resolves (links "
+    "followed) into RUN_DIR, --checkpoint-dir or --baseline (refused before judging)."
+)
+CONTINUITY_RTOL_HELP = (
+    "relative tolerance of training_continuity's comparisons, for stacks that are not bitwise "
+    "deterministic (default 0: exact)"
+)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """verify's own arguments (settings/values.py's parse_command adds --continuity-rtol)."""
     parser.add_argument("run_dir", metavar="RUN_DIR", type=Path, help="the run directory")
     parser.add_argument(
         "--checkpoint-dir",
@@ -111,12 +118,6 @@ def build_parser() -> argparse.ArgumentParser:
         help="an uninterrupted run of the same configuration: training_continuity also "
         "compares every iteration after the restore with it",
     )
-    add_continuity_rtol(
-        parser,
-        "relative tolerance of training_continuity's comparisons, for stacks that are not "
-        "bitwise deterministic (default 0: exact)",
-    )
-    return parser
 
 
 def _write_json(target: str, data: dict[str, Any], out: TextIO) -> str | None:
@@ -154,7 +155,15 @@ def _output_refusal(args: argparse.Namespace) -> str | None:
 def verify_main(argv: list[str], stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
     out = stdout if stdout is not None else sys.stdout
     err = stderr if stderr is not None else sys.stderr
-    args = parse_command_line(build_parser(), argv, EXIT_USAGE)
+    args = parse_command(
+        "verify",
+        argv,
+        EXIT_USAGE,
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        arguments=add_arguments,
+        continuity_rtol=CONTINUITY_RTOL_HELP,
+    )
     if isinstance(args, int):
         return args
     refused = _output_refusal(args)
