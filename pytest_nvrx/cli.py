@@ -1,8 +1,9 @@
 """``python -m pytest_nvrx run | verify | report | selftest | compare``: the core without pytest.
 
-``run --workload reference`` takes the plugin's reference scenario sizing (20 iterations, a save
-every 5, 30 s checkpointing deadline, ...) for every value neither an option nor the
-walkthrough's environment variable gives; a Megatron run keeps the walkthrough's values.
+``run``'s arguments come from the settings table (:mod:`pytest_nvrx.settings.cli_args`: with
+``--workload reference`` a value neither an option nor the walkthrough's environment variable
+gives is the plugin's reference scenario default); ``run`` then plans and launches through
+:mod:`pytest_nvrx.launch.run`.
 
 Exit status of ``run``: the launcher's own (0 = the run finished); 2 for bad input (nothing
 launched); 124 when ``--timeout`` killed the run; 128 + N when signal N (SIGINT 130, SIGTERM 143,
@@ -23,107 +24,20 @@ from pathlib import Path
 from pytest_nvrx.evidence.progress import Progress
 from pytest_nvrx.evidence.refs import printable
 from pytest_nvrx.launch.launcher import Launch
-from pytest_nvrx.launch.planning import Plan
 from pytest_nvrx.launch.run import launch_run, plan_launch
 from pytest_nvrx.launch.slurm import slurm_preview
 from pytest_nvrx.launch.stop_signals import interrupt_on_stop_signals, interrupt_signal
 from pytest_nvrx.layout import RESULT_NAME
 from pytest_nvrx.outputs import full_disk_note
-from pytest_nvrx.settings import (
-    CLI_SETTINGS,
-    ENV_VARS,
-    ConfigError,
-    PartialRunConfig,
-    RunConfig,
-    argparse_type,
-    dry_run_requested,
-    parse_value,
-    resolve,
-    workload_defaults,
-)
+from pytest_nvrx.settings import ConfigError, add_run_arguments, run_request
 
-__all__ = ["build_parser", "config_from_args", "main"]
+__all__ = ["build_parser", "main"]
 
 USAGE_ERROR = 2
 #: ``run`` killed by its own --timeout (what coreutils' timeout(1) returns)
 TIMED_OUT = 124
 #: the launcher could not be started
 LAUNCH_ERROR = 1
-
-
-def add_run_arguments(parser: argparse.ArgumentParser) -> None:
-    """Options of ``run``: the CLI rows of the settings table (pytest_nvrx.settings.SETTINGS);
-    each falls back to the walkthrough's environment variable, shown in brackets."""
-    for setting in CLI_SETTINGS:
-        option, text = setting.cli_option, setting.cli_help_text()
-        if setting.cli_off is not None:
-            # two flags, one setting: each sets its value, neither leaves it to the stack
-            both = parser.add_mutually_exclusive_group()
-            off, off_help = setting.cli_off
-            for name, value, shown in ((option, True, text), (f"--{off}", False, off_help)):
-                both.add_argument(
-                    name, dest=setting.cli_dest, action="store_const", const=value, help=shown
-                )
-        elif setting.flag:
-            parser.add_argument(option, action="store_true", help=text)
-        elif setting.cli_form == "choice":
-            parser.add_argument(option, choices=setting.choices, help=text)
-        elif setting.cli_form == "path":
-            parser.add_argument(option, type=argparse_type(setting.parse, option), help=text)
-        elif setting.cli_form == "typed":
-            parser.add_argument(
-                option,
-                type=argparse_type(setting.parse, option),
-                default=setting.cli_default,
-                help=text,
-            )
-        else:  # text, parsed like an environment value (config_from_args)
-            parser.add_argument(option, help=text)
-    parser.add_argument("extra", nargs="*", help="extra workload arguments (after --)")
-
-
-def config_from_args(args: argparse.Namespace, environ: Mapping[str, str]) -> RunConfig:
-    """The run's RunConfig: the options given, over the walkthrough's environment variables."""
-    given: dict[str, object] = {"extra_args": tuple(args.extra) if args.extra else None}
-    for setting in CLI_SETTINGS:
-        if setting.field is None:
-            continue
-        value = getattr(args, setting.cli_dest)
-        if setting.flag and setting.cli_off is None:
-            # store_true: given, it sets the row's value
-            value = setting.flag_value if value else None
-        elif value is not None and not setting.flag and setting.cli_form == "text":
-            value = parse_value(setting.field, value, setting.cli_option)
-        if value is not None:
-            given[setting.field] = value
-    explicit = PartialRunConfig.of(given)
-    if explicit.workload == "reference":
-        explicit = reference_defaults(explicit, environ)
-    return resolve(explicit, environ)
-
-
-def reference_defaults(explicit: PartialRunConfig, environ: Mapping[str, str]) -> PartialRunConfig:
-    """The reference workload's scenario defaults (the plugin's, e.g. a 30 s checkpointing
-    deadline instead of the walkthrough's 600 s) under what the options and the walkthrough's
-    environment variables give: a CPU run sized like the plugin's reference scenarios."""
-    defaults = workload_defaults("reference").given()
-    unset = {
-        name: value
-        for name, value in defaults.items()
-        if not (name in ENV_VARS and environ.get(ENV_VARS[name], ""))
-    }
-    return explicit.over(PartialRunConfig.of(unset))
-
-
-def plan(args: argparse.Namespace, environ: Mapping[str, str]) -> Plan:
-    """Resolve, validate (the run's faults within --timeout too), create the run dirs and build
-    the recipe (nothing launched)."""
-    return plan_launch(
-        config_from_args(args, environ),
-        dry_run=args.dry_run,
-        port=args.log_server_port,
-        run_timeout=args.timeout,
-    )
 
 
 def interrupted(exc: BaseException, run_dir: Path | None = None) -> int:
@@ -151,9 +65,15 @@ def cmd_run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
 
 def _cmd_run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     try:
-        if dry_run_requested(environ):
-            args.dry_run = True
-        planned = plan(args, environ)
+        # resolve, validate (the run's faults within --timeout too), create the run dirs and
+        # build the recipe (nothing launched)
+        request = run_request(args, environ)
+        planned = plan_launch(
+            request.config,
+            dry_run=request.dry_run,
+            port=args.log_server_port,
+            run_timeout=args.timeout,
+        )
     except ConfigError as exc:
         # messages may quote a claim's or a file's content: shown escaped (refs.printable)
         print(printable(f"pytest-nvrx run: error: {exc.message_for('cli')}"), file=sys.stderr)
@@ -161,7 +81,7 @@ def _cmd_run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     recipe = planned.recipe
     print(f"Run artifacts: {recipe.layout.run_dir}")
     print(f"Checkpoint directory: {recipe.layout.checkpoint_dir}")
-    if args.dry_run:
+    if request.dry_run:
         if recipe.config.launcher == "slurm":
             print(slurm_preview(recipe))
         else:

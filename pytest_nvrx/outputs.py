@@ -64,6 +64,17 @@ def check_output_targets(outputs: Iterable[tuple[str, Path]]) -> None:
             raise OutputRefused(f"{flag} {path} {why}; give another path")
 
 
+def check_output_paths(
+    outputs: Iterable[tuple[str, Path]], evidence: Iterable[tuple[str, Path]]
+) -> None:
+    """Both refusals of a command's outputs before anything is judged or written:
+    :func:`check_outputs` (into the evidence, onto one another), then
+    :func:`check_output_targets` (onto anything but a regular file)."""
+    outputs = list(outputs)
+    check_outputs(outputs, evidence)
+    check_output_targets(outputs)
+
+
 def is_disk_full(exc: BaseException) -> bool:
     return isinstance(exc, OSError) and exc.errno in DISK_FULL
 

@@ -16,9 +16,11 @@ every criterion holds: the plant was missed). run.json, the marker, the environm
 ``plant-records/`` naming different plants (or one none) is a contradiction: the run cannot be
 judged.
 
-``--json FILE`` also writes the judgement as JSON (``schema_version`` :data:`JSON_SCHEMA_VERSION`,
-fields in docs/criteria.md). ``--json -`` writes the JSON alone to stdout and moves the text
-report to stderr, so that ``verify RUN_DIR --json - | jq`` reads one document.
+``--json FILE`` also writes the judgement as JSON (``schema_version``
+:data:`~pytest_nvrx.criteria.judgement_text.JSON_SCHEMA_VERSION`, fields in docs/criteria.md);
+the text and the JSON are :mod:`pytest_nvrx.criteria.judgement_text`'s. ``--json -`` writes the
+JSON alone to stdout and moves the text report to stderr, so that ``verify RUN_DIR --json - |
+jq`` reads one document.
 
 ``--baseline RUN_DIR`` names an uninterrupted run of the same configuration: training_continuity
 then also compares every iteration after the restore with it. A run that is none (the judged run
@@ -39,46 +41,46 @@ written whole or not at all, its missing parent directories made
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import sys
 from pathlib import Path
 from typing import Any, TextIO
 
-from pytest_nvrx.criteria import FAULT_CHOICES, WINDOW_CHOICES, Judgement, judge
+from pytest_nvrx.criteria import FAULT_CHOICES, WINDOW_CHOICES, judge
 from pytest_nvrx.criteria.baseline import baseline_refusal
-from pytest_nvrx.criteria.outcome import run_outcome
+from pytest_nvrx.criteria.judgement_text import json_report, report
 from pytest_nvrx.evidence.refs import printable
 from pytest_nvrx.evidence.rundir import RunDirError, load_run
-from pytest_nvrx.evidence.segments import FaultRecovery
 from pytest_nvrx.outputs import (
     OutputRefused,
-    check_output_targets,
-    check_outputs,
+    check_output_paths,
     write_output,
 )
-from pytest_nvrx.settings import add_continuity_rtol, command_parser, parse_command_line
+from pytest_nvrx.settings import parse_command
 
 EXIT_PASSED = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 
-#: the ``--json`` document's version: raised only when a change breaks existing readers (a field
-#: removed, renamed or retyped); new fields do not change it
-JSON_SCHEMA_VERSION = 1
+
+DESCRIPTION = (
+    "Judge a finished run directory (walkthrough layout) by the six recovery criteria and quote "
+    "the log lines that prove each verdict."
+)
+EPILOG = (
+    "Exit status: 0 all criteria hold (never for a planted self-test run), 1 a criterion fails "
+    "or a planted run passes, 2 the run cannot be judged (missing directory, unusable "
+    "marker/run.json, bad arguments) or --json FILE cannot be written or resolves (links "
+    "followed) into RUN_DIR, --checkpoint-dir or --baseline (refused before judging)."
+)
+CONTINUITY_RTOL_HELP = (
+    "relative tolerance of training_continuity's comparisons, for stacks that are not bitwise "
+    "deterministic (default 0: exact)"
+)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = command_parser(
-        "verify",
-        description="Judge a finished run directory (walkthrough layout) by the six recovery "
-        "criteria and quote the log lines that prove each verdict.",
-        epilog="Exit status: 0 all criteria hold (never for a planted self-test run), 1 a "
-        "criterion fails or a planted run passes, 2 the run cannot be "
-        "judged (missing directory, unusable marker/run.json, bad arguments) or --json FILE "
-        "cannot be written or resolves (links followed) into RUN_DIR, --checkpoint-dir or "
-        "--baseline (refused before judging).",
-    )
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """verify's own arguments (settings/values.py's parse_command adds --continuity-rtol)."""
     parser.add_argument("run_dir", metavar="RUN_DIR", type=Path, help="the run directory")
     parser.add_argument(
         "--checkpoint-dir",
@@ -116,27 +118,6 @@ def build_parser() -> argparse.ArgumentParser:
         help="an uninterrupted run of the same configuration: training_continuity also "
         "compares every iteration after the restore with it",
     )
-    add_continuity_rtol(
-        parser,
-        "relative tolerance of training_continuity's comparisons, for stacks that are not "
-        "bitwise deterministic (default 0: exact)",
-    )
-    return parser
-
-
-def json_report(judgement: Judgement, exit_status: int) -> dict[str, Any]:
-    """The ``--json`` document: versioned, with the run's outcome (criteria/outcome.py: the
-    one cause the console, the report and JUnit name too) and the exit status the command
-    returns."""
-    outcome = run_outcome(judgement)
-    doc: dict[str, Any] = {"schema_version": JSON_SCHEMA_VERSION}
-    for key, value in judgement.as_dict().items():
-        if key == "first_cause":
-            # after what was expected, before what the run showed (docs/criteria.md's order)
-            doc.update(summary=outcome.summary, outcome=outcome.text, cause=outcome.reason)
-        doc[key] = value
-    doc["exit_status"] = exit_status
-    return doc
 
 
 def _write_json(target: str, data: dict[str, Any], out: TextIO) -> str | None:
@@ -165,96 +146,24 @@ def _output_refusal(args: argparse.Namespace) -> str | None:
         evidence.append(("the baseline run dir", args.baseline))
     outputs = [("--json", Path(args.json_file))]
     try:
-        check_outputs(outputs, evidence)
-        check_output_targets(outputs)
+        check_output_paths(outputs, evidence)
     except OutputRefused as exc:
         return str(exc)
     return None
 
 
-def report(judgement: Judgement, out: TextIO) -> None:
-    """The text report, the run's own text shown with control characters escaped: a log line
-    cannot rewrite the terminal (``--json`` keeps the exact text)."""
-    text = io.StringIO()
-    _report_lines(judgement, text)
-    out.write(printable(text.getvalue(), lines=True))
-
-
-def _report_lines(judgement: Judgement, out: TextIO) -> None:
-    planted = judgement.planted_note()
-    if planted is not None:
-        # a planted self-test run says so before anything else: it can never pass for a
-        # qualification run, whatever its verdicts
-        out.write(planted + "\n")
-    exp = judgement.expected
-    window = judgement.window
-    where = (
-        f" in window {window.window} (from {window.source})"
-        if window is not None and window.window is not None
-        else ""
-    )
-    if judgement.schedule:
-        # a fault schedule: every fault is judged; the first is the run's fault and window
-        out.write(
-            f"verify {judgement.run_dir}: expected the fault schedule"
-            f" {','.join(judgement.schedule)} (from {exp.source}), one fault per cycle\n"
-        )
-    else:
-        out.write(
-            f"verify {judgement.run_dir}: expected fault {exp.kind} (from {exp.source}){where}\n"
-        )
-    cause = judgement.first_cause
-    if cause is not None:
-        # the workers died before the fault: the verdicts below follow from this
-        out.write(f"first cause: {cause.text}\n")
-        out.writelines(f"    {ref.render(200)}\n" for ref in cause.evidence)
-    for problem in judgement.problems:
-        if problem.severity == "warning":
-            out.write(f"note: {problem.message}\n")
-    for verdict in judgement.verdicts:
-        out.write(verdict.render() + "\n")
-    if judgement.timings:
-        out.write(f"timings: {_timings_text(judgement.timings)}\n")
-    if judgement.schedule:
-        # every recovery of the schedule, by its own clock, then the schedule's total
-        for recovery in judgement.recoveries:
-            out.write(f"{recovery_line(recovery)}\n")
-        out.write(f"{total_line(judgement)}\n")
-    note = judgement.sharing_note()
-    if note is not None:
-        out.write(f"note: {note}\n")
-    out.write(f"verify: {run_outcome(judgement).summary}\n")
-
-
-def _timings_text(timings: dict[str, float]) -> str:
-    return ", ".join(f"{k[:-2]} {v:.1f}s" for k, v in timings.items())
-
-
-def recovery_line(recovery: FaultRecovery) -> str:
-    """One recovery of a schedule: ``fault 1 of 2, kill@step: downtime 7.7s, struck while
-    restoring by fault 2; failure_to_detected 0.1s, ...``."""
-    downtime = recovery.downtime_s
-    text = f"{recovery.label}: "
-    if recovery.due:
-        text += f"downtime {downtime:.1f}s" if downtime is not None else "downtime —"
-    note = recovery.note()
-    if note is not None:
-        text += f", {note}" if recovery.due else note
-    timings = recovery.timings()
-    return text + (f"; {_timings_text(timings)}" if timings else "")
-
-
-def total_line(judgement: Judgement) -> str:
-    """A schedule's total downtime and its number of recoveries."""
-    total, n = judgement.total_downtime_s, judgement.recovery_count
-    shown = f"{total:.1f}s" if total is not None else "— (a recovery's downtime is not measurable)"
-    return f"schedule downtime: {shown} in total, {n} recover{'y' if n == 1 else 'ies'}"
-
-
 def verify_main(argv: list[str], stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
     out = stdout if stdout is not None else sys.stdout
     err = stderr if stderr is not None else sys.stderr
-    args = parse_command_line(build_parser(), argv, EXIT_USAGE)
+    args = parse_command(
+        "verify",
+        argv,
+        EXIT_USAGE,
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        arguments=add_arguments,
+        continuity_rtol=CONTINUITY_RTOL_HELP,
+    )
     if isinstance(args, int):
         return args
     refused = _output_refusal(args)

@@ -66,6 +66,25 @@ def sc(tmp_path: Path) -> Any:
 
 SESSION_VAR = "PYTEST_NVRX_TEST_SESSION"
 
+#: Fixtures whose runs are launched for the tests that use them, however indirectly: the shipped
+#: suite's scenario and self-test runs (testpaths collects pytest_nvrx/suite beside tests/), and
+#: the session's reference self-test below.
+LAUNCHING_FIXTURES = frozenset({"nvrx_scenario_run", "nvrx_selftest_outcome", "reference_selftest"})
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """A test that launches the real ft_launcher carries @pytest.mark.real_run or fails."""
+    config.pluginmanager.import_plugin("tests.helpers.launch_guard")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """A test that uses a launching fixture (LAUNCHING_FIXTURES; the shipped suite is the
+    plugin's, so its marks are not written there) is marked real_run before ``-m`` selects."""
+    for item in items:
+        if LAUNCHING_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker("real_run")
+
 
 def pytest_sessionstart(session: pytest.Session) -> None:
     """Mark this session's children so the final check finds exactly them (not another

@@ -75,6 +75,7 @@ def moved(command: str, tmp_path: Path) -> str:
     )
 
 
+@pytest.mark.real_run
 def test_the_readme_run_verify_and_report_commands_run_as_written(
     tmp_path: Path, shell_env: dict[str, str]
 ) -> None:

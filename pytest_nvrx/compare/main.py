@@ -18,7 +18,7 @@ from pytest_nvrx.compare.diff import Comparison, Incomparable, compare
 from pytest_nvrx.compare.render import document_json, html, text
 from pytest_nvrx.compare.side import CompareInputError, is_run_dir, load_side
 from pytest_nvrx.evidence.refs import printable
-from pytest_nvrx.outputs import OutputRefused, check_output_targets, check_outputs, write_output
+from pytest_nvrx.outputs import OutputRefused, check_output_paths, write_output
 from pytest_nvrx.settings import ConfigError, command_parser, parse_command_line
 from pytest_nvrx.settings.compare_gate import parse_gate
 
@@ -126,8 +126,7 @@ def compare_main(
         outputs.append(("--json", Path(args.json_path)))
     sides = [(f"{label} side", p) for label, p in (("OLD", args.old), ("NEW", args.new))]
     try:
-        check_outputs(outputs, _evidence_dirs(sides))
-        check_output_targets(outputs)
+        check_output_paths(outputs, _evidence_dirs(sides))
         for flag, path in outputs:
             for what, side in sides:
                 if side.is_file() and path.resolve() == side.resolve():

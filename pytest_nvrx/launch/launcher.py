@@ -10,6 +10,10 @@ With ``config.launcher == "slurm"`` the launch is one ``srun`` step of one task 
 holds them back (:mod:`pytest_nvrx.launch.stop_signals`); their names are imported from there.
 Live progress is read by :mod:`pytest_nvrx.evidence.progress`, in the line formats of the
 workload's log adapter: those its parser reads.
+
+:func:`hold_launch` runs a launch whole: started under its GPUs' locks, waited for, stopped, and
+its checkpoint dir given back (:mod:`pytest_nvrx.launch.claims`) once its tree is gone;
+:func:`wait_launch` waits for one, its deadline's kill an outcome (:class:`LaunchOutcome`).
 """
 
 from __future__ import annotations
@@ -36,6 +40,8 @@ from pytest_nvrx.evidence.progress import (
     read_tail,
     waiting_for,
 )
+from pytest_nvrx.launch import claims
+from pytest_nvrx.launch.gpu_slots import LOCK_DIR, gpu_locks
 from pytest_nvrx.launch.process_tree import TAG_VAR, kill_tree
 from pytest_nvrx.launch.recipe import (
     Recipe,
@@ -422,3 +428,43 @@ class Launch:
                 "logs/train_cycle<N>.log in the run directory."
             )
         return result
+
+
+@dataclass(frozen=True)
+class LaunchOutcome:
+    """How a launch ended: the launcher's result, or the deadline's message (tree killed)."""
+
+    result: RunResult | None
+    timed_out: str | None = None
+
+
+def wait_launch(
+    launch: Launch, timeout_s: float, on_progress: Callable[[Progress], None] | None = None
+) -> LaunchOutcome:
+    """Wait for a started launch to end: the launcher's result, or the deadline's message (its
+    tree killed)."""
+    try:
+        return LaunchOutcome(launch.wait(timeout_s, on_progress=on_progress))
+    except RunTimeout as exc:
+        return LaunchOutcome(None, str(exc))
+
+
+def hold_launch(
+    launch: Launch,
+    wait: Callable[[Launch], LaunchOutcome],
+    *,
+    gpus: Sequence[str] = (),
+    lock_dir: Path = LOCK_DIR,
+    on_start: Callable[[Launch], None] | None = None,
+) -> LaunchOutcome:
+    """Start ``launch`` holding a lock per GPU in ``gpus`` (in ``lock_dir``) and ``wait`` for it;
+    leaving kills the whole tree and writes result.json, also on Ctrl-C or a stop signal, then
+    frees the run's checkpoint dir for the next run (its run dir stays claimed)."""
+    try:
+        with gpu_locks(list(gpus), lock_dir=lock_dir), launch:
+            if on_start is not None:
+                on_start(launch)
+            return wait(launch)
+    finally:
+        # the tree is stopped (Launch's exit): the checkpoint dir is free for the next run
+        claims.release(launch.layout)

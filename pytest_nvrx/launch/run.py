@@ -6,22 +6,19 @@ and give its claims back. No judging here (verify, a scenario's judge) and no py
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import shutil
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 from pytest_nvrx.evidence.progress import Progress
 from pytest_nvrx.launch import claims
-from pytest_nvrx.launch.gpu_slots import LOCK_DIR, gpu_locks
-from pytest_nvrx.launch.launcher import Launch, RunResult, RunTimeout
+from pytest_nvrx.launch.launcher import Launch, LaunchOutcome, hold_launch, wait_launch
 from pytest_nvrx.launch.planning import Plan, plan_run
 from pytest_nvrx.launch.prepare_megatron import Preparation, ensure_prepared
-from pytest_nvrx.launch.run_dir_setup import (
-    validate_run,
-)
+from pytest_nvrx.launch.run_dir_setup import validate_run
 from pytest_nvrx.settings import ConfigError, RunConfig, check_run_timeout, quote
 from pytest_nvrx.worker.plant_hook.nvrx_plants import PLANT_ENV
 
@@ -101,45 +98,6 @@ def plan_launch(
         raise
 
 
-@dataclass(frozen=True)
-class LaunchOutcome:
-    """How a launch ended: the launcher's result, or the deadline's message (tree killed)."""
-
-    result: RunResult | None
-    timed_out: str | None = None
-
-
-def wait_launch(
-    launch: Launch, timeout_s: float, on_progress: Callable[[Progress], None] | None = None
-) -> LaunchOutcome:
-    """Wait for a started launch to end: the launcher's result, or the deadline's message (its
-    tree killed)."""
-    try:
-        return LaunchOutcome(launch.wait(timeout_s, on_progress=on_progress))
-    except RunTimeout as exc:
-        return LaunchOutcome(None, str(exc))
-
-
-def hold_launch(
-    launch: Launch,
-    wait: Callable[[Launch], LaunchOutcome],
-    *,
-    gpus: Sequence[str] = (),
-    lock_dir: Path = LOCK_DIR,
-    on_start: Callable[[Launch], None] | None = None,
-) -> LaunchOutcome:
-    """Start ``launch`` holding a lock per GPU in ``gpus`` (in ``lock_dir``) and ``wait`` for it;
-    leaving kills the whole tree and writes result.json, also on Ctrl-C or a stop signal."""
-    try:
-        with gpu_locks(list(gpus), lock_dir=lock_dir), launch:
-            if on_start is not None:
-                on_start(launch)
-            return wait(launch)
-    finally:
-        # the tree is stopped (Launch's exit): the checkpoint dir is free for the next run
-        claims.release(launch.layout)
-
-
 def launch_run(
     planned: Plan,
     timeout_s: float,
@@ -152,9 +110,8 @@ def launch_run(
     pytest_nvrx run``'s launch (a scenario's is
     :class:`~pytest_nvrx.session.scenario_run.ScenarioLaunch`)."""
     launch = Launch(planned.recipe, stack=planned.manifest_stack())
-    return hold_launch(
-        launch, lambda it: wait_launch(it, timeout_s, on_progress), gpus=gpus, on_start=on_start
-    )
+    wait = functools.partial(wait_launch, timeout_s=timeout_s, on_progress=on_progress)
+    return hold_launch(launch, wait, gpus=gpus, on_start=on_start)
 
 
 def announce_plan(planned: Plan, say: Callable[[str], None]) -> None:

@@ -25,8 +25,7 @@ from pytest_nvrx.evidence.refs import printable
 from pytest_nvrx.evidence.rundir import RunDirError
 from pytest_nvrx.outputs import (
     OutputRefused,
-    check_output_targets,
-    check_outputs,
+    check_output_paths,
     write_output,
 )
 from pytest_nvrx.report.model import ScenarioReport
@@ -88,8 +87,7 @@ def output_refusal(outputs: Sequence[tuple[str, Path]], run_dirs: Sequence[Path]
     device, FIFO, symlink: the rename would replace it), one resolves into a RUN_DIR being
     judged (``report X -o X/run.json`` replaced the manifest with HTML) or two are one file."""
     try:
-        check_outputs(outputs, [("run dir", Path(d)) for d in run_dirs])
-        check_output_targets(outputs)
+        check_output_paths(outputs, [("run dir", Path(d)) for d in run_dirs])
     except OutputRefused as exc:
         return str(exc)
     return None

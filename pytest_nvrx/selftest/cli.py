@@ -25,8 +25,7 @@ from pytest_nvrx.launch.stop_signals import interrupt_on_stop_signals, interrupt
 from pytest_nvrx.layout import RUNS_DIR
 from pytest_nvrx.outputs import (
     OutputRefused,
-    check_output_targets,
-    check_outputs,
+    check_output_paths,
     write_output,
 )
 from pytest_nvrx.selftest.run import SelftestResult, choose_plants, run_selftest
@@ -176,10 +175,9 @@ def selftest_main(
         settings = settings_from_args(args, env)
         if args.json_file not in (None, "-"):
             assert settings.work_dir is not None
-            check_outputs(
+            check_output_paths(
                 [("--json", Path(args.json_file))], [("the runs", settings.work_dir / RUNS_DIR)]
             )
-            check_output_targets([("--json", Path(args.json_file))])
     except (ConfigError, OutputRefused) as exc:
         sys.stderr.write(f"selftest: error: {printable(str(exc))}\n")
         return EXIT_USAGE

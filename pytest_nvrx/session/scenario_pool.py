@@ -19,7 +19,7 @@ from pathlib import Path
 
 from pytest_nvrx.evidence.rundir import RunEvidence
 from pytest_nvrx.launch.gpu_slots import GpuLedger, GpuSlots, lock_dir_of, visible_gpus
-from pytest_nvrx.launch.run import LaunchOutcome
+from pytest_nvrx.launch.launcher import LaunchOutcome
 from pytest_nvrx.session.launch_pool import Job, LaunchPool
 from pytest_nvrx.session.scenario_run import ScenarioLaunch, ScenarioRun, scenario_values
 from pytest_nvrx.session.scenarios import Scenario

@@ -3,7 +3,7 @@
 The plugin's fixture runs a scenario through :func:`run_scenario`, or side by side through
 pytest_nvrx.session.scenario_pool: both plan, launch, wait for and judge it with one
 :class:`ScenarioLaunch`. ``python -m pytest_nvrx run`` plans and launches one run through the same
-:func:`~pytest_nvrx.launch.run.plan_launch` and :func:`~pytest_nvrx.launch.run.hold_launch`
+:func:`~pytest_nvrx.launch.run.plan_launch` and :func:`~pytest_nvrx.launch.launcher.hold_launch`
 (:func:`~pytest_nvrx.launch.run.launch_run`; it does not judge: ``verify`` does). What is printed
 along the way is the caller's: it passes ``write`` (or callbacks), so the fixture writes to pytest's
 terminal and the CLI to stdout/stderr.
@@ -26,15 +26,16 @@ from pytest_nvrx.evidence.rundir import RunEvidence, load_run
 from pytest_nvrx.evidence.timeline import Phase
 from pytest_nvrx.launch import claims
 from pytest_nvrx.launch.gpu_slots import GpuLedger, Slot, lock_dir_of, visible_gpus
-from pytest_nvrx.launch.launcher import Launch, RunResult, tail_text
-from pytest_nvrx.launch.planning import Plan
-from pytest_nvrx.launch.run import (
+from pytest_nvrx.launch.launcher import (
+    Launch,
     LaunchOutcome,
-    announce_plan,
+    RunResult,
     hold_launch,
-    plan_launch,
+    tail_text,
     wait_launch,
 )
+from pytest_nvrx.launch.planning import Plan
+from pytest_nvrx.launch.run import announce_plan, plan_launch
 from pytest_nvrx.layout import CONSOLE_LOG_NAME, RunLayout
 from pytest_nvrx.outputs import full_disk_note
 from pytest_nvrx.session.scenarios import RUN_TIMEOUTS, Scenario

@@ -7,6 +7,7 @@ Pure data plus checks, one subject per module:
 - :mod:`~pytest_nvrx.settings.setting`: what one row of the settings table is;
 - :mod:`~pytest_nvrx.settings.table`: every setting declared once, and what is generated from it;
 - :mod:`~pytest_nvrx.settings.resolution`: options > walkthrough env > defaults;
+- :mod:`~pytest_nvrx.settings.cli_args`: ``run``'s arguments from the table, and what they ask;
 - :mod:`~pytest_nvrx.settings.schedule`: fault schedules (several faults, one per cycle);
 - :mod:`~pytest_nvrx.settings.rules`: the walkthrough's rules between the settings;
 - :mod:`~pytest_nvrx.settings.feasibility`: whether a run's faults fit its run timeout.
@@ -18,6 +19,13 @@ so ``from pytest_nvrx.settings import X`` works whichever module defines ``X``.
 
 from __future__ import annotations
 
+from pytest_nvrx.settings.cli_args import (
+    RunRequest,
+    add_run_arguments,
+    config_from_args,
+    reference_defaults,
+    run_request,
+)
 from pytest_nvrx.settings.feasibility import (
     COLLECTIVE_TIMEOUT_S,
     RESTART_S,
@@ -126,6 +134,7 @@ from pytest_nvrx.settings.values import (
     env_flag,
     format_seconds,
     parse_bool,
+    parse_command,
     parse_command_line,
     parse_port,
     parse_rtol,
@@ -183,12 +192,14 @@ __all__ = [
     "NvrxSettings",
     "PartialRunConfig",
     "RunConfig",
+    "RunRequest",
     "ScheduledFault",
     "SectionTimeouts",
     "Setting",
     "SettingWhere",
     "WorkloadKind",
     "add_continuity_rtol",
+    "add_run_arguments",
     "argparse_type",
     "check_extra_args",
     "check_node_index",
@@ -199,6 +210,7 @@ __all__ = [
     "check_schedule",
     "check_window",
     "command_parser",
+    "config_from_args",
     "default_launcher",
     "default_run_id",
     "default_text",
@@ -212,6 +224,7 @@ __all__ = [
     "option_hint",
     "options_table",
     "parse_bool",
+    "parse_command",
     "parse_command_line",
     "parse_matrix",
     "parse_parallel",
@@ -224,10 +237,12 @@ __all__ = [
     "parse_windows",
     "plugin_setting",
     "quote",
+    "reference_defaults",
     "reference_iterations_needed",
     "render_schedule",
     "resolve",
     "resolve_plugin_settings",
+    "run_request",
     "schedule_ending",
     "shared_run_id",
     "show_path",

@@ -199,6 +199,26 @@ def parse_command_line(
         return exc.code if isinstance(exc.code, int) else usage_status
 
 
+def parse_command(
+    command: str,
+    argv: Sequence[str],
+    usage_status: int,
+    *,
+    description: str,
+    epilog: str,
+    arguments: Callable[[argparse.ArgumentParser], None],
+    continuity_rtol: str | None = None,
+) -> argparse.Namespace | int:
+    """A command's whole command line in one step: its parser (:func:`command_parser`), the
+    command's own ``arguments``, ``--continuity-rtol`` last where the command judges runs (its
+    help), then ``argv`` parsed (:func:`parse_command_line`: the namespace or an exit status)."""
+    parser = command_parser(command, description, epilog)
+    arguments(parser)
+    if continuity_rtol is not None:
+        add_continuity_rtol(parser, continuity_rtol)
+    return parse_command_line(parser, argv, usage_status)
+
+
 def parse_port(raw: str, what: str) -> int:
     """A TCP port we connect to or listen on: 1-65535 (0 would be a random one)."""
     text = raw.strip()

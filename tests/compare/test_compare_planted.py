@@ -15,6 +15,9 @@ from pytest_nvrx.compare import compare, load_side
 from pytest_nvrx.compare.main import compare_main
 from tests.helpers.reference_runs import launch_reference
 
+# both tests judge the module's two real runs
+pytestmark = pytest.mark.real_run
+
 #: the planted slowdown. The rest of the load phase (the started line to the load line: NVRx's
 #: monitor, gloo's rendezvous of both ranks, the model, DCP's read) moves by seconds on a loaded
 #: 2-core machine (3 s either way seen beside another test session), hence a delay well above

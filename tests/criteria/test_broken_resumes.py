@@ -29,7 +29,7 @@ from tests.helpers.reference_runs import (
     read_resume,
 )
 
-pytestmark = pytest.mark.timeout(RUN_TIMEOUT_S + 120)
+pytestmark = [pytest.mark.real_run, pytest.mark.timeout(RUN_TIMEOUT_S + 120)]
 
 
 @pytest.fixture(scope="module")

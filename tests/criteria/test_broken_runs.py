@@ -27,7 +27,7 @@ from tests.helpers.reference_runs import RUN_TIMEOUT_S, launch_reference
 
 FAST = ("--step-time=0.05",)
 
-pytestmark = pytest.mark.timeout(RUN_TIMEOUT_S + 120)
+pytestmark = [pytest.mark.real_run, pytest.mark.timeout(RUN_TIMEOUT_S + 120)]
 
 
 @dataclass(frozen=True)

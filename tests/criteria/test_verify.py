@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from pytest_nvrx.criteria import CRITERIA_IDS
-from pytest_nvrx.verify import JSON_SCHEMA_VERSION, verify_main
+from pytest_nvrx.criteria.judgement_text import JSON_SCHEMA_VERSION
+from pytest_nvrx.verify import verify_main
 from tests.helpers.doctor import (
     BASELINE_RUN,
     CYCLE1,

@@ -418,6 +418,7 @@ def run_argv(work: Path, run_id: str, ckpt: Path, *extra: str) -> list[str]:
     ]  # fmt: skip
 
 
+@pytest.mark.real_run
 @pytest.mark.timeout(300)
 def test_second_run_on_a_busy_checkpoint_dir_is_refused(tmp_path: Path) -> None:
     """A trains with ``--checkpoint-dir D``; B with the same D exits 2 with one line naming A,

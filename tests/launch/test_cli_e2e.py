@@ -10,11 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from pytest_nvrx.cli import build_parser, config_from_args
+from pytest_nvrx import cli
+from pytest_nvrx.cli import build_parser
 from pytest_nvrx.launch.planning import plan_run
 from pytest_nvrx.session.scenario_run import scenario_config
 from pytest_nvrx.session.scenarios import Scenario, matrix_scenarios, schedule_scenarios
-from pytest_nvrx.settings import NvrxSettings, RunConfig
+from pytest_nvrx.settings import NvrxSettings, RunConfig, config_from_args
+from tests.helpers.spine_trace import report as report_entries
+from tests.helpers.spine_trace import trace_entries
 
 DEFAULT_PAIRS = [
     s for s in matrix_scenarios("default", workloads=["reference"]) if s.fault != "none"
@@ -26,34 +29,63 @@ CRITERIA = [
 ]  # fmt: skip
 
 
+#: the pair whose run and verify run in this process, under the spine's trace
+TRACED = DEFAULT_PAIRS[0].id
+
+
+@pytest.mark.real_run
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("scenario", DEFAULT_PAIRS, ids=lambda s: s.id)
-def test_run_each_default_pair_then_verify(tmp_path: Path, scenario: Scenario) -> None:
+def test_run_each_default_pair_then_verify(
+    tmp_path: Path, scenario: Scenario, capsys: pytest.CaptureFixture[str]
+) -> None:
     """What a user without a GPU does first, for every (fault, window) of the default matrix:
     ``python -m pytest_nvrx run --workload reference --fault F --window W`` (sized as the
     plugin's reference scenarios: 20 iterations, save every 5, checkpointing deadline 30 s)
     through the real ft_launcher recovers, then ``verify`` on its run directory passes every
-    criterion, and the marker proves the fault landed in window W."""
+    criterion, and the marker proves the fault landed in window W.
+
+    One pair (:data:`TRACED`) runs both commands through ``cli.main`` in this process, under
+    the spine's trace (tests/helpers/spine_trace.py): following the CLI's ``run`` from
+    ``cli.main`` to ``verify``'s verdict enters each module of ours at most twice. An entry is
+    one place in the spine (``cli.py``, ``launch/run.py``, ``verify.py``: the code that
+    sequences parse, plan, claim, launch, wait, judge, report) that calls into another module
+    of ours; calls within a module, property reads, imports and the leaf utilities every stage
+    uses (``printable``, ``write_atomic``, ``write_output``) are not entries. The other pairs
+    run the real entry point, ``python -m pytest_nvrx``, in processes of their own."""
     work = tmp_path / "work"
     run_id = f"cli-{scenario.fault}-{scenario.window}"
     plugin = scenario_config(NvrxSettings(), scenario, tmp_path)
-    run = subprocess.run(
-        [
-            sys.executable, "-m", "pytest_nvrx", "run",
-            "--workload", "reference", "--fault", scenario.fault,
-            "--window", str(scenario.window), "--work-dir", str(work), "--run-id", run_id,
-            "--train-iters", str(plugin.train_iters),
-            "--save-interval", str(plugin.save_interval),
-            "--section-timeouts", plugin.section_timeouts.render(),
-            "--out-of-section-timeout", str(plugin.out_of_section_timeout),
-            "--workload-check-interval", str(plugin.workload_check_interval),
-            "--timeout", "400",
-        ],
-        capture_output=True, text=True, timeout=500,
-    )  # fmt: skip
-    assert run.returncode == 0, run.stdout + run.stderr
+    argv = [
+        "run",
+        "--workload", "reference", "--fault", scenario.fault,
+        "--window", str(scenario.window), "--work-dir", str(work), "--run-id", run_id,
+        "--train-iters", str(plugin.train_iters),
+        "--save-interval", str(plugin.save_interval),
+        "--section-timeouts", plugin.section_timeouts.render(),
+        "--out-of-section-timeout", str(plugin.out_of_section_timeout),
+        "--workload-check-interval", str(plugin.workload_check_interval),
+        "--timeout", "400",
+    ]  # fmt: skip
     run_dir = work / "runs" / run_id
-    assert "fault injected" in run.stdout  # progress lines
+    report = tmp_path / "verdicts.json"
+    verify_argv = ["verify", str(run_dir), "--json", str(report)]
+    if scenario.id == TRACED:
+        (run_status, verify_status), entries = trace_entries(
+            lambda: (cli.main(argv), cli.main(verify_argv))
+        )
+        out = capsys.readouterr()
+        run_out, verify_out = out.out, out.out + out.err
+        assert run_status == 0, out.out + out.err
+        assert not entries.over(2), "\n".join(report_entries(entries))
+    else:
+        command = [sys.executable, "-m", "pytest_nvrx"]
+        run = subprocess.run([*command, *argv], capture_output=True, text=True, timeout=500)
+        assert run.returncode == 0, run.stdout + run.stderr
+        run_out = run.stdout
+        verify = subprocess.run([*command, *verify_argv], capture_output=True, text=True)
+        verify_status, verify_out = verify.returncode, verify.stdout + verify.stderr
+    assert "fault injected" in run_out  # progress lines
     manifest = json.loads((run_dir / "run.json").read_text())
     assert manifest["config"]["workload"] == "reference"
     assert (manifest["config"]["fault"], manifest["config"]["window"]) == (
@@ -68,16 +100,11 @@ def test_run_each_default_pair_then_verify(tmp_path: Path, scenario: Scenario) -
         assert marker["in_flight_iteration"] is not None
         assert marker["tracker_iteration"] < marker["in_flight_iteration"]
 
-    report = tmp_path / "verdicts.json"
-    verify = subprocess.run(
-        [sys.executable, "-m", "pytest_nvrx", "verify", str(run_dir), "--json", str(report)],
-        capture_output=True, text=True,
-    )  # fmt: skip
-    assert verify.returncode == 0, verify.stdout + verify.stderr
+    assert verify_status == 0, verify_out
     verdicts = json.loads(report.read_text())
     assert [c["id"] for c in verdicts["criteria"]] == CRITERIA
     failed = [c["id"] for c in verdicts["criteria"] if not c["passed"]]
-    assert not failed, verify.stdout
+    assert not failed, verify_out
     continuity = verdicts["criteria"][-1]
     assert not continuity["not_applicable"] and "replayed" in continuity["reason"]
     assert verdicts["stack"]

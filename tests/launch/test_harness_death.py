@@ -23,6 +23,9 @@ import pytest
 
 from pytest_nvrx.verify import verify_main
 
+# each test launches a run and SIGKILLs its harness
+pytestmark = pytest.mark.real_run
+
 REPO = Path(__file__).resolve().parents[2]
 #: what the watchdog has to stop the tree in (its own grace is 3 s)
 WITHIN_S = 15.0

@@ -189,6 +189,7 @@ def _run_nodes(
     return texts
 
 
+@pytest.mark.real_run
 @pytest.mark.timeout(400)
 def test_two_nodes_on_one_host_kill_on_the_second_node(tmp_path: Path) -> None:
     work = tmp_path / "work"
@@ -249,6 +250,7 @@ def test_two_nodes_on_one_host_kill_on_the_second_node(tmp_path: Path) -> None:
     assert "verify: PASSED (6 of 6)" in verify.stdout
 
 
+@pytest.mark.real_run
 @pytest.mark.timeout(400)
 def test_two_nodes_on_one_host_through_the_plugin(tmp_path: Path) -> None:
     """The same two nodes as two pytest sessions of the shipped suite, one per node, sharing

@@ -48,6 +48,7 @@ def lines(path: Path) -> list[str]:
     return path.read_text().splitlines() if path.exists() else []
 
 
+@pytest.mark.real_run
 @pytest.mark.timeout(420)
 def test_sessions_started_together_build_once_and_no_worker_imports_it_half_built(
     tmp_path: Path, clean_env: None

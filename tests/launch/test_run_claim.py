@@ -166,6 +166,7 @@ def test_planted_symlink_at_old_tmpdir_name_is_not_followed(tmp_path: Path) -> N
         planted.unlink()
 
 
+@pytest.mark.real_run
 @pytest.mark.timeout(300)
 def test_same_run_id_started_twice_at_once(tmp_path: Path) -> None:
     """Two CLI runs of one run ID: one launches, the other exits 2 naming the run dir."""

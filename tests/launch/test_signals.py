@@ -30,6 +30,9 @@ from tests.helpers.processes import (
     wait_none_marked,
 )
 
+# each test launches a run through the CLI and stops it
+pytestmark = pytest.mark.real_run
+
 CLI_RUN = [
     sys.executable, "-m", "pytest_nvrx", "run", "--workload", "reference",
     "--fault", "none", "--train-iters", "1000", "--save-interval", "100",

@@ -206,6 +206,7 @@ def _our_jobs(env: dict[str, str], name: str) -> list[str]:
     return out.stdout.splitlines()
 
 
+@pytest.mark.real_run
 def test_reference_kill_on_two_nodes_through_srun(
     tmp_path: Path, slurm_env: dict[str, str]
 ) -> None:
@@ -283,6 +284,7 @@ def _cli_run(work: Path, run_id: str, *, nnodes: int, timeout: int) -> list[str]
     ]
 
 
+@pytest.mark.real_run
 def test_timeout_cancels_the_allocation_and_the_tree(
     tmp_path: Path, slurm_env: dict[str, str]
 ) -> None:
@@ -325,6 +327,7 @@ def test_allocation_too_small_is_refused_and_leaves_no_job(
     assert _our_jobs(slurm_env, f"nvrx-{run_id}") == []
 
 
+@pytest.mark.real_run
 def test_the_sbatch_recipe_qualifies_kill_and_hang_on_two_nodes(
     tmp_path: Path, slurm_env: dict[str, str]
 ) -> None:

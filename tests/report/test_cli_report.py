@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from pytest_nvrx.cli import build_parser, config_from_args
+from pytest_nvrx.cli import build_parser
 from pytest_nvrx.session.scenario_run import scenario_config
 from pytest_nvrx.session.scenarios import Scenario, matrix_scenarios
-from pytest_nvrx.settings import NvrxSettings, RunConfig, SectionTimeouts
+from pytest_nvrx.settings import NvrxSettings, RunConfig, SectionTimeouts, config_from_args
 
 DATA = Path(__file__).parents[1] / "data"
 CPU = DATA / "cpu"

@@ -234,6 +234,7 @@ def test_the_gate_is_collected_only_with_a_limit(
 REFERENCE_KILL = "reference-kill-save"
 
 
+@pytest.mark.real_run
 @pytest.mark.timeout(600)
 def test_a_real_reference_kill_against_two_limits(
     pytester: pytest.Pytester, clean_env: None, tmp_path: Path

@@ -99,6 +99,7 @@ def junit_cases(junit: Path) -> dict[str, list[tuple[str, str]]]:
     }
 
 
+@pytest.mark.real_run
 @pytest.mark.timeout(400)
 @pytest.mark.usefixtures("clean_env")
 def test_control_and_one_plant_for_real(pytester: pytest.Pytester, tmp_path: Path) -> None:

@@ -187,6 +187,7 @@ def run_suite(
     return result
 
 
+@pytest.mark.real_run
 @pytest.mark.timeout(500)
 def test_run_dirs_named_by_summary_and_junit_exist_without_shards(
     pytester: pytest.Pytester, tmp_path: Path
@@ -251,6 +252,7 @@ def test_run_dirs_named_by_summary_and_junit_exist_without_shards(
     assert any(e.startswith(proof) for e in optimizer["evidence"]), optimizer
 
 
+@pytest.mark.real_run
 @pytest.mark.timeout(400)
 def test_keep_keeps_the_shards(pytester: pytest.Pytester, tmp_path: Path) -> None:
     base = tmp_path / "b"

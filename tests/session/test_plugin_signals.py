@@ -28,6 +28,9 @@ from tests.helpers.processes import (
     stopped_run,
 )
 
+# the test launches scenarios and stops the session
+pytestmark = pytest.mark.real_run
+
 
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize(

@@ -11,6 +11,7 @@ pytest_plugins = ["pytester"]
 pytestmark = pytest.mark.timeout(600)
 
 
+@pytest.mark.real_run
 def test_two_workers_launch_each_scenario_once_and_print_verdicts(
     pytester: pytest.Pytester,
 ) -> None:

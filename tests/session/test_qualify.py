@@ -3,8 +3,9 @@
 Each test runs the real script from a copy of it in a scratch directory, so that its
 ``qualification-junit.xml`` and ``.pytest_cache`` are the test's own. The copy's
 ``scripts/bootstrap.sh`` does nothing (the real one syncs ``.venv``; the copy's ``.venv`` is the
-environment running these tests, already synced). Nothing here launches a run: the selections
-collect only, or pick GPU scenarios that skip without a Megatron checkout.
+environment running these tests, already synced). One test qualifies a real reference scenario
+(marked real_run); the other selections collect only, or pick GPU scenarios that skip without a
+Megatron checkout.
 """
 
 from __future__ import annotations
@@ -103,6 +104,7 @@ def test_last_failed_reruns_only_the_cached_failure(checkout: Path) -> None:
     assert len(everything) > 1
 
 
+@pytest.mark.real_run
 def test_a_real_qualification_ends_with_the_table_and_writes_the_report(checkout: Path) -> None:
     """One real reference scenario through ./qualify with -qq (net -q): no progress lines, no
     repeated PASSED lines (no -rA), the verdict table last, the HTML report and its JSON

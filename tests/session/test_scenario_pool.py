@@ -54,6 +54,7 @@ def test_explicit_multinode_and_cpu_limits() -> None:
     assert parallel_limit(NvrxSettings(), [], ["0"]) == 1
 
 
+@pytest.mark.real_run
 @pytest.mark.timeout(600)
 def test_two_reference_scenarios_side_by_side(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest_subprocess(
@@ -80,6 +81,7 @@ def test_two_reference_scenarios_side_by_side(pytester: pytest.Pytester) -> None
     assert len({d for _, d in runs}) == 2
 
 
+@pytest.mark.real_run
 @pytest.mark.timeout(300)
 def test_a_stop_signal_stops_every_run_of_the_pool(tmp_path: Path) -> None:
     """SIGTERM while two scenarios train side by side: pytest exits 2 (interrupted), both trees

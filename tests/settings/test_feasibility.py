@@ -27,6 +27,7 @@ from pytest_nvrx.settings import (
     RunConfig,
     SectionTimeouts,
     check_run_timeout,
+    config_from_args,
     least_time,
     parse_schedule,
 )
@@ -218,7 +219,7 @@ def test_every_cli_fault_and_default_schedule_fits_the_default_timeout(
     runs += [["--schedule", text] for text, _ in DEFAULT_SCHEDULES]
     for argv in runs:
         args = parser.parse_args(["run", "--workload", workload, *argv])
-        check_run_timeout(cli.config_from_args(args, env), args.timeout)
+        check_run_timeout(config_from_args(args, env), args.timeout)
 
 
 def test_a_hang_under_no_ft_is_timed_by_the_peers_collective_timeout_alone() -> None:

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from pytest_nvrx.cli import build_parser, config_from_args
+from pytest_nvrx.cli import build_parser
 from pytest_nvrx.session.scenarios import RUN_TIMEOUTS
 from pytest_nvrx.settings import (
     CLI_SETTINGS,
@@ -29,6 +29,7 @@ from pytest_nvrx.settings import (
     RunConfig,
     SectionTimeouts,
     Setting,
+    config_from_args,
     default_text,
     options_table,
     resolve_plugin_settings,

@@ -757,6 +757,7 @@ def test_recorded_recovery_continues_exactly_like_the_baseline(run: str) -> None
 WORKER_LINE = re.compile(r"^(?P<local>\d+): \[(?P<rank>\d+)\] \S+ \S+ - root - \w+ - (?P<msg>.*)$")
 
 
+@pytest.mark.real_run
 def test_process_writer_under_ft_launcher_recovers_and_leaves_no_worker(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> None:
