@@ -296,8 +296,10 @@ def _break(doc: Doctor, edit: str) -> None:
     if edit == "second-rendezvous":
         doc.delete("logs/launcher.log", "Cycle: 2 Event: rendezvous_completed")
     elif edit == "second-first-step":
-        # no step committed after the second restore (its replacement's iterations gone)
+        # no step committed after the second restore (its replacement's iterations gone): the
+        # workers stopped there, so the launcher did not exit 0
         doc.truncate_after("logs/train_cycle2.log", "load checkpoint iteration 10")
+        doc.set_json("result.json", exit_code=1)
     elif edit == "struck-rendezvous":
         doc.delete("logs/launcher.log", "Cycle: 1 Event: rendezvous_completed")
 

@@ -446,6 +446,7 @@ def test_replaced_cycle_fails_for_another_pid(kill: Doctor) -> None:
 def test_replaced_cycle_fails_without_the_replacement_record(kill: Doctor) -> None:
     kill.remove("cycle_infos/cycle_info..0.1")
     kill.remove(CYCLE1)
+    kill.set_json("result.json", exit_code=1)  # no cycle after the kill: no clean exit either
     v = failing(kill.root, "replaced_cycle")
     assert "no replacement cycle record after the failure of cycle 0" in v.reason
 
@@ -523,7 +524,9 @@ def test_optimizer_state_load_fails_on_an_abort_during_the_restore(kill: Doctor)
 
 
 def test_progress_fails_when_truncated_before_the_final_iteration(kill: Doctor) -> None:
+    """The replacement ended training at 30 of 40 (said so, and exited 0)."""
     kill.truncate_after(CYCLE1, "save completed iteration 20")
+    kill.append(CYCLE1, ref_line("11:52:57.400", 0, "training finished iteration 30"))
     v = failing(kill.root, "progress_past_restore")
     assert "stopped at iteration 30, before the final iteration 40 (from run.json)" in v.reason
     assert locations(v)[:2] == [f"{CYCLE1}:27", "run.json:14"]  # iteration 30/40, train_iters
