@@ -9,6 +9,8 @@ from pytest_nvrx.criteria.verdict import CriterionId, Verdict, failing
 from pytest_nvrx.evidence.launcher_log import LauncherEvent, LauncherEventKind
 from pytest_nvrx.evidence.refs import EvidenceRef, absent
 from pytest_nvrx.evidence.rundir import RunEvidence
+from pytest_nvrx.evidence.timeline import logs_from
+from pytest_nvrx.evidence.workload import LOAD_FAILURES, WorkloadError
 from pytest_nvrx.layout import MARKER_NAME
 
 
@@ -94,3 +96,13 @@ def timed_out_failure(criterion: CriterionId, run: RunEvidence, ending: str) -> 
         exit_code.ref if exit_code is not None else None,
         launcher_outcome(run),
     )
+
+
+def workload_failures(run: RunEvidence, from_cycle: int | None) -> list[EvidenceRef]:
+    """Errors and load failures the workload itself logged, in cycles from ``from_cycle`` on."""
+    return [
+        e.ref
+        for log in logs_from(run, from_cycle)
+        for e in log.events
+        if isinstance(e, (WorkloadError, *LOAD_FAILURES))
+    ]

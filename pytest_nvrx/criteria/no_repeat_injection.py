@@ -6,14 +6,17 @@ from __future__ import annotations
 
 from pytest_nvrx.criteria.context import JudgeContext
 from pytest_nvrx.criteria.expected import ExpectedFault
-from pytest_nvrx.criteria.helpers import launcher_words, marker_ref, timed_out_failure
+from pytest_nvrx.criteria.helpers import (
+    launcher_words,
+    marker_ref,
+    timed_out_failure,
+    workload_failures,
+)
 from pytest_nvrx.criteria.verdict import CriterionId, Verdict, failing, passing, unjudgeable
 from pytest_nvrx.evidence.cycle_log import CycleLog
 from pytest_nvrx.evidence.launcher_log import LauncherEventKind
 from pytest_nvrx.evidence.refs import EvidenceRef
 from pytest_nvrx.evidence.rundir import RunEvidence
-from pytest_nvrx.evidence.timeline import logs_from
-from pytest_nvrx.evidence.workload import LOAD_FAILURES, WorkloadError
 
 ID: CriterionId = "no_repeat_injection"
 
@@ -22,16 +25,6 @@ def no_repeat_injection(run: RunEvidence, expected: ExpectedFault | None = None)
     """The launcher finished successfully after exactly one injected failure: no second failure,
     no no-progress stop (EARLY TERMINATION / exit code 93)."""
     return check(JudgeContext.build(run, expected))
-
-
-def _workload_failures(run: RunEvidence, from_cycle: int | None) -> list[EvidenceRef]:
-    """Errors and load failures the workload itself logged, in cycles from ``from_cycle`` on."""
-    return [
-        e.ref
-        for log in logs_from(run, from_cycle)
-        for e in log.events
-        if isinstance(e, (WorkloadError, *LOAD_FAILURES))
-    ]
 
 
 def _ran_after(run: RunEvidence, cycle: int) -> CycleLog | None:
@@ -126,7 +119,7 @@ def check(ctx: JudgeContext) -> Verdict:
                 log.last_line,
                 [r.ref for r in run.cycles][:2],
             )
-        reported = _workload_failures(run, None)
+        reported = workload_failures(run, None)
         if reported:
             return failing(
                 ID,
@@ -199,7 +192,7 @@ def check(ctx: JudgeContext) -> Verdict:
             log.first_line,
             log.last_line,
         )
-    reported = _workload_failures(run, replacement) if replacement is not None else []
+    reported = workload_failures(run, replacement) if replacement is not None else []
     if reported:
         # the launcher saw no second failure, but the workload says it failed again
         return failing(

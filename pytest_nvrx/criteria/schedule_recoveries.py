@@ -27,7 +27,12 @@ from dataclasses import dataclass, replace
 from pytest_nvrx.criteria import clocks
 from pytest_nvrx.criteria.context import JudgeContext
 from pytest_nvrx.criteria.expected import ExpectedFault, ExpectedWindow
-from pytest_nvrx.criteria.helpers import launcher_outcome, launcher_words, timed_out_failure
+from pytest_nvrx.criteria.helpers import (
+    launcher_outcome,
+    launcher_words,
+    timed_out_failure,
+    workload_failures,
+)
 from pytest_nvrx.criteria.registry import CRITERIA
 from pytest_nvrx.criteria.verdict import (
     CRITERIA_IDS,
@@ -394,6 +399,18 @@ def _whole_run(
     finished = run.launcher.of_kind(LauncherEventKind.RUN_OK, LauncherEventKind.GROUP_SUCCEEDED)
     if not finished and exit_code is None:
         return failing(cid, "the launcher recorded no successful finish", launcher_outcome(run))
+    # every scheduled fault ended a cycle before the last: a failure the workload logged in the
+    # last one is none of them, whatever the launcher saw (a fault cycle's own errors are its
+    # fault's: an exception@restore logs one)
+    reported = workload_failures(run, cycles[-1])
+    if reported:
+        return failing(
+            cid,
+            f"the workload reported a failure in the last cycle ({cycles[-1]}), after every"
+            f" scheduled fault: {reported[0].text.strip()}",
+            reported[:3],
+            schedule_ref,
+        )
     return passing(
         cid,
         f"each of the {due} scheduled faults happened exactly once, one per cycle"

@@ -218,8 +218,8 @@ class MegatronLogAdapter:
     # of the committed runs of that revision has them, core_v0.18.2's none)
     prints_versions_from = (0, 19)
     version_components = tuple(_COMPONENTS.values())
-    # its load and save lines are print_rank_0's too
-    rank_0_only = (LoadStarted, LoadCompleted, SaveScheduled, SaveCompleted)
+    # its load and save lines are print_rank_0's too, and print_datetime's "after training is done"
+    rank_0_only = (LoadStarted, LoadCompleted, SaveScheduled, SaveCompleted, "training_done")
     # live progress reads iteration lines by the pattern parse_line reads them by, in bytes
     iteration_line = re.compile(_ITERATION.pattern.encode())
 

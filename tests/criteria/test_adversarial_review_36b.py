@@ -35,7 +35,7 @@ from pytest_nvrx.evidence.cycle_log import parse_cycle_log
 from pytest_nvrx.evidence.refs import file_refusal, read_json_file
 from pytest_nvrx.evidence.rundir import load_run
 from pytest_nvrx.evidence.workload import SaveCompleted, get_adapter
-from tests.helpers.adversarial import Edit, still_passing, verify_run
+from tests.helpers.adversarial import Edit, committed_verdict, still_passing, verify_run
 from tests.helpers.doctor import Doctor, copy_run
 
 DATA = Path(__file__).parents[1] / "data"
@@ -887,3 +887,86 @@ def test_compare_pairs_keys_in_linear_work(tmp_path: Path, monkeypatch: pytest.M
     code, _ = _compare(str(tmp_path / "old.json"), str(tmp_path / "new.json"))
     assert code == 2
     assert calls <= 10 * n
+
+
+# ----------------------------------------------------------------------------------------------
+# Review 3 (after class T's cycle-log half). K: a failure the workload logged in a schedule's last
+# cycle, after every scheduled fault (a non-zero exit code on a rank, a Python exception): the
+# schedule's no_repeat_injection read only what the launcher recorded, so 12 of 12 committed
+# schedule runs passed with it (the single-fault path reads it). C: Megatron's "after training is
+# done" under rank 1's prefix: print_datetime prints on rank 0 alone (69 of 69 passed).
+
+
+def _schedule_runs() -> list[Path]:
+    runs = []
+    for manifest in _committed("run.json"):
+        config = json.loads(manifest.read_text(encoding="utf-8")).get("config") or {}
+        if config.get("schedule") and (manifest.parent / "logs").is_dir():
+            runs.append(manifest.parent)
+    return runs
+
+
+def _finish_index(lines: list[str]) -> int:
+    return next(
+        i
+        for i, line in enumerate(lines)
+        if "training finished" in line or "after training is done" in line
+    )
+
+
+def test_every_schedule_run_with_a_failure_in_its_last_cycle_is_no_pass(tmp_path: Path) -> None:
+    def failure_after_finish(rank: int) -> Edit:
+        def edit(doc: Doctor) -> None:
+            rel = str(_last_cycle_log(doc.root).relative_to(doc.root))
+            lines = doc.lines(rel)
+            at = _finish_index(lines)
+            done = lines[at]
+            if "[ref] " in done:
+                stamp = done.split("[ref] ", 1)[1].split(" ", 1)[0]
+                line = f"{rank}: [ref] {stamp} rank {rank} exit code 1\n"
+            else:
+                line = f"{rank}: RuntimeError: boom\n"
+            doc.write_lines(rel, [*lines[: at + 1], line, *lines[at + 1 :]])
+
+        return edit
+
+    runs = [
+        run
+        for run in _schedule_runs()
+        if committed_verdict(run)[0] == 0
+        and any(
+            "training finished" in line or "after training is done" in line
+            for line in _last_cycle_log(run).read_text(encoding="utf-8").splitlines()
+        )
+    ]
+    assert len(runs) >= 10
+    cases: list[tuple[Path, str, Edit]] = [
+        (run, f"rank {rank} failed after the last cycle's milestone", failure_after_finish(rank))
+        for run in runs
+        for rank in (0, 1)
+    ]
+    assert still_passing(tmp_path, cases) == []
+
+
+def test_every_megatron_training_done_under_another_rank_is_no_pass(tmp_path: Path) -> None:
+    def moved(doc: Doctor) -> None:
+        rel = str(_last_cycle_log(doc.root).relative_to(doc.root))
+        lines = doc.lines(rel)
+        at = _finish_index(lines)
+        lines[at] = "1: " + lines[at].split(": ", 1)[1]
+        doc.write_lines(rel, lines)
+
+    runs = []
+    for result in _committed("result.json"):
+        run = result.parent
+        if json.loads(result.read_text(encoding="utf-8")).get("exit_code") != 0:
+            continue
+        if committed_verdict(run)[0] != 0:
+            continue
+        if "after training is done" in _last_cycle_log(run).read_text(encoding="utf-8"):
+            runs.append(run)
+    assert len(runs) > 50
+    cases: list[tuple[Path, str, Edit]] = [
+        (run, "'after training is done' under rank 1's prefix", moved) for run in runs
+    ]
+    assert still_passing(tmp_path, cases) == []
