@@ -6,7 +6,7 @@ under ``optimizer.*`` keys (``optimizer.state.exp_avg.*`` for Adam). Shards are 
 a run (tests/data/gpu kept only the tracker); the criteria then judge from logs and tracker.
 
 ``.metadata`` is a pickle, and a run directory is untrusted: torch's own reader
-(``FileSystemReader.read_metadata``) would run whatever the pickle names. :func:`dcp_metadata_keys`
+(``FileSystemReader.read_metadata``) would run whatever the pickle names. :func:`read_dcp_metadata`
 unpickles it with a restricted unpickler instead: the few globals DCP metadata names (its own
 classes, ``torch.Size``, dtypes, layouts) become inert stand-ins that only record what the pickle
 passes them, and any other global is refused, so nothing from the file is ever called, and torch
@@ -169,11 +169,6 @@ def _fields(obj: _Inert) -> dict[object, object]:
                 merged.update(part)
         return merged
     return state if isinstance(state, dict) else {}
-
-
-def dcp_metadata_keys(data: bytes) -> list[str]:
-    """The state-dict keys of a torch DCP ``.metadata`` pickle, without running any of it."""
-    return read_dcp_metadata(data)[0]
 
 
 def read_dcp_metadata(data: bytes) -> tuple[list[str], str | None]:
