@@ -687,7 +687,10 @@ def _arming_disagrees(
     run: RunEvidence, schedule: tuple[ScheduledFault, ...], segments: list[FaultSegment]
 ) -> list[Problem]:
     """The injector's arming lines (``arming fault k of n``) against run.json's schedule and
-    the cycle each fault fired in."""
+    the cycle each fault fired in. A cycle before that one may have armed the same fault: its
+    workers failed before it fired (the injector arms the first fault without a marker), a
+    failure no scheduled fault explains, which the first cause and no_repeat_injection name. A
+    cycle after it cannot: the marker was there."""
     out = []
     for log in run.cycle_logs:
         for line in log.injector:
@@ -700,7 +703,7 @@ def _arming_disagrees(
                 why = f"run.json runs {render_schedule(schedule)}"
             elif (line.fault, line.window) != (entry.fault, entry.window):
                 why = f"run.json's fault {line.position} is {entry}"
-            elif cycle is not None and cycle != log.cycle:
+            elif cycle is not None and log.cycle > cycle:
                 why = f"fault {line.position} fired in cycle {cycle}"
             else:
                 continue
