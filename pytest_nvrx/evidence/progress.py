@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from pytest_nvrx.evidence.marker import read_marker
+from pytest_nvrx.evidence.marker import Marker, read_marker
 from pytest_nvrx.evidence.refs import LineCursor, UnreadableNumber, read_int
 from pytest_nvrx.evidence.workload import (
     LoadCompleted,
@@ -43,44 +43,39 @@ WAIT_LINE_S = 10.0
 
 @dataclass(frozen=True)
 class InjectedFault:
-    """The fault as the progress lines tell it, from the marker: who, what and when."""
+    """The fault as the progress lines tell it: its marker (who, what and when; for a fault
+    schedule's, its position and the checkpoint a restore fault struck the load of; the window,
+    the save in flight, the tracker's iteration and the NVRx section open, as the verdict reads
+    them), the cycle it hit and the last iteration that cycle had committed when the marker
+    appeared."""
 
-    rank: int | None
-    fault: str | None
-    #: the cycle the fault hit, and the last iteration it had committed when the marker appeared
+    marker: Marker
     cycle: int
     iteration: int | None
-    #: a fault schedule's fault: its position (from 1) and the checkpoint a restore fault struck
-    #: the load of (None: a run of one fault; not a restore)
-    position: int | None = None
-    loading: int | None = None
-    #: what the marker recorded, as the verdict reads it: the window, the save in flight, the
-    #: tracker's iteration, the NVRx section open, when it fired (None: not recorded)
-    window: str | None = None
-    in_flight: int | None = None
-    tracker: int | None = None
-    section: str | None = None
-    time: datetime | None = None
 
     def describe(self) -> str:
-        kind = f" ({self.fault})" if self.fault else ""
-        rank = f" into rank {self.rank}" if self.rank is not None else ""
-        which = f"fault {self.position}" if self.position is not None else "fault"
+        marker = self.marker
+        kind = f" ({marker.fault})" if marker.fault else ""
+        rank = f" into rank {marker.rank}" if marker.rank is not None else ""
+        position = marker.schedule_position
+        which = f"fault {position}" if position is not None else "fault"
         return f"{which} injected{rank}{kind}{self.where()}"
 
     def where(self) -> str:
         """Where it hit, from the marker first: the save in flight says which step the rank had
         done (the log's newest iteration may lag it); the log's iteration otherwise. Nothing is
         said that no evidence shows (no "before the first iteration" for want of a log line)."""
-        if self.loading is not None:
-            return f" while it loaded checkpoint {self.loading}"
-        window = f" in the {self.window} window" if self.window is not None else ""
-        tracker = f"tracker at {self.tracker}" if self.tracker is not None else None
-        if self.in_flight is not None:
-            facts = [f"save of {self.in_flight} in flight", *([tracker] if tracker else [])]
+        marker = self.marker
+        if marker.load_iteration is not None:
+            return f" while it loaded checkpoint {marker.load_iteration}"
+        window = f" in the {marker.window} window" if marker.window is not None else ""
+        tracker = marker.tracker_iteration
+        said = f"tracker at {tracker}" if tracker is not None else None
+        if marker.in_flight_iteration is not None:
+            facts = [f"save of {marker.in_flight_iteration} in flight", *([said] if said else [])]
             return f"{window}: {', '.join(facts)}"
         at = f" at iteration {self.iteration}" if self.iteration is not None else ""
-        return f"{window}{at}{f', {tracker}' if tracker else ''}"
+        return f"{window}{at}{f', {said}' if said else ''}"
 
 
 @dataclass(frozen=True)
@@ -177,19 +172,20 @@ def _detection(
     now: datetime,
 ) -> str:
     """The faulted cycle still the newest: NVRx has yet to see the fault and restart."""
-    if fault.fault != "hang":
+    marker = fault.marker
+    if marker.fault != "hang":
         # the rank died (or raised): the launcher sees its exit, then restarts the workers
-        return f"for NVRx to restart the workers after the {fault.fault or 'fault'}"
-    if fault.section in SECTION_NAMES and sections is not None:
-        deadline = getattr(sections, fault.section)
-        which = f"the {fault.section} section's {deadline:g} s deadline"
-    elif fault.section is None and out_of_section_s is not None:
+        return f"for NVRx to restart the workers after the {marker.fault or 'fault'}"
+    if marker.section in SECTION_NAMES and sections is not None:
+        deadline = getattr(sections, marker.section)
+        which = f"the {marker.section} section's {deadline:g} s deadline"
+    elif marker.section is None and out_of_section_s is not None:
         deadline, which = out_of_section_s, f"the out-of-section {out_of_section_s:g} s deadline"
     else:
         return "for NVRx to detect the hung rank"
-    if fault.time is None:
+    if marker.time is None:
         return f"for NVRx to detect the hung rank by {which}"
-    fired = fault.time if fault.time.tzinfo is not None else fault.time.replace(tzinfo=UTC)
+    fired = marker.time if marker.time.tzinfo is not None else marker.time.replace(tzinfo=UTC)
     left = deadline - (now - fired).total_seconds()
     when = f"~{left:.0f} s left" if left >= 0 else f"passed {-left:.0f} s ago"
     return f"for NVRx to detect the hung rank by {which} ({when})"
@@ -349,19 +345,7 @@ class ProgressReader:
         if isinstance(restarts, int) and restarts in logs and restarts <= cycle:
             cycle = restarts
         iteration = self._iteration if cycle == self._cycle else self._last_iteration(logs[cycle])
-        return InjectedFault(
-            rank=marker.rank,
-            fault=marker.fault,
-            cycle=cycle,
-            iteration=iteration,
-            position=marker.schedule_position,
-            loading=marker.load_iteration,
-            window=marker.window,
-            in_flight=marker.in_flight_iteration,
-            tracker=marker.tracker_iteration,
-            section=marker.section,
-            time=marker.time,
-        )
+        return InjectedFault(marker, cycle, iteration)
 
 
 def read_progress(layout: RunLayout, elapsed_s: float, workload: str | None = None) -> Progress:

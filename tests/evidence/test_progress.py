@@ -7,6 +7,7 @@ from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 
+from pytest_nvrx.evidence.marker import read_marker
 from pytest_nvrx.evidence.progress import (
     InjectedFault,
     Progress,
@@ -131,10 +132,11 @@ def test_marker_being_written_is_read_again(tmp_path: Path) -> None:
     assert run.poll().fault is None
     run.layout.marker.write_bytes(complete)
     fault = run.poll().fault
-    assert fault is not None and fault.time is not None
-    assert fault == InjectedFault(
-        rank=1, fault="kill", cycle=0, iteration=20, tracker=10, time=fault.time
-    )
+    assert fault is not None and fault.marker.time is not None
+    read = read_marker(run.layout.marker, run.layout.run_dir)
+    assert read is not None and fault == InjectedFault(read, 0, 20)
+    marker = fault.marker
+    assert (marker.rank, marker.fault, marker.tracker_iteration) == (1, "kill", 10)
 
 
 def test_megatron_restore_far_into_the_log(tmp_path: Path) -> None:
@@ -230,10 +232,10 @@ def test_a_hang_waits_for_its_sections_deadline(tmp_path: Path) -> None:
     run.write(0, len(run.lines(0)))
     run.inject()
     hung = run.poll()
-    assert hung.fault is not None and hung.fault.time is not None
-    assert hung.fault.section == "checkpointing"
+    assert hung.fault is not None and hung.fault.marker.time is not None
+    assert hung.fault.marker.section == "checkpointing"
     sections = SectionTimeouts(setup=900, step=30, checkpointing=30)
-    twelve = hung.fault.time + timedelta(seconds=12)
+    twelve = hung.fault.marker.time + timedelta(seconds=12)
     line = replace(
         hung,
         waiting=waiting_for(
@@ -244,10 +246,11 @@ def test_a_hang_waits_for_its_sections_deadline(tmp_path: Path) -> None:
         "; nothing new for 10 s, waiting for NVRx to detect the hung rank by the checkpointing"
         " section's 30 s deadline (~18 s left); the run's time limit in 572 s"
     ), line
-    late = hung.fault.time + timedelta(seconds=33)
+    late = hung.fault.marker.time + timedelta(seconds=33)
     passed = waiting_for(hung, quiet_s=20, run_left_s=9, sections=sections, now=late)
     assert "(passed 3 s ago)" in passed and passed.endswith("time limit in 9 s"), passed
-    killed = replace(hung, fault=replace(hung.fault, fault="kill"))
+    killed_marker = replace(hung.fault.marker, fault="kill")
+    killed = replace(hung, fault=replace(hung.fault, marker=killed_marker))
     assert "for NVRx to restart the workers after the kill;" in waiting_for(
         killed, quiet_s=10, run_left_s=100
     )
