@@ -158,6 +158,16 @@ CUT_BY_STOP = frozenset({"rendezvous", "workers_started", "checkpoint_loaded", "
 #: none of these (the evidence shows no step committed after the restore)
 RecoveryOutcome = Literal["recovered", "struck", "stopped", "not recovered"]
 
+#: Which fault of a schedule a recovery is and how it ended: :class:`FaultRecovery`'s properties
+#: and the report's recovery fields of these names, the keys verify's ``recoveries`` entry and the
+#: report's recovery of a schedule's run state first, in this order.
+SCHEDULE_KEYS: tuple[str, ...] = ("position", "fault", "outcome", "struck_by", "stopped")
+
+
+def schedule_keys(recovery: object) -> dict[str, Any]:
+    """``recovery``'s :data:`SCHEDULE_KEYS`, by name (a FaultRecovery or the report's)."""
+    return {key: getattr(recovery, key) for key in SCHEDULE_KEYS}
+
 
 def outcome_note(outcome: str | None, struck_by: int | None, stopped: str | None) -> str | None:
     """How a schedule's recovery ended, in words, where it did not recover: what verify, the
@@ -305,15 +315,7 @@ class FaultRecovery:
 
     def as_dict(self) -> dict[str, Any]:
         """verify's ``recoveries`` entry (docs/criteria.md)."""
-        return {
-            "position": self.position,
-            "fault": self.fault,
-            "outcome": self.outcome,
-            "struck_by": self.struck_by,
-            "stopped": self.stopped,
-            "downtime_s": self.downtime_s,
-            "timings": self.timings(),
-        }
+        return {**schedule_keys(self), "downtime_s": self.downtime_s, "timings": self.timings()}
 
 
 def fault_recoveries(

@@ -25,7 +25,7 @@ from typing import Any
 from pytest_nvrx.evidence.cycle_log import CycleLog
 from pytest_nvrx.evidence.marker import Marker
 from pytest_nvrx.evidence.rundir import RunEvidence
-from pytest_nvrx.evidence.segments import FaultRecovery, outcome_note
+from pytest_nvrx.evidence.segments import FaultRecovery, outcome_note, schedule_keys
 from pytest_nvrx.evidence.timeline import Phase, RecoveryClock, Timeline
 from pytest_nvrx.report.plain import flat_dict, seconds_from
 
@@ -61,8 +61,8 @@ class Recovery:
     lost_work: LostWork
     # a fault schedule's recovery (None/() for a run of one fault): its fault's position and
     # FAULT@WINDOW, how it ended (recovered, struck, stopped, not recovered), the fault that
-    # struck its restore, why no restart was due, its restore cut short, the phases it never
-    # reached
+    # struck its restore, why no restart was due (the first five: FaultRecovery's of the same
+    # names, evidence/segments.SCHEDULE_KEYS), its restore cut short, the phases it never reached
     position: int | None = None
     fault: str | None = None
     outcome: str | None = None
@@ -83,17 +83,7 @@ class Recovery:
 
     def as_dict(self) -> dict[str, Any]:
         # a schedule's recovery says which fault it is first; a one-fault run's is as it was
-        scheduled = (
-            {
-                "position": self.position,
-                "fault": self.fault,
-                "outcome": self.outcome,
-                "struck_by": self.struck_by,
-                "stopped": self.stopped,
-            }
-            if self.scheduled
-            else {}
-        )
+        scheduled = schedule_keys(self) if self.scheduled else {}
         struck = (
             {"restoring_s": self.restoring_s, "unreached": list(self.unreached)}
             if self.scheduled
@@ -166,13 +156,9 @@ def fault_recovery_of(run: RunEvidence, fault: FaultRecovery, t0: datetime | Non
         downtime_s=fault.downtime_s,
         unattributed_s=fault.unattributed_s,
         lost_work=lost,
-        position=fault.position,
-        fault=fault.fault,
-        outcome=fault.outcome,
-        struck_by=fault.struck_by,
-        stopped=fault.stopped,
         restoring_s=fault.restoring_s,
         unreached=fault.unreached,
+        **schedule_keys(fault),
     )
 
 
