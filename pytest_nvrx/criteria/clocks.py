@@ -383,33 +383,25 @@ def _records_out_of_order(run: RunEvidence) -> list[Problem]:
                 launch = (begun, end, begun_ref, end_ref)
     launcher = run.launcher
     stamps: list[tuple[datetime, EvidenceRef, str]] = []
-    if launcher.first_time is not None and launcher.first_ref is not None:
-        stamps.append((launcher.first_time, launcher.first_ref, "the launcher's first line"))
-    if launcher.last_time is not None and launcher.last_ref is not None:
-        stamps.append((launcher.last_time, launcher.last_ref, "the launcher's last line"))
+    for at, what in ((launcher.first, "first line"), (launcher.last, "last line")):
+        if at.time is not None and at.ref is not None:
+            stamps.append((at.time, at.ref, f"the launcher's {what}"))
     # every launcher line (each event's included) lies between its earliest and latest stamp
-    for when, ref, what in (
-        (launcher.earliest_time, launcher.earliest_ref, "the launcher's earliest stamp"),
-        (launcher.latest_time, launcher.latest_ref, "the launcher's latest stamp"),
-    ):
-        if when is not None and ref is not None and ref not in (s[1] for s in stamps):
-            stamps.append((when, ref, what))
+    for at, what in ((launcher.earliest, "earliest stamp"), (launcher.latest, "latest stamp")):
+        if at.time is not None and at.ref is not None and at.ref not in (s[1] for s in stamps):
+            stamps.append((at.time, at.ref, f"the launcher's {what}"))
     previous_end: tuple[datetime, EvidenceRef] | None = None
     for record in run.cycle_infos.records:
         name = f"cycle {record.cycle}'s record"
         if record.start is not None:
             stamps.append((record.start, record.ref, f"{name} start"))
-            first = launcher.first_time
-            if (
-                first is not None
-                and launcher.first_ref is not None
-                and record.start < first - CLOCK_SLACK
-            ):
+            first, first_ref = launcher.first.time, launcher.first.ref
+            if first is not None and first_ref is not None and record.start < first - CLOCK_SLACK:
                 say(
                     record.ref,
                     f"{record.ref.location}: cycle {record.cycle} started at"
                     f" {stamp(record.start)}, before the launcher's first line"
-                    f" {launcher.first_ref.location} at {stamp(first)}",
+                    f" {first_ref.location} at {stamp(first)}",
                 )
             if previous_end is not None and record.start < previous_end[0] - CLOCK_SLACK:
                 say(

@@ -53,8 +53,8 @@ def launcher_outcome(run: RunEvidence) -> EvidenceRef:
     )
     if finals:
         return finals[-1].ref
-    if run.launcher.last_ref is not None:
-        return run.launcher.last_ref
+    if run.launcher.last.ref is not None:
+        return run.launcher.last.ref
     return absent(run.launcher.file)
 
 

@@ -84,11 +84,11 @@ def check(ctx: JudgeContext) -> Verdict:
         return unjudgeable(
             ID,
             f"{exit_code.ref.location} says the launcher exited 0, but {launcher.file} ends"
-            f" ({launcher.last_ref.location if launcher.last_ref else 'empty'}) before the lines"
+            f" ({launcher.last.ref.location if launcher.last.ref else 'empty'}) before the lines"
             " ft_launcher prints on every successful exit ('worker group successfully"
             " finished', 'Agent .run() is OK'): its log is cut short",
             exit_code.ref,
-            launcher.last_ref,
+            launcher.last.ref,
         )
     success_refs = [e.ref for e in successes][-1:] + ([exit_code.ref] if exit_code else [])
     marker = run.marker

@@ -26,7 +26,9 @@ from pathlib import Path
 from typing import Any
 
 from pytest_nvrx.evidence.refs import (
+    NO_INSTANT,
     EvidenceRef,
+    Instant,
     UnreadableNumber,
     check_numbers,
     clip_line,
@@ -132,16 +134,13 @@ class LauncherLog:
     exists: bool
     events: tuple[LauncherEvent, ...] = ()
     line_count: int = 0
-    first_time: datetime | None = None
-    first_ref: EvidenceRef | None = None
-    last_time: datetime | None = None
-    last_ref: EvidenceRef | None = None
+    # the first and the last stamped line (by position)
+    first: Instant = NO_INSTANT
+    last: Instant = NO_INSTANT
     # the earliest and the latest stamp of any line (by time, not by position): every line the
     # launcher wrote lies between them, and they must lie inside the launch (clocks.py)
-    earliest_time: datetime | None = None
-    earliest_ref: EvidenceRef | None = None
-    latest_time: datetime | None = None
-    latest_ref: EvidenceRef | None = None
+    earliest: Instant = NO_INSTANT
+    latest: Instant = NO_INSTANT
     # "Starting elastic_operator with launch configs:" block (nproc_per_node, max_restarts, ...)
     config: dict[str, str] = field(default_factory=dict)
     config_refs: dict[str, EvidenceRef] = field(default_factory=dict)
@@ -557,10 +556,8 @@ def parse_launcher_log(path: Path, *, file: str | None = None) -> LauncherLog:
         exists=True,
         events=tuple(events),
         line_count=lineno,
-        first_time=utc(first[0]) if first else None,
-        first_ref=first[1] if first else None,
-        last_time=utc(last[0]) if last else None,
-        last_ref=last[1] if last else None,
+        first=Instant(utc(first[0]), first[1]) if first else NO_INSTANT,
+        last=Instant(utc(last[0]), last[1]) if last else NO_INSTANT,
         config=config,
         config_refs=config_refs,
         config_blocks=tuple(blocks),
@@ -569,10 +566,8 @@ def parse_launcher_log(path: Path, *, file: str | None = None) -> LauncherLog:
         bad_stamp=bad_stamp,
         bad_number=bad_number,
         disk_full=disk_full,
-        earliest_time=earliest[0] if earliest else None,
-        earliest_ref=earliest[1] if earliest else None,
-        latest_time=latest[0] if latest else None,
-        latest_ref=latest[1] if latest else None,
+        earliest=Instant(*earliest) if earliest else NO_INSTANT,
+        latest=Instant(*latest) if latest else NO_INSTANT,
         back_step=back_step,
     )
 

@@ -59,6 +59,19 @@ class EvidenceRef:
         return self.render()
 
 
+@dataclass(frozen=True, slots=True)
+class Instant:
+    """A stamp in the evidence, a recovery's milestone among them: when it was (None: the
+    evidence does not show it) and the line that shows it."""
+
+    time: datetime | None
+    ref: EvidenceRef | None = None
+
+
+#: What a log with no stamped line has for its first, last, earliest and latest stamp.
+NO_INSTANT = Instant(None)
+
+
 Severity = Literal["fatal", "warning"]
 
 

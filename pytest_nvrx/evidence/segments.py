@@ -27,11 +27,10 @@ from typing import Any, Literal
 from pytest_nvrx.evidence.launcher_log import LauncherEvent
 from pytest_nvrx.evidence.manifest import Setting
 from pytest_nvrx.evidence.marker import Marker
-from pytest_nvrx.evidence.refs import seconds_between
+from pytest_nvrx.evidence.refs import Instant, seconds_between
 from pytest_nvrx.evidence.rundir import RunEvidence
 from pytest_nvrx.evidence.timeline import (
     PHASES,
-    Instant,
     Phase,
     RecoveryClock,
     Timeline,

@@ -21,7 +21,7 @@ from datetime import datetime, timedelta
 
 from pytest_nvrx.evidence.cycle_log import CycleLog
 from pytest_nvrx.evidence.launcher_log import FAILURE_KINDS, LauncherEvent, LauncherEventKind
-from pytest_nvrx.evidence.refs import EvidenceRef, seconds_between
+from pytest_nvrx.evidence.refs import EvidenceRef, Instant, seconds_between
 from pytest_nvrx.evidence.rundir import RunEvidence
 from pytest_nvrx.evidence.workload import (
     IterationCommitted,
@@ -284,14 +284,6 @@ RUN_TIMINGS = frozenset(
 
 
 @dataclass(frozen=True, slots=True)
-class Instant:
-    """A milestone: when it was (None: the evidence does not show it) and the line that shows it."""
-
-    time: datetime | None
-    ref: EvidenceRef | None = None
-
-
-@dataclass(frozen=True, slots=True)
 class Phase:
     id: str
     label: str
@@ -465,8 +457,8 @@ def recovery_clock(run: RunEvidence, timeline: Timeline | None = None) -> Recove
         replacement_start=replacement_t,
         gpu_reclaim=reclaim,
         restored_iteration=restored,
-        run_start=start or run.launcher.first_time,
-        run_end=end or run.launcher.last_time,
+        run_start=start or run.launcher.first.time,
+        run_end=end or run.launcher.last.time,
         first_iteration=first_it.time if first_it else None,
         first_checkpoint=first_saved.time if first_saved else None,
     )

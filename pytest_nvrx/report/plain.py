@@ -17,7 +17,7 @@ def flat_dict(record: Any) -> dict[str, Any]:
 
 def start_time(run: RunEvidence) -> datetime | None:
     """The earliest of the launcher's first line and run.json's start."""
-    candidates = [run.launcher.first_time]
+    candidates = [run.launcher.first.time]
     if run.manifest is not None:
         candidates += [run.manifest.result_start_time, run.manifest.start_time]
     known = [t for t in candidates if t is not None]

@@ -280,7 +280,7 @@ def timeline_data(
                     )
                 )
     events.sort(key=lambda e: e.t_s)
-    ends = [run.launcher.last_time]
+    ends = [run.launcher.last.time]
     if run.manifest is not None:
         ends.append(run.manifest.end_time)
     end_s = max((v for v in (seconds_from(t0, t) for t in ends) if v is not None), default=None)

@@ -282,7 +282,7 @@ def test_cycle_log_keeps_bounded_errors(tmp_path: Path) -> None:
 def test_real_launcher_log() -> None:
     log = parse_launcher_log(KILL_RUN / LAUNCHER, file=LAUNCHER)
     assert log.utc_offset == timedelta(0)
-    assert log.first_time == utc("2026-11-29 11:03:14.654")
+    assert log.first.time == utc("2026-11-29 11:03:14.654")
     assert log.config["nproc_per_node"] == "1" and log.config["max_restarts"] == "3"
     assert log.nproc_per_node == 1
     (failed,) = log.of_kind(K.WORKER_FAILED)
@@ -381,7 +381,7 @@ def test_launcher_log_malformed(tmp_path: Path) -> None:
     path = tmp_path / "launcher.log"
     path.write_bytes(b"")
     empty = parse_launcher_log(path)
-    assert empty.exists and empty.events == () and empty.first_time is None
+    assert empty.exists and empty.events == () and empty.first.time is None
     path.write_bytes(
         b"\x00\xff garbage\nnot a log line\n2026-11-29 11:00:00,000 [INFO] [vm] [worklo"
     )
