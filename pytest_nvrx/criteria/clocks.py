@@ -55,7 +55,7 @@ from pytest_nvrx.criteria.helpers import clock, launcher_words, stamp
 from pytest_nvrx.evidence.cycle_log import CycleLog
 from pytest_nvrx.evidence.launcher_log import LauncherEventKind
 from pytest_nvrx.evidence.marker import Marker
-from pytest_nvrx.evidence.refs import EvidenceRef, Problem, split_rank_prefix
+from pytest_nvrx.evidence.refs import NO_INSTANT, EvidenceRef, Problem, split_rank_prefix
 from pytest_nvrx.evidence.rundir import RunEvidence
 from pytest_nvrx.evidence.timeline import CLOCK_SLACK, Timeline
 from pytest_nvrx.evidence.workload import LoadCompleted, Milestone
@@ -247,8 +247,9 @@ def _after_its_cycle(run: RunEvidence, log: CycleLog, timed: list[Timed]) -> lis
             (record.end, f"the launcher ended cycle {log.cycle} at {record.end_ref.location}")
         )
     manifest = run.manifest
-    if manifest is not None and manifest.end_time is not None and manifest.end_ref is not None:
-        bounds.append((manifest.end_time, f"the launch ended at {manifest.end_ref.location}"))
+    ended = manifest.end if manifest is not None else NO_INSTANT
+    if ended.time is not None and ended.ref is not None:
+        bounds.append((ended.time, f"the launch ended at {ended.ref.location}"))
     for end, what in bounds:
         if last[0] > end + CLOCK_SLACK:
             return [
@@ -349,19 +350,20 @@ def _records_out_of_order(run: RunEvidence) -> list[Problem]:
 
     manifest = run.manifest
     launch: tuple[datetime, datetime, EvidenceRef, EvidenceRef] | None = None
-    if manifest is not None and manifest.result_start_time is not None:
-        begun, begun_ref = manifest.result_start_time, manifest.result_start_ref
+    if manifest is not None and manifest.result_start.time is not None:
+        begun, begun_ref = manifest.result_start.time, manifest.result_start.ref
         assert begun_ref is not None
-        if manifest.start_time is not None and manifest.start_ref is not None:
-            gap = begun - manifest.start_time
+        written = manifest.start
+        if written.time is not None and written.ref is not None:
+            gap = begun - written.time
             if not -CLOCK_SLACK <= gap <= CLOCK_SLACK:
                 say(
                     begun_ref,
                     f"{begun_ref.location} says the launch began at {stamp(begun)} but"
-                    f" {manifest.start_ref.location}, written as it began, says"
-                    f" {stamp(manifest.start_time)}",
+                    f" {written.ref.location}, written as it began, says"
+                    f" {stamp(written.time)}",
                 )
-        end, end_ref = manifest.end_time, manifest.end_ref
+        end, end_ref = manifest.end.time, manifest.end.ref
         if end is not None and end_ref is not None:
             wall = manifest.wall_s
             if end < begun - CLOCK_SLACK:

@@ -477,7 +477,7 @@ def run_timeout_cause(
     if manifest is None or flag is None or flag.value is not True:
         return None
     stop = run.launcher.signalled()
-    stop_time = stop.time if stop is not None and stop.time is not None else manifest.end_time
+    stop_time = stop.time if stop is not None and stop.time is not None else manifest.end.time
     wall = manifest.wall_s
     proof = [flag.ref, *(r.ref for r in (wall, stop) if r is not None)]
     scheduled = manifest.scheduled_faults

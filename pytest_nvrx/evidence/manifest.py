@@ -57,7 +57,9 @@ from pytest_nvrx.evidence.fields import (
 )
 from pytest_nvrx.evidence.manifest_contradictions import argv_option, contradictions
 from pytest_nvrx.evidence.refs import (
+    NO_INSTANT,
     EvidenceRef,
+    Instant,
     JsonFile,
     Problem,
     RefusedFile,
@@ -144,8 +146,8 @@ class Manifest:
     # its announcement (criteria/required_evidence.py requires both); None: not recorded (the
     # runs before the harness said so)
     tracker_readings: Setting | None = None
-    start_time: datetime | None = None
-    start_ref: EvidenceRef | None = None
+    # run.json's start_time (written as the launch began), with its line
+    start: Instant = NO_INSTANT
     stack: dict[str, Any] = field(default_factory=dict)
     # the line of each of the stack's keys
     stack_refs: dict[str, EvidenceRef] = field(default_factory=dict)
@@ -158,10 +160,8 @@ class Manifest:
     contradictions: tuple[Problem, ...] = ()
     # from result.json
     exit_code: Setting | None = None
-    end_time: datetime | None = None
-    result_start_time: datetime | None = None
-    result_start_ref: EvidenceRef | None = None
-    end_ref: EvidenceRef | None = None
+    end: Instant = NO_INSTANT
+    result_start: Instant = NO_INSTANT
     # the launch's duration on the harness's monotonic clock (result.json's wall_s)
     wall_s: Setting | None = None
     # the runs that held one of this run's GPUs while it ran (result.json; a pool's record):
@@ -293,8 +293,7 @@ def read_manifest(path: Path, run_dir: Path, result_path: Path | None = None) ->
         if out["plant"] is None:
             out["plant"] = _recorded_null(data, doc, file, "plant")
         out["plant_labels"] = _plant_labels(data, doc, file)
-        out["start_time"] = fields.get(time_field, "start_time")
-        out["start_ref"] = _ref_if(out["start_time"], file, doc, "start_time")
+        out["start"] = _instant(fields.get(time_field, "start_time"), file, doc, "start_time")
         stack = data.get("stack")
         out["stack"] = dict(stack) if isinstance(stack, dict) else {}
         out["stack_refs"] = {k: json_key_ref(file, doc, k) for k in out["stack"]}
@@ -318,10 +317,9 @@ def read_manifest(path: Path, run_dir: Path, result_path: Path | None = None) ->
         out["result_keys"] = frozenset(rdoc.data if isinstance(rdoc.data, dict) else ())
         rfields = Fields(rdoc.data)  # type: ignore[arg-type]
         out["exit_code"] = _exit_code(rfields, rdoc, rfile)
-        out["end_time"] = rfields.get(time_field, "end_time")
-        out["result_start_time"] = rfields.get(time_field, "start_time")
-        out["end_ref"] = _ref_if(out["end_time"], rfile, rdoc, "end_time")
-        out["result_start_ref"] = _ref_if(out["result_start_time"], rfile, rdoc, "start_time")
+        out["end"] = _instant(rfields.get(time_field, "end_time"), rfile, rdoc, "end_time")
+        start = rfields.get(time_field, "start_time")
+        out["result_start"] = _instant(start, rfile, rdoc, "start_time")
         wall = rfields.get(seconds_field, "wall_s")
         if wall is not None:
             out["wall_s"] = Setting(wall, json_key_ref(rfile, rdoc, "wall_s"))
@@ -399,8 +397,9 @@ def _recorded_null(data: dict[str, Any], doc: JsonFile, file: str, key: str) -> 
     return None
 
 
-def _ref_if(value: object, file: str, doc: JsonFile, key: str) -> EvidenceRef | None:
-    return json_key_ref(file, doc, key) if value is not None else None
+def _instant(time: datetime | None, file: str, doc: JsonFile, key: str) -> Instant:
+    """A time ``key`` records, with its line (none: no time)."""
+    return Instant(time, json_key_ref(file, doc, key)) if time is not None else NO_INSTANT
 
 
 def _check_schema(data: dict[str, Any], file: str) -> None:

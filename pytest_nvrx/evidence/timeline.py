@@ -399,8 +399,8 @@ def recovery_clock(run: RunEvidence, timeline: Timeline | None = None) -> Recove
     manifest = run.manifest
     start = end = None
     if manifest is not None:
-        start = manifest.result_start_time or manifest.start_time
-        end = manifest.end_time
+        start = manifest.result_start.time or manifest.start.time
+        end = manifest.end.time
     first_it = first_iteration(list(run.cycle_logs))
     first_saved = next(
         (e for log in run.cycle_logs for e in log.of_type(SaveCompleted) if e.time is not None),

@@ -19,7 +19,7 @@ def start_time(run: RunEvidence) -> datetime | None:
     """The earliest of the launcher's first line and run.json's start."""
     candidates = [run.launcher.first.time]
     if run.manifest is not None:
-        candidates += [run.manifest.result_start_time, run.manifest.start_time]
+        candidates += [run.manifest.result_start.time, run.manifest.start.time]
     known = [t for t in candidates if t is not None]
     return min(known) if known else None
 

@@ -282,7 +282,7 @@ def timeline_data(
     events.sort(key=lambda e: e.t_s)
     ends = [run.launcher.last.time]
     if run.manifest is not None:
-        ends.append(run.manifest.end_time)
+        ends.append(run.manifest.end.time)
     end_s = max((v for v in (seconds_from(t0, t) for t in ends) if v is not None), default=None)
     known = [e.t_s for e in events] + [c.end_s for c in cycles if c.end_s is not None]
     if known:

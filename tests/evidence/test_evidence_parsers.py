@@ -489,7 +489,7 @@ def test_manifest_in_recipe_shape_with_result(tmp_path: Path) -> None:
     assert m.fault is not None and m.fault.value == "hang" and m.fault.ref.location == "run.json:6"
     assert m.train_iters is not None and m.train_iters.value == 100
     assert m.exit_code is not None and m.exit_code.value == 0
-    assert m.stack == {"torch": "2.11.0"} and m.start_time == utc("2026-11-29 11:03:10")
+    assert m.stack == {"torch": "2.11.0"} and m.start.time == utc("2026-11-29 11:03:10")
 
 
 def test_manifest_garbled_raises_manifest_error(tmp_path: Path) -> None:
