@@ -343,6 +343,8 @@ def _why_not_the_end(
     rank = split_rank_prefix(done.ref.text)[0]
     if rank is None:
         return "it has no rank prefix, which the launcher puts on every line a rank prints"
+    if not done.ref.text.startswith(f"{rank}: "):
+        return f"its rank prefix is not the launcher's '{rank}: '"
     if rank != 0 and printed_by_rank_0_only(adapter, done):
         return f"it is rank {rank}'s line and the workload prints it on rank 0 alone"
     if done.iteration is not None and final is not None and done.iteration != final[0]:

@@ -979,8 +979,9 @@ def test_every_megatron_training_done_under_another_rank_is_no_pass(tmp_path: Pa
 # Megatron's "[after training is done] datetime: " anywhere), so a last cycle log whose milestone
 # line lost its rank prefix (92 of 92 passing runs passed), gained text after it (92), named
 # another iteration than the process finished at (3 or x: 23 + 23) or sat inside another line
-# (69) read as one that reached its end. Only the line as the workload prints it counts now; a
-# line that is almost it is named, and the run cannot be judged.
+# (69) read as one that reached its end; so did one under "00: " or " 0: " (92 + 92), read as
+# rank 0's prefix. Only the line as the workload prints it counts now; a line that is almost it
+# is named, and the run cannot be judged.
 
 
 def _is_finish(line: str) -> bool:
@@ -1023,16 +1024,19 @@ def _almost_the_milestone(
     return wrong
 
 
-def test_every_committed_milestone_without_its_rank_prefix_cannot_be_judged(
-    tmp_path: Path,
+@pytest.mark.parametrize("prefix", ["", "00: ", " 0: "])
+def test_every_committed_milestone_without_the_launchers_rank_prefix_cannot_be_judged(
+    tmp_path: Path, prefix: str
 ) -> None:
-    def unprefixed(line: str) -> str:
+    """None, or one that reads as rank 0 but is not the ``0: `` NVRx writes."""
+
+    def reprefixed(line: str) -> str:
         assert line.startswith("0: "), line
-        return line[3:]
+        return prefix + line[3:]
 
     runs = _finished_runs()
     assert len(runs) > 90
-    assert _almost_the_milestone(tmp_path, runs, unprefixed) == []
+    assert _almost_the_milestone(tmp_path, runs, reprefixed) == []
 
 
 def test_every_committed_milestone_with_text_after_it_cannot_be_judged(tmp_path: Path) -> None:
