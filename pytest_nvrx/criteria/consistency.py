@@ -20,7 +20,9 @@ from pytest_nvrx.evidence.plant_records import read_plant_records
 from pytest_nvrx.evidence.refs import EvidenceRef, Problem, is_ascii_number, split_rank_prefix
 from pytest_nvrx.evidence.rundir import RunEvidence
 from pytest_nvrx.evidence.workload import (
+    LoadCompleted,
     Milestone,
+    MilestoneLookalike,
     WorkloadLogAdapter,
     get_adapter,
     printed_by_rank_0_only,
@@ -263,9 +265,10 @@ def _trained_after_finishing(run: RunEvidence) -> list[Problem]:
 def _finished_without_its_end(run: RunEvidence) -> list[Problem]:
     """result.json says the launcher exited 0 on its own, so the last cycle's workers finished
     training, and every workload prints its ``training finished`` milestone before it exits 0
-    (the reference workload's ``training finished``, Megatron's ``after training is done``).
-    A last cycle log without it was cut before its end: where training ended is unknown, and
-    what the cut lines said (fatal)."""
+    (the reference workload's ``training finished iteration N``, Megatron's ``[after training
+    is done] datetime: ...``). A last cycle log without it was cut before its end: where
+    training ended is unknown, and what the cut lines said (fatal). Only the line as the
+    workload prints it counts (see :func:`not_the_end`): a line that is almost it is named."""
     manifest = run.manifest
     logs = [log for log in run.cycle_logs if log.exists and log.read_error is None]
     if manifest is None or manifest.exit_code is None or not logs:
@@ -281,20 +284,91 @@ def _finished_without_its_end(run: RunEvidence) -> list[Problem]:
         key=lambda log: log.cycle,
         default=None,
     )
-    if last is None or any(
-        isinstance(e, Milestone) and e.name == "training_done" for e in last.events
-    ):
+    if last is None:
+        return []
+    almost = not_the_end(run, last)
+    if almost is None:
         return []
     ends = f"ends at {last.last_line.location}" if last.last_line else "is empty"
+    head = f"{code.ref.location} says the launcher exited 0, but {last.file}, the last cycle's log,"
+    if not almost:
+        return [
+            Problem(
+                "fatal",
+                f"{head} {ends} without the workload's 'training finished' line, which it prints"
+                " before every clean exit: the log is cut short, so where training ended is"
+                " unknown",
+                last.last_line or code.ref,
+            )
+        ]
+    ref, why = almost[0]
     return [
         Problem(
             "fatal",
-            f"{code.ref.location} says the launcher exited 0, but {last.file}, the last cycle's"
-            f" log, {ends} without the workload's 'training finished' line, which it prints"
-            " before every clean exit: the log is cut short, so where training ended is unknown",
-            last.last_line or code.ref,
+            f"{head} {ends} without the workload's 'training finished' line as it prints it"
+            f" before every clean exit: {ref.location} is almost it, but {why}; a line that is"
+            " almost the milestone is not it, so where training ended is unknown",
+            ref,
         )
     ]
+
+
+def not_the_end(run: RunEvidence, log: CycleLog) -> list[tuple[EvidenceRef, str]] | None:
+    """None when ``log`` holds the workload's ``training_done`` milestone exactly as it prints
+    it: its whole line (the adapter reads no other as a Milestone), under the NVRx rank prefix
+    of the rank that prints it (rank 0 where the workload prints it there alone), naming the
+    iteration the log's process finished at where the line names one (see _final_iteration).
+    Else the lines that are almost it, each with why it is not, first line first (empty: no
+    line is)."""
+    adapter = get_adapter(run.workload)
+    final = _final_iteration(run, log)
+    almost: list[tuple[EvidenceRef, str]] = []
+    for event in log.events:
+        why: str | None
+        if isinstance(event, MilestoneLookalike) and event.name == "training_done":
+            why = event.why
+        elif isinstance(event, Milestone) and event.name == "training_done":
+            why = _why_not_the_end(adapter, event, final)
+            if why is None:
+                return None
+        else:
+            continue
+        almost.append((event.ref, why))
+    return sorted(almost, key=lambda a: a[0].line or 0)
+
+
+def _why_not_the_end(
+    adapter: WorkloadLogAdapter, done: Milestone, final: tuple[int, EvidenceRef] | None
+) -> str | None:
+    rank = split_rank_prefix(done.ref.text)[0]
+    if rank is None:
+        return "it has no rank prefix, which the launcher puts on every line a rank prints"
+    if not done.ref.text.startswith(f"{rank}: "):
+        return f"its rank prefix is not the launcher's '{rank}: '"
+    if rank != 0 and printed_by_rank_0_only(adapter, done):
+        return f"it is rank {rank}'s line and the workload prints it on rank 0 alone"
+    if done.iteration is not None and final is not None and done.iteration != final[0]:
+        return (
+            f"it names iteration {done.iteration}, and the process finished at iteration"
+            f" {final[0]} ({final[1].location})"
+        )
+    return None
+
+
+def _final_iteration(run: RunEvidence, log: CycleLog) -> tuple[int, EvidenceRef] | None:
+    """The iteration the workload finished at in ``log``, the number its milestone names: the
+    last iteration line's (printed at the loop's end), else rank 0's load (a process restored at
+    its end trains none), else run.json's train_iters; None where none says."""
+    it = log.last_iteration
+    if it is not None:
+        return it.iteration, it.ref
+    loads = [e for e in log.of_type(LoadCompleted) if split_rank_prefix(e.ref.text)[0] == 0]
+    if loads:
+        return loads[-1].iteration, loads[-1].ref
+    told = run.manifest.train_iters if run.manifest is not None else None
+    if told is not None and isinstance(told.value, int) and not isinstance(told.value, bool):
+        return told.value, told.ref
+    return None
 
 
 def iterations_after_finish(log: CycleLog) -> list[tuple[EvidenceRef, EvidenceRef]]:

@@ -31,6 +31,7 @@ from pytest_nvrx.evidence.workload import (
     LoadFailed,
     LoadStarted,
     Milestone,
+    MilestoneLookalike,
     OptimizerLoadFailed,
     RngLoadFailed,
     SaveCompleted,
@@ -92,8 +93,17 @@ _LOADED = re.compile(
     r"\s*successfully loaded checkpoint from (?P<dir>.+?)(?: \[[^\]]*\])? at iteration"
     r"\s+(?P<it>\d+)"
 )
-# [after model, optimizer, and learning rate scheduler are built] datetime: 2026-11-29 11:04:19.48
-_MILESTONE = re.compile(r"\[(?P<what>[^\]]+)\] datetime: (?P<ts>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\S*)")
+# "[after model, optimizer, and learning rate scheduler are built] datetime: 2026-11-29
+# 11:04:19.480012 ", the whole line as training.print_datetime prints it (print_rank_0, a
+# strftime('%Y-%m-%d %H:%M:%S.%f') time and a space); _MILESTONE_WORDS finds a milestone's
+# label in a line of another form, which is no milestone (a MilestoneLookalike)
+_MILESTONE = re.compile(
+    r"\[(?P<what>[^\]]+)\] datetime: (?P<ts>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{6}) "
+)
+_MILESTONE_WORDS = re.compile(r"\[(?P<what>[^\]]+)\] datetime: ")
+_MILESTONE_WHY = (
+    "print_datetime prints '[<label>] datetime: <%Y-%m-%d %H:%M:%S.%f> ' alone on its line"
+)
 _MILESTONES = {
     "after model, optimizer, and learning rate scheduler are built": "setup_done",
     "before the start of training step": "training_start",
@@ -171,8 +181,13 @@ def _recognize(text: str) -> tuple[type, re.Match[str] | None] | None:
     if ("Error" in text or "Exception" in text) and _EXCEPTION.match(text):
         return WorkloadError, None
     if "] datetime: " in text:
-        m = _MILESTONE.search(text)
-        return (Milestone, m) if m is not None and m["what"] in _MILESTONES else None
+        m = _MILESTONE.fullmatch(text)
+        if m is not None:
+            return (Milestone, m) if m["what"] in _MILESTONES else None
+        words = _MILESTONE_WORDS.search(text)
+        if words is not None and words["what"] in _MILESTONES:
+            return MilestoneLookalike, words
+        return None
     if "FT: initialized. Timeouts=" in text:
         m = _FT_INITIALIZED.search(text)
         return (FtTimeoutsReported, m) if m is not None else None
@@ -277,6 +292,8 @@ class MegatronLogAdapter:
             return _ft_timeouts(m, at)
         if kind is Milestone:
             return Milestone(_MILESTONES[m["what"]], at.local_time(m["ts"]), at.ref())
+        if kind is MilestoneLookalike:
+            return MilestoneLookalike(_MILESTONES[m["what"]], _MILESTONE_WHY, at.ref())
         component, version = _COMPONENTS[m["what"]], m["version"]
         if component == "transformer_engine" and version == _TE_ABSENT:
             return VersionReported(component, None, at.ref())

@@ -33,6 +33,7 @@ from pytest_nvrx.evidence.workload import (
     LoadCompleted,
     LoadFailed,
     Milestone,
+    MilestoneLookalike,
     ProcessStarted,
     SaveCompleted,
     SaveScheduled,
@@ -67,6 +68,9 @@ _ITERATION_NO = re.compile(r"\[ref\] \S+ rank \d+ iteration (\d+)/\d+ ")
 _SAVE_SCHEDULED = re.compile(r"save scheduled iteration (?P<it>\d+)(?: |$)")
 # the path a save or load line ends with ("... path /ckpt/iter_0000005")
 _PATH = re.compile(r" path (?P<path>\S+)$")
+# the whole event, as reference.py prints it after its last iteration (rank 0)
+_FINISHED = re.compile(r"training finished iteration (?P<it>\d+)")
+_FINISHED_WHY = "the workload prints 'training finished iteration N', nothing more or else"
 _SAVE_COMPLETED = re.compile(r"save completed iteration (?P<it>\d+)$")
 _LOADED = re.compile(
     r"load checkpoint iteration (?P<it>\d+) \((?P<parts>[^)]*)\)"
@@ -120,8 +124,10 @@ class ReferenceLogAdapter:
     SaveCompleted; ``load checkpoint iteration N (parts) consumed_samples C path P`` →
     LoadCompleted with its parts, data position and path; ``no
     checkpoint found ..., starting from scratch`` → StartedFromScratch; ``load failed: ...`` →
-    LoadFailed; ``training finished`` → Milestone ``training_done``; ``aborted``, ``save failed``,
-    ``ft monitoring failed``, a non-zero ``exit code`` and Python tracebacks → WorkloadError;
+    LoadFailed; ``training finished iteration N`` (the whole event) → Milestone ``training_done``
+    naming N, any other event that starts ``training finished`` → MilestoneLookalike;
+    ``aborted``, ``save failed``, ``ft monitoring failed``, a non-zero ``exit code`` and Python
+    tracebacks → WorkloadError;
     ``started pid P world_size W restart_count R`` → ProcessStarted (run.json's world size and
     the cycle are checked against it); ``ft monitoring initialized sections S out_of_section
     O`` → FtTimeoutsReported (run.json's deadlines and the other cycles' are checked against
@@ -213,8 +219,11 @@ class ReferenceLogAdapter:
                 return None
             restarts = read_int(m["restarts"]) if m["restarts"] is not None else None
             return ProcessStarted(read_int(m["world"]), restarts, at.ref(), time)
-        if event.startswith("training finished iteration "):
-            return Milestone("training_done", time, at.ref())
+        if event.startswith("training finished"):
+            m = _FINISHED.fullmatch(event)
+            if m is None:
+                return MilestoneLookalike("training_done", _FINISHED_WHY, at.ref())
+            return Milestone("training_done", time, at.ref(), iteration=read_int(m["it"]))
         if event.startswith("ft monitoring initialized "):
             return _ft_timeouts(event, at)
         if event.startswith("aborted ") or event.startswith("ft monitoring failed: "):

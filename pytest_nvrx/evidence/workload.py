@@ -189,10 +189,25 @@ class WorkloadError:
 @dataclass(frozen=True, slots=True)
 class Milestone:
     """A timestamped phase boundary (``setup_done`` after model/optimizer/checkpoint load,
-    ``training_done``); used for timings only."""
+    ``training_done``), read only from the whole line in the form the workload prints it; used
+    for timings and, ``training_done``, as the proof that the log reached its end.
+    ``iteration``: the iteration the line names (the reference workload's ``training finished
+    iteration N``; None where the line names none)."""
 
     name: str
     time: datetime | None
+    ref: EvidenceRef
+    iteration: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class MilestoneLookalike:
+    """A line that holds a milestone's words but is not the line the workload prints (text
+    before or after it, a value of another form): no milestone, and the line a missing
+    milestone's verdict names (``why``: what differs)."""
+
+    name: str
+    why: str
     ref: EvidenceRef
 
 
@@ -279,6 +294,7 @@ WorkloadEvent = (
     | LoadFailed
     | WorkloadError
     | Milestone
+    | MilestoneLookalike
     | VersionReported
     | SettingReported
     | ProcessStarted

@@ -12,6 +12,7 @@ every committed run of each kind, and the cause of each class, are in the review
 from __future__ import annotations
 
 import copy
+import functools
 import io
 import json
 import os
@@ -37,6 +38,7 @@ from pytest_nvrx.evidence.rundir import load_run
 from pytest_nvrx.evidence.workload import SaveCompleted, get_adapter
 from tests.helpers.adversarial import Edit, committed_verdict, still_passing, verify_run
 from tests.helpers.doctor import Doctor, copy_run
+from tests.helpers.parse_once import parsing_once
 
 DATA = Path(__file__).parents[1] / "data"
 LAUNCHER = "logs/launcher.log"
@@ -970,3 +972,111 @@ def test_every_megatron_training_done_under_another_rank_is_no_pass(tmp_path: Pa
         (run, "'after training is done' under rank 1's prefix", moved) for run in runs
     ]
     assert still_passing(tmp_path, cases) == []
+
+
+# ----------------------------------------------------------------------------------------------
+# Review 3, the milestone read loosely: the training-finished milestone was any line that held
+# its words (the reference workload's "training finished iteration" at the head of an event,
+# Megatron's "[after training is done] datetime: " anywhere), so a last cycle log whose milestone
+# line lost its rank prefix (92 of 92 passing runs passed), gained text after it (92), named
+# another iteration than the process finished at (3 or x: 23 + 23) or sat inside another line
+# (69) read as one that reached its end; so did one under "00: " or " 0: " (92 + 92), read as
+# rank 0's prefix. Only the line as the workload prints it counts now; a line that is almost it
+# is named, and the run cannot be judged.
+
+
+def _is_finish(line: str) -> bool:
+    return "training finished" in line or "after training is done" in line
+
+
+@functools.cache
+def _finished_runs() -> tuple[Path, ...]:
+    """Every committed run that passes as committed, whose launcher exited 0 and did not time
+    out, with the workload's training-finished milestone in its last cycle log."""
+    runs = []
+    for result in _committed("result.json"):
+        record = json.loads(result.read_text(encoding="utf-8"))
+        if record.get("exit_code") != 0 or record.get("timed_out") is not False:
+            continue
+        run = result.parent
+        if committed_verdict(run)[0] != 0:
+            continue
+        if any(_is_finish(line) for line in _last_cycle_log(run).read_text("utf-8").splitlines()):
+            runs.append(run)
+    return tuple(runs)
+
+
+def _almost_the_milestone(
+    tmp_path: Path, runs: tuple[Path, ...], change: Callable[[str], str]
+) -> list[str]:
+    """Each run's milestone line changed by ``change`` in a copy: the runs whose verify does not
+    exit 2 naming that line as almost the milestone (each unchanged file parsed once)."""
+    wrong = []
+    with parsing_once():
+        for n, src in enumerate(runs):
+            doc = copy_run(src, tmp_path / f"{n}-{src.name}")
+            rel = str(_last_cycle_log(doc.root).relative_to(doc.root))
+            lines = doc.lines(rel)
+            at = _finish_index(lines)
+            lines[at] = change(lines[at])
+            doc.write_lines(rel, lines)
+            code, text = verify_run(doc.root)
+            if code != 2 or f"{rel}:{at + 1} is almost it" not in text:
+                wrong.append(f"{src.relative_to(DATA)}: exit {code}")
+    return wrong
+
+
+@pytest.mark.parametrize("prefix", ["", "00: ", " 0: "])
+def test_every_committed_milestone_without_the_launchers_rank_prefix_cannot_be_judged(
+    tmp_path: Path, prefix: str
+) -> None:
+    """None, or one that reads as rank 0 but is not the ``0: `` NVRx writes."""
+
+    def reprefixed(line: str) -> str:
+        assert line.startswith("0: "), line
+        return prefix + line[3:]
+
+    runs = _finished_runs()
+    assert len(runs) > 90
+    assert _almost_the_milestone(tmp_path, runs, reprefixed) == []
+
+
+def test_every_committed_milestone_with_text_after_it_cannot_be_judged(tmp_path: Path) -> None:
+    runs = _finished_runs()
+    assert len(runs) > 90
+    assert (
+        _almost_the_milestone(tmp_path, runs, lambda line: line.rstrip("\n") + " (not really)\n")
+        == []
+    )
+
+
+@pytest.mark.parametrize("named", ["3", "x"])
+def test_every_committed_reference_milestone_naming_another_iteration_cannot_be_judged(
+    tmp_path: Path, named: str
+) -> None:
+    """The reference workload prints ``training finished iteration N`` with N the iteration its
+    loop ended at (its last iteration line): 3 in a run that trained on is not its line."""
+    runs = tuple(r for r in _finished_runs() if _workload(r) == "reference")
+    assert len(runs) > 20
+
+    def renamed(line: str) -> str:
+        changed = re.sub(
+            r"training finished iteration \d+", f"training finished iteration {named}", line
+        )
+        assert changed != line, line
+        return changed
+
+    assert _almost_the_milestone(tmp_path, runs, renamed) == []
+
+
+def test_every_committed_megatron_milestone_inside_another_line_cannot_be_judged(
+    tmp_path: Path,
+) -> None:
+    runs = tuple(r for r in _finished_runs() if _workload(r) == "megatron")
+    assert len(runs) > 60
+
+    def embedded(line: str) -> str:
+        assert line.startswith("0: [after training is done] "), line
+        return line.replace("0: [after", "0: WARNING: will print [after", 1)
+
+    assert _almost_the_milestone(tmp_path, runs, embedded) == []

@@ -25,6 +25,7 @@ from pytest_nvrx.evidence.workload import (
     LoadCompleted,
     LoadStarted,
     Milestone,
+    MilestoneLookalike,
     OptimizerLoadFailed,
     SaveCompleted,
     SaveScheduled,
@@ -151,6 +152,30 @@ def test_megatron_checkpoint_lines(line: str, kind: type, iteration: int) -> Non
 )
 def test_megatron_other_lines(line: str, kind: type) -> None:
     assert isinstance(parse(line), kind)
+
+
+def test_megatron_training_done_is_print_datetimes_whole_line() -> None:
+    done = parse("[after training is done] datetime: 2026-11-29 11:04:42.978219 ")
+    assert isinstance(done, Milestone)
+    assert (done.name, done.iteration) == ("training_done", None)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "WARNING: will print [after training is done] datetime: 2026-11-29 11:04:42.978219 ",
+        "[after training is done] datetime: 2026-11-29 11:04:42.978219 (not really)",
+        # print_datetime's strftime('%Y-%m-%d %H:%M:%S.%f') and its space, exactly
+        "[after training is done] datetime: 2026-11-29 11:04:42.978219",
+        "[after training is done] datetime: 2026-11-29 11:04:42 ",
+        "[after training is done] datetime: 2026-11-29 11:04:42.97 ",
+    ],
+)
+def test_megatron_a_line_almost_training_done_is_no_milestone(line: str) -> None:
+    almost = parse(line)
+    assert isinstance(almost, MilestoneLookalike)
+    assert almost.name == "training_done"
+    assert MEGATRON.event_kind(line) is MilestoneLookalike
 
 
 @pytest.mark.parametrize(

@@ -29,6 +29,7 @@ from pytest_nvrx.evidence.workload import (
     LoadCompleted,
     LoadFailed,
     Milestone,
+    MilestoneLookalike,
     ProcessStarted,
     SaveCompleted,
     SaveScheduled,
@@ -188,6 +189,29 @@ def test_load_line_carries_the_restored_parts() -> None:
 )
 def test_other_events(event: str, kind: type) -> None:
     assert isinstance(parse(f"[ref] 2026-11-29T11:52:59.613+00:00 rank 0 {event}"), kind)
+
+
+def test_training_finished_is_the_whole_event_naming_its_iteration() -> None:
+    done = parse("[ref] 2026-11-29T11:52:59.613+00:00 rank 0 training finished iteration 40")
+    assert isinstance(done, Milestone)
+    assert (done.name, done.iteration) == ("training_done", 40)
+
+
+@pytest.mark.parametrize(
+    "event",
+    [
+        "training finished iteration 40 (not really)",
+        "training finished iteration x",
+        "training finished iteration ",
+        "training finished",
+        "training finished at iteration 40",
+    ],
+)
+def test_a_line_almost_training_finished_is_no_milestone(event: str) -> None:
+    almost = parse(f"[ref] 2026-11-29T11:52:59.613+00:00 rank 0 {event}")
+    assert isinstance(almost, MilestoneLookalike)
+    assert almost.name == "training_done"
+    assert "'training finished iteration N'" in almost.why
 
 
 @pytest.mark.parametrize(
