@@ -846,3 +846,29 @@ def test_tracker_without_an_iteration_is_a_load_error(
     (tmp_path / TRACKER_NAME).write_bytes(content)
     with pytest.raises(ref.LoadError, match=re.escape(message)):
         ref.read_tracker(tmp_path)
+
+
+def test_the_collector_is_off_only_while_the_imports_load() -> None:
+    """The module turns the cyclic collector off for its imports (they allocate millions of
+    objects, none garbage) and on again after, also in a process that had it off already only
+    if it was off before; main() freezes what the imports left."""
+    probe = (
+        "import gc, sys\n"
+        "off = sys.argv[1] == 'off'\n"
+        "if off: gc.disable()\n"
+        "import pytest_nvrx.workloads.reference as ref\n"
+        "assert gc.isenabled() is (not off), gc.isenabled()\n"
+        "before = gc.get_freeze_count()\n"
+        "try:\n"
+        "    ref.main(['--help'])\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "assert gc.get_freeze_count() > before + 100_000, (before, gc.get_freeze_count())\n"
+        "print('ok')\n"
+    )
+    for state in ("on", "off"):
+        done = subprocess.run(
+            [sys.executable, "-c", probe, state], capture_output=True, text=True, check=False
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert done.stdout.splitlines()[-1] == "ok", done.stdout[-2000:]
