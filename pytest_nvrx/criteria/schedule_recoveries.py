@@ -687,24 +687,28 @@ def _arming_disagrees(
     run: RunEvidence, schedule: tuple[ScheduledFault, ...], segments: list[FaultSegment]
 ) -> list[Problem]:
     """The injector's arming lines (``arming fault k of n``) against run.json's schedule and
-    the cycle each fault fired in. A cycle before that one may have armed the same fault: its
-    workers failed before it fired (the injector arms the first fault without a marker), a
-    failure no scheduled fault explains, which the first cause and no_repeat_injection name. A
-    cycle after it cannot: the marker was there."""
+    the cycle each fault fired in. The injector arms the first fault without a marker, so fault
+    k is armed after fault k-1 fired and up to the cycle it fires in: a cycle before that one
+    may have armed it too when its workers failed before it fired (a failure no scheduled fault
+    explains, which the first cause and no_repeat_injection name); a cycle after it, or one not
+    after fault k-1's, cannot."""
+    fired_in = {s.position: s.timeline.failed_cycle for s in segments}
     out = []
     for log in run.cycle_logs:
         for line in log.injector:
             if line.kind != "armed" or line.position is None:
                 continue
             entry = schedule[line.position - 1] if line.position <= len(schedule) else None
-            fired = next((s for s in segments if s.position == line.position), None)
-            cycle = fired.timeline.failed_cycle if fired is not None else None
+            cycle = fired_in.get(line.position)
+            before = fired_in.get(line.position - 1)
             if line.schedule != render_schedule(schedule) or entry is None:
                 why = f"run.json runs {render_schedule(schedule)}"
             elif (line.fault, line.window) != (entry.fault, entry.window):
                 why = f"run.json's fault {line.position} is {entry}"
             elif cycle is not None and log.cycle > cycle:
                 why = f"fault {line.position} fired in cycle {cycle}"
+            elif before is not None and log.cycle <= before:
+                why = f"fault {line.position - 1} fired in cycle {before}"
             else:
                 continue
             out.append(

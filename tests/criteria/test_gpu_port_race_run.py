@@ -5,7 +5,11 @@ first, never "cannot judge" and never a pass."""
 
 from __future__ import annotations
 
+import json
+import re
 from pathlib import Path
+
+import pytest
 
 from pytest_nvrx.criteria import judge_run_dir
 from pytest_nvrx.criteria.outcome import run_outcome
@@ -64,3 +68,50 @@ def test_a_cycle_arming_a_fault_after_it_fired_cannot_be_judged(tmp_path: Path) 
     judgement = judge_run_dir(doc.root)
     assert not judgement.judgeable
     assert any("but fault 1 fired in cycle 1" in r for r in judgement.unjudgeable_reasons)
+
+
+def _schedule_runs() -> list[Path]:
+    data = Path(__file__).parents[1] / "data"
+    runs = []
+    for manifest in sorted(data.glob("**/run.json")):
+        config = json.loads(manifest.read_text(encoding="utf-8")).get("config") or {}
+        if len(config.get("schedule") or []) >= 2:
+            runs.append(manifest.parent)
+    return runs
+
+
+SCHEDULE_RUNS = _schedule_runs()
+ARMING = re.compile(r"arming fault (\d+) of (\d+) \((\S+)\), marker (\S+)")
+
+
+def test_every_committed_schedule_of_two_faults_or_more_is_here() -> None:
+    assert len(SCHEDULE_RUNS) >= 18, SCHEDULE_RUNS
+
+
+@pytest.mark.parametrize("run", SCHEDULE_RUNS, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_a_cycle_arming_a_fault_before_the_previous_one_fired_cannot_be_judged(
+    run: Path, tmp_path: Path
+) -> None:
+    """The injector arms the first fault without a marker: fault k+1 only after fault k fired.
+    The cycle where fault 1 fired, said to have armed fault 2 (its arming line relabelled), is a
+    contradiction however the rest reads; before, that passed for every run that passes."""
+    doc = copy_run(run, tmp_path / "run")
+    fired = judge_run_dir(run).recoveries[0].marker.restart_count
+    rel = f"logs/train_cycle{fired}.log"
+    schedule = json.loads(doc.path("run.json").read_text(encoding="utf-8"))["config"]["schedule"]
+    lines = doc.lines(rel)
+    at = next(i for i, text in enumerate(lines) if "arming fault 1 of" in text)
+    match = ARMING.search(lines[at])
+    assert match is not None, lines[at]
+    second = match[4].replace("fault_injected.json", "fault_injected_2.json")
+    lines[at] = (
+        lines[at][: match.start()]
+        + f"arming fault 2 of {match[2]} ({schedule[1]}), marker {second}"
+        + lines[at][match.end() :]
+    )
+    doc.write_lines(rel, lines)
+    judgement = judge_run_dir(doc.root)
+    assert not judgement.judgeable, run_outcome(judgement).summary
+    assert any(f"but fault 1 fired in cycle {fired}" in r for r in judgement.unjudgeable_reasons), (
+        judgement.unjudgeable_reasons
+    )
