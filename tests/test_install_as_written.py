@@ -17,8 +17,11 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import shutil
 import subprocess
+import tempfile
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -72,6 +75,28 @@ class Origin:
 @pytest.fixture(scope="module")
 def origin(tmp_path_factory: pytest.TempPathFactory) -> Origin:
     return Origin(tmp_path_factory.mktemp("origin"))
+
+
+@pytest.fixture
+def venvs(tmp_path: Path) -> Iterator[Path]:
+    """Where a test's venvs go: on the file system of uv's cache, so that uv links the installed
+    files from it rather than copying them (torch with its CUDA libraries is about 5 GB a venv;
+    ./check keeps the tests' temporary files on /dev/shm, where two such copies took 11 GB of
+    memory until the session ended). Removed after the test."""
+    cache = Path(
+        subprocess.run(
+            [*find_uv(), "cache", "dir"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+    )
+    cache.mkdir(parents=True, exist_ok=True)
+    if os.stat(cache).st_dev == os.stat(tmp_path).st_dev:
+        yield tmp_path
+        return
+    root = Path(tempfile.mkdtemp(prefix="pytest-nvrx-venvs-", dir=cache.parent))
+    try:
+        yield root
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def venv_with_pip(path: Path, cwd: Path, origin: Origin) -> Venv:
@@ -134,7 +159,9 @@ def git_url_lines() -> dict[str, str]:
     return by_tool
 
 
-def test_clone_build_and_install_lines_as_written(origin: Origin, tmp_path: Path) -> None:
+def test_clone_build_and_install_lines_as_written(
+    origin: Origin, tmp_path: Path, venvs: Path
+) -> None:
     """install.md, in order, in one venv: the clone line and `uv build` (the wheel and sdist it
     names, holding what git tracks); the uv line for that wheel, then the two --help checks;
     then README's git-URL uv line, which replaces it with HEAD of the project URL (bytecode
@@ -146,7 +173,7 @@ def test_clone_build_and_install_lines_as_written(origin: Origin, tmp_path: Path
     build_section = section(text, "Into an environment")
     lines = fenced_lines(build_section)
     assert "uv build" in lines, "install.md no longer builds with `uv build`"
-    venv = venv_with_pip(tmp_path / "venv", tmp_path, origin)
+    venv = venv_with_pip(venvs / "venv", tmp_path, origin)
     proc = shell(venv, f"{clone} && uv build", timeout=300)
     assert proc.returncode == 0, f"`{clone} && uv build`:\n{proc.stdout}{proc.stderr[-3000:]}"
     checkout = tmp_path / "pytest-nvrx"
@@ -196,7 +223,7 @@ def test_clone_build_and_install_lines_as_written(origin: Origin, tmp_path: Path
         assert list((site / package / "__pycache__").glob("__init__.*.pyc")), package
 
     (pip_line,) = [ln for ln in lines if ln.startswith("pip install dist/")]
-    pip_venv = venv_with_pip(tmp_path / "pip-venv", checkout, origin)
+    pip_venv = venv_with_pip(venvs / "pip-venv", checkout, origin)
     pip_with_deps(pip_venv, pip_line.split("  #")[0].strip())
     pip_venv.cwd = tmp_path
     pip_with_deps(pip_venv, git_lines["pip"])
@@ -230,7 +257,9 @@ def workflow_install_step() -> str:
     return "\n".join(block) + "\n"
 
 
-def test_container_routes_keep_the_container_stack(origin: Origin, tmp_path: Path) -> None:
+def test_container_routes_keep_the_container_stack(
+    origin: Origin, tmp_path: Path, venvs: Path
+) -> None:
     """A 'container': torch, then install.md's NVRx lines (for one that has none). The Actions
     job's install step, verbatim, with real pip: the plugin from the git URL, torch and NVRx
     untouched, --version answers. Then install.md's container lines, as printed but for the
@@ -241,7 +270,7 @@ def test_container_routes_keep_the_container_stack(origin: Origin, tmp_path: Pat
     plugin, plugin_runtime, nvrx, nvrx_runtime = no_deps_route()
     for cmd in (plugin, plugin_runtime):
         assert shlex.join(cmd).split(" ")[:3] == ["pip", "install", cmd[2]]
-    bare = venv_with_pip(tmp_path / "bare", tmp_path, origin)
+    bare = venv_with_pip(venvs / "bare", tmp_path, origin)
     # the job pins the plugin (PYTEST_NVRX_REF: a tag or a commit): here, the origin's commit
     pin = {"PYTEST_NVRX_REF": origin.head}
     proc = shell(bare, step, extra_env=pin)
@@ -250,7 +279,7 @@ def test_container_routes_keep_the_container_stack(origin: Origin, tmp_path: Pat
     assert proc.stdout.strip() == refusal, proc.stdout
     assert not list((bare.path / "lib").glob("python3.*/site-packages/pytest_nvrx*"))
 
-    venv = venv_with_pip(tmp_path / "container", tmp_path, origin)
+    venv = venv_with_pip(venvs / "container", tmp_path, origin)
     venv.uv_pip(["pip", "install", "torch"])
     venv.uv_pip(nvrx)
     venv.uv_pip(nvrx_runtime)
