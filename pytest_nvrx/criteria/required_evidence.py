@@ -19,6 +19,10 @@ statement makes it one:
   Megatron prints its load lines on rank 0 and its iteration lines on the last rank only; the
   reference workload its iterations on rank 0 and its start on every rank.
 
+* the clean exit of every rank (``exits_on_every_rank``: the reference workload's ``exit code
+  0``, its last line) in the last cycle of a run whose launcher exited 0 on its own
+  (:func:`unexited`): a rank without one had its last lines cut off.
+
 * the settings a cycle started with (``dumps_settings``: Megatron's argument dump, printed by
   rank 0 before it loads, saves or trains): a cycle that trained, loaded or saved without one
   (:func:`undumped`) leaves resume_settings and manifest_agreement nothing to compare (a
@@ -55,6 +59,7 @@ from pytest_nvrx.evidence.workload import (
     LOAD_FAILURES,
     LoadCompleted,
     LoadStarted,
+    ProcessExited,
     ProcessStarted,
     SaveCompleted,
     SaveScheduled,
@@ -62,6 +67,7 @@ from pytest_nvrx.evidence.workload import (
     VersionReported,
     WorkloadLogAdapter,
     dumps_settings,
+    exits_on_every_rank,
     get_adapter,
     loads_on_every_rank,
     starts_on_every_rank,
@@ -243,6 +249,7 @@ def required_problems(run: RunEvidence) -> tuple[Problem, ...]:
         return ()
     out: list[Problem] = undumped(run) if dumps_settings(adapter) else []
     out += cross_check_lines(run, adapter)
+    out += unexited(run, adapter)
     world = world_ranks(run)
     if world is None or not loads_on_every_rank(adapter):
         return tuple(out)
@@ -268,6 +275,47 @@ def required_problems(run: RunEvidence) -> tuple[Problem, ...]:
             )
         )
     return tuple(out)
+
+
+def unexited(run: RunEvidence, adapter: WorkloadLogAdapter) -> list[Problem]:
+    """The last cycle of a run whose launcher exited 0 on its own, where the workload prints its
+    clean exit on every rank (``exits_on_every_rank``: the reference workload's ``exit code
+    0``, after ``training finished``), without that line from a rank that printed in it: the log
+    was cut after the milestone, and what that rank's last lines said is unknown. (A last log
+    without the milestone is consistency's to refuse.)"""
+    manifest = run.manifest
+    if not exits_on_every_rank(adapter) or manifest is None or manifest.exit_code is None:
+        return []
+    timed_out = manifest.timed_out is not None and manifest.timed_out.value is True
+    if manifest.exit_code.value != 0 or timed_out:
+        return []
+    recorded = {record.cycle for record in run.cycles}
+    logs = [log for log in run.cycle_logs if log.exists and not log.read_error]
+    last = max(
+        (log for log in logs if log.cycle in recorded or not run.cycle_infos.exists),
+        key=lambda log: log.cycle,
+        default=None,
+    )
+    world = world_ranks(run)
+    if last is None or world is None:
+        return []
+    ranks, size_ref = world
+    exited = {_rank(e.ref) for e in last.of_type(ProcessExited)}
+    silent = [r for r in ranks if r in last.ranks and r not in exited]
+    if not silent:
+        return []
+    ends = last.last_line or manifest.exit_code.ref
+    return [
+        Problem(
+            "fatal",
+            f"{manifest.exit_code.ref.location} says the launcher exited 0, but {last.file}, the"
+            f" last cycle's log, holds no 'exit code 0' line of rank {silent[0]} of the"
+            f" {len(ranks)} {size_ref.location} names (it ends at {ends.location}): the"
+            f" {run.workload} workload prints one on every rank as its last line, so the log is"
+            " cut short and what that rank did last is unknown",
+            ends,
+        )
+    ]
 
 
 _LOADED = (LoadStarted, LoadCompleted, *LOAD_FAILURES)

@@ -34,6 +34,7 @@ from pytest_nvrx.evidence.workload import (
     LoadFailed,
     Milestone,
     MilestoneLookalike,
+    ProcessExited,
     ProcessStarted,
     SaveCompleted,
     SaveScheduled,
@@ -127,13 +128,13 @@ class ReferenceLogAdapter:
     LoadFailed; ``training finished iteration N`` (the whole event) → Milestone ``training_done``
     naming N, any other event that starts ``training finished`` → MilestoneLookalike;
     ``aborted``, ``save failed``, ``ft monitoring failed``, a non-zero ``exit code`` and Python
-    tracebacks → WorkloadError;
+    tracebacks → WorkloadError; ``exit code 0`` → ProcessExited;
     ``started pid P world_size W restart_count R`` → ProcessStarted (run.json's world size and
     the cycle are checked against it); ``ft monitoring initialized sections S out_of_section
     O`` → FtTimeoutsReported (run.json's deadlines and the other cycles' are checked against
-    it). ``ft monitoring disabled``, ``restore skipped ...`` (its load line already leaves the
-    part out) and ``exit code 0`` are not evidence; neither is any line without the ``[ref]``
-    head (the injector's, torch's warnings).
+    it). ``ft monitoring disabled`` and ``restore skipped ...`` (its load line already leaves the
+    part out) are not evidence; neither is any line without the ``[ref]`` head (the injector's,
+    torch's warnings).
     """
 
     name = "reference"
@@ -141,6 +142,8 @@ class ReferenceLogAdapter:
     loads_on_every_rank = True
     # every rank prints "started pid P world_size W restart_count R" first (reference.py main)
     starts_on_every_rank = True
+    # every rank prints "exit code 0" last after a clean return (reference.py main)
+    exits_on_every_rank = True
     # rank 0 alone prints its saves, FT deadlines and "training finished" (ref_checkpoints.py,
     # reference.py)
     rank_0_only = (SaveScheduled, SaveCompleted, FtTimeoutsReported, "training_done")
@@ -230,8 +233,10 @@ class ReferenceLogAdapter:
             return WorkloadError(at.ref())
         if first == "exit":
             m = _EXIT.match(event)
-            if m is not None and read_int(m["code"]) != 0:
-                return WorkloadError(at.ref())
+            if m is not None:
+                return (
+                    WorkloadError(at.ref()) if read_int(m["code"]) != 0 else ProcessExited(at.ref())
+                )
         return None
 
     def checkpoint_path(self, checkpoint_dir: Path, iteration: int) -> Path:

@@ -222,6 +222,14 @@ class VersionReported:
 
 
 @dataclass(frozen=True, slots=True)
+class ProcessExited:
+    """A worker process's last line after a clean return from training: the reference workload's
+    ``exit code 0`` on every rank (a non-zero code is a WorkloadError)."""
+
+    ref: EvidenceRef
+
+
+@dataclass(frozen=True, slots=True)
 class ProcessStarted:
     """A worker process says it started: the world size it joined and its restart count
     (``TORCHELASTIC_RESTART_COUNT``: ft_launcher sets it to the number of the cycle it starts),
@@ -298,6 +306,7 @@ WorkloadEvent = (
     | VersionReported
     | SettingReported
     | ProcessStarted
+    | ProcessExited
     | FtTimeoutsReported
 )
 
@@ -376,6 +385,13 @@ def starts_on_every_rank(adapter: WorkloadLogAdapter) -> bool:
     restart count) before anything else: the reference workload's ``started`` line, which
     manifest_agreement compares with run.json and the cycle's index."""
     return getattr(adapter, "starts_on_every_rank", False) is True
+
+
+def exits_on_every_rank(adapter: WorkloadLogAdapter) -> bool:
+    """Whether every rank of the workload prints a ProcessExited line as the last thing it does
+    after a clean return (the reference workload's ``exit code 0``), so a cycle that ended the
+    run with exit 0 holds one from every rank that printed in it."""
+    return getattr(adapter, "exits_on_every_rank", False) is True
 
 
 def dumps_settings(adapter: WorkloadLogAdapter) -> bool:

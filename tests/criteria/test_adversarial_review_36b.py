@@ -1080,3 +1080,34 @@ def test_every_committed_megatron_milestone_inside_another_line_cannot_be_judged
         return line.replace("0: [after", "0: WARNING: will print [after", 1)
 
     assert _almost_the_milestone(tmp_path, runs, embedded) == []
+
+
+# ----------------------------------------------------------------------------------------------
+# Review 3, class A: the last cycle log cut right after the milestone (every rank's closing
+# "exit code 0" lost, or one rank's): the reference workload prints that line on every rank as
+# its last, so the log is cut short and the run cannot be judged
+
+
+@pytest.mark.parametrize("lost", ["every rank's", "the last rank's"])
+def test_every_committed_reference_log_cut_after_the_milestone_cannot_be_judged(
+    tmp_path: Path, lost: str
+) -> None:
+    runs = tuple(r for r in _finished_runs() if _workload(r) == "reference")
+    assert len(runs) > 20
+    wrong = []
+    with parsing_once():
+        for n, src in enumerate(runs):
+            doc = copy_run(src, tmp_path / f"{n}-{src.name}")
+            rel = str(_last_cycle_log(doc.root).relative_to(doc.root))
+            lines = doc.lines(rel)
+            exits = [i for i, line in enumerate(lines) if re.search(r"\] .* exit code 0$", line)]
+            assert len(exits) >= 2, (src, rel)
+            if lost == "every rank's":
+                lines = lines[: _finish_index(lines) + 1]
+            else:
+                del lines[exits[-1]]
+            doc.write_lines(rel, lines)
+            code, text = verify_run(doc.root)
+            if code != 2 or "holds no 'exit code 0' line of rank" not in text:
+                wrong.append(f"{src.relative_to(DATA)}: exit {code}")
+    assert wrong == []

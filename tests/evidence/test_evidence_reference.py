@@ -30,6 +30,7 @@ from pytest_nvrx.evidence.workload import (
     LoadFailed,
     Milestone,
     MilestoneLookalike,
+    ProcessExited,
     ProcessStarted,
     SaveCompleted,
     SaveScheduled,
@@ -214,6 +215,17 @@ def test_a_line_almost_training_finished_is_no_milestone(event: str) -> None:
     assert "'training finished iteration N'" in almost.why
 
 
+def test_exit_code_0_is_a_clean_exit_and_any_other_an_error() -> None:
+    """Every rank prints ``exit code C`` last: 0 closes a clean run (required of every rank of
+    the last cycle of a run that exited 0), anything else is the workload's error."""
+    clean = parse("[ref] 2026-11-29T11:52:59.645+00:00 rank 0 exit code 0")
+    assert isinstance(clean, ProcessExited)
+    assert isinstance(
+        parse("[ref] 2026-11-29T11:52:59.645+00:00 rank 1 exit code 1"), WorkloadError
+    )
+    assert parse("[ref] 2026-11-29T11:52:59.645+00:00 rank 0 exit code 0 (not really)") is None
+
+
 @pytest.mark.parametrize(
     "body",
     [
@@ -222,7 +234,6 @@ def test_a_line_almost_training_finished_is_no_milestone(event: str) -> None:
         "[ref] 2026-11-30T13:44:21.681+00:00 rank 1 restore skipped optimizer of iteration 4"
         " on purpose (--break-restore, restart_count 1)",
         "[ref] 2026-11-29T11:52:50.555+00:00 rank 0 ft monitoring disabled (--no-ft)",
-        "[ref] 2026-11-29T11:52:59.645+00:00 rank 0 exit code 0",
         # our injector's lines: verdicts must never rest on them
         "[pytest-nvrx injector] rank 1 pid 14181: watching /c/latest_checkpointed_iteration.txt"
         " (baseline 0) to inject kill (SIGKILL) once it advances",
@@ -550,7 +561,12 @@ def test_optimizer_state_load_fails_on_an_abort_during_the_restore(kill: Doctor)
 def test_progress_fails_when_truncated_before_the_final_iteration(kill: Doctor) -> None:
     """The replacement ended training at 30 of 40 (said so, and exited 0)."""
     kill.truncate_after(CYCLE1, "save completed iteration 20")
-    kill.append(CYCLE1, ref_line("11:52:57.400", 0, "training finished iteration 30"))
+    kill.append(
+        CYCLE1,
+        ref_line("11:52:57.400", 0, "training finished iteration 30"),
+        ref_line("11:52:57.410", 0, "exit code 0"),
+        ref_line("11:52:57.411", 1, "exit code 0"),
+    )
     v = failing(kill.root, "progress_past_restore")
     assert "stopped at iteration 30, before the final iteration 40 (from run.json)" in v.reason
     assert locations(v)[:2] == [f"{CYCLE1}:27", "run.json:14"]  # iteration 30/40, train_iters
