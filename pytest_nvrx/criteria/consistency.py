@@ -262,6 +262,27 @@ def _trained_after_finishing(run: RunEvidence) -> list[Problem]:
     return _first_in_logs(run, iterations_after_finish, say)
 
 
+def clean_exit_last_log(run: RunEvidence) -> tuple[CycleLog, EvidenceRef] | None:
+    """The last cycle log of a run whose result.json says the launcher exited 0 and did not
+    time out, with the result.json line that says so: the last cycle the launcher recorded
+    (every cycle where there is no cycle_infos/; a later log without a record is flagged
+    apart), read; None for any other run."""
+    manifest = run.manifest
+    if manifest is None or manifest.exit_code is None:
+        return None
+    timed_out = manifest.timed_out is not None and manifest.timed_out.value is True
+    if manifest.exit_code.value != 0 or timed_out:
+        return None
+    recorded = {record.cycle for record in run.cycles}
+    logs = [log for log in run.cycle_logs if log.exists and log.read_error is None]
+    last = max(
+        (log for log in logs if log.cycle in recorded or not run.cycle_infos.exists),
+        key=lambda log: log.cycle,
+        default=None,
+    )
+    return None if last is None else (last, manifest.exit_code.ref)
+
+
 def _finished_without_its_end(run: RunEvidence) -> list[Problem]:
     """result.json says the launcher exited 0 on its own, so the last cycle's workers finished
     training, and every workload prints its ``training finished`` milestone before it exits 0
@@ -269,28 +290,15 @@ def _finished_without_its_end(run: RunEvidence) -> list[Problem]:
     is done] datetime: ...``). A last cycle log without it was cut before its end: where
     training ended is unknown, and what the cut lines said (fatal). Only the line as the
     workload prints it counts (see :func:`not_the_end`): a line that is almost it is named."""
-    manifest = run.manifest
-    logs = [log for log in run.cycle_logs if log.exists and log.read_error is None]
-    if manifest is None or manifest.exit_code is None or not logs:
+    found = clean_exit_last_log(run)
+    if found is None:
         return []
-    code = manifest.exit_code
-    timed_out = manifest.timed_out is not None and manifest.timed_out.value is True
-    if code.value != 0 or timed_out:
-        return []
-    # the last cycle the launcher recorded (a later log without a record is flagged apart)
-    recorded = {record.cycle for record in run.cycles}
-    last = max(
-        (log for log in logs if log.cycle in recorded or not run.cycle_infos.exists),
-        key=lambda log: log.cycle,
-        default=None,
-    )
-    if last is None:
-        return []
+    last, code = found
     almost = not_the_end(run, last)
     if almost is None:
         return []
     ends = f"ends at {last.last_line.location}" if last.last_line else "is empty"
-    head = f"{code.ref.location} says the launcher exited 0, but {last.file}, the last cycle's log,"
+    head = f"{code.location} says the launcher exited 0, but {last.file}, the last cycle's log,"
     if not almost:
         return [
             Problem(
@@ -298,7 +306,7 @@ def _finished_without_its_end(run: RunEvidence) -> list[Problem]:
                 f"{head} {ends} without the workload's 'training finished' line, which it prints"
                 " before every clean exit: the log is cut short, so where training ended is"
                 " unknown",
-                last.last_line or code.ref,
+                last.last_line or code,
             )
         ]
     ref, why = almost[0]

@@ -49,6 +49,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
+from pytest_nvrx.criteria.consistency import clean_exit_last_log
 from pytest_nvrx.criteria.helpers import or_none
 from pytest_nvrx.criteria.progress_past_restore import print_rule
 from pytest_nvrx.evidence.cycle_log import ITERATIONS_KEPT, CycleLog
@@ -283,32 +284,23 @@ def unexited(run: RunEvidence, adapter: WorkloadLogAdapter) -> list[Problem]:
     0``, after ``training finished``), without that line from a rank that printed in it: the log
     was cut after the milestone, and what that rank's last lines said is unknown. (A last log
     without the milestone is consistency's to refuse.)"""
-    manifest = run.manifest
-    if not exits_on_every_rank(adapter) or manifest is None or manifest.exit_code is None:
+    if not exits_on_every_rank(adapter):
         return []
-    timed_out = manifest.timed_out is not None and manifest.timed_out.value is True
-    if manifest.exit_code.value != 0 or timed_out:
-        return []
-    recorded = {record.cycle for record in run.cycles}
-    logs = [log for log in run.cycle_logs if log.exists and not log.read_error]
-    last = max(
-        (log for log in logs if log.cycle in recorded or not run.cycle_infos.exists),
-        key=lambda log: log.cycle,
-        default=None,
-    )
+    found = clean_exit_last_log(run)
     world = world_ranks(run)
-    if last is None or world is None:
+    if found is None or world is None:
         return []
+    last, exit_ref = found
     ranks, size_ref = world
     exited = {_rank(e.ref) for e in last.of_type(ProcessExited)}
     silent = [r for r in ranks if r in last.ranks and r not in exited]
     if not silent:
         return []
-    ends = last.last_line or manifest.exit_code.ref
+    ends = last.last_line or exit_ref
     return [
         Problem(
             "fatal",
-            f"{manifest.exit_code.ref.location} says the launcher exited 0, but {last.file}, the"
+            f"{exit_ref.location} says the launcher exited 0, but {last.file}, the"
             f" last cycle's log, holds no 'exit code 0' line of rank {silent[0]} of the"
             f" {len(ranks)} {size_ref.location} names (it ends at {ends.location}): the"
             f" {run.workload} workload prints one on every rank as its last line, so the log is"
