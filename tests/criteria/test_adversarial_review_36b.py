@@ -1006,24 +1006,38 @@ def _finished_runs() -> tuple[Path, ...]:
     return tuple(runs)
 
 
-def _almost_the_milestone(
-    tmp_path: Path, runs: tuple[Path, ...], change: Callable[[str], str]
+def _last_log_edited(
+    tmp_path: Path, runs: tuple[Path, ...], edit: Callable[[str, list[str]], str]
 ) -> list[str]:
-    """Each run's milestone line changed by ``change`` in a copy: the runs whose verify does not
-    exit 2 naming that line as almost the milestone (each unchanged file parsed once)."""
+    """Each run's last cycle log edited in a copy by ``edit(rel, lines)``, which changes the
+    lines in place and returns what verify must say: the runs whose verify does not exit 2
+    saying it (each unchanged file parsed once)."""
     wrong = []
     with parsing_once():
         for n, src in enumerate(runs):
             doc = copy_run(src, tmp_path / f"{n}-{src.name}")
             rel = str(_last_cycle_log(doc.root).relative_to(doc.root))
             lines = doc.lines(rel)
-            at = _finish_index(lines)
-            lines[at] = change(lines[at])
+            said = edit(rel, lines)
             doc.write_lines(rel, lines)
             code, text = verify_run(doc.root)
-            if code != 2 or f"{rel}:{at + 1} is almost it" not in text:
+            if code != 2 or said not in text:
                 wrong.append(f"{src.relative_to(DATA)}: exit {code}")
     return wrong
+
+
+def _almost_the_milestone(
+    tmp_path: Path, runs: tuple[Path, ...], change: Callable[[str], str]
+) -> list[str]:
+    """Each run's milestone line changed by ``change`` in a copy: the runs whose verify does not
+    exit 2 naming that line as almost the milestone."""
+
+    def changed(rel: str, lines: list[str]) -> str:
+        at = _finish_index(lines)
+        lines[at] = change(lines[at])
+        return f"{rel}:{at + 1} is almost it"
+
+    return _last_log_edited(tmp_path, runs, changed)
 
 
 @pytest.mark.parametrize("prefix", ["", "00: ", " 0: "])
@@ -1094,20 +1108,14 @@ def test_every_committed_reference_log_cut_after_the_milestone_cannot_be_judged(
 ) -> None:
     runs = tuple(r for r in _finished_runs() if _workload(r) == "reference")
     assert len(runs) > 20
-    wrong = []
-    with parsing_once():
-        for n, src in enumerate(runs):
-            doc = copy_run(src, tmp_path / f"{n}-{src.name}")
-            rel = str(_last_cycle_log(doc.root).relative_to(doc.root))
-            lines = doc.lines(rel)
-            exits = [i for i, line in enumerate(lines) if re.search(r"\] .* exit code 0$", line)]
-            assert len(exits) >= 2, (src, rel)
-            if lost == "every rank's":
-                lines = lines[: _finish_index(lines) + 1]
-            else:
-                del lines[exits[-1]]
-            doc.write_lines(rel, lines)
-            code, text = verify_run(doc.root)
-            if code != 2 or "holds no 'exit code 0' line of rank" not in text:
-                wrong.append(f"{src.relative_to(DATA)}: exit {code}")
-    assert wrong == []
+
+    def cut(rel: str, lines: list[str]) -> str:
+        exits = [i for i, line in enumerate(lines) if re.search(r"\] .* exit code 0$", line)]
+        assert len(exits) >= 2, rel
+        if lost == "every rank's":
+            del lines[_finish_index(lines) + 1 :]
+        else:
+            del lines[exits[-1]]
+        return "holds no 'exit code 0' line of rank"
+
+    assert _last_log_edited(tmp_path, runs, cut) == []
