@@ -36,7 +36,13 @@ from pytest_nvrx.evidence.cycle_log import parse_cycle_log
 from pytest_nvrx.evidence.refs import file_refusal, read_json_file
 from pytest_nvrx.evidence.rundir import load_run
 from pytest_nvrx.evidence.workload import SaveCompleted, get_adapter
-from tests.helpers.adversarial import Edit, committed_verdict, still_passing, verify_run
+from tests.helpers.adversarial import (
+    Edit,
+    committed_schedule_runs,
+    committed_verdict,
+    still_passing,
+    verify_run,
+)
 from tests.helpers.doctor import Doctor, copy_run
 from tests.helpers.parse_once import parsing_once
 
@@ -899,15 +905,6 @@ def test_compare_pairs_keys_in_linear_work(tmp_path: Path, monkeypatch: pytest.M
 # done" under rank 1's prefix: print_datetime prints on rank 0 alone (69 of 69 passed).
 
 
-def _schedule_runs() -> list[Path]:
-    runs = []
-    for manifest in _committed("run.json"):
-        config = json.loads(manifest.read_text(encoding="utf-8")).get("config") or {}
-        if config.get("schedule") and (manifest.parent / "logs").is_dir():
-            runs.append(manifest.parent)
-    return runs
-
-
 def _finish_index(lines: list[str]) -> int:
     return next(
         i
@@ -934,7 +931,7 @@ def test_every_schedule_run_with_a_failure_in_its_last_cycle_is_no_pass(tmp_path
 
     runs = [
         run
-        for run in _schedule_runs()
+        for run in committed_schedule_runs()
         if committed_verdict(run)[0] == 0
         and any(
             "training finished" in line or "after training is done" in line

@@ -13,6 +13,7 @@ import pytest
 
 from pytest_nvrx.criteria import judge_run_dir
 from pytest_nvrx.criteria.outcome import run_outcome
+from tests.helpers.adversarial import committed_schedule_runs
 from tests.helpers.doctor import copy_run
 
 RUN = (
@@ -70,17 +71,7 @@ def test_a_cycle_arming_a_fault_after_it_fired_cannot_be_judged(tmp_path: Path) 
     assert any("but fault 1 fired in cycle 1" in r for r in judgement.unjudgeable_reasons)
 
 
-def _schedule_runs() -> list[Path]:
-    data = Path(__file__).parents[1] / "data"
-    runs = []
-    for manifest in sorted(data.glob("**/run.json")):
-        config = json.loads(manifest.read_text(encoding="utf-8")).get("config") or {}
-        if len(config.get("schedule") or []) >= 2:
-            runs.append(manifest.parent)
-    return runs
-
-
-SCHEDULE_RUNS = _schedule_runs()
+SCHEDULE_RUNS = committed_schedule_runs()
 ARMING = re.compile(r"arming fault (\d+) of (\d+) \((\S+)\), marker (\S+)")
 
 

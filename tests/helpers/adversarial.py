@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import io
+import json
 from collections.abc import Callable
 from pathlib import Path
 
@@ -28,6 +29,17 @@ def verify_run(run_dir: Path) -> tuple[int, str]:
 def committed_verdict(src: Path) -> tuple[int, str]:
     """verify of a committed run (once: the originals never change)."""
     return verify_run(src)
+
+
+def committed_schedule_runs() -> list[Path]:
+    """Every committed run dir whose run.json runs a fault schedule (the same 20 with 2 faults or
+    more), in path order."""
+    runs = []
+    for manifest in sorted(p for p in DATA.rglob("run.json") if p.is_file() and not p.is_symlink()):
+        config = json.loads(manifest.read_text(encoding="utf-8")).get("config") or {}
+        if config.get("schedule") and (manifest.parent / "logs").is_dir():
+            runs.append(manifest.parent)
+    return runs
 
 
 def still_passing(tmp_path: Path, cases: list[tuple[Path, str, Edit]]) -> list[str]:
