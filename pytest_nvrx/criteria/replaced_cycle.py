@@ -22,7 +22,7 @@ from pytest_nvrx.criteria.helpers import clock, marker_ref, nproc_per_node, on_f
 from pytest_nvrx.criteria.marker_agreement import process_problem
 from pytest_nvrx.criteria.verdict import CriterionId, Verdict, failing, not_applicable, passing
 from pytest_nvrx.evidence.launcher_log import LauncherEvent, LauncherEventKind
-from pytest_nvrx.evidence.refs import EvidenceRef, absent, is_ascii_number
+from pytest_nvrx.evidence.refs import EvidenceRef, absent, is_ascii_number, split_rank_prefix
 from pytest_nvrx.evidence.rundir import RunEvidence
 from pytest_nvrx.evidence.timeline import CLOCK_SLACK
 from pytest_nvrx.evidence.workload import LoadFailed, WorkloadError
@@ -199,7 +199,11 @@ def check(ctx: JudgeContext) -> Verdict:
         proof += refs
     else:
         matching = [e for e in failed if matches(e)]
-        if not matching:
+        peer = _peer_named_first(ctx, faulted) if not matching and failed else None
+        if peer is not None:
+            how, refs = peer
+            proof += refs
+        elif not matching:
             if failed:
                 e = failed[0]
                 reason = (
@@ -214,17 +218,17 @@ def check(ctx: JudgeContext) -> Verdict:
                 timeline.failure_events[0].ref,
                 marker.ref("rank"),
             )
-        hit = matching[0]
-        signum = _SIGNAL_NUMBERS.get(marker.signal or "")
-        if signum is not None and hit.exit_code is not None and hit.exit_code != -signum:
-            return failing(
-                ID,
-                f"{rank_text} failed with exit code {hit.exit_code}, not the {-signum} that"
-                f" {marker.signal} gives: it did not die of the injected fault",
-                hit.ref,
-                marker.ref("signal"),
-            )
         else:
+            hit = matching[0]
+            signum = _SIGNAL_NUMBERS.get(marker.signal or "")
+            if signum is not None and hit.exit_code is not None and hit.exit_code != -signum:
+                return failing(
+                    ID,
+                    f"{rank_text} failed with exit code {hit.exit_code}, not the {-signum} that"
+                    f" {marker.signal} gives: it did not die of the injected fault",
+                    hit.ref,
+                    marker.ref("signal"),
+                )
             proof.append(hit.ref)
             how = f"failed with exit code {hit.exit_code}"
     disagreement = process_problem(ctx, local)
@@ -279,6 +283,52 @@ def check(ctx: JudgeContext) -> Verdict:
         replacement.ref,
         started.ref if started else None,
         log.first_line,
+    )
+
+
+# What a gloo collective raises on a rank whose peer's process is gone (its socket closed).
+PEER_GONE = "Connection closed by peer"
+# The faults whose signal the rank sends itself and cannot outlive (SIGKILL, SIGSEGV's default).
+_SELF_FATAL = frozenset({"kill", "segv"})
+
+
+def _peer_named_first(
+    ctx: JudgeContext, faulted: _FaultedRank
+) -> tuple[str, list[EvidenceRef]] | None:
+    """The faulted rank's death when torch elastic named a peer in its place: a kill or segv the
+    rank sent itself (the marker is written before the signal), and the launcher's failure
+    record names another local rank of its node, after the fault, with a non-zero exit, whose
+    own lines in the faulted cycle show its collective broken by the vanished peer (gloo's
+    ``Connection closed by peer``). torch logs one failure of a poll, the earliest by a stamp in
+    whole seconds (a rank killed by a signal gets the poll's), so two deaths in one poll name
+    the lowest local rank. None where any of it is not shown: the rank's own record is wanted."""
+    run, timeline = ctx.run, ctx.timeline
+    marker = run.marker
+    if ctx.observed_fault not in _SELF_FATAL or marker is None or marker.rank is None:
+        return None
+    if faulted.local is None or timeline.fault_time is None:
+        return None
+    named = faulted.failed[0]
+    if named.rank is None or named.rank == faulted.local or not named.exit_code:
+        return None
+    if named.time is None or named.time < timeline.fault_time:
+        return None
+    peer_rank = marker.rank - faulted.local + named.rank
+    cycle = timeline.failed_cycle
+    log = run.cycle_log(cycle) if cycle is not None else None
+    broken = [
+        e
+        for e in (log.of_type(WorkloadError) if log is not None else ())
+        if PEER_GONE in (e.exception or "") and split_rank_prefix(e.ref.text)[0] == peer_rank
+    ]
+    if not broken:
+        return None
+    return (
+        f"died of its own {marker.signal} (the marker, written before it); the launcher named"
+        f" local_rank {named.rank} (exit {named.exit_code}) instead, whose collective broke when"
+        f" its peer vanished ({broken[0].ref.location}): torch elastic names the lowest local"
+        " rank when two deaths land in one poll",
+        [marker.ref("signal"), named.ref, broken[0].ref],
     )
 
 
