@@ -46,6 +46,9 @@ class LauncherEventKind(StrEnum):
     WORKERS_STARTING = "workers_starting"  # "[default] starting workers for entrypoint: ..."
     PROFILING = "profiling"  # "- Cycle: N Event: <name> ..."
     WORKER_FAILED = "worker_failed"  # torchelastic "failed (exitcode: X) local_rank: R (pid: P)"
+    # torchelastic "Sending process P closing signal SIGTERM": stopping the group, it signals
+    # only the workers still running (name: the signal)
+    CLOSING_SIGNAL = "closing_signal"
     GROUP_FAILED = "group_failed"  # "Worker group FAILED. n/m attempts left; will restart ..."
     JOIN_RESTART = "join_restart"  # "Joining cluster restart (group_rank=..)"
     SECTION_TIMEOUT = "section_timeout"  # "[Cycle N] Section 'step' has been open for ..."
@@ -221,6 +224,7 @@ _PROFILING_NODE = re.compile(r"Node: \S*_(?P<pid>\d+)_\d+ ")
 _WORKER_FAILED = re.compile(
     r"failed \(exitcode: (?P<code>-?\d+)\) local_rank: (?P<rank>\d+) \(pid: (?P<pid>\d+)\)"
 )
+_CLOSING_SIGNAL = re.compile(r"Sending process (?P<pid>\d+) closing signal (?P<sig>SIG\w+)")
 _GROUP_FAILED = re.compile(
     r"Worker group (?P<state>FAILED|UNHEALTHY)\. (?P<left>\d+)/(?P<max>\d+) attempts left;"
     r" will restart"
@@ -289,6 +293,10 @@ def _classify(msg: str, ref: EvidenceRef) -> tuple[LauncherEvent, str | None] | 
                 rank=read_int(m["rank"]),
                 pid=read_int(m["pid"]),
             )
+    if "closing signal" in msg:
+        m = _CLOSING_SIGNAL.search(msg)
+        if m is not None:
+            return ev(kinds.CLOSING_SIGNAL, name=m["sig"], pid=read_int(m["pid"]))
     if "Worker group" in msg:
         m = _GROUP_FAILED.search(msg)
         if m is not None:

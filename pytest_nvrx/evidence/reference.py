@@ -83,7 +83,7 @@ _EXIT = re.compile(r"exit code (?P<code>-?\d+)$")
 # "started pid 539 world_size 2 restart_count 0" (later lines add " cpus N"; the first recorded
 # runs' print no restart count)
 _STARTED = re.compile(
-    r"started pid \d{1,12} world_size (?P<world>\d{1,9})"
+    r"started pid (?P<pid>\d{1,12}) world_size (?P<world>\d{1,9})"
     r"(?: restart_count (?P<restarts>\d{1,9}))?(?: |$)"
 )
 
@@ -221,7 +221,9 @@ class ReferenceLogAdapter:
             if m is None:
                 return None
             restarts = read_int(m["restarts"]) if m["restarts"] is not None else None
-            return ProcessStarted(read_int(m["world"]), restarts, at.ref(), time)
+            return ProcessStarted(
+                read_int(m["world"]), restarts, at.ref(), time, pid=read_int(m["pid"])
+            )
         if event.startswith("training finished"):
             m = _FINISHED.fullmatch(event)
             if m is None:

@@ -240,6 +240,8 @@ class ProcessStarted:
     ref: EvidenceRef
     # its stamp: the first its process stamped in the cycle, which a fault it took cannot precede
     time: datetime | None = None
+    # the process id it printed (the reference workload's ``started pid N``)
+    pid: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,7 +5,12 @@ load: reference kill@save and segv@step on rank 1, rank 0 exit 1 of gloo's "Conn
 peer"). Doctored copies of committed real runs, rewritten as such a run's launcher log and rank
 0's traceback read: the rank's death is shown by its marker and the peer's broken collective;
 without that traceback, for a fault the rank could outlive (term), or a traceback of another
-rank, the launcher's record still contradicts the marker."""
+rank, the launcher's record still contradicts the marker.
+
+The real ties (tests/data/windows/cpu-tie, made with the launcher's poll every 4 s) show the
+other message gloo gives for a peer gone, "Read error [addr]: Connection reset by peer". Each
+edit of ATTACKS makes one piece of a real tie disagree (the classes a helper's attack on the
+first version of the rule passed): every edited copy fails, on the piece it edited."""
 
 from __future__ import annotations
 
@@ -18,6 +23,9 @@ from pytest_nvrx.criteria.outcome import run_outcome
 from tests.helpers.doctor import Doctor, copy_run
 
 DATA = Path(__file__).parents[1] / "data" / "windows" / "cpu"
+TIES = Path(__file__).parents[1] / "data" / "windows" / "cpu-tie"
+REAL_TIES = ("ref-kill-step", "ref-kill-save", "ref-segv-step")
+RESET = "Connection reset by peer"
 # run: the faulted rank's pid (rank 1), its peer's (rank 0), the faulted rank's exit code
 RUNS = {
     "ref-kill-save": (539, 538, -9),
@@ -51,7 +59,12 @@ def _peer_named(tmp_path: Path, name: str, *, traceback_of: int | None) -> Docto
     )
     doc.delete(LAUNCHER, f"Sending process {peer} closing signal")
     if traceback_of is not None:
-        doc.insert_after(CYCLE0, "marker ", *_traceback(traceback_of))
+        at = doc.insert_after(CYCLE0, "marker ", *_traceback(traceback_of))
+        # the rank that raised prints nothing after its traceback
+        lines = doc.lines(CYCLE0)
+        prefix = f"{traceback_of}: "
+        tail = [line for line in lines[at + 3 :] if not line.startswith(prefix)]
+        doc.write_lines(CYCLE0, lines[: at + 3] + tail)
     return doc
 
 
@@ -63,7 +76,7 @@ def test_a_peer_named_in_the_faulted_ranks_place_is_its_death_when_the_peer_says
     j = judge_run_dir(doc.root)
     assert j.passed, run_outcome(j).summary
     reason = j.verdict("replaced_cycle").reason
-    assert "the launcher named local_rank 0 (exit 1) instead" in reason, reason
+    assert "failed, named as local_rank 0 (exit 1) in its place" in reason, reason
     assert "torch elastic names the lowest local rank" in reason, reason
 
 
@@ -86,3 +99,168 @@ def test_without_the_peers_broken_collective_the_record_contradicts_the_marker(
     v = j.verdict("replaced_cycle")
     assert not v.passed
     assert "the launcher recorded the failure of local_rank 0" in v.reason, v.reason
+
+
+@pytest.mark.parametrize("name", REAL_TIES)
+def test_a_real_tie_passes_on_the_peers_connection_reset(name: str) -> None:
+    """Real runs: rank 1 killed by its own SIGKILL/SIGSEGV, rank 0's all_reduce failed with
+    gloo's ECONNRESET and exited 1 in the same launcher poll; torch elastic named local rank 0."""
+    j = judge_run_dir(TIES / name)
+    launcher = (TIES / name / LAUNCHER).read_text()
+    assert "failed (exitcode: 1) local_rank: 0" in launcher
+    assert "local_rank: 1 (pid" not in launcher
+    assert j.passed, run_outcome(j).summary
+    reason = j.verdict("replaced_cycle").reason
+    assert "failed, named as local_rank 0 (exit 1) in its place" in reason, reason
+    quoted = [
+        e for e in j.verdict("replaced_cycle").evidence if e.file == CYCLE0 and RESET in e.text
+    ]
+    assert quoted and quoted[0].text.startswith("0: "), j.verdict("replaced_cycle").evidence
+
+
+@pytest.mark.parametrize("name", REAL_TIES)
+def test_a_real_tie_without_the_peers_broken_collective_fails(tmp_path: Path, name: str) -> None:
+    """The same run with rank 0's connection error gone: nothing shows the named rank died of
+    its peer, so the record naming it contradicts the marker."""
+    doc = copy_run(TIES / name, tmp_path / name)
+    assert doc.delete(CYCLE0, RESET)
+    j = judge_run_dir(doc.root)
+    v = j.verdict("replaced_cycle")
+    assert not v.passed
+    assert "the launcher recorded the failure of local_rank 0" in v.reason, v.reason
+
+
+@pytest.mark.parametrize("name", REAL_TIES)
+def test_a_real_tie_with_the_reset_on_the_faulted_ranks_lines_fails(
+    tmp_path: Path, name: str
+) -> None:
+    """The connection error moved to rank 1's prefix: the faulted rank's own line is no proof
+    that the named peer died of the vanished peer."""
+    doc = copy_run(TIES / name, tmp_path / name)
+    lines = doc.lines(CYCLE0)
+    moved = [
+        "1: " + line[3:].replace("[rank0]", "[rank1]") if RESET in line else line for line in lines
+    ]
+    assert moved != lines
+    doc.write_lines(CYCLE0, moved)
+    j = judge_run_dir(doc.root)
+    assert not j.verdict("replaced_cycle").passed
+
+
+def _pids(doc: Doctor) -> tuple[int, int]:
+    """The faulted rank's pid (its marker's) and the named peer's (the launcher's record)."""
+    record = next(
+        line for line in doc.lines(LAUNCHER) if "failed (exitcode: 1) local_rank: 0" in line
+    )
+    return int(doc.json("fault_injected.json")["rank_pid"]), int(
+        record.split("(pid: ")[1].split(")")[0]
+    )
+
+
+def _reset_lines(doc: Doctor) -> list[str]:
+    return [line for line in doc.lines(CYCLE0) if RESET in line]
+
+
+def _fire(doc: Doctor) -> str:
+    return next(line for line in doc.lines(CYCLE0) if line.startswith("1: ") and "marker " in line)
+
+
+def _traceback_block(doc: Doctor) -> list[str]:
+    """Rank 0's traceback, from its head to its broken collective's exception line."""
+    lines = doc.lines(CYCLE0)
+    end = max(i for i, line in enumerate(lines) if RESET in line)
+    head = max(i for i in range(end) if "Traceback (most recent call last)" in lines[i])
+    return lines[head : end + 1]
+
+
+def _own_traceback(doc: Doctor) -> None:
+    block = [line.replace("0: [rank0]", "1: [rank1]") for line in _traceback_block(doc)]
+    doc.insert_after(CYCLE0, _fire(doc), *block)
+
+
+def _closing(pid_of: int) -> object:
+    def edit(doc: Doctor) -> None:
+        pid = _pids(doc)[pid_of]
+        doc.insert_after(
+            LAUNCHER,
+            "failed (exitcode: 1) local_rank: 0",
+            f"W1205 15:22:04.556000 1 torch/distributed/elastic/multiprocessing/api.py:1028]"
+            f" Sending process {pid} closing signal SIGTERM",
+        )
+
+    return edit
+
+
+def _reset_before_fire(doc: Doctor) -> None:
+    moved = _reset_lines(doc)
+    doc.delete(CYCLE0, RESET)
+    doc.insert_before(CYCLE0, _fire(doc), *moved)
+
+
+def _mixed_tag(doc: Doctor) -> None:
+    doc.replace(CYCLE0, "0: [rank0]: RuntimeError", "0: [rank1]: RuntimeError")
+    doc.delete(CYCLE0, "aborted RuntimeError")
+
+
+def _oom_first(doc: Doctor) -> None:
+    block = _traceback_block(doc)
+    oom = "0: [rank0]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB."
+    doc.insert_before(CYCLE0, _fire(doc), *block[:-1], oom)
+
+
+def _record(old: str, new: str) -> object:
+    def edit(doc: Doctor) -> None:
+        doc.replace(LAUNCHER, old, new)
+
+    return edit
+
+
+def _named_pid(pid_of: int | None) -> object:
+    def edit(doc: Doctor) -> None:
+        faulted, peer = _pids(doc)
+        pid = 99999 if pid_of is None else (faulted, peer)[pid_of]
+        doc.replace(LAUNCHER, f"local_rank: 0 (pid: {peer})", f"local_rank: 0 (pid: {pid})")
+
+    return edit
+
+
+def _went_on(doc: Doctor) -> None:
+    iteration = next(
+        line
+        for line in doc.lines(CYCLE0)
+        if line.startswith("0: [ref]") and " iteration 3/" in line
+    )
+    doc.append(CYCLE0, iteration)
+
+
+ATTACKS = {
+    "faulted rank's own traceback after its fire line": _own_traceback,
+    "closing signal to the faulted rank": _closing(0),
+    "closing signal to the named peer": _closing(1),
+    "peer's broken collective before the fire line": _reset_before_fire,
+    "torch tag of another rank": _mixed_tag,
+    "peer's own error before the fault": _oom_first,
+    "named exit -9": _record("(exitcode: 1) local_rank: 0", "(exitcode: -9) local_rank: 0"),
+    "named exit -15": _record("(exitcode: 1) local_rank: 0", "(exitcode: -15) local_rank: 0"),
+    "named exit 2": _record("(exitcode: 1) local_rank: 0", "(exitcode: 2) local_rank: 0"),
+    "named local_rank 2 of a 2-rank node": _record(
+        "(exitcode: 1) local_rank: 0", "(exitcode: 1) local_rank: 2"
+    ),
+    "record naming the faulted rank's pid": _named_pid(0),
+    "record naming a pid no rank printed": _named_pid(None),
+    "peer training after its broken collective": _went_on,
+}
+
+
+@pytest.mark.parametrize("attack", sorted(ATTACKS))
+@pytest.mark.parametrize("name", REAL_TIES)
+def test_an_edited_real_tie_fails(tmp_path: Path, name: str, attack: str) -> None:
+    """Each edit makes one piece of the tie disagree; the record naming rank 0 then contradicts
+    the marker (or another criterion fails), and the run does not pass."""
+    doc = copy_run(TIES / name, tmp_path / name)
+    ATTACKS[attack](doc)  # type: ignore[operator]
+    j = judge_run_dir(doc.root)
+    assert not j.passed, (attack, run_outcome(j).summary)
+    reason = j.verdict("replaced_cycle").reason
+    assert not j.verdict("replaced_cycle").passed, (attack, reason)
+    assert "; not a peer named for two deaths in one poll: " in reason, (attack, reason)
