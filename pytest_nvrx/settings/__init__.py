@@ -55,6 +55,7 @@ from pytest_nvrx.settings.record import (
 from pytest_nvrx.settings.resolution import (
     Lookup,
     NvrxSettings,
+    SessionPaths,
     default_launcher,
     default_run_id,
     in_slurm_allocation,
@@ -195,6 +196,7 @@ __all__ = [
     "RunRequest",
     "ScheduledFault",
     "SectionTimeouts",
+    "SessionPaths",
     "Setting",
     "SettingWhere",
     "WorkloadKind",
