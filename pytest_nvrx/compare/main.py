@@ -9,7 +9,6 @@ line on stderr. Outputs go only to a regular file or a new path, never onto or i
 from __future__ import annotations
 
 import argparse
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TextIO
@@ -19,7 +18,7 @@ from pytest_nvrx.compare.render import document_json, html, text
 from pytest_nvrx.compare.side import CompareInputError, is_run_dir, load_side
 from pytest_nvrx.evidence.refs import printable
 from pytest_nvrx.outputs import OutputRefused, check_output_paths, write_output
-from pytest_nvrx.settings import ConfigError, command_parser, parse_command_line
+from pytest_nvrx.settings import ConfigError, command_parser, parse_command_line, run_command
 from pytest_nvrx.settings.compare_gate import parse_gate
 
 EXIT_OK = 0
@@ -115,11 +114,11 @@ def _evidence_dirs(sides: Sequence[tuple[str, Path]]) -> list[tuple[str, Path]]:
 def compare_main(
     argv: Sequence[str], stdout: TextIO | None = None, stderr: TextIO | None = None
 ) -> int:
-    out = stdout if stdout is not None else sys.stdout
-    err = stderr if stderr is not None else sys.stderr
     args = parse_command_line(build_parser(), argv, EXIT_CANNOT_COMPARE)
-    if isinstance(args, int):
-        return args
+    return run_command(args, _compare, stdout, stderr)
+
+
+def _compare(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     json_to_stdout = args.json_path == "-"
     outputs = [("-o", args.output)] if args.output is not None else []
     if args.json_path is not None and not json_to_stdout:
