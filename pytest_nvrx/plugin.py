@@ -45,6 +45,7 @@ from pytest_nvrx.settings import (
     PLUGIN_SETTINGS,
     ConfigError,
     NvrxSettings,
+    SessionPaths,
 )
 
 if TYPE_CHECKING:
@@ -223,13 +224,7 @@ def pytest_configure(config: pytest.Config) -> None:
     # Our own --nvrx-* options and nvrx_* ini values are checked now (a typo is a usage error
     # whatever is collected); the environment only once scenarios are (nvrx_settings).
     settings = resolve_settings(config, env=False)
-    refused = output_refusal(
-        config,
-        settings.report,
-        settings.run_dir,
-        settings.work_dir,
-        compare=settings.compare is not None,
-    )
+    refused = output_refusal(config, SessionPaths.of(settings))
     if refused is not None:
         raise pytest.UsageError(f"pytest-nvrx: {refused}")
     if settings.selftest and settings.run_dir is not None:
@@ -498,36 +493,20 @@ def _cache_dir(config: pytest.Config) -> Path | None:
     return named if named.is_absolute() else config.rootpath / named
 
 
-def output_refusal(
-    config: pytest.Config,
-    report: Path | None,
-    run_dir: Path | None = None,
-    work_dir: Path | None = None,
-    judged: Sequence[Path] = (),
-    *,
-    compare: bool = False,
-) -> str | None:
-    """Why the session's outputs (the report, its JSON beside it, with ``compare`` the
-    comparison's JSON too, --junitxml) must not be written (session/output_paths.py), pytest's
-    own where pytest will write them. --junitxml's directory is checked in every session; the
-    rest only where there is an output or evidence of ours."""
+def output_refusal(config: pytest.Config, paths: SessionPaths) -> str | None:
+    """Why the session's outputs (``paths``' and --junitxml) must not be written
+    (session/output_paths.py), pytest's own where pytest will write them. --junitxml's
+    directory is checked in every session; the rest only where there is an output or evidence
+    of ours."""
     junit = junit_path(config)
     if junit is not None and junit.parent.exists() and not junit.parent.is_dir():
         return f"--junitxml {junit}: {junit.parent} is not a directory; give another path"
-    if report is None and run_dir is None and work_dir is None and not judged:
+    if paths.empty():
         return None  # no output of ours, no evidence to keep pytest's outputs out of
     from pytest_nvrx.session import output_paths
 
-    return output_paths.output_refusal(
-        config.invocation_params.dir,
-        report,
-        junit=junit,
-        cache=_cache_dir(config),
-        run_dir=run_dir,
-        work_dir=work_dir,
-        judged=judged,
-        compare=compare,
-    )
+    here = config.invocation_params.dir
+    return output_paths.output_refusal(here, paths, junit=junit, cache=_cache_dir(config))
 
 
 def junit_path(config: pytest.Config) -> Path | None:
@@ -586,7 +565,7 @@ class NvrxReporter:
             compare = summary.comparison is not None
             status = summary.write_report(
                 lambda judged: output_refusal(
-                    self.config, summary.html, judged=judged, compare=compare
+                    self.config, SessionPaths(summary.html, judged=judged, compare=compare)
                 )
             )
             if status == "refused":

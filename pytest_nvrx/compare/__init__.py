@@ -21,7 +21,7 @@ from pytest_nvrx.compare.diff import (
     compare,
     scenario_key,
 )
-from pytest_nvrx.compare.main import compare_main, run_compare
+from pytest_nvrx.compare.main import compare_main
 from pytest_nvrx.compare.side import CompareInputError, Side, load_side
 from pytest_nvrx.settings.compare_gate import GateRule, Limit, parse_gate
 
@@ -40,6 +40,5 @@ __all__ = [
     "compare_main",
     "load_side",
     "parse_gate",
-    "run_compare",
     "scenario_key",
 ]

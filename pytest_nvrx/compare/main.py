@@ -9,17 +9,16 @@ line on stderr. Outputs go only to a regular file or a new path, never onto or i
 from __future__ import annotations
 
 import argparse
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TextIO
 
-from pytest_nvrx.compare.diff import Comparison, Incomparable, compare
+from pytest_nvrx.compare.diff import Incomparable, compare
 from pytest_nvrx.compare.render import document_json, html, text
 from pytest_nvrx.compare.side import CompareInputError, is_run_dir, load_side
 from pytest_nvrx.evidence.refs import printable
 from pytest_nvrx.outputs import OutputRefused, check_output_paths, write_output
-from pytest_nvrx.settings import ConfigError, command_parser, parse_command_line
+from pytest_nvrx.settings import ConfigError, command_parser, parse_command_line, run_command
 from pytest_nvrx.settings.compare_gate import parse_gate
 
 EXIT_OK = 0
@@ -75,25 +74,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def run_compare(
-    old: Path,
-    new: Path,
-    specs: Sequence[str] = (),
-    *,
-    min_samples: int = 1,
-    gate_noise: bool = False,
-) -> Comparison:
-    """Load and compare; raises ConfigError, CompareInputError or Incomparable (one line)."""
-    rules = parse_gate(list(specs))
-    return compare(
-        load_side(old, "OLD"),
-        load_side(new, "NEW"),
-        rules,
-        min_samples=min_samples,
-        gate_noise=gate_noise,
-    )
-
-
 def _evidence_dirs(sides: Sequence[tuple[str, Path]]) -> list[tuple[str, Path]]:
     """Each directory side, and each run dir a folder side holds (a link into it included:
     its run dir may live anywhere); check_outputs adds their checkpoints/."""
@@ -115,11 +95,11 @@ def _evidence_dirs(sides: Sequence[tuple[str, Path]]) -> list[tuple[str, Path]]:
 def compare_main(
     argv: Sequence[str], stdout: TextIO | None = None, stderr: TextIO | None = None
 ) -> int:
-    out = stdout if stdout is not None else sys.stdout
-    err = stderr if stderr is not None else sys.stderr
     args = parse_command_line(build_parser(), argv, EXIT_CANNOT_COMPARE)
-    if isinstance(args, int):
-        return args
+    return run_command(args, _compare, stdout, stderr)
+
+
+def _compare(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     json_to_stdout = args.json_path == "-"
     outputs = [("-o", args.output)] if args.output is not None else []
     if args.json_path is not None and not json_to_stdout:
@@ -135,10 +115,12 @@ def compare_main(
         err.write(printable(f"compare: error: {exc}") + "\n")
         return EXIT_CANNOT_COMPARE
     try:
-        result = run_compare(
-            args.old,
-            args.new,
-            args.fail_on,
+        # the gate's specs first: a bad --fail-on is named before a side is read
+        rules = parse_gate(list(args.fail_on))
+        result = compare(
+            load_side(args.old, "OLD"),
+            load_side(args.new, "NEW"),
+            rules,
             min_samples=args.min_samples,
             gate_noise=args.gate_noise,
         )

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
@@ -30,7 +29,12 @@ from pytest_nvrx.outputs import (
 )
 from pytest_nvrx.report.model import ScenarioReport
 from pytest_nvrx.report.render import render_html, report_json, selftest_section
-from pytest_nvrx.settings import add_continuity_rtol, command_parser, parse_command_line
+from pytest_nvrx.settings import (
+    add_continuity_rtol,
+    command_parser,
+    parse_command_line,
+    run_command,
+)
 
 EXIT_QUALIFIED = 0
 EXIT_NOT_QUALIFIED = 1
@@ -147,11 +151,11 @@ def build_parser() -> argparse.ArgumentParser:
 def report_main(
     argv: Sequence[str], stdout: TextIO | None = None, stderr: TextIO | None = None
 ) -> int:
-    out = stdout if stdout is not None else sys.stdout
-    err = stderr if stderr is not None else sys.stderr
     args = parse_command_line(build_parser(), argv, EXIT_USAGE)
-    if isinstance(args, int):
-        return args
+    return run_command(args, _report, stdout, stderr)
+
+
+def _report(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     html: Path = args.output
     json_path: Path = args.json_path or json_beside(html)
     json_flag = "--json" if args.json_path is not None else "--json (default)"

@@ -10,7 +10,6 @@ judged this session) or onto another output. The plugin finds pytest's paths as 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
 
 from pytest_nvrx.layout import RUNS_DIR
@@ -21,6 +20,7 @@ from pytest_nvrx.outputs import (
     check_outputs,
 )
 from pytest_nvrx.report.main import json_beside
+from pytest_nvrx.settings import SessionPaths
 
 
 def compare_json_path(html: Path) -> Path:
@@ -40,21 +40,14 @@ def report_outputs(html: Path, *, compare: bool) -> list[tuple[str, Path]]:
 
 
 def output_refusal(
-    here: Path,
-    report: Path | None,
-    *,
-    junit: Path | None,
-    cache: Path | None,
-    run_dir: Path | None = None,
-    work_dir: Path | None = None,
-    judged: Sequence[Path] = (),
-    compare: bool = False,
+    here: Path, paths: SessionPaths, *, junit: Path | None, cache: Path | None
 ) -> str | None:
     """Why the session's outputs must not be written (module doc), or None. ``here``: the
-    directory pytest was invoked in (relative paths are from it); ``junit``, ``cache``: where
-    pytest's junitxml and cache plugin will write (None: they will not)."""
+    directory pytest was invoked in (``paths``' relative ones are from it); ``junit``,
+    ``cache``: where pytest's junitxml and cache plugin will write (None: they will not)."""
     # ours, renamed over their paths (pytest writes --junitxml and its cache in place)
-    ours = report_outputs(here / report, compare=compare) if report is not None else []
+    report = paths.report
+    ours = report_outputs(here / report, compare=paths.compare) if report is not None else []
     outputs = list(ours)
     if junit is not None:
         outputs.append(("--junitxml", junit))
@@ -66,11 +59,11 @@ def output_refusal(
                 cache,
             )
         )
-    evidence = [("the run dir", Path(d)) for d in judged]
-    if run_dir is not None:
-        evidence.append(("--nvrx-run-dir", here / run_dir))
-    if work_dir is not None:
-        evidence.append(("the scenarios' run dirs", work_dir / RUNS_DIR))
+    evidence = [("the run dir", Path(d)) for d in paths.judged]
+    if paths.run_dir is not None:
+        evidence.append(("--nvrx-run-dir", here / paths.run_dir))
+    if paths.work_dir is not None:
+        evidence.append(("the scenarios' run dirs", paths.work_dir / RUNS_DIR))
     try:
         check_outputs(outputs, evidence)
         check_output_targets(ours)

@@ -55,6 +55,7 @@ from pytest_nvrx.settings.record import (
 from pytest_nvrx.settings.resolution import (
     Lookup,
     NvrxSettings,
+    SessionPaths,
     default_launcher,
     default_run_id,
     in_slurm_allocation,
@@ -124,6 +125,7 @@ from pytest_nvrx.settings.values import (
     MAX_SECONDS,
     QUOTE_MAX,
     TRUE_WORDS,
+    CommandBody,
     ConfigError,
     EntryPoint,
     add_continuity_rtol,
@@ -140,6 +142,7 @@ from pytest_nvrx.settings.values import (
     parse_rtol,
     parse_seconds,
     quote,
+    run_command,
     show_path,
 )
 
@@ -182,6 +185,7 @@ __all__ = [
     "WINDOW_SECTION",
     "WORKLOAD_KINDS",
     "CliForm",
+    "CommandBody",
     "ConfigError",
     "EndingKind",
     "EntryPoint",
@@ -195,6 +199,7 @@ __all__ = [
     "RunRequest",
     "ScheduledFault",
     "SectionTimeouts",
+    "SessionPaths",
     "Setting",
     "SettingWhere",
     "WorkloadKind",
@@ -242,6 +247,7 @@ __all__ = [
     "render_schedule",
     "resolve",
     "resolve_plugin_settings",
+    "run_command",
     "run_request",
     "schedule_ending",
     "shared_run_id",

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -62,6 +62,41 @@ class NvrxSettings:
     selftest: bool = False
     #: the fault-schedule scenarios: "default", "none", or one schedule
     schedules: str | tuple[ScheduledFault, ...] = "default"
+
+
+@dataclass(frozen=True, slots=True)
+class SessionPaths:
+    """What a pytest session writes of ours and what it judges, that the one is kept off the
+    other (session/output_paths.py): the report as given (relative to where pytest was
+    invoked; its JSON beside it, with ``compare`` the comparison's JSON too), --nvrx-run-dir
+    (likewise), the work dir (its runs/ holds the scenarios' run dirs) and the run dirs judged.
+    Here, not beside that check: the plugin builds one in every session, and session/ loads
+    only where pytest-nvrx is used."""
+
+    report: Path | None
+    run_dir: Path | None = None
+    work_dir: Path | None = None
+    judged: Sequence[Path] = ()
+    compare: bool = False
+
+    @classmethod
+    def of(cls, settings: NvrxSettings) -> SessionPaths:
+        """Those the settings name (the run dirs judged are known only at the session's end)."""
+        return cls(
+            settings.report,
+            settings.run_dir,
+            settings.work_dir,
+            compare=settings.compare is not None,
+        )
+
+    def empty(self) -> bool:
+        """No output of ours and no evidence (nothing to keep pytest's outputs off)."""
+        return (
+            self.report is None
+            and self.run_dir is None
+            and self.work_dir is None
+            and not self.judged
+        )
 
 
 #: Where a plugin setting was found: (raw value, source for messages), or None where not given.

@@ -11,9 +11,10 @@ import argparse
 import math
 import os
 import re
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TextIO
 
 #: Integers go to ft_launcher, torch and Megatron, which hold them in 64 bits.
 INT64_MAX = 2**63 - 1
@@ -217,6 +218,27 @@ def parse_command(
     if continuity_rtol is not None:
         add_continuity_rtol(parser, continuity_rtol)
     return parse_command_line(parser, argv, usage_status)
+
+
+#: A command's body: its parsed command line, its stdout and its stderr -> the exit status.
+CommandBody = Callable[[argparse.Namespace, TextIO, TextIO], int]
+
+
+def run_command(
+    args: argparse.Namespace | int,
+    body: CommandBody,
+    stdout: TextIO | None = None,
+    stderr: TextIO | None = None,
+) -> int:
+    """A command whose command line was parsed (:func:`parse_command_line`,
+    :func:`parse_command`): the exit status where parsing ended it, else ``body``'s, given the
+    namespace and the streams (None: sys.stdout, sys.stderr as they are at the call, so a
+    caller's redirection holds)."""
+    if isinstance(args, int):
+        return args
+    out = stdout if stdout is not None else sys.stdout
+    err = stderr if stderr is not None else sys.stderr
+    return body(args, out, err)
 
 
 def parse_port(raw: str, what: str) -> int:
