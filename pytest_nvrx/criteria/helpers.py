@@ -13,6 +13,9 @@ from pytest_nvrx.evidence.timeline import logs_from
 from pytest_nvrx.evidence.workload import LOAD_FAILURES, WorkloadError
 from pytest_nvrx.layout import MARKER_NAME
 
+# The exit status of a rank that dies of an uncaught Python exception.
+EXCEPTION_EXIT_CODE = 1
+
 
 def or_none(value: object) -> str:
     """A value for a reason's text; "none" where there is none."""

@@ -39,10 +39,10 @@ from pytest_nvrx.evidence.injector_log import (
 from pytest_nvrx.evidence.launcher_log import LauncherEventKind
 from pytest_nvrx.evidence.manifest import Manifest
 from pytest_nvrx.evidence.marker import Marker, marker_like_names
-from pytest_nvrx.evidence.refs import Problem
+from pytest_nvrx.evidence.refs import Problem, split_rank_prefix
 from pytest_nvrx.evidence.rundir import RunEvidence
 from pytest_nvrx.evidence.timeline import Timeline
-from pytest_nvrx.evidence.workload import WorkloadError
+from pytest_nvrx.evidence.workload import ProcessStarted, WorkloadError
 from pytest_nvrx.layout import (
     FAULT_SIGNAL_NAMES,
     LATER_MARKER_PATTERN,
@@ -487,4 +487,19 @@ def process_problem(ctx: JudgeContext, local: int | None) -> Fact | None:
                 f" rank was pid {rank_pid}",
                 (fired.ref, marker.ref(key)),
             )
+    # and, where the workload prints it, its pid at its start in that cycle
+    started = [
+        e
+        for log in ctx.run.cycle_logs
+        if log.file == fired.ref.file
+        for e in log.of_type(ProcessStarted)
+        if e.pid is not None and split_rank_prefix(e.ref.text)[0] == marker.rank
+    ]
+    if rank_pid is not None and any(e.pid != rank_pid for e in started):
+        wrong = next(e for e in started if e.pid != rank_pid)
+        return Fact(
+            f"rank {marker.rank} printed pid {wrong.pid} at its start in the faulted cycle; the"
+            f" marker says the rank was pid {rank_pid}",
+            (wrong.ref, marker.ref(key)),
+        )
     return None

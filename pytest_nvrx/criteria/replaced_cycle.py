@@ -18,15 +18,21 @@ from datetime import datetime
 
 from pytest_nvrx.criteria.context import JudgeContext
 from pytest_nvrx.criteria.expected import ExpectedFault
-from pytest_nvrx.criteria.helpers import clock, marker_ref, nproc_per_node, on_faulted_node
+from pytest_nvrx.criteria.helpers import (
+    EXCEPTION_EXIT_CODE,
+    clock,
+    marker_ref,
+    nproc_per_node,
+    on_faulted_node,
+)
 from pytest_nvrx.criteria.marker_agreement import process_problem
+from pytest_nvrx.criteria.peer_named import peer_named_first
 from pytest_nvrx.criteria.verdict import CriterionId, Verdict, failing, not_applicable, passing
 from pytest_nvrx.evidence.launcher_log import LauncherEvent, LauncherEventKind
-from pytest_nvrx.evidence.refs import EvidenceRef, absent, is_ascii_number, split_rank_prefix
+from pytest_nvrx.evidence.refs import EvidenceRef, absent, is_ascii_number
 from pytest_nvrx.evidence.rundir import RunEvidence
 from pytest_nvrx.evidence.timeline import CLOCK_SLACK
-from pytest_nvrx.evidence.tracebacks import split_tag
-from pytest_nvrx.evidence.workload import LoadFailed, ProcessStarted, WorkloadError
+from pytest_nvrx.evidence.workload import LoadFailed, WorkloadError
 
 ID: CriterionId = "replaced_cycle"
 
@@ -200,7 +206,7 @@ def check(ctx: JudgeContext) -> Verdict:
         proof += refs
     else:
         matching = [e for e in failed if matches(e)]
-        peer = _peer_named_first(ctx, faulted) if not matching and failed else None
+        peer = peer_named_first(ctx, local, failed) if not matching else None
         if isinstance(peer, tuple):
             how, refs = peer
             proof += refs
@@ -289,153 +295,6 @@ def check(ctx: JudgeContext) -> Verdict:
     )
 
 
-# What a gloo collective raises on a rank whose peer's process is gone: its socket closed (EOF
-# on read) or reset (ECONNRESET, "Read error [addr]: Connection reset by peer"), which of the two
-# depending on whether unread bytes were in flight when the kernel closed the dead peer's socket.
-PEER_GONE = ("Connection closed by peer", "Connection reset by peer")
-# The faults whose signal the rank sends itself and cannot outlive (SIGKILL, SIGSEGV's default).
-_SELF_FATAL = frozenset({"kill", "segv"})
-
-
-@dataclass(frozen=True, slots=True)
-class _Tie:
-    """A failure record naming another local rank of the faulted node in the faulted rank's
-    place: that rank, its global rank and the record."""
-
-    named: LauncherEvent
-    local: int
-    rank: int
-
-
-def _peer_named_first(
-    ctx: JudgeContext, faulted: _FaultedRank
-) -> tuple[str, list[EvidenceRef]] | str | None:
-    """The faulted rank's death when torch elastic named a peer in its place. torch logs one
-    failure of a poll, the earliest by a stamp in whole seconds (a rank killed by a signal gets
-    the poll's), so when the rank and the peer whose collective broke on its death both die
-    before one poll, the lowest local rank is named. It stands for the rank's death only when
-    every piece agrees: a kill or segv the rank sent itself (the marker is written before the
-    signal); the record names another local rank of the node, after the fault, with exit 1 (an
-    uncaught exception) and a pid that is neither the faulted rank's nor its checkpoint
-    worker's but the one that rank printed at its start in the faulted cycle; the launcher sent
-    a closing signal to neither (it signals only workers still running); and in that cycle's
-    log, after the faulted rank's fire line, the faulted rank printed nothing more and the
-    named rank's first error is its collective broken by the vanished peer (gloo's
-    ``Connection closed by peer`` or ``Connection reset by peer``, in its own stream), after
-    which it printed nothing but that traceback. None where the record names no other local
-    rank (the rank's own record is wanted); the reason when it does, but not all agrees."""
-    run = ctx.run
-    marker = run.marker
-    nproc = nproc_per_node(run)
-    named = faulted.failed[0]
-    if ctx.observed_fault not in _SELF_FATAL or marker is None or marker.rank is None:
-        return None
-    if faulted.local is None or named.rank is None or named.rank == faulted.local:
-        return None
-    if not nproc or not 0 <= named.rank < nproc:
-        return f"local_rank {named.rank} is no rank of a node of {nproc} rank(s)"
-    tie = _Tie(named, named.rank, marker.rank - faulted.local + named.rank)
-    return _tie_refusal(ctx, tie) or _tie_proof(ctx, tie)
-
-
-def _tie_refusal(ctx: JudgeContext, tie: _Tie) -> str | None:
-    """Why the record naming ``tie``'s rank is not the faulted rank's death in one poll with
-    its peer's (the launcher's own records and the pids), or None."""
-    run, timeline = ctx.run, ctx.timeline
-    marker = run.marker
-    assert marker is not None
-    named = tie.named
-    if timeline.fault_time is None or named.time is None or named.time < timeline.fault_time:
-        return "that record is not after the fault"
-    if named.exit_code != EXCEPTION_EXIT_CODE:
-        return (
-            f"its exit code {named.exit_code} is not the {EXCEPTION_EXIT_CODE} of a rank whose"
-            " collective broke (an uncaught exception)"
-        )
-    ours = {marker.pid, marker.rank_pid} - {None}
-    if named.pid is None or named.pid in ours:
-        return f"its pid {named.pid} is not another process than the faulted rank's"
-    closing = [
-        e
-        for e in run.launcher.events
-        if e.kind is LauncherEventKind.CLOSING_SIGNAL
-        and e.pid in ours | {named.pid}
-        and e.ref.line is not None
-        and named.ref.line is not None
-        and e.ref.line > named.ref.line
-    ]
-    if closing:
-        return (
-            f"the launcher then sent a closing signal to pid {closing[0].pid}"
-            f" ({closing[0].ref.location}), which was still running"
-        )
-    return None
-
-
-def _tie_proof(ctx: JudgeContext, tie: _Tie) -> tuple[str, list[EvidenceRef]] | str:
-    """The faulted cycle's lines that show ``tie``'s rank died of its vanished peer (the
-    ``_peer_named_first`` rules on the log), or why they do not."""
-    run, timeline = ctx.run, ctx.timeline
-    marker = run.marker
-    assert marker is not None and marker.rank is not None
-    cycle = timeline.failed_cycle
-    log = run.cycle_log(cycle) if cycle is not None else None
-    if log is None:
-        return "the faulted cycle has no log"
-    fire = next(
-        (line for line in log.injector if line.kind == "fired" and line.rank == marker.rank),
-        None,
-    )
-    if fire is None or fire.ref.line is None:
-        return f"{log.file} holds no fire line of rank {marker.rank}"
-    after = fire.ref.line
-
-    def lines_of(rank: int) -> list[EvidenceRef]:
-        refs = [e.ref for e in log.events] + [e.ref for e in log.iterations]
-        refs += [line.ref for line in log.injector]
-        return sorted(
-            (r for r in refs if r.line is not None and split_rank_prefix(r.text)[0] == rank),
-            key=lambda r: r.line or 0,
-        )
-
-    late = [r for r in lines_of(marker.rank) if (r.line or 0) > after]
-    if late:
-        return f"rank {marker.rank} printed after its fire line ({late[0].location})"
-    started = [
-        e for e in log.of_type(ProcessStarted) if split_rank_prefix(e.ref.text)[0] == tie.rank
-    ]
-    if not started or started[0].pid != tie.named.pid:
-        seen = f"pid {started[0].pid} ({started[0].ref.location})" if started else "no pid"
-        return f"rank {tie.rank} printed {seen} at its start in cycle {cycle}, not {tie.named.pid}"
-    errors = [e for e in log.of_type(WorkloadError) if split_rank_prefix(e.ref.text)[0] == tie.rank]
-    first = errors[0] if errors else None
-    # the exception line of a traceback, or the workload's own word (``aborted RuntimeError: ...``)
-    said = (first.exception or split_rank_prefix(first.ref.text)[1]) if first is not None else ""
-    if first is None or not any(gone in said for gone in PEER_GONE):
-        shown = f": its first is {first.ref.location}" if first is not None else ""
-        return f"rank {tie.rank}'s first error in cycle {cycle} is no broken collective{shown}"
-    broken = first.ref
-    tag, _ = split_tag(split_rank_prefix(broken.text)[1])
-    if (broken.line or 0) <= after or tag not in ("", f"[rank{tie.rank}]:"):
-        return f"{broken.location} is not rank {tie.rank}'s own error after the fault"
-    later = [
-        r
-        for r in lines_of(tie.rank)
-        if (r.line or 0) > (broken.line or 0) and not split_tag(split_rank_prefix(r.text)[1])[0]
-    ]
-    if later:
-        return f"rank {tie.rank} went on after its broken collective ({later[0].location})"
-    return (
-        f"failed, named as local_rank {tie.local} (exit {tie.named.exit_code}) in its place: it"
-        f" died of its own {marker.signal} (the marker, written before it) and local_rank"
-        f" {tie.local}'s collective broke when its peer vanished ({broken.location});"
-        " torch elastic names the lowest local rank when two deaths land in one poll",
-        [marker.ref("signal"), tie.named.ref, broken],
-    )
-
-
-# The exit status of a rank that dies of an uncaught Python exception.
-EXCEPTION_EXIT_CODE = 1
 # The exception the injector raises for the ``exception`` fault (its last traceback line).
 INJECTED_EXCEPTION = "InjectedFault"
 

@@ -232,7 +232,7 @@ class ReferenceLogAdapter:
         if event.startswith("ft monitoring initialized "):
             return _ft_timeouts(event, at)
         if event.startswith("aborted ") or event.startswith("ft monitoring failed: "):
-            return WorkloadError(at.ref())
+            return WorkloadError(at.ref(), time=time)
         if first == "exit":
             m = _EXIT.match(event)
             if m is not None:

@@ -180,6 +180,8 @@ class WorkloadError:
     innermost: TracebackFrame | None = None
     load_frame: TracebackFrame | None = None
     frames: int = 0
+    # its stamp, where the line has one (the reference workload's own ``aborted ...``)
+    time: datetime | None = None
 
     @property
     def in_checkpoint_load(self) -> bool:

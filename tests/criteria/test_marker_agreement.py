@@ -242,6 +242,21 @@ def test_a_legacy_fire_line_signalling_another_pid_fails(tmp_path: Path) -> None
     )
 
 
+@pytest.mark.parametrize("pid", ["538", "77777"])  # the peer's, a pid nobody else printed
+def test_a_start_line_of_the_faulted_rank_naming_another_pid_fails(
+    tmp_path: Path, pid: str
+) -> None:
+    run = _copy(tmp_path, REF_KILL_SAVE)
+    run.replace(CYCLE0, "rank 1 started pid 539 ", f"rank 1 started pid {pid} ")
+    _fails(
+        run,
+        "replaced_cycle",
+        f"rank 1 printed pid {pid} at its start in the faulted cycle; the marker says the rank"
+        " was pid 539",
+        at=(f"{CYCLE0}:2", _at(run, MARKER, '"rank_pid"')),
+    )
+
+
 def test_a_fire_line_killing_another_checkpoint_worker_fails(tmp_path: Path) -> None:
     run = _copy(tmp_path, CKPT_WORKER)
     run.replace(CYCLE0, "checkpoint worker pid 1897", "checkpoint worker pid 1999")

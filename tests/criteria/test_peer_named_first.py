@@ -14,6 +14,7 @@ first version of the rule passed): every edited copy fails, on the piece it edit
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -233,6 +234,127 @@ def _went_on(doc: Doctor) -> None:
     doc.append(CYCLE0, iteration)
 
 
+def _append_traceback(prefix: str, exception: str) -> object:
+    """A second traceback of rank 0's stream (``prefix``) after its broken collective."""
+
+    def edit(doc: Doctor) -> None:
+        doc.append(
+            CYCLE0,
+            f"{prefix}Traceback (most recent call last):",
+            f'{prefix}  File "/x/pytest_nvrx/workloads/ref_checkpoints.py", line 88, in save',
+            f"{prefix}    torch.save(state, path)",
+            f"{prefix}{exception}",
+        )
+
+    return edit
+
+
+def _exception_line(new: str) -> object:
+    """Rank 0's traceback ends in another exception than its ``aborted`` line says."""
+
+    def edit(doc: Doctor) -> None:
+        lines = doc.lines(CYCLE0)
+        at = max(i for i, line in enumerate(lines) if RESET in line)
+        lines[at] = f"0: [rank0]: {new}\n"
+        doc.write_lines(CYCLE0, lines)
+
+    return edit
+
+
+def _said(text: str) -> object:
+    """Both the ``aborted`` line and the exception line say ``text``, which holds gloo's words."""
+
+    def edit(doc: Doctor) -> None:
+        lines = doc.lines(CYCLE0)
+        for i, line in enumerate(lines):
+            if RESET in line:
+                head = line[: line.index("RuntimeError: ")]
+                lines[i] = head + text + "\n"
+        doc.write_lines(CYCLE0, lines)
+
+    return edit
+
+
+def _fault_time(doc: Doctor) -> datetime:
+    return datetime.fromisoformat(doc.json("fault_injected.json")["time"])
+
+
+def _aborted_at(seconds: float) -> object:
+    """Rank 0's ``aborted`` line stamped ``seconds`` from the fault (its place in the log kept)."""
+
+    def edit(doc: Doctor) -> None:
+        when = _fault_time(doc) + timedelta(seconds=seconds)
+        stamp = when.isoformat(timespec="milliseconds")
+        lines = doc.lines(CYCLE0)
+        for i, line in enumerate(lines):
+            if " aborted RuntimeError" in line:
+                old = line.split(" ")[2]
+                lines[i] = line.replace(old, stamp, 1)
+        doc.write_lines(CYCLE0, lines)
+
+    return edit
+
+
+def _record_at_fault(doc: Doctor) -> None:
+    """The record stamped 1 ms after the fault, before rank 0's ``aborted`` line."""
+    when = (_fault_time(doc) + timedelta(milliseconds=1)).strftime("%H:%M:%S.%f")
+    lines = doc.lines(LAUNCHER)
+    for i, line in enumerate(lines):
+        if "failed (exitcode: 1) local_rank: 0" in line:
+            lines[i] = line[:6] + when + line[21:]
+    doc.write_lines(LAUNCHER, lines)
+
+
+def _started_pid(rank: int, pid_of: int | None, *, copy: bool = False) -> object:
+    """Rank ``rank``'s start line naming another pid (the peer's, the faulted rank's, or 77777),
+    or a second start line of it with 77777."""
+
+    def edit(doc: Doctor) -> None:
+        faulted, peer = _pids(doc)
+        own = (peer, faulted)[rank]
+        pid = 77777 if pid_of is None else (faulted, peer)[pid_of]
+        line = next(x for x in doc.lines(CYCLE0) if f"rank {rank} started pid {own} " in x)
+        if copy:
+            doc.insert_after(CYCLE0, line, line.replace(f"pid {own} ", f"pid {pid} "))
+        else:
+            doc.replace(CYCLE0, f"started pid {own} ", f"started pid {pid} ")
+
+    return edit
+
+
+def _pid_everywhere_but_injector(doc: Doctor) -> None:
+    """The record and rank 0's start line say 77777; its injector lines keep its real pid."""
+    _, peer = _pids(doc)
+    doc.replace(CYCLE0, f"started pid {peer} ", "started pid 77777 ")
+    doc.replace(LAUNCHER, f"(pid: {peer})", "(pid: 77777)")
+
+
+def _closing_before(pid_of: int) -> object:
+    def edit(doc: Doctor) -> None:
+        pid = _pids(doc)[pid_of]
+        doc.insert_before(
+            LAUNCHER,
+            "failed (exitcode: 1) local_rank: 0",
+            "W1205 15:22:04.554000 1 torch/distributed/elastic/multiprocessing/api.py:1028]"
+            f" Sending process {pid} closing signal SIGTERM",
+        )
+
+    return edit
+
+
+def _second_record(code: int, pid_of: int | None) -> object:
+    def edit(doc: Doctor) -> None:
+        record = next(x for x in doc.lines(LAUNCHER) if "failed (exitcode: 1) local_rank: 0" in x)
+        _, peer = _pids(doc)
+        pid = 55555 if pid_of is None else peer
+        again = record.replace("(exitcode: 1)", f"(exitcode: {code})").replace(
+            f"(pid: {peer})", f"(pid: {pid})"
+        )
+        doc.insert_after(LAUNCHER, record, again)
+
+    return edit
+
+
 ATTACKS = {
     "faulted rank's own traceback after its fire line": _own_traceback,
     "closing signal to the faulted rank": _closing(0),
@@ -249,6 +371,38 @@ ATTACKS = {
     "record naming the faulted rank's pid": _named_pid(0),
     "record naming a pid no rank printed": _named_pid(None),
     "peer training after its broken collective": _went_on,
+    # a second helper's attack on the rule above (adv6)
+    "peer's second traceback, another error": _append_traceback(
+        "0: [rank0]: ", "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB."
+    ),
+    "peer's second traceback, the injected exception": _append_traceback(
+        "0: [rank0]: ",
+        "pytest_nvrx.worker.injector.InjectedFault: pytest-nvrx injected exception on rank 0",
+    ),
+    "a rank-1 traceback in rank 0's stream": _append_traceback("0: [rank1]: ", "ValueError: boom"),
+    "traceback ending in another exception": _exception_line(
+        "ValueError: checkpoint shard corrupt"
+    ),
+    "a socket error of Python's, not gloo's": _said(
+        "ConnectionResetError: [Errno 104] Connection reset by peer"
+    ),
+    "gloo's words inside another error": _said(
+        "ValueError: bad config value 'Connection reset by peer'"
+    ),
+    "an https upload's connection closed": _said(
+        "RuntimeError: Connection closed by peer [10.0.0.9]:443 (https upload to s3)"
+    ),
+    "peer's aborted line stamped 5 s before the fault": _aborted_at(-5),
+    "peer's aborted line stamped 30 s after the fault": _aborted_at(30),
+    "record stamped before the peer's aborted line": _record_at_fault,
+    "faulted rank's start line naming the peer's pid": _started_pid(1, 1),
+    "faulted rank's start line naming 77777": _started_pid(1, None),
+    "a second start line of the peer": _started_pid(0, None, copy=True),
+    "record and start line agree, injector lines do not": _pid_everywhere_but_injector,
+    "closing signal to the faulted rank before the record": _closing_before(0),
+    "closing signal to the named peer before the record": _closing_before(1),
+    "a second record of the peer, exit -9": _second_record(-9, 1),
+    "a second record of local rank 0, another pid": _second_record(1, None),
 }
 
 

@@ -1,0 +1,220 @@
+"""A kill or segv whose launcher record names a peer of the faulted rank's node in its place.
+
+torch elastic logs one failure a poll, the earliest by a stamp in whole seconds (a rank killed
+by a signal has no error file and gets the poll's time), so when the faulted rank and the peer
+whose collective broke on its death both die before one poll, the lowest local rank is named
+(tests/data/windows/cpu-tie: three real such runs). That record stands for the faulted rank's
+death only when every piece of the run agrees with two deaths in one poll; otherwise it
+contradicts the marker, and replaced_cycle says which piece disagreed.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from pytest_nvrx.criteria.context import JudgeContext
+from pytest_nvrx.criteria.helpers import EXCEPTION_EXIT_CODE, nproc_per_node
+from pytest_nvrx.evidence.cycle_log import CycleLog
+from pytest_nvrx.evidence.launcher_log import LauncherEvent, LauncherEventKind
+from pytest_nvrx.evidence.marker import Marker
+from pytest_nvrx.evidence.refs import EvidenceRef, split_rank_prefix
+from pytest_nvrx.evidence.tracebacks import split_tag
+from pytest_nvrx.evidence.workload import ProcessStarted, WorkloadError
+
+# What a gloo collective raises on a rank whose peer's process is gone: the socket closed (EOF
+# on read) or reset (ECONNRESET), which of the two depending on whether unread bytes were in
+# flight when the kernel closed the dead peer's socket. gloo's transport names its source file
+# in brackets; the traceback's innermost frame is torch's collective (distributed_c10d.py).
+PEER_GONE = re.compile(
+    r"RuntimeError: \[[^\]\s]*gloo/transport/tcp/pair\.cc:\d+\] (?:Read error \[[^\]\s]*\]:\d+:"
+    r" Connection reset by peer|Connection closed by peer \[[^\]\s]*\]:\d+)"
+)
+_COLLECTIVES = "torch/distributed/distributed_c10d.py"
+# The workload's own word before it re-raises (the reference workload's ``aborted <exception>``).
+_ABORTED = " aborted "
+# The faults whose signal the rank sends itself and cannot outlive (SIGKILL, SIGSEGV's default).
+SELF_FATAL = frozenset({"kill", "segv"})
+
+
+@dataclass(frozen=True, slots=True)
+class _Tie:
+    """The record naming another local rank of the faulted node, that rank (local and global),
+    the faulted rank's pids (its own, its checkpoint worker's) and the faulted cycle's log."""
+
+    named: LauncherEvent
+    local: int
+    rank: int
+    faulted: int
+    ours: frozenset[int]
+    marker: Marker
+    log: CycleLog
+
+
+def peer_named_first(
+    ctx: JudgeContext, faulted_local: int | None, failed: Sequence[LauncherEvent]
+) -> tuple[str, list[EvidenceRef]] | str | None:
+    """The faulted rank's death, told as replaced_cycle tells a rank's failure, with its proof,
+    where ``failed`` (the node's worker-failure records after the fault) names a peer in its
+    place and all agrees; the reason where the first record names another local rank but not all
+    agrees; None where it names none (the rank's own record is wanted)."""
+    run = ctx.run
+    marker = run.marker
+    nproc = nproc_per_node(run)
+    if not failed or ctx.observed_fault not in SELF_FATAL or marker is None or marker.rank is None:
+        return None
+    named = failed[0]
+    if faulted_local is None or named.rank is None or named.rank == faulted_local:
+        return None
+    if not nproc or not 0 <= named.rank < nproc:
+        return f"local_rank {named.rank} is no rank of a node of {nproc} rank(s)"
+    cycle = ctx.timeline.failed_cycle
+    log = run.cycle_log(cycle) if cycle is not None else None
+    if log is None:
+        return "the faulted cycle has no log"
+    ours = frozenset(p for p in (marker.pid, marker.rank_pid) if p is not None)
+    peer = marker.rank - faulted_local + named.rank
+    tie = _Tie(named, named.rank, peer, marker.rank, ours, marker, log)
+    refusal = _launcher_refusal(ctx, tie, failed) or _process_refusal(tie)
+    if refusal is not None:
+        return refusal
+    return _broken_collective(ctx, tie)
+
+
+def _launcher_refusal(ctx: JudgeContext, tie: _Tie, failed: Sequence[LauncherEvent]) -> str | None:
+    """What the launcher's records say against the tie: the record's time and exit, a pid of the
+    faulted rank, a second failure record before the next workers start, a closing signal."""
+    named, fault_time = tie.named, ctx.timeline.fault_time
+    if fault_time is None or named.time is None or named.time < fault_time:
+        return "that record is not after the fault"
+    if named.exit_code != EXCEPTION_EXIT_CODE:
+        return (
+            f"its exit code {named.exit_code} is not the {EXCEPTION_EXIT_CODE} of a rank whose"
+            " collective broke (an uncaught exception)"
+        )
+    if named.pid is None or named.pid in tie.ours:
+        return f"its pid {named.pid} is not another process than the faulted rank's"
+    events = ctx.run.launcher.events
+    at = named.ref.line or 0
+    restart = min(
+        (
+            e.ref.line or 0
+            for e in events
+            if e.kind is LauncherEventKind.WORKERS_STARTING and (e.ref.line or 0) > at
+        ),
+        default=None,
+    )
+    again = [
+        e
+        for e in failed[1:]
+        if (e.ref.line or 0) > at and (restart is None or (e.ref.line or 0) < restart)
+    ]
+    if again:
+        return (
+            f"the launcher recorded another failure before the workers restarted"
+            f" ({again[0].ref.location}): it logs one a poll"
+        )
+    closing = [
+        e
+        for e in events
+        if e.kind is LauncherEventKind.CLOSING_SIGNAL and e.pid in tie.ours | {named.pid}
+    ]
+    if closing:
+        return (
+            f"the launcher sent a closing signal to pid {closing[0].pid}"
+            f" ({closing[0].ref.location}): it signals only workers still running"
+        )
+    return None
+
+
+def _process_refusal(tie: _Tie) -> str | None:
+    """Where the pids the two ranks printed in the faulted cycle (each its one start line, each
+    of its injector lines) are not the marker's and the record's."""
+    for rank, pids, whose in (
+        (tie.faulted, tie.ours, "the marker's"),
+        (tie.rank, frozenset({tie.named.pid}), "the launcher's record's"),
+    ):
+        started = [e for e in tie.log.of_type(ProcessStarted) if _rank_of(e.ref) == rank]
+        if len(started) != 1:
+            return f"rank {rank} printed {len(started)} start lines in {tie.log.file}, not one"
+        printed = [(started[0].pid, started[0].ref)]
+        printed += [(line.pid, line.ref) for line in tie.log.injector if line.rank == rank]
+        for pid, ref in printed:
+            if pid not in pids:
+                return f"rank {rank} printed pid {pid} ({ref.location}), not {whose}"
+    return None
+
+
+def _broken_collective(ctx: JudgeContext, tie: _Tie) -> tuple[str, list[EvidenceRef]] | str:
+    """The faulted cycle's lines that show the named rank died of its vanished peer: after the
+    faulted rank's fire line it printed nothing more, and the named rank printed only its
+    collective broken by the vanished peer (each of its errors gloo's, in its own stream, stamped
+    between the fault and the record), then nothing but that traceback; else why not."""
+    marker, log, named = tie.marker, tie.log, tie.named
+    fire = next(
+        (line for line in log.injector if line.kind == "fired" and line.rank == tie.faulted),
+        None,
+    )
+    if fire is None or fire.ref.line is None:
+        return f"{log.file} holds no fire line of rank {tie.faulted}"
+    after = fire.ref.line
+    late = [r for r in _lines_of(log, tie.faulted) if (r.line or 0) > after]
+    if late:
+        return f"rank {tie.faulted} printed after its fire line ({late[0].location})"
+    errors = [e for e in log.of_type(WorkloadError) if _rank_of(e.ref) == tie.rank]
+    if not errors:
+        return f"rank {tie.rank} printed no error in {log.file}"
+    fault_time = ctx.timeline.fault_time
+    for e in errors:
+        tag, said = split_tag(split_rank_prefix(e.ref.text)[1])
+        if e.exception is not None:
+            said = e.exception
+        elif _ABORTED in said:
+            said = said.split(_ABORTED, 1)[1]
+        frame = e.innermost
+        if (
+            PEER_GONE.match(said) is None
+            or (frame is not None and frame.short_path != _COLLECTIVES)
+            or (e.ref.line or 0) <= after
+            or tag not in ("", f"[rank{tie.rank}]:")
+        ):
+            return f"{e.ref.location} is no collective of rank {tie.rank} broken by a vanished peer"
+        if e.time is not None and (
+            (fault_time is not None and e.time < fault_time)
+            or (named.time is not None and e.time > named.time)
+        ):
+            return f"{e.ref.location} is not stamped between the fault and the record"
+    last = errors[-1].ref.line or 0
+    went_on = [
+        r for r in _lines_of(log, tie.rank) if (r.line or 0) > last or _between(r, errors, after)
+    ]
+    if went_on:
+        return f"rank {tie.rank} went on after its broken collective ({went_on[0].location})"
+    broken = errors[0].ref
+    return (
+        f"failed, named as local_rank {tie.local} (exit {named.exit_code}) in its place: it"
+        f" died of its own {marker.signal} (the marker, written before it) and local_rank"
+        f" {tie.local}'s collective broke when its peer vanished ({broken.location});"
+        " torch elastic names the lowest local rank when two deaths land in one poll",
+        [marker.ref("signal"), named.ref, broken],
+    )
+
+
+def _rank_of(ref: EvidenceRef) -> int | None:
+    return split_rank_prefix(ref.text)[0]
+
+
+def _lines_of(log: CycleLog, rank: int) -> list[EvidenceRef]:
+    """The lines of ``rank`` in ``log`` that say something of their own: its events, iterations
+    and injector lines (a traceback's frames are part of its error)."""
+    refs = [e.ref for e in log.events] + [e.ref for e in log.iterations]
+    refs += [line.ref for line in log.injector]
+    return [r for r in refs if r.line is not None and _rank_of(r) == rank]
+
+
+def _between(ref: EvidenceRef, errors: Sequence[WorkloadError], after: int) -> bool:
+    """A line of the named rank after the fire line and among its errors that is none of them."""
+    first, last = errors[0].ref.line or 0, errors[-1].ref.line or 0
+    line = ref.line or 0
+    return after < line and first <= line <= last and all(ref != e.ref for e in errors)
