@@ -12,7 +12,7 @@ import re
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, get_args
+from typing import Literal, get_args, overload
 
 MARKER_NAME = "fault_injected.json"
 #: The one list of faults (a run's ``fault``; ``none`` = a baseline). kill = SIGKILL,
@@ -142,6 +142,27 @@ CYCLE_LOG_PATTERN = re.compile(
 CYCLE_LOG_LOOK_ALIKE = re.compile(re.escape(_APPLOG_STEM) + r"_cycle\w+\." + re.escape(_APPLOG_EXT))
 
 
+class _PathIn:
+    """A path of a run's layout, read as a :class:`Path`: the layout's directory ``under`` (the
+    attribute that holds it) joined with ``name``."""
+
+    __slots__ = ("name", "under")
+
+    def __init__(self, under: Literal["run_dir", "checkpoint_dir", "logs"], name: str) -> None:
+        self.under = under
+        self.name = name
+
+    @overload
+    def __get__(self, layout: None, owner: type) -> _PathIn: ...
+    @overload
+    def __get__(self, layout: RunLayout, owner: type) -> Path: ...
+    def __get__(self, layout: RunLayout | None, owner: type) -> Path | _PathIn:
+        if layout is None:
+            return self
+        under: Path = getattr(layout, self.under)
+        return under / self.name
+
+
 @dataclass(frozen=True)
 class RunLayout:
     """Absolute paths of one run's artifacts."""
@@ -155,33 +176,18 @@ class RunLayout:
             run_dir, checkpoint_dir if checkpoint_dir is not None else run_dir / CHECKPOINTS_DIR
         )
 
-    @property
-    def marker(self) -> Path:
-        return self.run_dir / MARKER_NAME
+    marker = _PathIn("run_dir", MARKER_NAME)
+    manifest = _PathIn("run_dir", MANIFEST_NAME)
+    cycle_infos = _PathIn("run_dir", CYCLE_INFOS_DIR)
+    logs = _PathIn("run_dir", LOGS_DIR)
+    launcher_log = _PathIn("logs", LAUNCHER_LOG_NAME)
+    applog_prefix = _PathIn("logs", APPLOG_PREFIX_NAME)
+    tracker = _PathIn("checkpoint_dir", TRACKER_NAME)
+    ft_state = _PathIn("checkpoint_dir", FT_STATE_NAME)
 
     def marker_at(self, position: int) -> Path:
         """The marker of a fault schedule's fault at ``position`` (1: :attr:`marker`)."""
         return self.run_dir / marker_name(position)
-
-    @property
-    def manifest(self) -> Path:
-        return self.run_dir / MANIFEST_NAME
-
-    @property
-    def cycle_infos(self) -> Path:
-        return self.run_dir / CYCLE_INFOS_DIR
-
-    @property
-    def logs(self) -> Path:
-        return self.run_dir / LOGS_DIR
-
-    @property
-    def launcher_log(self) -> Path:
-        return self.logs / LAUNCHER_LOG_NAME
-
-    @property
-    def applog_prefix(self) -> Path:
-        return self.logs / APPLOG_PREFIX_NAME
 
     def cycle_log(self, cycle: int) -> Path:
         return self.logs / cycle_log_name(cycle)
@@ -211,14 +217,6 @@ class RunLayout:
         except OSError:
             return {}
         return {cycle: tuple(sorted(found[cycle])) for cycle in sorted(found)}
-
-    @property
-    def tracker(self) -> Path:
-        return self.checkpoint_dir / TRACKER_NAME
-
-    @property
-    def ft_state(self) -> Path:
-        return self.checkpoint_dir / FT_STATE_NAME
 
     @property
     def tmp(self) -> Path:

@@ -37,7 +37,7 @@ prints cannot be cross-checked and is not: ``stack``'s ``nvrx``, ``cudnn``, ``nc
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from pytest_nvrx.evidence.cycle_log import CycleLog
 from pytest_nvrx.evidence.manifest import Manifest, Setting
@@ -82,10 +82,27 @@ def _disagree(ours: EvidenceRef, said: str, theirs: EvidenceRef, what: str) -> P
     )
 
 
+def _settings_printed(
+    recorded: Iterable[tuple[Setting | None, str]],
+    printed: Mapping[str, tuple[str, EvidenceRef]],
+    agree: Callable[[str, object], bool],
+) -> list[Problem]:
+    """Each setting run.json records (None: not recorded) that the run printed, under the name
+    beside it (``printed``: the text and its line), where ``agree`` says the two differ."""
+    out: list[Problem] = []
+    for setting, name in recorded:
+        said = printed.get(name)
+        if setting is None or said is None:
+            continue
+        text, ref = said
+        if not agree(text, setting.value):
+            out.append(_disagree(setting.ref, f"{name} {text}", ref, f"{setting.value}"))
+    return out
+
+
 def _launcher_block(run: RunEvidence, manifest: Manifest) -> list[Problem]:
     launcher = run.launcher
     config, refs = launcher.config, launcher.config_refs
-    out: list[Problem] = []
     pairs: list[tuple[Setting | None, str]] = [
         (manifest.max_restarts, "max_restarts"),
         (manifest.gpus_per_node, "nproc_per_node"),
@@ -93,12 +110,8 @@ def _launcher_block(run: RunEvidence, manifest: Manifest) -> list[Problem]:
         (manifest.nnodes, "max_nodes"),
         (manifest.run_id, "run_id"),
     ]
-    for setting, key in pairs:
-        printed, ref = config.get(key), refs.get(key)
-        if setting is None or printed is None or ref is None:
-            continue
-        if printed != str(setting.value):
-            out.append(_disagree(setting.ref, f"{key} {printed}", ref, f"{setting.value}"))
+    printed = {key: (config[key], ref) for key, ref in refs.items() if key in config}
+    out = _settings_printed(pairs, printed, lambda text, value: text == str(value))
     restarts = manifest.max_restarts
     if restarts is not None and isinstance(restarts.value, int):
         for event in launcher.events:
@@ -142,7 +155,6 @@ def _dump(log: CycleLog, manifest: Manifest) -> list[Problem]:
     dump = {e.name: e for e in reversed(log.settings)}
     if not dump:
         return []
-    out: list[Problem] = []
     config: list[tuple[Setting | None, str]] = [
         (manifest.world_size, "world_size"),
         (manifest.tp, "tensor_model_parallel_size"),
@@ -153,14 +165,11 @@ def _dump(log: CycleLog, manifest: Manifest) -> list[Problem]:
         (manifest.checkpoint_dir, "save"),
         (manifest.checkpoint_dir, "load"),
     ]
-    for setting, name in config:
-        entry = dump.get(name)
-        if setting is None or entry is None:
-            continue
-        if not _same(entry.value.rstrip("/"), str(setting.value).rstrip("/")):
-            out.append(
-                _disagree(setting.ref, f"{name} {entry.value}", entry.ref, f"{setting.value}")
-            )
+    printed = {name: (entry.value, entry.ref) for name, entry in dump.items()}
+    # a directory with or without its trailing slash is the same directory
+    out = _settings_printed(
+        config, printed, lambda text, value: _same(text.rstrip("/"), str(value).rstrip("/"))
+    )
     out += _argv_against_dump(manifest, dump)
     return out
 

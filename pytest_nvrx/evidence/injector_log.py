@@ -36,10 +36,10 @@ it (criteria/required_evidence.py, criteria/marker_agreement.py). Nothing here j
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from functools import partial
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from pytest_nvrx.evidence.refs import EvidenceRef, LineCursor, read_int
 from pytest_nvrx.evidence.tracebacks import split_tag
@@ -130,6 +130,129 @@ class InjectorLine:
     position: int | None = None
 
 
+class _Head(NamedTuple):
+    """What every injector line states first, and its reference: an InjectorLine's first fields
+    after its kind."""
+
+    rank: int
+    pid: int
+    ref: EvidenceRef
+
+
+def _tracker_read(m: re.Match[str], head: _Head, at: LineCursor) -> InjectorLine | None:
+    when = at.aware_time(m["ts"])
+    if when is None:
+        return None
+    return InjectorLine(
+        "tracker",
+        *head,
+        tracker_iteration=read_int(m["t"]),
+        trigger=m["where"],
+        time=when,
+    )
+
+
+def _observing(m: re.Match[str], head: _Head, at: LineCursor) -> InjectorLine:
+    return InjectorLine("observing", *head)
+
+
+def _fired(m: re.Match[str], head: _Head, at: LineCursor) -> InjectorLine:
+    action = m["action"]
+    signal: str | None = None
+    target: int | None = None
+    named_rank: int | None = None
+    if (a := _TO_WORKER.match(action)) is not None:
+        signal, target, named_rank = a["sig"], read_int(a["target"]), read_int(a["rp"])
+    elif (a := _SIGNAL_TO_PID.match(action)) is not None:
+        signal, target = a["sig"], read_int(a["target"])
+    return InjectorLine(
+        "fired",
+        *head,
+        window=m["window"],
+        trigger=m["trigger"],
+        in_flight_iteration=None if m["n"] == "none" else read_int(m["n"]),
+        tracker_iteration=read_int(m["t"]),
+        action=action,
+        signal=signal,
+        target_pid=target,
+        raises=action.startswith(_RAISING),
+        rank_pid=named_rank,
+    )
+
+
+def _fired_v1(m: re.Match[str], head: _Head, at: LineCursor) -> InjectorLine:
+    return InjectorLine(
+        "fired",
+        *head,
+        tracker_iteration=read_int(m["t"]),
+        baseline_iteration=read_int(m["base"]),
+        action=m["action"],
+        signal=m["sig"],
+        target_pid=read_int(m["target"]) if m["target"] else head.pid,
+        legacy=True,
+    )
+
+
+def _watching(m: re.Match[str], head: _Head, at: LineCursor) -> InjectorLine:
+    return InjectorLine(
+        "watching",
+        *head,
+        fault=m["fault"],
+        window=m["window"],
+        baseline_iteration=read_int(m["base"]),
+        signal=m["sig"],
+        legacy=m["window"] is None,
+    )
+
+
+def _armed(m: re.Match[str], head: _Head, at: LineCursor) -> InjectorLine:
+    fault, _, window = m["entry"].partition("@")
+    return InjectorLine(
+        "armed",
+        *head,
+        schedule=m["schedule"],
+        position=read_int(m["k"]),
+        fault=fault,
+        window=window,
+    )
+
+
+def _skipped(m: re.Match[str], head: _Head, at: LineCursor) -> InjectorLine:
+    return InjectorLine("skipped", *head)
+
+
+def _never(m: re.Match[str], head: _Head, at: LineCursor) -> InjectorLine:
+    why = m["why"]
+    window = _NEVER_WINDOW.match(why)
+    base = _NEVER_BASELINE.search(why)
+    return InjectorLine(
+        "never",
+        *head,
+        fault=m["fault"] or m["entry"],
+        window=window["window"] if window is not None else None,
+        baseline_iteration=read_int(base["base"]) if base is not None else None,
+        reason=why,
+    )
+
+
+#: Each message the injector writes, by its first word (no two messages share one): the pattern
+#: the whole message must match (each spells the message from its first word on; a message that
+#: does not match is no injector line), and what is made of its match (with the line's head and
+#: the cursor on it): the line, or None where a value it states is not read.
+_MESSAGES: dict[
+    str, tuple[re.Pattern[str], Callable[[re.Match[str], _Head, LineCursor], InjectorLine | None]]
+] = {
+    "checkpoint": (_TRACKER_READ, _tracker_read),
+    OBSERVER_ANNOUNCEMENT.partition(" ")[0]: (_OBSERVING, _observing),
+    "window": (_FIRED, _fired),
+    "tracker": (_FIRED_V1, _fired_v1),
+    "watching": (_WATCHING, _watching),
+    "schedule": (_ARMED, _armed),
+    "marker": (_SKIPPED, _skipped),
+    "ERROR:": (_NEVER, _never),
+}
+
+
 def parse_injector_line(body: str, at: LineCursor) -> InjectorLine | None:
     """The injector line in ``body`` (the text after NVRx's rank prefix), else None."""
     _, text = split_tag(body)
@@ -137,96 +260,12 @@ def parse_injector_line(body: str, at: LineCursor) -> InjectorLine | None:
     if head is None:
         return None
     rank, pid, msg = read_int(head["rank"]), read_int(head["pid"]), head["msg"]
-    line = partial(InjectorLine, rank=rank, pid=pid, ref=at.ref())
-    if msg.startswith("checkpoint tracker reads "):
-        m = _TRACKER_READ.match(msg)
-        when = at.aware_time(m["ts"]) if m is not None else None
-        if m is None or when is None:
-            return None
-        return line(
-            "tracker",
-            tracker_iteration=read_int(m["t"]),
-            trigger=m["where"],
-            time=when,
-        )
-    if msg.startswith(OBSERVER_ANNOUNCEMENT):
-        return line("observing") if _OBSERVING.match(msg) is not None else None
-    if msg.startswith("window "):
-        m = _FIRED.match(msg)
-        if m is None:
-            return None
-        action = m["action"]
-        signal: str | None = None
-        target: int | None = None
-        named_rank: int | None = None
-        if (a := _TO_WORKER.match(action)) is not None:
-            signal, target, named_rank = a["sig"], read_int(a["target"]), read_int(a["rp"])
-        elif (a := _SIGNAL_TO_PID.match(action)) is not None:
-            signal, target = a["sig"], read_int(a["target"])
-        return line(
-            "fired",
-            window=m["window"],
-            trigger=m["trigger"],
-            in_flight_iteration=None if m["n"] == "none" else read_int(m["n"]),
-            tracker_iteration=read_int(m["t"]),
-            action=action,
-            signal=signal,
-            target_pid=target,
-            raises=action.startswith(_RAISING),
-            rank_pid=named_rank,
-        )
-    if msg.startswith("tracker "):
-        m = _FIRED_V1.match(msg)
-        if m is None:
-            return None
-        return line(
-            "fired",
-            tracker_iteration=read_int(m["t"]),
-            baseline_iteration=read_int(m["base"]),
-            action=m["action"],
-            signal=m["sig"],
-            target_pid=read_int(m["target"]) if m["target"] else pid,
-            legacy=True,
-        )
-    if msg.startswith("watching "):
-        m = _WATCHING.match(msg)
-        if m is None:
-            return None
-        return line(
-            "watching",
-            fault=m["fault"],
-            window=m["window"],
-            baseline_iteration=read_int(m["base"]),
-            signal=m["sig"],
-            legacy=m["window"] is None,
-        )
-    armed = _ARMED.match(msg)
-    if armed is not None:
-        fault, _, window = armed["entry"].partition("@")
-        return line(
-            "armed",
-            schedule=armed["schedule"],
-            position=read_int(armed["k"]),
-            fault=fault,
-            window=window,
-        )
-    if _SKIPPED.match(msg) is not None:
-        return line("skipped")
-    if msg.startswith("ERROR: the requested fault "):
-        m = _NEVER.match(msg)
-        if m is None:
-            return None
-        why = m["why"]
-        window = _NEVER_WINDOW.match(why)
-        base = _NEVER_BASELINE.search(why)
-        return line(
-            "never",
-            fault=m["fault"] or m["entry"],
-            window=window["window"] if window is not None else None,
-            baseline_iteration=read_int(base["base"]) if base is not None else None,
-            reason=why,
-        )
-    return None
+    message = _MESSAGES.get(msg.partition(" ")[0])
+    if message is None:
+        return None
+    pattern, build = message
+    m = pattern.match(msg)
+    return build(m, _Head(rank, pid, at.ref()), at) if m is not None else None
 
 
 @dataclass(frozen=True, slots=True)
