@@ -21,7 +21,7 @@ from pytest_nvrx.evidence.launcher_log import LauncherEvent, LauncherEventKind
 from pytest_nvrx.evidence.marker import Marker
 from pytest_nvrx.evidence.refs import EvidenceRef, split_rank_prefix
 from pytest_nvrx.evidence.tracebacks import split_tag
-from pytest_nvrx.evidence.workload import ProcessStarted, WorkloadError
+from pytest_nvrx.evidence.workload import LoadFailed, ProcessStarted, WorkloadError
 
 # What a gloo collective raises on a rank whose peer's process is gone: the socket closed (EOF
 # on read) or reset (ECONNRESET), which of the two depending on whether unread bytes were in
@@ -129,20 +129,78 @@ def _launcher_refusal(ctx: JudgeContext, tie: _Tie, failed: Sequence[LauncherEve
 
 
 def _process_refusal(tie: _Tie) -> str | None:
-    """Where the pids the two ranks printed in the faulted cycle (each its one start line, each
-    of its injector lines) are not the marker's and the record's."""
-    for rank, pids, whose in (
-        (tie.faulted, tie.ours, "the marker's"),
-        (tie.rank, frozenset({tie.named.pid}), "the launcher's record's"),
-    ):
-        started = [e for e in tie.log.of_type(ProcessStarted) if _rank_of(e.ref) == rank]
-        if len(started) != 1:
-            return f"rank {rank} printed {len(started)} start lines in {tie.log.file}, not one"
-        printed = [(started[0].pid, started[0].ref)]
-        printed += [(line.pid, line.ref) for line in tie.log.injector if line.rank == rank]
-        for pid, ref in printed:
-            if pid not in pids:
-                return f"rank {rank} printed pid {pid} ({ref.location}), not {whose}"
+    """Where the pids the two ranks printed in the faulted cycle are not the marker's and the
+    record's."""
+    return _pid_refusal(tie.log, tie.faulted, tie.ours, "the marker's") or _pid_refusal(
+        tie.log, tie.rank, frozenset({tie.named.pid}), "the launcher's record's"
+    )
+
+
+def _pid_refusal(log: CycleLog, rank: int, pids: frozenset[int | None], whose: str) -> str | None:
+    """Where ``rank`` did not print, in ``log``, one start line (where the workload prints one)
+    and injector lines naming only ``pids``: every rank runs under the injector, which prints
+    its pid."""
+    started = [e for e in log.of_type(ProcessStarted) if _rank_of(e.ref) == rank]
+    if len(started) > 1:
+        return f"rank {rank} printed {len(started)} start lines in {log.file}, not one"
+    printed = [(e.pid, e.ref) for e in started if e.pid is not None]
+    printed += [(line.pid, line.ref) for line in log.injector if line.rank == rank]
+    if not printed:
+        return f"rank {rank} printed no pid in {log.file}"
+    for pid, ref in printed:
+        if pid not in pids:
+            return f"rank {rank} printed pid {pid} ({ref.location}), not {whose}"
+    return None
+
+
+def peer_failed_first(
+    ctx: JudgeContext, faulted_local: int | None, peer: LauncherEvent
+) -> str | None:
+    """Why the launcher's first record, a peer's exit after an ``exception`` fault, is not that
+    peer failing with the raising rank (which still unwinds: its atexit handlers, its process
+    group's teardown, while the peer's collective fails at once), or None where all agrees: the
+    peer is another local rank of the node that exited 1 (an uncaught exception), with the pid
+    it printed in the faulted cycle, after printing an error of its own there after the fire
+    line, and the launcher sent it no closing signal."""
+    run = ctx.run
+    marker = run.marker
+    nproc = nproc_per_node(run)
+    if marker is None or marker.rank is None or faulted_local is None or peer.rank is None:
+        return "the record names no rank"
+    if peer.rank == faulted_local or not nproc or not 0 <= peer.rank < nproc:
+        return f"local_rank {peer.rank} is no peer on a node of {nproc} rank(s)"
+    if peer.exit_code != EXCEPTION_EXIT_CODE:
+        return f"its exit code {peer.exit_code} is not the {EXCEPTION_EXIT_CODE} of a failed peer"
+    ours = frozenset(p for p in (marker.pid, marker.rank_pid) if p is not None)
+    if peer.pid is None or peer.pid in ours:
+        return f"its pid {peer.pid} is not another process than the faulted rank's"
+    cycle = ctx.timeline.failed_cycle
+    log = run.cycle_log(cycle) if cycle is not None else None
+    if log is None:
+        return "the faulted cycle has no log"
+    rank = marker.rank - faulted_local + peer.rank
+    refusal = _pid_refusal(log, rank, frozenset({peer.pid}), "the launcher's record's")
+    if refusal is not None:
+        return refusal
+    fire = next(
+        (line for line in log.injector if line.kind == "fired" and line.rank == marker.rank),
+        None,
+    )
+    after = fire.ref.line if fire is not None else None
+    errors = [e.ref for e in log.of_type(WorkloadError)] + [e.ref for e in log.of_type(LoadFailed)]
+    own = [r for r in errors if _rank_of(r) == rank and after is not None and (r.line or 0) > after]
+    if not own:
+        return f"rank {rank} printed no error of its own after the fire line in {log.file}"
+    closing = [
+        e
+        for e in run.launcher.events
+        if e.kind is LauncherEventKind.CLOSING_SIGNAL and e.pid == peer.pid
+    ]
+    if closing:
+        return (
+            f"the launcher sent a closing signal to pid {peer.pid} ({closing[0].ref.location}):"
+            " it was still running"
+        )
     return None
 
 

@@ -26,7 +26,7 @@ from pytest_nvrx.criteria.helpers import (
     on_faulted_node,
 )
 from pytest_nvrx.criteria.marker_agreement import process_problem
-from pytest_nvrx.criteria.peer_named import peer_named_first
+from pytest_nvrx.criteria.peer_named import peer_failed_first, peer_named_first
 from pytest_nvrx.criteria.verdict import CriterionId, Verdict, failing, not_applicable, passing
 from pytest_nvrx.evidence.launcher_log import LauncherEvent, LauncherEventKind
 from pytest_nvrx.evidence.refs import EvidenceRef, absent, is_ascii_number
@@ -117,17 +117,18 @@ class _FaultedRank:
         return self.local is None or e.rank is None or e.rank == self.local
 
 
-def check(ctx: JudgeContext) -> Verdict:
+def death_problem(ctx: JudgeContext) -> Verdict | None:
+    """The failing verdict where the launcher's records, the marker and the rank's own lines
+    disagree on which process died of the fault, or None: what a fault after which the job was
+    rightly stopped (no replacement due) must still show."""
+    death = _death(ctx)
+    return death if isinstance(death, Verdict) else None
+
+
+def _death(ctx: JudgeContext) -> tuple[str, str, list[EvidenceRef]] | Verdict:
+    """The faulted rank as verdicts name it, how it failed and the proof, or the failing
+    verdict where the records do not show it died of the fault."""
     run, timeline = ctx.run, ctx.timeline
-    if ctx.expected.baseline:
-        first = run.cycles[0].ref if run.cycles else None
-        return not_applicable(
-            ID,
-            "baseline run has no failed cycle to replace (no-failure is judged by"
-            " no_repeat_injection)",
-            ctx.expected.ref,
-            first,
-        )
     marker = run.marker
     if marker is None or not marker.ok:
         return failing(
@@ -243,6 +244,24 @@ def check(ctx: JudgeContext) -> Verdict:
     disagreement = process_problem(ctx, local)
     if disagreement is not None:
         return failing(ID, disagreement.text, disagreement.refs, proof)
+    return rank_text, how, proof
+
+
+def check(ctx: JudgeContext) -> Verdict:
+    run, timeline = ctx.run, ctx.timeline
+    if ctx.expected.baseline:
+        first = run.cycles[0].ref if run.cycles else None
+        return not_applicable(
+            ID,
+            "baseline run has no failed cycle to replace (no-failure is judged by"
+            " no_repeat_injection)",
+            ctx.expected.ref,
+            first,
+        )
+    death = _death(ctx)
+    if isinstance(death, Verdict):
+        return death
+    rank_text, how, proof = death
     if timeline.detected is not None and timeline.detected.ref not in proof:
         proof.append(timeline.detected.ref)
     if timeline.restart_decision is None:
@@ -382,6 +401,17 @@ def _exception_failure(
         )
     others = [e for e in faulted.failed if e.exit_code not in (None, 0)]
     peer = next((e for e in others if e is ctx.timeline.failure_events[0]), None)
+    refusal = peer_failed_first(ctx, faulted.local, peer) if peer is not None else None
+    if peer is not None and refusal is not None:
+        return failing(
+            ID,
+            f"{faulted.text} raised the injected exception, but the launcher's first record,"
+            f" the failure of local_rank {peer.rank} (pid {peer.pid}), is not its peer failing"
+            f" with it: {refusal}",
+            peer.ref,
+            traceback.ref,
+            marker.ref("rank"),
+        )
     if peer is not None and _after_the_fault(peer.time, marker.time):
         # The raising rank unwinds (its atexit handlers, its process group's teardown) while a
         # peer's collective fails at once: torchelastic records the first exit it sees, the

@@ -34,6 +34,7 @@ from pytest_nvrx.criteria.helpers import (
     workload_failures,
 )
 from pytest_nvrx.criteria.registry import CRITERIA
+from pytest_nvrx.criteria.replaced_cycle import death_problem
 from pytest_nvrx.criteria.verdict import (
     CRITERIA_IDS,
     CriterionId,
@@ -190,7 +191,11 @@ def _segment_verdicts(
     for cid in CRITERIA_IDS:
         if cid == WHOLE_RUN:
             continue
-        if cid != "prior_checkpoint" and stop is not None:
+        died = death_problem(ctx) if cid == "replaced_cycle" and stop is not None else None
+        if died is not None:
+            # no replacement is due, but the records must still show the fault's death
+            out[cid] = died
+        elif cid != "prior_checkpoint" and stop is not None:
             out[cid] = not_applicable(
                 cid,
                 f"after this fault {stop.why()} stops the job: no replacement is expected"

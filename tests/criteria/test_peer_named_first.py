@@ -418,3 +418,99 @@ def test_an_edited_real_tie_fails(tmp_path: Path, name: str, attack: str) -> Non
     reason = j.verdict("replaced_cycle").reason
     assert not j.verdict("replaced_cycle").passed, (attack, reason)
     assert "; not a peer named for two deaths in one poll: " in reason, (attack, reason)
+
+
+# -- an exception fault whose peer's exit the launcher recorded first --
+
+EXCEPTION_PEER = (
+    Path(__file__).parents[1] / "data" / "cpu-schedules" / "ref-kill-step+exception-restore"
+)
+PEER_RECORD = "failed (exitcode: 1) local_rank: 0 (pid: 7923)"
+CYCLE1 = "logs/train_cycle1.log"
+
+
+def _peer_edit(old: str, new: str, rel: str = LAUNCHER) -> object:
+    def edit(doc: Doctor) -> None:
+        doc.replace(rel, old, new)
+
+    return edit
+
+
+def _peer_closing(doc: Doctor) -> None:
+    doc.insert_after(
+        LAUNCHER,
+        PEER_RECORD,
+        "W1202 14:49:40.586000 7730 torch/distributed/elastic/multiprocessing/api.py:1028]"
+        " Sending process 7923 closing signal SIGTERM",
+    )
+
+
+def _peer_quiet(doc: Doctor) -> None:
+    doc.delete(CYCLE1, "0: [ref] 2026-12-02T14:49:36.715+00:00 rank 0 load failed")
+    doc.delete(CYCLE1, "rank 0 exit code 1")
+
+
+EXCEPTION_PEER_ATTACKS = {
+    "a pid no rank printed": _peer_edit("(pid: 7923)", "(pid: 55555)"),
+    "the faulted rank's pid": _peer_edit("local_rank: 0 (pid: 7923)", "local_rank: 0 (pid: 7924)"),
+    "exit -9": _peer_edit("(exitcode: 1) local_rank: 0", "(exitcode: -9) local_rank: 0"),
+    "exit 2": _peer_edit("(exitcode: 1) local_rank: 0", "(exitcode: 2) local_rank: 0"),
+    "local_rank 5 of a 2-rank node": _peer_edit("local_rank: 0 (pid", "local_rank: 5 (pid"),
+    "a closing signal to the peer": _peer_closing,
+    "no error of the peer's own": _peer_quiet,
+    "the peer's injector line naming another pid": _peer_edit(
+        "rank 0 pid 7923: checkpoint tracker", "rank 0 pid 7999: checkpoint tracker", CYCLE1
+    ),
+}
+
+
+def test_the_exception_faults_peer_recorded_first_passes() -> None:
+    """The real run: rank 1 raised InjectedFault in its restore; rank 0's load failed on gloo's
+    closed connection and both exited 1 in one poll; the launcher recorded rank 0's."""
+    assert PEER_RECORD in (EXCEPTION_PEER / LAUNCHER).read_text()
+    j = judge_run_dir(EXCEPTION_PEER)
+    assert j.passed, run_outcome(j).summary
+    assert "the launcher recorded local_rank 0's exit 1 first" in j.verdict("replaced_cycle").reason
+
+
+@pytest.mark.parametrize("attack", sorted(EXCEPTION_PEER_ATTACKS))
+def test_an_edited_exception_peer_record_fails(tmp_path: Path, attack: str) -> None:
+    doc = copy_run(EXCEPTION_PEER, tmp_path / "run")
+    EXCEPTION_PEER_ATTACKS[attack](doc)  # type: ignore[operator]
+    j = judge_run_dir(doc.root)
+    reason = j.verdict("replaced_cycle").reason
+    assert not j.passed and not j.verdict("replaced_cycle").passed, (attack, reason)
+    assert "is not its peer failing with it: " in reason, (attack, reason)
+
+
+# -- a fault after which the job was rightly stopped: no replacement, but still its death --
+
+SCHEDULES = Path(__file__).parents[1] / "data" / "cpu-schedules"
+STOPPED = {
+    # run: the stopping fault's record
+    "ref-budget-kill-step+kill-restore+kill-restore": "(exitcode: -9) local_rank: 1 (pid: 17628)",
+    "ref-no-progress-kill-step+3x-kill-restore": "(exitcode: -9) local_rank: 1 (pid: 20669)",
+}
+STOPPED_EDITS = {
+    "local_rank 5 of a 2-rank node, exit -15": "(exitcode: -15) local_rank: 5 (pid: {pid})",
+    "the peer named, exit 1, no broken collective": "(exitcode: 1) local_rank: 0 (pid: {pid})",
+    "another pid": "(exitcode: -9) local_rank: 1 (pid: 55555)",
+    "exit -15 for a kill": "(exitcode: -15) local_rank: 1 (pid: {pid})",
+}
+
+
+@pytest.mark.parametrize("edit", sorted(STOPPED_EDITS))
+@pytest.mark.parametrize("name", sorted(STOPPED))
+def test_the_stopping_faults_record_must_still_name_its_death(
+    tmp_path: Path, name: str, edit: str
+) -> None:
+    """replaced_cycle is not applicable to the fault after which the launcher rightly stopped
+    the job, but a record that does not show that fault's death fails it."""
+    record = STOPPED[name]
+    pid = record.split("(pid: ")[1].rstrip(")")
+    assert judge_run_dir(SCHEDULES / name).passed
+    doc = copy_run(SCHEDULES / name, tmp_path / "run")
+    doc.replace(LAUNCHER, record, STOPPED_EDITS[edit].format(pid=pid))
+    j = judge_run_dir(doc.root)
+    v = j.verdict("replaced_cycle")
+    assert not j.passed and not v.passed and not v.not_applicable, (edit, v.reason)
