@@ -56,7 +56,7 @@ from pytest_nvrx.outputs import (
     check_output_paths,
     write_output,
 )
-from pytest_nvrx.settings import parse_command, run_command
+from pytest_nvrx.settings import parse_command
 
 EXIT_PASSED = 0
 EXIT_FAILED = 1
@@ -153,6 +153,8 @@ def _output_refusal(args: argparse.Namespace) -> str | None:
 
 
 def verify_main(argv: list[str], stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
+    out = stdout if stdout is not None else sys.stdout
+    err = stderr if stderr is not None else sys.stderr
     args = parse_command(
         "verify",
         argv,
@@ -162,10 +164,8 @@ def verify_main(argv: list[str], stdout: TextIO | None = None, stderr: TextIO | 
         arguments=add_arguments,
         continuity_rtol=CONTINUITY_RTOL_HELP,
     )
-    return run_command(args, _verify, stdout, stderr)
-
-
-def _verify(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    if isinstance(args, int):
+        return args
     refused = _output_refusal(args)
     if refused is not None:
         err.write(f"verify: error: {printable(refused)}\n")

@@ -488,10 +488,14 @@ def test_an_exception_whose_peer_exited_first_is_the_fault_s(tmp_path: Path) -> 
     """One fault, window step (issue #26 made the reference's steps short): the raising rank
     unwinds while its peer's collective fails at once, and torchelastic records the peer's exit
     1, the first it sees, after the fault. The raising rank's traceback says what it died of;
-    a peer's record from before the fault would not (that edit fails)."""
+    a peer's record from before the fault would not (that edit fails). The peer exited by
+    itself: the launcher's closing signal to it, in the committed run, goes (a peer still
+    running when the launcher stops the group is no peer that failed first:
+    tests/criteria/test_peer_named_first.py)."""
     run = DATA.parent / "windows" / "cpu" / "ref-exception-step"
     doc = _copy(run, tmp_path)
     doc.replace("logs/launcher.log", "local_rank: 1 (pid: 2283)", "local_rank: 0 (pid: 2282)")
+    doc.delete("logs/launcher.log", "Sending process 2282 closing signal")
     c2 = judge_run_dir(doc.root).verdict("replaced_cycle")
     assert c2.passed, c2.reason
     assert "the launcher recorded local_rank 0's exit 1 first" in c2.reason
