@@ -6,8 +6,9 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from pytest_nvrx.criteria.verdict import CriterionId, Verdict, failing
+from pytest_nvrx.evidence.cycle_log import CycleLog
 from pytest_nvrx.evidence.launcher_log import LauncherEvent, LauncherEventKind
-from pytest_nvrx.evidence.refs import EvidenceRef, absent
+from pytest_nvrx.evidence.refs import EvidenceRef, absent, split_rank_prefix
 from pytest_nvrx.evidence.rundir import RunEvidence
 from pytest_nvrx.evidence.timeline import logs_from
 from pytest_nvrx.evidence.workload import LOAD_FAILURES, WorkloadError
@@ -15,6 +16,8 @@ from pytest_nvrx.layout import MARKER_NAME
 
 # The exit status of a rank that dies of an uncaught Python exception.
 EXCEPTION_EXIT_CODE = 1
+# The faults whose signal the rank sends itself and cannot outlive (SIGKILL, SIGSEGV's default).
+SELF_FATAL = frozenset({"kill", "segv"})
 
 
 def or_none(value: object) -> str:
@@ -109,3 +112,33 @@ def workload_failures(run: RunEvidence, from_cycle: int | None) -> list[Evidence
         for e in log.events
         if isinstance(e, (WorkloadError, *LOAD_FAILURES))
     ]
+
+
+def rank_of(ref: EvidenceRef) -> int | None:
+    """The rank whose NVRx prefix a cycle log's line carries (None: none)."""
+    return split_rank_prefix(ref.text)[0]
+
+
+def rank_lines(log: CycleLog, rank: int) -> list[EvidenceRef]:
+    """The lines of ``rank`` in ``log`` that say something of their own, in line order: its
+    events, iterations and injector lines (a traceback's frames are part of its error)."""
+    refs = [e.ref for e in log.events] + [e.ref for e in log.iterations]
+    refs += [line.ref for line in log.injector]
+    return sorted(
+        (r for r in refs if r.line is not None and rank_of(r) == rank), key=lambda r: r.line or 0
+    )
+
+
+def until_restart(run: RunEvidence, after: EvidenceRef) -> list[LauncherEvent]:
+    """The launcher's events after the line ``after`` and before the next ``starting workers``
+    (a replacement's start; the log's end where none follows)."""
+    at = after.line or 0
+    out: list[LauncherEvent] = []
+    for e in run.launcher.events:
+        line = e.ref.line or 0
+        if line <= at:
+            continue
+        if e.kind is LauncherEventKind.WORKERS_STARTING:
+            break
+        out.append(e)
+    return out

@@ -20,7 +20,10 @@ to agree. Three kinds of disagreement, each quoting both sides:
   asked for, the legacy fire line's tracker and signal, the schema-2 fire line's probe and
   signal, the ``InjectedFault`` line's window and iterations;
 * :func:`process_problem`, for replaced_cycle ("which process died"): the pid the launcher
-  recorded failing for the rank, the pid the fire line signalled and the pid that wrote it.
+  recorded failing for the rank, the pid the fire line signalled and the pid that wrote it, the
+  pid the rank printed at its start; no closing signal to a rank its own SIGKILL/SIGSEGV killed,
+  no exit but 1 printed by a rank that raised the injected exception, one failure record before
+  the workers restart.
 """
 
 from __future__ import annotations
@@ -28,7 +31,14 @@ from __future__ import annotations
 import posixpath
 
 from pytest_nvrx.criteria.context import JudgeContext
-from pytest_nvrx.criteria.helpers import on_faulted_node, or_none
+from pytest_nvrx.criteria.helpers import (
+    EXCEPTION_EXIT_CODE,
+    SELF_FATAL,
+    on_faulted_node,
+    or_none,
+    rank_lines,
+    until_restart,
+)
 from pytest_nvrx.criteria.windows import Fact, faulted_logs, fire_line, stated_window_disagrees
 from pytest_nvrx.evidence.cycle_log import CycleLog
 from pytest_nvrx.evidence.injector_log import (
@@ -42,7 +52,7 @@ from pytest_nvrx.evidence.marker import Marker, marker_like_names
 from pytest_nvrx.evidence.refs import Problem, split_rank_prefix
 from pytest_nvrx.evidence.rundir import RunEvidence
 from pytest_nvrx.evidence.timeline import Timeline
-from pytest_nvrx.evidence.workload import ProcessStarted, WorkloadError
+from pytest_nvrx.evidence.workload import ProcessExited, ProcessStarted, WorkloadError
 from pytest_nvrx.layout import (
     FAULT_SIGNAL_NAMES,
     LATER_MARKER_PATTERN,
@@ -501,5 +511,72 @@ def process_problem(ctx: JudgeContext, local: int | None) -> Fact | None:
             f"rank {marker.rank} printed pid {wrong.pid} at its start in the faulted cycle; the"
             f" marker says the rank was pid {rank_pid}",
             (wrong.ref, marker.ref(key)),
+        )
+    return _after_its_fault(ctx, fired) or _records_of_one_failure(ctx)
+
+
+def _after_its_fault(ctx: JudgeContext, fired: InjectorLine) -> Fact | None:
+    """What the faulted rank or the launcher says of it after the fire line that its fault
+    rules out: a rank killed by its own SIGKILL or SIGSEGV is never sent the launcher's closing
+    signal (torch signals only the workers still running); a rank that raised the injected
+    exception exits 1, never cleanly."""
+    marker = ctx.run.marker
+    assert marker is not None and marker.rank is not None
+    log = next((log for log in ctx.run.cycle_logs if log.file == fired.ref.file), None)
+    if log is None or fired.ref.line is None:
+        return None
+    # (lines under the rank's prefix after its fire line prove nothing: the processes it started,
+    # such as an async checkpoint worker, print under it after the rank died)
+    after = [r for r in rank_lines(log, marker.rank) if (r.line or 0) > fired.ref.line]
+    if ctx.observed_fault in SELF_FATAL:
+        first = ctx.timeline.failure_events[0] if ctx.timeline.failure_events else None
+        closing = [
+            e
+            for e in (until_restart(ctx.run, first.ref) if first is not None else ())
+            if e.kind is LauncherEventKind.CLOSING_SIGNAL and e.pid == marker.rank_process
+        ]
+        if closing:
+            return Fact(
+                f"the launcher sent a closing signal to pid {closing[0].pid}, the rank its own"
+                f" {or_none(marker.signal)} had killed: it signals only workers still running",
+                (closing[0].ref, fired.ref),
+            )
+    if ctx.observed_fault == "exception":
+        ended = [e.ref for e in log.of_type(ProcessExited) if e.ref in after]
+        ended += [
+            e.ref
+            for e in log.of_type(WorkloadError)
+            if e.ref in after and e.exit_code not in (None, EXCEPTION_EXIT_CODE)
+        ]
+        if ended:
+            return Fact(
+                f"rank {marker.rank} raised the injected exception, yet printed its exit"
+                f" ({ended[0].location}) as other than the {EXCEPTION_EXIT_CODE} of an uncaught"
+                " exception",
+                (ended[0], fired.ref),
+            )
+    return None
+
+
+def _records_of_one_failure(ctx: JudgeContext) -> Fact | None:
+    """torch elastic logs one worker failure a poll and then stops the group: a second record on
+    the faulted node before its workers start again contradicts the first."""
+    failed = [
+        e
+        for e in on_faulted_node(ctx.run, ctx.timeline.failure_events)
+        if e.kind is LauncherEventKind.WORKER_FAILED
+    ]
+    if not failed:
+        return None
+    again = [
+        e
+        for e in until_restart(ctx.run, failed[0].ref)
+        if e.kind is LauncherEventKind.WORKER_FAILED and e in failed
+    ]
+    if again:
+        return Fact(
+            f"the launcher recorded a second worker failure ({again[0].ref.location}) before"
+            f" the workers restarted: it records one, then stops the group",
+            (again[0].ref, failed[0].ref),
         )
     return None

@@ -15,27 +15,34 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from pytest_nvrx.criteria.context import JudgeContext
-from pytest_nvrx.criteria.helpers import EXCEPTION_EXIT_CODE, nproc_per_node
+from pytest_nvrx.criteria.helpers import (
+    EXCEPTION_EXIT_CODE,
+    SELF_FATAL,
+    nproc_per_node,
+    rank_lines,
+    rank_of,
+)
 from pytest_nvrx.evidence.cycle_log import CycleLog
 from pytest_nvrx.evidence.launcher_log import LauncherEvent, LauncherEventKind
 from pytest_nvrx.evidence.marker import Marker
 from pytest_nvrx.evidence.refs import EvidenceRef, split_rank_prefix
 from pytest_nvrx.evidence.tracebacks import split_tag
-from pytest_nvrx.evidence.workload import LoadFailed, ProcessStarted, WorkloadError
+from pytest_nvrx.evidence.workload import LoadFailed, ProcessExited, ProcessStarted, WorkloadError
 
 # What a gloo collective raises on a rank whose peer's process is gone: the socket closed (EOF
 # on read) or reset (ECONNRESET), which of the two depending on whether unread bytes were in
 # flight when the kernel closed the dead peer's socket. gloo's transport names its source file
 # in brackets; the traceback's innermost frame is torch's collective (distributed_c10d.py).
 PEER_GONE = re.compile(
-    r"RuntimeError: \[[^\]\s]*gloo/transport/tcp/pair\.cc:\d+\] (?:Read error \[[^\]\s]*\]:\d+:"
-    r" Connection reset by peer|Connection closed by peer \[[^\]\s]*\]:\d+)"
+    r"RuntimeError(?:: |\(')\[[^\]\s]*gloo/transport/tcp/pair\.cc:\d+\] (?:Read error"
+    r" \[[^\]\s]*\]:\d+: Connection reset by peer|Connection closed by peer \[[^\]\s]*\]:\d+)"
 )
+# A load failure names what the load raised after the path it could not read, as its repr
+# ("load failed: cannot read PATH: RuntimeError('[.../pair.cc:561] Connection closed ...").
+_RAISED = ": RuntimeError('"
 _COLLECTIVES = "torch/distributed/distributed_c10d.py"
 # The workload's own word before it re-raises (the reference workload's ``aborted <exception>``).
 _ABORTED = " aborted "
-# The faults whose signal the rank sends itself and cannot outlive (SIGKILL, SIGSEGV's default).
-SELF_FATAL = frozenset({"kill", "segv"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,15 +83,15 @@ def peer_named_first(
     ours = frozenset(p for p in (marker.pid, marker.rank_pid) if p is not None)
     peer = marker.rank - faulted_local + named.rank
     tie = _Tie(named, named.rank, peer, marker.rank, ours, marker, log)
-    refusal = _launcher_refusal(ctx, tie, failed) or _process_refusal(tie)
+    refusal = _launcher_refusal(ctx, tie) or _process_refusal(tie)
     if refusal is not None:
         return refusal
     return _broken_collective(ctx, tie)
 
 
-def _launcher_refusal(ctx: JudgeContext, tie: _Tie, failed: Sequence[LauncherEvent]) -> str | None:
+def _launcher_refusal(ctx: JudgeContext, tie: _Tie) -> str | None:
     """What the launcher's records say against the tie: the record's time and exit, a pid of the
-    faulted rank, a second failure record before the next workers start, a closing signal."""
+    faulted rank, a closing signal to either process."""
     named, fault_time = tie.named, ctx.timeline.fault_time
     if fault_time is None or named.time is None or named.time < fault_time:
         return "that record is not after the fault"
@@ -95,29 +102,10 @@ def _launcher_refusal(ctx: JudgeContext, tie: _Tie, failed: Sequence[LauncherEve
         )
     if named.pid is None or named.pid in tie.ours:
         return f"its pid {named.pid} is not another process than the faulted rank's"
-    events = ctx.run.launcher.events
-    at = named.ref.line or 0
-    restart = min(
-        (
-            e.ref.line or 0
-            for e in events
-            if e.kind is LauncherEventKind.WORKERS_STARTING and (e.ref.line or 0) > at
-        ),
-        default=None,
-    )
-    again = [
-        e
-        for e in failed[1:]
-        if (e.ref.line or 0) > at and (restart is None or (e.ref.line or 0) < restart)
-    ]
-    if again:
-        return (
-            f"the launcher recorded another failure before the workers restarted"
-            f" ({again[0].ref.location}): it logs one a poll"
-        )
+    # (a second record before the workers restart: marker_agreement.process_problem, for all)
     closing = [
         e
-        for e in events
+        for e in ctx.run.launcher.events
         if e.kind is LauncherEventKind.CLOSING_SIGNAL and e.pid in tie.ours | {named.pid}
     ]
     if closing:
@@ -140,7 +128,7 @@ def _pid_refusal(log: CycleLog, rank: int, pids: frozenset[int | None], whose: s
     """Where ``rank`` did not print, in ``log``, one start line (where the workload prints one)
     and injector lines naming only ``pids``: every rank runs under the injector, which prints
     its pid."""
-    started = [e for e in log.of_type(ProcessStarted) if _rank_of(e.ref) == rank]
+    started = [e for e in log.of_type(ProcessStarted) if rank_of(e.ref) == rank]
     if len(started) > 1:
         return f"rank {rank} printed {len(started)} start lines in {log.file}, not one"
     printed = [(e.pid, e.ref) for e in started if e.pid is not None]
@@ -187,10 +175,11 @@ def peer_failed_first(
         None,
     )
     after = fire.ref.line if fire is not None else None
-    errors = [e.ref for e in log.of_type(WorkloadError)] + [e.ref for e in log.of_type(LoadFailed)]
-    own = [r for r in errors if _rank_of(r) == rank and after is not None and (r.line or 0) > after]
-    if not own:
-        return f"rank {rank} printed no error of its own after the fire line in {log.file}"
+    if after is None:
+        return f"{log.file} holds no fire line of rank {marker.rank}"
+    proof = peer_gone(ctx, log, rank, after, peer)
+    if isinstance(proof, str):
+        return proof
     closing = [
         e
         for e in run.launcher.events
@@ -217,39 +206,13 @@ def _broken_collective(ctx: JudgeContext, tie: _Tie) -> tuple[str, list[Evidence
     if fire is None or fire.ref.line is None:
         return f"{log.file} holds no fire line of rank {tie.faulted}"
     after = fire.ref.line
-    late = [r for r in _lines_of(log, tie.faulted) if (r.line or 0) > after]
+    late = [r for r in rank_lines(log, tie.faulted) if (r.line or 0) > after]
     if late:
         return f"rank {tie.faulted} printed after its fire line ({late[0].location})"
-    errors = [e for e in log.of_type(WorkloadError) if _rank_of(e.ref) == tie.rank]
-    if not errors:
-        return f"rank {tie.rank} printed no error in {log.file}"
-    fault_time = ctx.timeline.fault_time
-    for e in errors:
-        tag, said = split_tag(split_rank_prefix(e.ref.text)[1])
-        if e.exception is not None:
-            said = e.exception
-        elif _ABORTED in said:
-            said = said.split(_ABORTED, 1)[1]
-        frame = e.innermost
-        if (
-            PEER_GONE.match(said) is None
-            or (frame is not None and frame.short_path != _COLLECTIVES)
-            or (e.ref.line or 0) <= after
-            or tag not in ("", f"[rank{tie.rank}]:")
-        ):
-            return f"{e.ref.location} is no collective of rank {tie.rank} broken by a vanished peer"
-        if e.time is not None and (
-            (fault_time is not None and e.time < fault_time)
-            or (named.time is not None and e.time > named.time)
-        ):
-            return f"{e.ref.location} is not stamped between the fault and the record"
-    last = errors[-1].ref.line or 0
-    went_on = [
-        r for r in _lines_of(log, tie.rank) if (r.line or 0) > last or _between(r, errors, after)
-    ]
-    if went_on:
-        return f"rank {tie.rank} went on after its broken collective ({went_on[0].location})"
-    broken = errors[0].ref
+    proof = peer_gone(ctx, log, tie.rank, after, named)
+    if isinstance(proof, str):
+        return proof
+    broken = proof
     return (
         f"failed, named as local_rank {tie.local} (exit {named.exit_code}) in its place: it"
         f" died of its own {marker.signal} (the marker, written before it) and local_rank"
@@ -259,20 +222,70 @@ def _broken_collective(ctx: JudgeContext, tie: _Tie) -> tuple[str, list[Evidence
     )
 
 
-def _rank_of(ref: EvidenceRef) -> int | None:
-    return split_rank_prefix(ref.text)[0]
+def peer_gone(
+    ctx: JudgeContext, log: CycleLog, rank: int, after: int, record: LauncherEvent
+) -> EvidenceRef | str:
+    """The line where ``rank`` says its collective broke because its peer's process was gone,
+    or why its lines in ``log`` after the fire line (line ``after``) do not say that it failed
+    of that and of nothing else: each error it printed there is gloo's broken connection (a
+    traceback, its own ``aborted`` word or a load it could not finish; in its own stream, a
+    traceback's innermost frame torch's collective) or its exit line with the record's exit
+    code; it never exits cleanly nor goes on after its first error; its stamped errors (at least
+    one) lie between the fault and the launcher's ``record``."""
+    fault_time = ctx.timeline.fault_time
+    mine = rank_lines(log, rank)
+    lines = [r for r in mine if (r.line or 0) > after]
+    errors = {e.ref: e for e in log.of_type(WorkloadError)}
+    loads = {e.ref for e in log.of_type(LoadFailed)}
+    before = [r for r in mine if (r.line or 0) <= after and (r in errors or r in loads)]
+    if before:
+        return f"rank {rank} failed before the fault ({before[0].location})"
+    broken: EvidenceRef | None = None
+    stamped = 0
+    for ref in lines:
+        error = errors.get(ref)
+        if error is None and ref not in loads:
+            if broken is not None:
+                return f"rank {rank} went on after its broken collective ({ref.location})"
+            continue  # it had not learned of its peer's death yet
+        if error is not None and error.exit_code is not None:
+            if error.exit_code != record.exit_code:
+                return (
+                    f"rank {rank} printed exit code {error.exit_code} ({ref.location}), not the"
+                    f" launcher's {record.exit_code}"
+                )
+        elif not _says_peer_gone(ref, error, rank):
+            return f"{ref.location} is no collective of rank {rank} broken by a vanished peer"
+        elif broken is None:
+            broken = ref
+        when = error.time if error is not None else None
+        if when is not None:
+            stamped += 1
+            if (fault_time is not None and when < fault_time) or (
+                record.time is not None and when > record.time
+            ):
+                return f"{ref.location} is not stamped between the fault and the record"
+    exited = [e.ref for e in log.of_type(ProcessExited) if e.ref in lines]
+    if exited:
+        return f"rank {rank} exited cleanly ({exited[0].location})"
+    if broken is None:
+        return f"rank {rank} printed no collective broken by a vanished peer after the fault"
+    if not stamped:
+        return f"rank {rank} stamped none of its errors after the fault"
+    return broken
 
 
-def _lines_of(log: CycleLog, rank: int) -> list[EvidenceRef]:
-    """The lines of ``rank`` in ``log`` that say something of their own: its events, iterations
-    and injector lines (a traceback's frames are part of its error)."""
-    refs = [e.ref for e in log.events] + [e.ref for e in log.iterations]
-    refs += [line.ref for line in log.injector]
-    return [r for r in refs if r.line is not None and _rank_of(r) == rank]
-
-
-def _between(ref: EvidenceRef, errors: Sequence[WorkloadError], after: int) -> bool:
-    """A line of the named rank after the fire line and among its errors that is none of them."""
-    first, last = errors[0].ref.line or 0, errors[-1].ref.line or 0
-    line = ref.line or 0
-    return after < line and first <= line <= last and all(ref != e.ref for e in errors)
+def _says_peer_gone(ref: EvidenceRef, error: WorkloadError | None, rank: int) -> bool:
+    """Whether the error line (``error``; None: a load failure) is gloo's broken connection of
+    ``rank``'s own stream."""
+    tag, said = split_tag(split_rank_prefix(ref.text)[1])
+    if tag not in ("", f"[rank{rank}]:"):
+        return False
+    if error is None:
+        return _RAISED in said and PEER_GONE.match(said, said.index(_RAISED) + 2) is not None
+    if error.exception is not None:
+        said = error.exception
+    elif _ABORTED in said:
+        said = said.split(_ABORTED, 1)[1]
+    frame = error.innermost
+    return PEER_GONE.match(said) is not None and (frame is None or frame.short_path == _COLLECTIVES)

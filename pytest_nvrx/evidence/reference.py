@@ -236,8 +236,11 @@ class ReferenceLogAdapter:
         if first == "exit":
             m = _EXIT.match(event)
             if m is not None:
+                code = read_int(m["code"])
                 return (
-                    WorkloadError(at.ref()) if read_int(m["code"]) != 0 else ProcessExited(at.ref())
+                    WorkloadError(at.ref(), time=time, exit_code=code)
+                    if code
+                    else ProcessExited(at.ref())
                 )
         return None
 

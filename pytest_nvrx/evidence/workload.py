@@ -180,8 +180,12 @@ class WorkloadError:
     innermost: TracebackFrame | None = None
     load_frame: TracebackFrame | None = None
     frames: int = 0
-    # its stamp, where the line has one (the reference workload's own ``aborted ...``)
+    # its stamp, where the line has one (the reference workload's own ``aborted ...``, ``exit
+    # code N``)
     time: datetime | None = None
+    # the status the line says the process exits with (the reference workload's ``exit code N``,
+    # N not 0); None: the line says none
+    exit_code: int | None = None
 
     @property
     def in_checkpoint_load(self) -> bool:

@@ -37,16 +37,24 @@ LAUNCHER = "logs/launcher.log"
 CYCLE0 = "logs/train_cycle0.log"
 
 
-def _traceback(rank: int) -> tuple[str, ...]:
+GLOO_CLOSED = (
+    "RuntimeError: [/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:561]"
+    " Connection closed by peer [127.0.0.1]:29932. This is typically caused by a remote worker"
+    " crashing. Check the logs of the remote worker for the root cause."
+)
+
+
+def _traceback(rank: int, stamp: str) -> tuple[str, ...]:
+    """What the reference prints when its collective breaks: its own ``aborted`` word, stamped,
+    then the traceback it re-raises."""
     p = f"{rank}: [rank{rank}]: "
     return (
+        f"{rank}: [ref] {stamp} rank {rank} aborted {GLOO_CLOSED}\n",
         f"{p}Traceback (most recent call last):\n",
         f'{p}  File "/venv/lib/python3.12/site-packages/torch/distributed/distributed_c10d.py",'
         " line 4181, in all_reduce\n",
         f"{p}    work.wait()\n",
-        f"{p}RuntimeError: [/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:561]"
-        " Connection closed by peer [127.0.0.1]:29932. This is typically caused by a remote worker"
-        " crashing. Check the logs of the remote worker for the root cause.\n",
+        f"{p}{GLOO_CLOSED}\n",
     )
 
 
@@ -60,12 +68,17 @@ def _peer_named(tmp_path: Path, name: str, *, traceback_of: int | None) -> Docto
     )
     doc.delete(LAUNCHER, f"Sending process {peer} closing signal")
     if traceback_of is not None:
-        at = doc.insert_after(CYCLE0, "marker ", *_traceback(traceback_of))
+        # 20 ms after the fault, before the launcher's record (56 and 67 ms after it)
+        when = datetime.fromisoformat(doc.json("fault_injected.json")["time"])
+        stamp = (when + timedelta(milliseconds=20)).isoformat(timespec="milliseconds")
+        block = _traceback(traceback_of, stamp)
+        at = doc.insert_after(CYCLE0, "marker ", *block)
         # the rank that raised prints nothing after its traceback
         lines = doc.lines(CYCLE0)
+        end = at - 1 + len(block)
         prefix = f"{traceback_of}: "
-        tail = [line for line in lines[at + 3 :] if not line.startswith(prefix)]
-        doc.write_lines(CYCLE0, lines[: at + 3] + tail)
+        tail = [line for line in lines[end:] if not line.startswith(prefix)]
+        doc.write_lines(CYCLE0, lines[:end] + tail)
     return doc
 
 
@@ -355,6 +368,29 @@ def _second_record(code: int, pid_of: int | None) -> object:
     return edit
 
 
+def _before_aborted(line: str) -> object:
+    """A line of rank 0 (``{stamp}`` its ``aborted`` line's stamp) between the fire line and its
+    broken collective."""
+
+    def edit(doc: Doctor) -> None:
+        aborted = next(x for x in doc.lines(CYCLE0) if " rank 0 aborted RuntimeError" in x)
+        doc.insert_before(CYCLE0, aborted, line.format(stamp=aborted.split(" ")[2]))
+
+    return edit
+
+
+def _own_record_too(doc: Doctor) -> None:
+    faulted, peer = _pids(doc)
+    code = -11 if "SIGSEGV" in _fire(doc) else -9
+    record = next(x for x in doc.lines(LAUNCHER) if f"local_rank: 0 (pid: {peer})" in x)
+    own = record.replace("(exitcode: 1) local_rank: 0", f"(exitcode: {code}) local_rank: 1")
+    doc.insert_after(LAUNCHER, record, own.replace(f"(pid: {peer})", f"(pid: {faulted})"))
+
+
+def _no_aborted(doc: Doctor) -> None:
+    doc.delete(CYCLE0, " rank 0 aborted RuntimeError")
+
+
 ATTACKS = {
     "faulted rank's own traceback after its fire line": _own_traceback,
     "closing signal to the faulted rank": _closing(0),
@@ -403,6 +439,16 @@ ATTACKS = {
     "closing signal to the named peer before the record": _closing_before(1),
     "a second record of the peer, exit -9": _second_record(-9, 1),
     "a second record of local rank 0, another pid": _second_record(1, None),
+    # a third attack (adv7)
+    "the faulted rank's own record after the peer's": _own_record_too,
+    "peer's load failing of a missing file before its broken collective": _before_aborted(
+        "0: [ref] {stamp} rank 0 load failed: cannot read /x/iter_0000005:"
+        " FileNotFoundError(2, 'No such file or directory')"
+    ),
+    "peer's clean exit before its broken collective": _before_aborted(
+        "0: [ref] {stamp} rank 0 exit code 0"
+    ),
+    "peer's stamped aborted line gone": _no_aborted,
 }
 
 
@@ -417,7 +463,8 @@ def test_an_edited_real_tie_fails(tmp_path: Path, name: str, attack: str) -> Non
     assert not j.passed, (attack, run_outcome(j).summary)
     reason = j.verdict("replaced_cycle").reason
     assert not j.verdict("replaced_cycle").passed, (attack, reason)
-    assert "; not a peer named for two deaths in one poll: " in reason, (attack, reason)
+    refused = "; not a peer named for two deaths in one poll: " in reason
+    assert refused or "a second worker failure" in reason, (attack, reason)
 
 
 # -- an exception fault whose peer's exit the launcher recorded first --
@@ -445,6 +492,38 @@ def _peer_closing(doc: Doctor) -> None:
     )
 
 
+def _peer_load_failed(raised: str) -> object:
+    def edit(doc: Doctor) -> None:
+        line = next(x for x in doc.lines(CYCLE1) if x.startswith("0: ") and " load failed: " in x)
+        doc.replace(CYCLE1, line, line[: line.index(": RuntimeError(") + 2] + raised + "\n")
+
+    return edit
+
+
+def _peer_stamps(load: str, exit_: str) -> object:
+    def edit(doc: Doctor) -> None:
+        doc.replace(
+            CYCLE1, "T14:49:36.715+00:00 rank 0 load failed", f"T{load}+00:00 rank 0 load failed"
+        )
+        doc.replace(
+            CYCLE1, "T14:49:36.741+00:00 rank 0 exit code", f"T{exit_}+00:00 rank 0 exit code"
+        )
+
+    return edit
+
+
+def _peer_second(record: str) -> object:
+    def edit(doc: Doctor) -> None:
+        doc.insert_after(
+            LAUNCHER,
+            PEER_RECORD,
+            f"E1202 14:49:40.586000 7730 torch/distributed/elastic/multiprocessing/api.py:1002]"
+            f" failed {record} of binary: /work/main/.venv/bin/python",
+        )
+
+    return edit
+
+
 def _peer_quiet(doc: Doctor) -> None:
     doc.delete(CYCLE1, "0: [ref] 2026-12-02T14:49:36.715+00:00 rank 0 load failed")
     doc.delete(CYCLE1, "rank 0 exit code 1")
@@ -460,6 +539,33 @@ EXCEPTION_PEER_ATTACKS = {
     "no error of the peer's own": _peer_quiet,
     "the peer's injector line naming another pid": _peer_edit(
         "rank 0 pid 7923: checkpoint tracker", "rank 0 pid 7999: checkpoint tracker", CYCLE1
+    ),
+    # a third attack (adv7)
+    "the peer's load failing of a missing file": _peer_load_failed(
+        "FileNotFoundError(2, 'No such file or directory')"
+    ),
+    "the peer's load failing of the injected exception on rank 0": _peer_load_failed(
+        "InjectedFault('pytest-nvrx injected exception on rank 0 in window restore')"
+    ),
+    "only the peer's exit line after the fire line": _peer_edit(
+        "0: [ref] 2026-12-02T14:49:36.715+00:00 rank 0 load failed",
+        "0: [ref] 2026-12-02T14:49:36.715+00:00 rank 0 loaded failed",
+        CYCLE1,
+    ),
+    "the peer's lines stamped before the fault": _peer_stamps("14:49:30.000", "14:49:30.010"),
+    "the record stamped before the peer's error": _peer_edit(
+        "E1202 14:49:40.585000", "E1202 14:49:36.710000"
+    ),
+    "the peer printing exit code 0": _peer_edit("rank 0 exit code 1", "rank 0 exit code 0", CYCLE1),
+    "the peer printing exit code 2": _peer_edit("rank 0 exit code 1", "rank 0 exit code 2", CYCLE1),
+    "a second record of the peer, exit -9": _peer_second(
+        "(exitcode: -9) local_rank: 0 (pid: 7923)"
+    ),
+    "the raising rank's own record after the peer's": _peer_second(
+        "(exitcode: 1) local_rank: 1 (pid: 7924)"
+    ),
+    "the raising rank printing exit code 0": _peer_edit(
+        "rank 1 exit code 1", "rank 1 exit code 0", CYCLE1
     ),
 }
 
@@ -480,7 +586,8 @@ def test_an_edited_exception_peer_record_fails(tmp_path: Path, attack: str) -> N
     j = judge_run_dir(doc.root)
     reason = j.verdict("replaced_cycle").reason
     assert not j.passed and not j.verdict("replaced_cycle").passed, (attack, reason)
-    assert "is not its peer failing with it: " in reason, (attack, reason)
+    said = ("is not its peer failing with it: ", "a second worker failure", "yet printed its exit")
+    assert any(text in reason for text in said), (attack, reason)
 
 
 # -- a fault after which the job was rightly stopped: no replacement, but still its death --
@@ -514,3 +621,48 @@ def test_the_stopping_faults_record_must_still_name_its_death(
     j = judge_run_dir(doc.root)
     v = j.verdict("replaced_cycle")
     assert not j.passed and not v.passed and not v.not_applicable, (edit, v.reason)
+
+
+# -- what the launcher says after the faulted rank's own record (every kill and segv run) --
+
+OWN_RECORDS = {
+    # run: the faulted rank's own record (of the fault after which the job stopped, in the first
+    # two)
+    "cpu-schedules/ref-budget-kill-step+kill-restore+kill-restore": (
+        "(exitcode: -9) local_rank: 1 (pid: 17628)"
+    ),
+    "cpu-schedules/ref-no-progress-kill-step+3x-kill-restore": (
+        "(exitcode: -9) local_rank: 1 (pid: 20669)"
+    ),
+    "windows/cpu/ref-kill-save": "(exitcode: -9) local_rank: 1 (pid: 539)",
+    "windows/cpu/ref-segv-step": "(exitcode: -11) local_rank: 1 (pid: 2609)",
+}
+
+
+def _after_own_record(record: str, what: str) -> str:
+    pid = record.split("(pid: ")[1].rstrip(")")
+    glog = "W1205 00:00:00.000000 1 torch/distributed/elastic/multiprocessing/api.py"
+    if what == "closing":
+        return f"{glog}:1028] Sending process {pid} closing signal SIGTERM"
+    return f"{glog}:1002] failed (exitcode: 1) local_rank: 0 (pid: 55555) of binary: python"
+
+
+@pytest.mark.parametrize("what", ["closing", "second record"])
+@pytest.mark.parametrize("name", sorted(OWN_RECORDS))
+def test_a_launcher_line_after_the_faulted_ranks_own_record_that_denies_its_death_fails(
+    tmp_path: Path, name: str, what: str
+) -> None:
+    """torch elastic signals only the workers still running, and records one failure before it
+    stops the group: a closing signal to the pid the rank's own SIGKILL/SIGSEGV killed, or a
+    second record before the workers restart, contradicts the record of its death."""
+    record = OWN_RECORDS[name]
+    doc = copy_run(DATA.parents[1] / name, tmp_path / "run")
+    line = next(x for x in doc.lines(LAUNCHER) if record in x)
+    stamp = line.split(" ")[1]
+    doc.insert_after(
+        LAUNCHER, line, _after_own_record(record, what).replace("00:00:00.000000", stamp)
+    )
+    v = judge_run_dir(doc.root).verdict("replaced_cycle")
+    assert not v.passed and not v.not_applicable, (what, v.reason)
+    said = "closing signal" if what == "closing" else "a second worker failure"
+    assert said in v.reason, v.reason
