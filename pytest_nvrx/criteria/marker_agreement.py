@@ -23,7 +23,7 @@ to agree. Three kinds of disagreement, each quoting both sides:
   recorded failing for the rank, the pid the fire line signalled and the pid that wrote it, the
   pid the rank printed at its start; no closing signal to a rank its own SIGKILL/SIGSEGV killed,
   no exit but 1 printed by a rank that raised the injected exception, one failure record before
-  the workers restart.
+  the workers restart, no rank's end printed before the fire line.
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ from pytest_nvrx.evidence.marker import Marker, marker_like_names
 from pytest_nvrx.evidence.refs import Problem, split_rank_prefix
 from pytest_nvrx.evidence.rundir import RunEvidence
 from pytest_nvrx.evidence.timeline import Timeline
-from pytest_nvrx.evidence.workload import ProcessExited, ProcessStarted, WorkloadError
+from pytest_nvrx.evidence.workload import LoadFailed, ProcessExited, ProcessStarted, WorkloadError
 from pytest_nvrx.layout import (
     FAULT_SIGNAL_NAMES,
     LATER_MARKER_PATTERN,
@@ -528,11 +528,13 @@ def _after_its_fault(ctx: JudgeContext, fired: InjectorLine) -> Fact | None:
     # (lines under the rank's prefix after its fire line prove nothing: the processes it started,
     # such as an async checkpoint worker, print under it after the rank died)
     after = [r for r in rank_lines(log, marker.rank) if (r.line or 0) > fired.ref.line]
+    failed_first = _failed_before_the_fault(log, fired)
+    if failed_first is not None:
+        return failed_first
     if ctx.observed_fault in SELF_FATAL:
-        first = ctx.timeline.failure_events[0] if ctx.timeline.failure_events else None
         closing = [
             e
-            for e in (until_restart(ctx.run, first.ref) if first is not None else ())
+            for e in ctx.run.launcher.events
             if e.kind is LauncherEventKind.CLOSING_SIGNAL and e.pid == marker.rank_process
         ]
         if closing:
@@ -556,6 +558,22 @@ def _after_its_fault(ctx: JudgeContext, fired: InjectorLine) -> Fact | None:
                 (ended[0], fired.ref),
             )
     return None
+
+
+def _failed_before_the_fault(log: CycleLog, fired: InjectorLine) -> Fact | None:
+    """A rank of the faulted cycle that printed its end (an error, a load it could not finish,
+    its exit) before the fault fired: the failure the launcher recorded may be that one."""
+    at = fired.ref.line or 0
+    ended = [e.ref for e in log.of_type(WorkloadError)] + [e.ref for e in log.of_type(LoadFailed)]
+    ended += [e.ref for e in log.of_type(ProcessExited)]
+    early = sorted((r for r in ended if (r.line or 0) < at), key=lambda r: r.line or 0)
+    if not early:
+        return None
+    return Fact(
+        f"{early[0].location} shows a rank's end before the fault fired ({fired.ref.location}):"
+        " the failure the launcher recorded need not be the fault's",
+        (early[0], fired.ref),
+    )
 
 
 def _records_of_one_failure(ctx: JudgeContext) -> Fact | None:

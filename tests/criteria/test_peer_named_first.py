@@ -647,7 +647,7 @@ def _after_own_record(record: str, what: str) -> str:
     return f"{glog}:1002] failed (exitcode: 1) local_rank: 0 (pid: 55555) of binary: python"
 
 
-@pytest.mark.parametrize("what", ["closing", "second record"])
+@pytest.mark.parametrize("what", ["closing", "closing before", "second record"])
 @pytest.mark.parametrize("name", sorted(OWN_RECORDS))
 def test_a_launcher_line_after_the_faulted_ranks_own_record_that_denies_its_death_fails(
     tmp_path: Path, name: str, what: str
@@ -659,10 +659,52 @@ def test_a_launcher_line_after_the_faulted_ranks_own_record_that_denies_its_deat
     doc = copy_run(DATA.parents[1] / name, tmp_path / "run")
     line = next(x for x in doc.lines(LAUNCHER) if record in x)
     stamp = line.split(" ")[1]
-    doc.insert_after(
-        LAUNCHER, line, _after_own_record(record, what).replace("00:00:00.000000", stamp)
+    added = _after_own_record(record, what.removesuffix(" before")).replace(
+        "00:00:00.000000", stamp
     )
+    if what.endswith(" before"):  # the closing signal just before the record
+        doc.insert_before(LAUNCHER, line, added)
+    else:
+        doc.insert_after(LAUNCHER, line, added)
     v = judge_run_dir(doc.root).verdict("replaced_cycle")
     assert not v.passed and not v.not_applicable, (what, v.reason)
-    said = "closing signal" if what == "closing" else "a second worker failure"
+    said = "closing signal" if what.startswith("closing") else "a second worker failure"
     assert said in v.reason, v.reason
+
+
+# -- a rank's end printed before the fault fired (a fourth attack, adv8) --
+
+ENDS_BEFORE = {
+    # run: the cycle log the fault fired in
+    "windows/cpu/ref-kill-save": CYCLE0,
+    "windows/cpu/ref-segv-step": CYCLE0,
+    "windows/cpu/ref-exception-step": CYCLE0,
+    "windows/cpu-tie/ref-kill-step": CYCLE0,
+    "cpu-schedules/ref-kill-step+exception-restore": CYCLE1,
+}
+END_LINES = {
+    "the faulted rank's clean exit": "1: [ref] {stamp} rank 1 exit code 0",
+    "the faulted rank's error": "1: [ref] {stamp} rank 1 aborted ValueError: corrupt batch",
+    "the peer's clean exit": "0: [ref] {stamp} rank 0 exit code 0",
+    "the peer's error": "0: [ref] {stamp} rank 0 aborted ValueError: corrupt batch",
+}
+
+
+@pytest.mark.parametrize("end", sorted(END_LINES))
+@pytest.mark.parametrize("name", sorted(ENDS_BEFORE))
+def test_a_ranks_end_before_the_fire_line_fails(tmp_path: Path, name: str, end: str) -> None:
+    """Either rank printing its end (an error, a clean exit) before the fault fired: the failure
+    the launcher recorded need not be the fault's."""
+    rel = ENDS_BEFORE[name]
+    doc = copy_run(DATA.parents[1] / name, tmp_path / "run")
+    marker = "fault_injected_2.json" if rel == CYCLE1 else "fault_injected.json"
+    when = datetime.fromisoformat(doc.json(marker)["time"]) - timedelta(seconds=1)
+    fire = next(
+        x for x in doc.lines(rel) if x.startswith("1: [pytest-nvrx injector]") and " written; " in x
+    )
+    stamp = when.isoformat(timespec="milliseconds")
+    doc.insert_before(rel, fire, END_LINES[end].format(stamp=stamp))
+    j = judge_run_dir(doc.root)
+    v = j.verdict("replaced_cycle")
+    assert not j.passed and not v.passed, (end, v.reason)
+    assert "before the fault" in v.reason, v.reason
