@@ -142,3 +142,13 @@ def until_restart(run: RunEvidence, after: EvidenceRef) -> list[LauncherEvent]:
             break
         out.append(e)
     return out
+
+
+def same_launcher(a: LauncherEvent, b: LauncherEvent) -> bool:
+    """Whether two launcher lines come from one launcher: the same node id, else the same pid
+    of the launcher that wrote them. Unknown (neither says): they may, so True."""
+    if a.node is not None and b.node is not None:
+        return a.node == b.node
+    if a.launcher_pid is not None and b.launcher_pid is not None:
+        return a.launcher_pid == b.launcher_pid
+    return True

@@ -37,6 +37,7 @@ from pytest_nvrx.criteria.helpers import (
     on_faulted_node,
     or_none,
     rank_lines,
+    same_launcher,
     until_restart,
 )
 from pytest_nvrx.criteria.windows import Fact, faulted_logs, fire_line, stated_window_disagrees
@@ -532,10 +533,19 @@ def _after_its_fault(ctx: JudgeContext, fired: InjectorLine) -> Fact | None:
     if failed_first is not None:
         return failed_first
     if ctx.observed_fault in SELF_FATAL:
+        # pids are unique on a host: a closing signal from another host's launcher, writing
+        # the same log, may name the same number
+        own = [
+            e
+            for e in on_faulted_node(ctx.run, ctx.timeline.failure_events)
+            if e.kind is LauncherEventKind.WORKER_FAILED
+        ]
         closing = [
             e
             for e in ctx.run.launcher.events
-            if e.kind is LauncherEventKind.CLOSING_SIGNAL and e.pid == marker.rank_process
+            if e.kind is LauncherEventKind.CLOSING_SIGNAL
+            and e.pid == marker.rank_process
+            and (not own or same_launcher(e, own[0]))
         ]
         if closing:
             return Fact(
@@ -589,7 +599,7 @@ def _records_of_one_failure(ctx: JudgeContext) -> Fact | None:
     again = [
         e
         for e in until_restart(ctx.run, failed[0].ref)
-        if e.kind is LauncherEventKind.WORKER_FAILED and e in failed
+        if e.kind is LauncherEventKind.WORKER_FAILED and e in failed and same_launcher(e, failed[0])
     ]
     if again:
         return Fact(

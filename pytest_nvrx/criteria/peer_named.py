@@ -21,6 +21,7 @@ from pytest_nvrx.criteria.helpers import (
     nproc_per_node,
     rank_lines,
     rank_of,
+    same_launcher,
 )
 from pytest_nvrx.evidence.cycle_log import CycleLog
 from pytest_nvrx.evidence.launcher_log import LauncherEvent, LauncherEventKind
@@ -106,7 +107,9 @@ def _launcher_refusal(ctx: JudgeContext, tie: _Tie) -> str | None:
     closing = [
         e
         for e in ctx.run.launcher.events
-        if e.kind is LauncherEventKind.CLOSING_SIGNAL and e.pid in tie.ours | {named.pid}
+        if e.kind is LauncherEventKind.CLOSING_SIGNAL
+        and e.pid in tie.ours | {named.pid}
+        and same_launcher(e, named)
     ]
     if closing:
         return (
@@ -183,7 +186,9 @@ def peer_failed_first(
     closing = [
         e
         for e in run.launcher.events
-        if e.kind is LauncherEventKind.CLOSING_SIGNAL and e.pid == peer.pid
+        if e.kind is LauncherEventKind.CLOSING_SIGNAL
+        and e.pid == peer.pid
+        and same_launcher(e, peer)
     ]
     if closing:
         return (

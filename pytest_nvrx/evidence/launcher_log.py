@@ -107,6 +107,10 @@ class LauncherEvent:
     # line's launcher pid mapped through the profiling events' ``Node: host_<pid>_..``); None
     # where the line does not say. On several nodes local ranks repeat: this tells them apart.
     node: int | None = None
+    # the pid of the launcher (torch elastic agent) that wrote a glog line (``E1205 16:42:42.63
+    # 10721 torch/...``); None for other lines. Several nodes' launchers on one host may write
+    # one log, and their pids tell their records apart where no node id does.
+    launcher_pid: int | None = None
     # a profiling event's own stamp (its ``Time: ... UTC``), in UTC; ``time`` is its line's
     # stamp. NVRx takes both at once: they agree within milliseconds (clocks.py)
     utc: datetime | None = None
@@ -541,6 +545,7 @@ def parse_launcher_log(path: Path, *, file: str | None = None) -> LauncherLog:
             ev,
             time=utc(naive_times[i], i in fix),
             node=ev.node if ev.node is not None else node_of_pid.get(launcher_pids[i] or -1),
+            launcher_pid=launcher_pids[i],
             utc=_as_utc(utc_stamps.get(i)),
         )
         for i, ev in enumerate(events)

@@ -161,6 +161,11 @@ def test_a_real_tie_with_the_reset_on_the_faulted_ranks_lines_fails(
     assert not j.verdict("replaced_cycle").passed
 
 
+def _agent(doc: Doctor) -> str:
+    """The pid of the launcher that wrote the run's first failure record (its glog line's)."""
+    return next(x for x in doc.lines(LAUNCHER) if "failed (exitcode:" in x).split(" ")[2]
+
+
 def _pids(doc: Doctor) -> tuple[int, int]:
     """The faulted rank's pid (its marker's) and the named peer's (the launcher's record)."""
     record = next(
@@ -198,7 +203,8 @@ def _closing(pid_of: int) -> object:
         doc.insert_after(
             LAUNCHER,
             "failed (exitcode: 1) local_rank: 0",
-            f"W1205 15:22:04.556000 1 torch/distributed/elastic/multiprocessing/api.py:1028]"
+            f"W1205 15:22:04.556000 {_agent(doc)} torch/distributed/elastic/multiprocessing"
+            "/api.py:1028]"
             f" Sending process {pid} closing signal SIGTERM",
         )
 
@@ -348,7 +354,8 @@ def _closing_before(pid_of: int) -> object:
         doc.insert_before(
             LAUNCHER,
             "failed (exitcode: 1) local_rank: 0",
-            "W1205 15:22:04.554000 1 torch/distributed/elastic/multiprocessing/api.py:1028]"
+            f"W1205 15:22:04.554000 {_agent(doc)} torch/distributed/elastic/multiprocessing"
+            "/api.py:1028]"
             f" Sending process {pid} closing signal SIGTERM",
         )
 
@@ -639,9 +646,9 @@ OWN_RECORDS = {
 }
 
 
-def _after_own_record(record: str, what: str) -> str:
+def _after_own_record(record: str, what: str, agent: str) -> str:
     pid = record.split("(pid: ")[1].rstrip(")")
-    glog = "W1205 00:00:00.000000 1 torch/distributed/elastic/multiprocessing/api.py"
+    glog = f"W1205 00:00:00.000000 {agent} torch/distributed/elastic/multiprocessing/api.py"
     if what == "closing":
         return f"{glog}:1028] Sending process {pid} closing signal SIGTERM"
     return f"{glog}:1002] failed (exitcode: 1) local_rank: 0 (pid: 55555) of binary: python"
@@ -659,9 +666,8 @@ def test_a_launcher_line_after_the_faulted_ranks_own_record_that_denies_its_deat
     doc = copy_run(DATA.parents[1] / name, tmp_path / "run")
     line = next(x for x in doc.lines(LAUNCHER) if record in x)
     stamp = line.split(" ")[1]
-    added = _after_own_record(record, what.removesuffix(" before")).replace(
-        "00:00:00.000000", stamp
-    )
+    added = _after_own_record(record, what.removesuffix(" before"), line.split(" ")[2])
+    added = added.replace("00:00:00.000000", stamp)
     if what.endswith(" before"):  # the closing signal just before the record
         doc.insert_before(LAUNCHER, line, added)
     else:
@@ -708,3 +714,23 @@ def test_a_ranks_end_before_the_fire_line_fails(tmp_path: Path, name: str, end: 
     v = j.verdict("replaced_cycle")
     assert not j.passed and not v.passed, (end, v.reason)
     assert "before the fault" in v.reason, v.reason
+
+
+def test_a_closing_signal_from_another_launcher_naming_the_same_pid_is_no_contradiction(
+    tmp_path: Path,
+) -> None:
+    """Several nodes' launchers may write one log (nodes on one host, a shared file system); a
+    pid is unique on its host only: another launcher's closing signal, or its own node's failure
+    record, says nothing of the faulted rank's process."""
+    doc = copy_run(DATA / "ref-kill-save", tmp_path / "run")
+    record = next(x for x in doc.lines(LAUNCHER) if "(exitcode: -9) local_rank: 1 (pid: 539)" in x)
+    other = str(int(record.split(" ")[2]) + 1)
+    glog = f"W1130 {record.split(' ')[1]} {other} torch/distributed/elastic/multiprocessing/api.py"
+    doc.insert_after(
+        LAUNCHER,
+        record,
+        f"{glog}:1028] Sending process 539 closing signal SIGTERM",
+        f"{glog}:1002] failed (exitcode: 1) local_rank: 0 (pid: 777) of binary: python",
+    )
+    j = judge_run_dir(doc.root)
+    assert j.verdict("replaced_cycle").passed, j.verdict("replaced_cycle").reason
