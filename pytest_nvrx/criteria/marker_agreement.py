@@ -37,6 +37,7 @@ from pytest_nvrx.criteria.helpers import (
     on_faulted_node,
     or_none,
     rank_lines,
+    rank_of,
     same_launcher,
     until_restart,
 )
@@ -47,10 +48,10 @@ from pytest_nvrx.evidence.injector_log import (
     InjectorLine,
     parse_injected_exception,
 )
-from pytest_nvrx.evidence.launcher_log import LauncherEventKind
+from pytest_nvrx.evidence.launcher_log import LauncherEvent, LauncherEventKind
 from pytest_nvrx.evidence.manifest import Manifest
 from pytest_nvrx.evidence.marker import Marker, marker_like_names
-from pytest_nvrx.evidence.refs import Problem, split_rank_prefix
+from pytest_nvrx.evidence.refs import Problem
 from pytest_nvrx.evidence.rundir import RunEvidence
 from pytest_nvrx.evidence.timeline import Timeline
 from pytest_nvrx.evidence.workload import LoadFailed, ProcessExited, ProcessStarted, WorkloadError
@@ -498,13 +499,15 @@ def process_problem(ctx: JudgeContext, local: int | None) -> Fact | None:
                 f" rank was pid {rank_pid}",
                 (fired.ref, marker.ref(key)),
             )
+    # the log the fault fired in
+    log = next((log for log in ctx.run.cycle_logs if log.file == fired.ref.file), None)
+    if log is None:
+        return _records_of_one_failure(ctx)
     # and, where the workload prints it, its pid at its start in that cycle
     started = [
         e
-        for log in ctx.run.cycle_logs
-        if log.file == fired.ref.file
         for e in log.of_type(ProcessStarted)
-        if e.pid is not None and split_rank_prefix(e.ref.text)[0] == marker.rank
+        if e.pid is not None and rank_of(e.ref) == marker.rank
     ]
     if rank_pid is not None and any(e.pid != rank_pid for e in started):
         wrong = next(e for e in started if e.pid != rank_pid)
@@ -513,33 +516,25 @@ def process_problem(ctx: JudgeContext, local: int | None) -> Fact | None:
             f" marker says the rank was pid {rank_pid}",
             (wrong.ref, marker.ref(key)),
         )
-    return _after_its_fault(ctx, fired) or _records_of_one_failure(ctx)
+    return _after_its_fault(ctx, log, fired) or _records_of_one_failure(ctx)
 
 
-def _after_its_fault(ctx: JudgeContext, fired: InjectorLine) -> Fact | None:
+def _after_its_fault(ctx: JudgeContext, log: CycleLog, fired: InjectorLine) -> Fact | None:
     """What the faulted rank or the launcher says of it after the fire line that its fault
     rules out: a rank killed by its own SIGKILL or SIGSEGV is never sent the launcher's closing
     signal (torch signals only the workers still running); a rank that raised the injected
     exception exits 1, never cleanly."""
     marker = ctx.run.marker
     assert marker is not None and marker.rank is not None
-    log = next((log for log in ctx.run.cycle_logs if log.file == fired.ref.file), None)
-    if log is None or fired.ref.line is None:
+    if fired.ref.line is None:
         return None
-    # (lines under the rank's prefix after its fire line prove nothing: the processes it started,
-    # such as an async checkpoint worker, print under it after the rank died)
-    after = [r for r in rank_lines(log, marker.rank) if (r.line or 0) > fired.ref.line]
     failed_first = _failed_before_the_fault(log, fired)
     if failed_first is not None:
         return failed_first
     if ctx.observed_fault in SELF_FATAL:
         # pids are unique on a host: a closing signal from another host's launcher, writing
         # the same log, may name the same number
-        own = [
-            e
-            for e in on_faulted_node(ctx.run, ctx.timeline.failure_events)
-            if e.kind is LauncherEventKind.WORKER_FAILED
-        ]
+        own = _node_records(ctx)
         closing = [
             e
             for e in ctx.run.launcher.events
@@ -554,6 +549,10 @@ def _after_its_fault(ctx: JudgeContext, fired: InjectorLine) -> Fact | None:
                 (closing[0].ref, fired.ref),
             )
     if ctx.observed_fault == "exception":
+        # (what a self-killed rank's prefix shows after its fire line proves nothing: the
+        # processes it started, such as an async checkpoint worker, print under it after it died)
+        at = fired.ref.line or 0
+        after = [r for r in rank_lines(log, marker.rank) if (r.line or 0) > at]
         ended = [e.ref for e in log.of_type(ProcessExited) if e.ref in after]
         ended += [
             e.ref
@@ -586,14 +585,19 @@ def _failed_before_the_fault(log: CycleLog, fired: InjectorLine) -> Fact | None:
     )
 
 
-def _records_of_one_failure(ctx: JudgeContext) -> Fact | None:
-    """torch elastic logs one worker failure a poll and then stops the group: a second record on
-    the faulted node before its workers start again contradicts the first."""
-    failed = [
+def _node_records(ctx: JudgeContext) -> list[LauncherEvent]:
+    """The faulted node's worker-failure records at or after the fault."""
+    return [
         e
         for e in on_faulted_node(ctx.run, ctx.timeline.failure_events)
         if e.kind is LauncherEventKind.WORKER_FAILED
     ]
+
+
+def _records_of_one_failure(ctx: JudgeContext) -> Fact | None:
+    """torch elastic logs one worker failure a poll and then stops the group: a second record on
+    the faulted node before its workers start again contradicts the first."""
+    failed = _node_records(ctx)
     if not failed:
         return None
     again = [

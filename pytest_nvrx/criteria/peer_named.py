@@ -77,11 +77,10 @@ def peer_named_first(
         return None
     if not nproc or not 0 <= named.rank < nproc:
         return f"local_rank {named.rank} is no rank of a node of {nproc} rank(s)"
-    cycle = ctx.timeline.failed_cycle
-    log = run.cycle_log(cycle) if cycle is not None else None
+    log = _faulted_log(ctx)
     if log is None:
         return "the faulted cycle has no log"
-    ours = frozenset(p for p in (marker.pid, marker.rank_pid) if p is not None)
+    ours = _pids_of(marker)
     peer = marker.rank - faulted_local + named.rank
     tie = _Tie(named, named.rank, peer, marker.rank, ours, marker, log)
     refusal = _launcher_refusal(ctx, tie) or _process_refusal(tie)
@@ -104,13 +103,7 @@ def _launcher_refusal(ctx: JudgeContext, tie: _Tie) -> str | None:
     if named.pid is None or named.pid in tie.ours:
         return f"its pid {named.pid} is not another process than the faulted rank's"
     # (a second record before the workers restart: marker_agreement.process_problem, for all)
-    closing = [
-        e
-        for e in ctx.run.launcher.events
-        if e.kind is LauncherEventKind.CLOSING_SIGNAL
-        and e.pid in tie.ours | {named.pid}
-        and same_launcher(e, named)
-    ]
+    closing = _closing_signals(ctx, tie.ours | {named.pid}, named)
     if closing:
         return (
             f"the launcher sent a closing signal to pid {closing[0].pid}"
@@ -162,34 +155,22 @@ def peer_failed_first(
         return f"local_rank {peer.rank} is no peer on a node of {nproc} rank(s)"
     if peer.exit_code != EXCEPTION_EXIT_CODE:
         return f"its exit code {peer.exit_code} is not the {EXCEPTION_EXIT_CODE} of a failed peer"
-    ours = frozenset(p for p in (marker.pid, marker.rank_pid) if p is not None)
-    if peer.pid is None or peer.pid in ours:
+    if peer.pid is None or peer.pid in _pids_of(marker):
         return f"its pid {peer.pid} is not another process than the faulted rank's"
-    cycle = ctx.timeline.failed_cycle
-    log = run.cycle_log(cycle) if cycle is not None else None
+    log = _faulted_log(ctx)
     if log is None:
         return "the faulted cycle has no log"
     rank = marker.rank - faulted_local + peer.rank
     refusal = _pid_refusal(log, rank, frozenset({peer.pid}), "the launcher's record's")
     if refusal is not None:
         return refusal
-    fire = next(
-        (line for line in log.injector if line.kind == "fired" and line.rank == marker.rank),
-        None,
-    )
-    after = fire.ref.line if fire is not None else None
+    after = _fire_line_no(log, marker.rank)
     if after is None:
         return f"{log.file} holds no fire line of rank {marker.rank}"
     proof = peer_gone(ctx, log, rank, after, peer)
     if isinstance(proof, str):
         return proof
-    closing = [
-        e
-        for e in run.launcher.events
-        if e.kind is LauncherEventKind.CLOSING_SIGNAL
-        and e.pid == peer.pid
-        and same_launcher(e, peer)
-    ]
+    closing = _closing_signals(ctx, frozenset({peer.pid}), peer)
     if closing:
         return (
             f"the launcher sent a closing signal to pid {peer.pid} ({closing[0].ref.location}):"
@@ -204,13 +185,9 @@ def _broken_collective(ctx: JudgeContext, tie: _Tie) -> tuple[str, list[Evidence
     collective broken by the vanished peer (each of its errors gloo's, in its own stream, stamped
     between the fault and the record), then nothing but that traceback; else why not."""
     marker, log, named = tie.marker, tie.log, tie.named
-    fire = next(
-        (line for line in log.injector if line.kind == "fired" and line.rank == tie.faulted),
-        None,
-    )
-    if fire is None or fire.ref.line is None:
+    after = _fire_line_no(log, tie.faulted)
+    if after is None:
         return f"{log.file} holds no fire line of rank {tie.faulted}"
-    after = fire.ref.line
     late = [r for r in rank_lines(log, tie.faulted) if (r.line or 0) > after]
     if late:
         return f"rank {tie.faulted} printed after its fire line ({late[0].location})"
@@ -278,6 +255,33 @@ def peer_gone(
     if not stamped:
         return f"rank {rank} stamped none of its errors after the fault"
     return broken
+
+
+def _pids_of(marker: Marker) -> frozenset[int]:
+    """The faulted rank's processes the marker names: the one signalled and the rank."""
+    return frozenset(p for p in (marker.pid, marker.rank_pid) if p is not None)
+
+
+def _faulted_log(ctx: JudgeContext) -> CycleLog | None:
+    cycle = ctx.timeline.failed_cycle
+    return ctx.run.cycle_log(cycle) if cycle is not None else None
+
+
+def _fire_line_no(log: CycleLog, rank: int) -> int | None:
+    """The line of ``rank``'s first fire line in ``log`` (None: it has none)."""
+    fire = next((x for x in log.injector if x.kind == "fired" and x.rank == rank), None)
+    return fire.ref.line if fire is not None else None
+
+
+def _closing_signals(
+    ctx: JudgeContext, pids: frozenset[int | None], record: LauncherEvent
+) -> list[LauncherEvent]:
+    """The closing signals ``record``'s launcher sent to any of ``pids``."""
+    return [
+        e
+        for e in ctx.run.launcher.events
+        if e.kind is LauncherEventKind.CLOSING_SIGNAL and e.pid in pids and same_launcher(e, record)
+    ]
 
 
 def _says_peer_gone(ref: EvidenceRef, error: WorkloadError | None, rank: int) -> bool:

@@ -605,6 +605,13 @@ STOPPED = {
     "ref-budget-kill-step+kill-restore+kill-restore": "(exitcode: -9) local_rank: 1 (pid: 17628)",
     "ref-no-progress-kill-step+3x-kill-restore": "(exitcode: -9) local_rank: 1 (pid: 20669)",
 }
+
+
+def _pid_in(record: str) -> str:
+    """The pid a launcher record (``... (pid: P)``) names."""
+    return record.split("(pid: ")[1].rstrip(")")
+
+
 STOPPED_EDITS = {
     "local_rank 5 of a 2-rank node, exit -15": "(exitcode: -15) local_rank: 5 (pid: {pid})",
     "the peer named, exit 1, no broken collective": "(exitcode: 1) local_rank: 0 (pid: {pid})",
@@ -621,7 +628,7 @@ def test_the_stopping_faults_record_must_still_name_its_death(
     """replaced_cycle is not applicable to the fault after which the launcher rightly stopped
     the job, but a record that does not show that fault's death fails it."""
     record = STOPPED[name]
-    pid = record.split("(pid: ")[1].rstrip(")")
+    pid = _pid_in(record)
     assert judge_run_dir(SCHEDULES / name).passed
     doc = copy_run(SCHEDULES / name, tmp_path / "run")
     doc.replace(LAUNCHER, record, STOPPED_EDITS[edit].format(pid=pid))
@@ -633,21 +640,16 @@ def test_the_stopping_faults_record_must_still_name_its_death(
 # -- what the launcher says after the faulted rank's own record (every kill and segv run) --
 
 OWN_RECORDS = {
-    # run: the faulted rank's own record (of the fault after which the job stopped, in the first
-    # two)
-    "cpu-schedules/ref-budget-kill-step+kill-restore+kill-restore": (
-        "(exitcode: -9) local_rank: 1 (pid: 17628)"
-    ),
-    "cpu-schedules/ref-no-progress-kill-step+3x-kill-restore": (
-        "(exitcode: -9) local_rank: 1 (pid: 20669)"
-    ),
+    # run: the faulted rank's own record (of the fault after which the job stopped in the
+    # schedules)
+    **{f"cpu-schedules/{name}": record for name, record in STOPPED.items()},
     "windows/cpu/ref-kill-save": "(exitcode: -9) local_rank: 1 (pid: 539)",
     "windows/cpu/ref-segv-step": "(exitcode: -11) local_rank: 1 (pid: 2609)",
 }
 
 
 def _after_own_record(record: str, what: str, agent: str) -> str:
-    pid = record.split("(pid: ")[1].rstrip(")")
+    pid = _pid_in(record)
     glog = f"W1205 00:00:00.000000 {agent} torch/distributed/elastic/multiprocessing/api.py"
     if what == "closing":
         return f"{glog}:1028] Sending process {pid} closing signal SIGTERM"
