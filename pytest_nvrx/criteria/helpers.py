@@ -144,11 +144,49 @@ def until_restart(run: RunEvidence, after: EvidenceRef) -> list[LauncherEvent]:
     return out
 
 
-def same_launcher(a: LauncherEvent, b: LauncherEvent) -> bool:
-    """Whether two launcher lines come from one launcher: the same node id, else the same pid
-    of the launcher that wrote them. Unknown (neither says): they may, so True."""
+def one_node(run: RunEvidence) -> bool:
+    """Whether the run had one node, so one launcher wrote every launcher line: run.json's
+    nnodes 1, else (a run made by hand) the launcher's own min_nodes = max_nodes = 1."""
+    manifest = run.manifest
+    if manifest is not None and manifest.nnodes is not None:
+        return bool(manifest.nnodes.value == 1)
+    return run.launcher.config.get("min_nodes") == run.launcher.config.get("max_nodes") == "1"
+
+
+def same_launcher(run: RunEvidence, a: LauncherEvent, b: LauncherEvent) -> bool:
+    """Whether two launcher lines come from one launcher: always on one node (a line there
+    that names another launcher pid is not another launcher's); else the same node id, else the
+    same pid of the launcher that wrote them. Unknown (neither says): they may, so True."""
+    if one_node(run):
+        return True
     if a.node is not None and b.node is not None:
         return a.node == b.node
     if a.launcher_pid is not None and b.launcher_pid is not None:
         return a.launcher_pid == b.launcher_pid
     return True
+
+
+def node_host(run: RunEvidence, node: int | None) -> str | None:
+    """The host node ``node`` ran on, where the run says: run.json's ``host`` for the node its
+    harness started, the marker's for the faulted rank's node; None where neither says."""
+    manifest, marker = run.manifest, run.marker
+    if node is None:
+        return None
+    if manifest is not None and manifest.host is not None:
+        own = manifest.node_index.value if manifest.node_index is not None else 0
+        if own == node and isinstance(manifest.host.value, str):
+            return manifest.host.value
+    nproc = nproc_per_node(run)
+    if marker is not None and marker.rank is not None and nproc and marker.rank // nproc == node:
+        return marker.host
+    return None
+
+
+def same_host(run: RunEvidence, a: LauncherEvent, b: LauncherEvent) -> bool:
+    """Whether the launchers that wrote two lines ran on one host, where a pid names one
+    process: one launcher, or two nodes the run places on one host. On several hosts the same
+    number may name two processes."""
+    if same_launcher(run, a, b):
+        return True
+    host = node_host(run, a.node)
+    return host is not None and host == node_host(run, b.node)

@@ -38,6 +38,7 @@ from pytest_nvrx.criteria.helpers import (
     or_none,
     rank_lines,
     rank_of,
+    same_host,
     same_launcher,
     until_restart,
 )
@@ -468,6 +469,9 @@ def process_problem(ctx: JudgeContext, local: int | None) -> Fact | None:
     marker = ctx.run.marker
     if marker is None or not marker.ok:
         return None
+    stranger = _written_by_no_launcher(ctx.run)
+    if stranger is not None:
+        return stranger
     rank_pid = marker.rank_process
     key = "rank_pid" if marker.rank_pid is not None else "pid"
     failed = [
@@ -519,6 +523,25 @@ def process_problem(ctx: JudgeContext, local: int | None) -> Fact | None:
     return _after_its_fault(ctx, log, fired) or _records_of_one_failure(ctx)
 
 
+def _written_by_no_launcher(run: RunEvidence) -> Fact | None:
+    """A worker-failure record or closing signal whose writer's pid is none of the launchers
+    the log's profiling events name: no launcher of this run wrote it."""
+    launchers = run.launcher.launchers
+    if not launchers:
+        return None
+    for e in run.launcher.of_kind(
+        LauncherEventKind.WORKER_FAILED, LauncherEventKind.CLOSING_SIGNAL
+    ):
+        if e.launcher_pid is not None and e.launcher_pid not in launchers:
+            named = ", ".join(map(str, sorted(launchers)))
+            return Fact(
+                f"{e.ref.location} was written by pid {e.launcher_pid}, none of the run's"
+                f" launchers (the profiling events name {named})",
+                (e.ref,),
+            )
+    return None
+
+
 def _after_its_fault(ctx: JudgeContext, log: CycleLog, fired: InjectorLine) -> Fact | None:
     """What the faulted rank or the launcher says of it after the fire line that its fault
     rules out: a rank killed by its own SIGKILL or SIGSEGV is never sent the launcher's closing
@@ -535,18 +558,32 @@ def _after_its_fault(ctx: JudgeContext, log: CycleLog, fired: InjectorLine) -> F
         # pids are unique on a host: a closing signal from another host's launcher, writing
         # the same log, may name the same number
         own = _node_records(ctx)
-        closing = [
+        named = [
             e
             for e in ctx.run.launcher.events
-            if e.kind is LauncherEventKind.CLOSING_SIGNAL
-            and e.pid == marker.rank_process
-            and (not own or same_launcher(e, own[0]))
+            if e.pid == marker.rank_process and (not own or same_host(ctx.run, e, own[0]))
         ]
+        closing = [e for e in named if e.kind is LauncherEventKind.CLOSING_SIGNAL]
         if closing:
             return Fact(
                 f"the launcher sent a closing signal to pid {closing[0].pid}, the rank its own"
                 f" {or_none(marker.signal)} had killed: it signals only workers still running",
                 (closing[0].ref, fired.ref),
+            )
+        # a launcher records only its own workers' failures
+        foreign = [
+            e
+            for e in named
+            if e.kind is LauncherEventKind.WORKER_FAILED
+            and own
+            and not same_launcher(ctx.run, e, own[0])
+        ]
+        if foreign:
+            return Fact(
+                f"{foreign[0].ref.location} records pid {foreign[0].pid}, the faulted rank's"
+                f" process on this host, as a worker of another launcher than the one that ran"
+                f" it ({own[0].ref.location})",
+                (foreign[0].ref, own[0].ref),
             )
     if ctx.observed_fault == "exception":
         # (what a self-killed rank's prefix shows after its fire line proves nothing: the
@@ -603,7 +640,9 @@ def _records_of_one_failure(ctx: JudgeContext) -> Fact | None:
     again = [
         e
         for e in until_restart(ctx.run, failed[0].ref)
-        if e.kind is LauncherEventKind.WORKER_FAILED and e in failed and same_launcher(e, failed[0])
+        if e.kind is LauncherEventKind.WORKER_FAILED
+        and e in failed
+        and same_launcher(ctx.run, e, failed[0])
     ]
     if again:
         return Fact(

@@ -21,7 +21,7 @@ from pytest_nvrx.criteria.helpers import (
     nproc_per_node,
     rank_lines,
     rank_of,
-    same_launcher,
+    same_host,
 )
 from pytest_nvrx.evidence.cycle_log import CycleLog
 from pytest_nvrx.evidence.launcher_log import LauncherEvent, LauncherEventKind
@@ -276,11 +276,13 @@ def _fire_line_no(log: CycleLog, rank: int) -> int | None:
 def _closing_signals(
     ctx: JudgeContext, pids: frozenset[int | None], record: LauncherEvent
 ) -> list[LauncherEvent]:
-    """The closing signals ``record``'s launcher sent to any of ``pids``."""
+    """The closing signals a launcher on ``record``'s host sent to any of ``pids``."""
     return [
         e
         for e in ctx.run.launcher.events
-        if e.kind is LauncherEventKind.CLOSING_SIGNAL and e.pid in pids and same_launcher(e, record)
+        if e.kind is LauncherEventKind.CLOSING_SIGNAL
+        and e.pid in pids
+        and same_host(ctx.run, e, record)
     ]
 
 

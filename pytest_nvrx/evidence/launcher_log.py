@@ -173,6 +173,9 @@ class LauncherLog:
     # on several, each launcher's own lines (its glog lines by their pid, its profiling events
     # by their node id), the others' order being the file system's. None: never back
     back_step: BackStep | None = None
+    # the launcher pids the profiling events' node ids name (``Node: host_<pid>_<n>``): the
+    # torch elastic agents that wrote this log, whose glog lines carry the same pids
+    launchers: frozenset[int] = frozenset()
 
     def of_kind(self, *kinds: LauncherEventKind) -> tuple[LauncherEvent, ...]:
         return tuple(e for e in self.events if e.kind in kinds)
@@ -223,8 +226,8 @@ _PROFILING = re.compile(
     r"-\s*Cycle: (?P<cycle>\d+) Event: (?P<name>\w+) Node: (?P<node>\S+) Rank: (?P<rank>\S+)"
     r" Time: (?P<utc>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?) UTC"
 )
-# a profiling event's node id: <host>_<launcher pid>_<n>
-_PROFILING_NODE = re.compile(r"Node: \S*_(?P<pid>\d+)_\d+ ")
+# a profiling event's node id: <host>_<launcher pid>_<n>, and the node's group rank
+_PROFILING_NODE = re.compile(r"Node: \S*_(?P<pid>\d+)_\d+ (?:Rank: (?P<rank>\d+)\b)?")
 _WORKER_FAILED = re.compile(
     r"failed \(exitcode: (?P<code>-?\d+)\) local_rank: (?P<rank>\d+) \(pid: (?P<pid>\d+)\)"
 )
@@ -395,8 +398,11 @@ def parse_launcher_log(path: Path, *, file: str | None = None) -> LauncherLog:
     bad_stamp: EvidenceRef | None = None
     bad_number: EvidenceRef | None = None
     disk_full: EvidenceRef | None = None
-    # which node's launcher a glog line's pid is (from the profiling events' node ids)
+    # which node's launcher a glog line's pid is (from the profiling events' node ids): by
+    # their NVRx line's ``infra:N``, else (NVRx 0.7 prints ``infra:?``) by the event's ``Rank``
     node_of_pid: dict[int, int] = {}
+    profiled_node_of_pid: dict[int, int] = {}
+    named_launchers: set[int] = set()
     launcher_pids: list[int | None] = []
     # the latest stamp so far and the largest step back: over every line (one node) and per
     # launcher pid (several nodes); (naive time, ref) pairs, years known
@@ -508,12 +514,16 @@ def parse_launcher_log(path: Path, *, file: str | None = None) -> LauncherLog:
                 ):
                     # rank monitors log as workload:?(<local rank>)
                     event = replace(event, rank=_int(wlocal))
+                if event.kind is LauncherEventKind.PROFILING:
+                    p = _PROFILING_NODE.search(msg)
+                    if p is not None:
+                        named_launchers.add(read_int(p["pid"]))
+                    if p is not None and node is not None:
+                        node_of_pid.setdefault(read_int(p["pid"]), node)
+                    elif p is not None and p["rank"] is not None:
+                        profiled_node_of_pid.setdefault(read_int(p["pid"]), read_int(p["rank"]))
                 if node is not None:
                     event = replace(event, node=node)
-                    if event.kind is LauncherEventKind.PROFILING:
-                        p = _PROFILING_NODE.search(msg)
-                        if p is not None:
-                            node_of_pid.setdefault(read_int(p["pid"]), node)
                 events.append(event)
                 naive_times.append(ts)
                 launcher_pids.append(launcher_pid)
@@ -539,12 +549,18 @@ def parse_launcher_log(path: Path, *, file: str | None = None) -> LauncherLog:
             return None
         return naive.replace(tzinfo=zone).astimezone(UTC)
 
+    def _node_of(pid: int | None) -> int | None:
+        if pid is None:
+            return None
+        found = node_of_pid.get(pid)
+        return found if found is not None else profiled_node_of_pid.get(pid)
+
     fix = set(pending_year)
     events = [
         replace(
             ev,
             time=utc(naive_times[i], i in fix),
-            node=ev.node if ev.node is not None else node_of_pid.get(launcher_pids[i] or -1),
+            node=ev.node if ev.node is not None else _node_of(launcher_pids[i]),
             launcher_pid=launcher_pids[i],
             utc=_as_utc(utc_stamps.get(i)),
         )
@@ -582,6 +598,7 @@ def parse_launcher_log(path: Path, *, file: str | None = None) -> LauncherLog:
         earliest=Instant(*earliest) if earliest else NO_INSTANT,
         latest=Instant(*latest) if latest else NO_INSTANT,
         back_step=back_step,
+        launchers=frozenset(named_launchers),
     )
 
 

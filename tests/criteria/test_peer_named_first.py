@@ -716,23 +716,3 @@ def test_a_ranks_end_before_the_fire_line_fails(tmp_path: Path, name: str, end: 
     v = j.verdict("replaced_cycle")
     assert not j.passed and not v.passed, (end, v.reason)
     assert "before the fault" in v.reason, v.reason
-
-
-def test_a_closing_signal_from_another_launcher_naming_the_same_pid_is_no_contradiction(
-    tmp_path: Path,
-) -> None:
-    """Several nodes' launchers may write one log (nodes on one host, a shared file system); a
-    pid is unique on its host only: another launcher's closing signal, or its own node's failure
-    record, says nothing of the faulted rank's process."""
-    doc = copy_run(DATA / "ref-kill-save", tmp_path / "run")
-    record = next(x for x in doc.lines(LAUNCHER) if "(exitcode: -9) local_rank: 1 (pid: 539)" in x)
-    other = str(int(record.split(" ")[2]) + 1)
-    glog = f"W1130 {record.split(' ')[1]} {other} torch/distributed/elastic/multiprocessing/api.py"
-    doc.insert_after(
-        LAUNCHER,
-        record,
-        f"{glog}:1028] Sending process 539 closing signal SIGTERM",
-        f"{glog}:1002] failed (exitcode: 1) local_rank: 0 (pid: 777) of binary: python",
-    )
-    j = judge_run_dir(doc.root)
-    assert j.verdict("replaced_cycle").passed, j.verdict("replaced_cycle").reason
