@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from pytest_nvrx.criteria.verdict import CriterionId, Verdict, failing
 from pytest_nvrx.evidence.cycle_log import CycleLog
 from pytest_nvrx.evidence.launcher_log import LauncherEvent, LauncherEventKind
 from pytest_nvrx.evidence.refs import EvidenceRef, absent, split_rank_prefix
 from pytest_nvrx.evidence.rundir import RunEvidence
-from pytest_nvrx.evidence.timeline import logs_from
+from pytest_nvrx.evidence.timeline import CLOCK_SLACK, logs_from
 from pytest_nvrx.evidence.workload import LOAD_FAILURES, WorkloadError
 from pytest_nvrx.layout import MARKER_NAME
 
@@ -18,6 +18,9 @@ from pytest_nvrx.layout import MARKER_NAME
 EXCEPTION_EXIT_CODE = 1
 # The faults whose signal the rank sends itself and cannot outlive (SIGKILL, SIGSEGV's default).
 SELF_FATAL = frozenset({"kill", "segv"})
+# How far a line stamped on the faulted rank's host may read before the marker's time and still
+# come after it: one clock, and the workloads cut their stamps to the millisecond.
+SAME_HOST_STAMP = timedelta(milliseconds=1)
 
 
 def or_none(value: object) -> str:
@@ -182,6 +185,19 @@ def node_host(run: RunEvidence, node: int | None) -> str | None:
     return None
 
 
+def one_host(run: RunEvidence) -> bool:
+    """Whether every node of the run ran on one host, where a pid names one process: one node,
+    or every node's host known (run.json's, the marker's) and the same."""
+    if one_node(run):
+        return True
+    manifest = run.manifest
+    nodes = manifest.nnodes.value if manifest is not None and manifest.nnodes is not None else None
+    if not isinstance(nodes, int) or nodes < 1:
+        return False
+    hosts = {node_host(run, n) for n in range(nodes)}
+    return None not in hosts and len(hosts) == 1
+
+
 def same_host(run: RunEvidence, a: LauncherEvent, b: LauncherEvent) -> bool:
     """Whether the launchers that wrote two lines ran on one host, where a pid names one
     process: one launcher, or two nodes the run places on one host. On several hosts the same
@@ -190,3 +206,19 @@ def same_host(run: RunEvidence, a: LauncherEvent, b: LauncherEvent) -> bool:
         return True
     host = node_host(run, a.node)
     return host is not None and host == node_host(run, b.node)
+
+
+def clock_allowance(run: RunEvidence, rank: int | None) -> timedelta:
+    """How far a line of ``rank`` may be stamped before the marker's time and still come after
+    it: a stamp's millisecond on the faulted rank's host (one clock; the workloads cut their
+    stamps to the millisecond), :data:`CLOCK_SLACK` on another host or where unknown."""
+    marker = run.marker
+    nproc = nproc_per_node(run)
+    if marker is None or marker.rank is None or rank is None or not nproc:
+        return CLOCK_SLACK
+    if one_node(run) or rank // nproc == marker.rank // nproc:
+        return SAME_HOST_STAMP
+    host = node_host(run, rank // nproc)
+    if host is not None and host == node_host(run, marker.rank // nproc):
+        return SAME_HOST_STAMP
+    return CLOCK_SLACK

@@ -34,7 +34,10 @@ from pytest_nvrx.criteria.context import JudgeContext
 from pytest_nvrx.criteria.helpers import (
     EXCEPTION_EXIT_CODE,
     SELF_FATAL,
+    clock,
+    clock_allowance,
     on_faulted_node,
+    one_host,
     or_none,
     rank_lines,
     rank_of,
@@ -52,7 +55,7 @@ from pytest_nvrx.evidence.injector_log import (
 from pytest_nvrx.evidence.launcher_log import LauncherEvent, LauncherEventKind
 from pytest_nvrx.evidence.manifest import Manifest
 from pytest_nvrx.evidence.marker import Marker, marker_like_names
-from pytest_nvrx.evidence.refs import Problem
+from pytest_nvrx.evidence.refs import EvidenceRef, Problem
 from pytest_nvrx.evidence.rundir import RunEvidence
 from pytest_nvrx.evidence.timeline import Timeline
 from pytest_nvrx.evidence.workload import LoadFailed, ProcessExited, ProcessStarted, WorkloadError
@@ -520,7 +523,35 @@ def process_problem(ctx: JudgeContext, local: int | None) -> Fact | None:
             f" marker says the rank was pid {rank_pid}",
             (wrong.ref, marker.ref(key)),
         )
-    return _after_its_fault(ctx, log, fired) or _records_of_one_failure(ctx)
+    return (
+        _after_its_fault(ctx, log, fired)
+        or _records_of_one_failure(ctx)
+        or _pid_started_again(ctx.run)
+    )
+
+
+def _pid_started_again(run: RunEvidence) -> Fact | None:
+    """A pid a rank printed at its start in one cycle, printed again at a start in a later one:
+    the launcher ends every worker of a cycle before it starts the next, and a host gives an
+    ended process's pid to a new one only after it has counted through ``pid_max``, not within
+    seconds. On one host only: on several the same number names another host's process."""
+    if not one_host(run):
+        return None
+    seen: dict[int, tuple[int, EvidenceRef]] = {}
+    for log in sorted(run.cycle_logs, key=lambda c: c.cycle):
+        started = [(e.pid, e.ref) for e in log.of_type(ProcessStarted) if e.pid is not None]
+        for pid, ref in started:
+            earlier = seen.get(pid)
+            if earlier is not None and earlier[0] < log.cycle:
+                return Fact(
+                    f"{ref.location} starts a rank as pid {pid}, the pid a rank of cycle"
+                    f" {earlier[0]} started as ({earlier[1].location}): that process ended"
+                    " before this cycle began, and a host does not reuse a pid within seconds",
+                    (ref, earlier[1]),
+                )
+        for pid, ref in started:
+            seen.setdefault(pid, (log.cycle, ref))
+    return None
 
 
 def _written_by_no_launcher(run: RunEvidence) -> Fact | None:
@@ -551,10 +582,29 @@ def _after_its_fault(ctx: JudgeContext, log: CycleLog, fired: InjectorLine) -> F
     assert marker is not None and marker.rank is not None
     if fired.ref.line is None:
         return None
-    failed_first = _failed_before_the_fault(log, fired)
+    failed_first = _failed_before_the_fault(ctx, log, fired)
     if failed_first is not None:
         return failed_first
     if ctx.observed_fault in SELF_FATAL:
+        # its own process's last words (the workload's stamped error or exit line; what the
+        # processes it started print under its prefix carries no stamp of the workload's)
+        at = fired.ref.line or 0
+        last_words = [(e.time, e.ref) for e in log.of_type(WorkloadError)]
+        last_words += [(e.time, e.ref) for e in log.of_type(ProcessExited)]
+        spoke = sorted(
+            (
+                ref
+                for when, ref in last_words
+                if when is not None and rank_of(ref) == marker.rank and (ref.line or 0) > at
+            ),
+            key=lambda r: r.line or 0,
+        )
+        if spoke:
+            return Fact(
+                f"rank {marker.rank} printed its end ({spoke[0].location}) after its own"
+                f" {or_none(marker.signal)} had killed it ({fired.ref.location})",
+                (spoke[0], fired.ref),
+            )
         # pids are unique on a host: a closing signal from another host's launcher, writing
         # the same log, may name the same number
         own = _node_records(ctx)
@@ -606,20 +656,35 @@ def _after_its_fault(ctx: JudgeContext, log: CycleLog, fired: InjectorLine) -> F
     return None
 
 
-def _failed_before_the_fault(log: CycleLog, fired: InjectorLine) -> Fact | None:
+def _failed_before_the_fault(ctx: JudgeContext, log: CycleLog, fired: InjectorLine) -> Fact | None:
     """A rank of the faulted cycle that printed its end (an error, a load it could not finish,
-    its exit) before the fault fired: the failure the launcher recorded may be that one."""
+    its exit) before the fault fired, by its place above the fire line or by its stamp before
+    the marker's time (less the clocks' allowance of its host): the failure the launcher
+    recorded may be that one."""
     at = fired.ref.line or 0
     ended = [e.ref for e in log.of_type(WorkloadError)] + [e.ref for e in log.of_type(LoadFailed)]
     ended += [e.ref for e in log.of_type(ProcessExited)]
     early = sorted((r for r in ended if (r.line or 0) < at), key=lambda r: r.line or 0)
-    if not early:
+    if early:
+        return Fact(
+            f"{early[0].location} shows a rank's end before the fault fired ({fired.ref.location}):"
+            " the failure the launcher recorded need not be the fault's",
+            (early[0], fired.ref),
+        )
+    fault = ctx.timeline.fault_time
+    if fault is None:
         return None
-    return Fact(
-        f"{early[0].location} shows a rank's end before the fault fired ({fired.ref.location}):"
-        " the failure the launcher recorded need not be the fault's",
-        (early[0], fired.ref),
-    )
+    stamped = [(e.time, e.ref) for e in log.of_type(WorkloadError) if e.time is not None]
+    stamped += [(e.time, e.ref) for e in log.of_type(ProcessExited) if e.time is not None]
+    for when, ref in sorted(stamped, key=lambda t: t[1].line or 0):
+        if when < fault - clock_allowance(ctx.run, rank_of(ref)):
+            return Fact(
+                f"{ref.location} shows a rank's end stamped {clock(when)}, before the fault at"
+                f" {clock(fault)} ({fired.ref.location}): the failure the launcher recorded need"
+                " not be the fault's",
+                (ref, fired.ref),
+            )
+    return None
 
 
 def _node_records(ctx: JudgeContext) -> list[LauncherEvent]:

@@ -240,7 +240,7 @@ class ReferenceLogAdapter:
                 return (
                     WorkloadError(at.ref(), time=time, exit_code=code)
                     if code
-                    else ProcessExited(at.ref())
+                    else ProcessExited(at.ref(), time=time)
                 )
         return None
 

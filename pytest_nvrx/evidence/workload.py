@@ -230,9 +230,10 @@ class VersionReported:
 @dataclass(frozen=True, slots=True)
 class ProcessExited:
     """A worker process's last line after a clean return from training: the reference workload's
-    ``exit code 0`` on every rank (a non-zero code is a WorkloadError)."""
+    ``exit code 0`` on every rank (a non-zero code is a WorkloadError); ``time`` its stamp."""
 
     ref: EvidenceRef
+    time: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
