@@ -58,7 +58,14 @@ from pytest_nvrx.evidence.marker import Marker, marker_like_names
 from pytest_nvrx.evidence.refs import EvidenceRef, Problem
 from pytest_nvrx.evidence.rundir import RunEvidence
 from pytest_nvrx.evidence.timeline import Timeline
-from pytest_nvrx.evidence.workload import LoadFailed, ProcessExited, ProcessStarted, WorkloadError
+from pytest_nvrx.evidence.workload import (
+    LoadCompleted,
+    LoadFailed,
+    LoadStarted,
+    ProcessExited,
+    ProcessStarted,
+    WorkloadError,
+)
 from pytest_nvrx.layout import (
     FAULT_SIGNAL_NAMES,
     LATER_MARKER_PATTERN,
@@ -652,6 +659,17 @@ def _after_its_fault(ctx: JudgeContext, log: CycleLog, fired: InjectorLine) -> F
                 f" ({ended[0].location}) as other than the {EXCEPTION_EXIT_CODE} of an uncaught"
                 " exception",
                 (ended[0], fired.ref),
+            )
+        # the exception unwinds the training thread: it trains and restores no more
+        went_on = [e.ref for e in log.iterations]
+        went_on += [e.ref for e in log.of_type(LoadStarted)]
+        went_on += [e.ref for e in log.of_type(LoadCompleted)]
+        on = sorted((r for r in went_on if r in after), key=lambda r: r.line or 0)
+        if on:
+            return Fact(
+                f"rank {marker.rank} raised the injected exception ({fired.ref.location}), yet"
+                f" went on training or restoring ({on[0].location})",
+                (on[0], fired.ref),
             )
     return None
 

@@ -188,7 +188,15 @@ def _broken_collective(ctx: JudgeContext, tie: _Tie) -> tuple[str, list[Evidence
     after = _fire_line_no(log, tie.faulted)
     if after is None:
         return f"{log.file} holds no fire line of rank {tie.faulted}"
-    late = [r for r in rank_lines(log, tie.faulted) if (r.line or 0) > after]
+    # (an unstamped traceback under its prefix without torch's ``[rankN]:`` tag of the rank's
+    # own process may be a process it started, such as an async checkpoint worker, printing
+    # after it died: gpu-faults/g2-segv-30:1072)
+    unstamped = {
+        e.ref
+        for e in log.of_type(WorkloadError)
+        if e.time is None and not split_tag(split_rank_prefix(e.ref.text)[1])[0]
+    }
+    late = [r for r in rank_lines(log, tie.faulted) if (r.line or 0) > after and r not in unstamped]
     if late:
         return f"rank {tie.faulted} printed after its fire line ({late[0].location})"
     proof = peer_gone(ctx, log, tie.rank, after, named)
@@ -223,14 +231,18 @@ def peer_gone(
     if before:
         return f"rank {rank} failed before the fault ({before[0].location})"
     broken: EvidenceRef | None = None
+    exit_line: EvidenceRef | None = None
     stamped = 0
     for ref in lines:
+        if exit_line is not None:
+            return f"rank {rank} went on after its exit line ({exit_line.location})"
         error = errors.get(ref)
         if error is None and ref not in loads:
             if broken is not None:
                 return f"rank {rank} went on after its broken collective ({ref.location})"
             continue  # it had not learned of its peer's death yet
         if error is not None and error.exit_code is not None:
+            exit_line = ref
             if error.exit_code != record.exit_code:
                 return (
                     f"rank {rank} printed exit code {error.exit_code} ({ref.location}), not the"
@@ -247,6 +259,9 @@ def peer_gone(
                 record.time is not None and when > record.time
             ):
                 return f"{ref.location} is not stamped between the fault and the record"
+    mismatch = _aborted_unlike_raised([errors[r] for r in lines if r in errors])
+    if mismatch is not None:
+        return mismatch
     exited = [e.ref for e in log.of_type(ProcessExited) if e.ref in lines]
     if exited:
         return f"rank {rank} exited cleanly ({exited[0].location})"
@@ -255,6 +270,27 @@ def peer_gone(
     if not stamped:
         return f"rank {rank} stamped none of its errors after the fault"
     return broken
+
+
+def _aborted_unlike_raised(errors: list[WorkloadError]) -> str | None:
+    """The workload's ``aborted <type>: <first line>`` names the exception it then re-raises,
+    whose traceback ends in that type and line: why the two differ, None where they agree (or
+    one of them is missing)."""
+    aborted = [e for e in errors if e.exception is None and _ABORTED in e.ref.text]
+    raised = [e for e in errors if e.exception is not None]
+    if not aborted or not raised:
+        return None
+    said = aborted[0].ref.text.split(_ABORTED, 1)[1].strip()
+    final = (raised[-1].exception or "").strip()
+    name, _, message = said.partition(": ")
+    qualified, _, text = final.partition(": ")
+    shorter = min(len(message), len(text))
+    if qualified.rsplit(".", 1)[-1] != name or message[:shorter] != text[:shorter]:
+        return (
+            f"{aborted[0].ref.location} says it aborted on another exception than the traceback"
+            f" it raised ({raised[-1].ref.location})"
+        )
+    return None
 
 
 def _pids_of(marker: Marker) -> frozenset[int]:

@@ -386,6 +386,14 @@ def _before_aborted(line: str) -> object:
     return edit
 
 
+def _other_raised(doc: Doctor) -> None:
+    """Rank 0's traceback ends in gloo's other wording; its ``aborted`` line, which names the
+    exception the workload re-raises, keeps the one it printed."""
+    final = _reset_lines(doc)[-1]
+    assert final.startswith("0: [rank0]: RuntimeError: ")
+    doc.replace(CYCLE0, final, f"0: [rank0]: {GLOO_CLOSED}\n")
+
+
 def _own_record_too(doc: Doctor) -> None:
     faulted, peer = _pids(doc)
     code = -11 if "SIGSEGV" in _fire(doc) else -9
@@ -456,6 +464,11 @@ ATTACKS = {
         "0: [ref] {stamp} rank 0 exit code 0"
     ),
     "peer's stamped aborted line gone": _no_aborted,
+    # a fifth attack (adv9)
+    "peer's exit line before its broken collective": _before_aborted(
+        "0: [ref] {stamp} rank 0 exit code 1"
+    ),
+    "peer's traceback ending in another exception than its aborted line": _other_raised,
 }
 
 
@@ -716,3 +729,27 @@ def test_a_ranks_end_before_the_fire_line_fails(tmp_path: Path, name: str, end: 
     v = j.verdict("replaced_cycle")
     assert not j.passed and not v.passed, (end, v.reason)
     assert "before the fault" in v.reason, v.reason
+
+
+# -- what a process the faulted rank started prints under its prefix after it died --
+
+#: a real GPU run's lines of rank 1's async checkpoint worker, printed after rank 1's SIGSEGV
+#: fire line: its error lines and an unstamped traceback (gpu-faults/g2-segv-30, 1070-1112)
+CHILD_LINES = Path(__file__).parents[1] / "data" / "gpu-faults" / "g2-segv-30" / CYCLE0
+
+
+@pytest.mark.parametrize("name", REAL_TIES)
+def test_a_tie_passes_with_the_faulted_ranks_child_printing_after_its_death(
+    tmp_path: Path, name: str
+) -> None:
+    """The tie rule reads the faulted rank's own lines after its fire line, not the unstamped
+    errors of processes it started (an async checkpoint worker) that print under its prefix."""
+    lines = CHILD_LINES.read_text().splitlines(keepends=True)
+    start = next(i for i, x in enumerate(lines) if "filesystem_async:Local worker 0" in x)
+    end = next(i for i, x in enumerate(lines) if "ConnectionResetError: [Errno 104]" in x)
+    child = lines[start : end + 1]
+    assert all(x.startswith("1: ") for x in child) and len(child) > 40
+    doc = copy_run(TIES / name, tmp_path / name)
+    doc.insert_after(CYCLE0, _fire(doc), *child)
+    j = judge_run_dir(doc.root)
+    assert j.passed, [v.render() for v in j.verdicts if not v.passed]

@@ -120,3 +120,31 @@ def test_on_two_hosts_a_pid_number_may_start_again(tmp_path: Path) -> None:
     judgement = judge_run_dir(doc.root)
     failed = [v.render() for v in judgement.verdicts if not v.passed]
     assert failed == [], failed
+
+
+#: the restore of cycle 1 raised the injected exception (the schedule's second fault)
+RAISED_IN_RESTORE = "cpu-schedules/ref-kill-step+exception-restore"
+GOES_ON = {
+    "restores": "1: [ref] {stamp} rank 1 load checkpoint iteration 5 (model, optimizer, scheduler,"
+    " rng, data) consumed_samples 20 path {path}",
+    "trains": "1: [ref] {stamp} rank 1 iteration 6/20 consumed_samples 24 loss 4.9 lr 0.009"
+    " grad_norm 0.5",
+}
+
+
+@pytest.mark.parametrize("goes_on", sorted(GOES_ON))
+def test_a_rank_that_raised_the_injected_exception_going_on_fails(
+    tmp_path: Path, goes_on: str
+) -> None:
+    """The exception unwinds the rank's training thread: after its ``load failed`` it neither
+    completes the restore nor trains."""
+    doc = copy_run(DATA / RAISED_IN_RESTORE, tmp_path / "run")
+    failed = next(
+        x for x in doc.lines(CYCLE1) if x.startswith("1: [ref] ") and " load failed: " in x
+    )
+    stamp = failed.split(" ")[2]
+    path = failed.split("cannot read ")[1].split(":")[0]
+    doc.insert_after(CYCLE1, failed, GOES_ON[goes_on].format(stamp=stamp, path=path))
+    j = judge_run_dir(doc.root)
+    v = j.verdict("replaced_cycle")
+    assert not j.passed and not v.passed, (goes_on, v.reason)
