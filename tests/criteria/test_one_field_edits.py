@@ -97,10 +97,11 @@ def test_a_launcher_line_of_another_century_cannot_be_judged(ref: Doctor) -> Non
 
 def test_cycle_lines_stamped_after_the_cycle_ended_cannot_be_judged(ref: Doctor) -> None:
     ref.replace(CYCLE1, "+00:00 rank", "-00:01 rank")
-    last = _at(ref, CYCLE1, "rank 0 training finished iteration 20")
+    # the latest stamped line: rank 0's exit (its stamp read since adv9's H3)
+    last = _at(ref, CYCLE1, "rank 0 exit code 0")
     _cannot_judge(
         ref,
-        f"{last} is stamped 2026-11-30 16:23:21.466, after the launcher ended cycle 1 at"
+        f"{last} is stamped 2026-11-30 16:23:21.498, after the launcher ended cycle 1 at"
         f" {RECORD1}:",
     )
 
