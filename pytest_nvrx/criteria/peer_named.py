@@ -102,7 +102,7 @@ def _launcher_refusal(ctx: JudgeContext, tie: _Tie) -> str | None:
         )
     if named.pid is None or named.pid in tie.ours:
         return f"its pid {named.pid} is not another process than the faulted rank's"
-    # (a second record before the workers restart: marker_agreement.process_problem, for all)
+    # (a second record before the workers restart: process_story.process_problem, for all)
     closing = _closing_signals(ctx, tie.ours | {named.pid}, named)
     if closing:
         return (

@@ -8,7 +8,7 @@ traceback of that rank in the faulted cycle's log; ``ckpt-worker`` killed the ra
 worker (the marker's ``pid``), so the rank (``rank_pid``) must fail by itself: any non-zero exit
 or a section timeout. Whatever the fault, the launcher's record of the rank's failure, the pid
 the injector's fire line signalled and the pid that wrote it name the marker's processes
-(criteria/marker_agreement.py: process_problem).
+(criteria/process_story.py: process_problem).
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from pytest_nvrx.criteria.helpers import (
     nproc_per_node,
     on_faulted_node,
 )
-from pytest_nvrx.criteria.marker_agreement import process_problem
 from pytest_nvrx.criteria.peer_named import peer_failed_first, peer_named_first
+from pytest_nvrx.criteria.process_story import process_problem
 from pytest_nvrx.criteria.verdict import CriterionId, Verdict, failing, not_applicable, passing
 from pytest_nvrx.evidence.launcher_log import LauncherEvent, LauncherEventKind
 from pytest_nvrx.evidence.refs import EvidenceRef, absent, is_ascii_number
