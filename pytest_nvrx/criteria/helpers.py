@@ -134,14 +134,17 @@ def rank_lines(log: CycleLog, rank: int) -> list[EvidenceRef]:
 
 def until_restart(run: RunEvidence, after: EvidenceRef) -> list[LauncherEvent]:
     """The launcher's events after the line ``after`` and before the next ``starting workers``
-    (a replacement's start; the log's end where none follows)."""
+    or NVRx's ``worker_start_started`` event (a replacement's start, in either launcher's
+    words; the log's end where none follows)."""
     at = after.line or 0
     out: list[LauncherEvent] = []
     for e in run.launcher.events:
         line = e.ref.line or 0
         if line <= at:
             continue
-        if e.kind is LauncherEventKind.WORKERS_STARTING:
+        if e.kind is LauncherEventKind.WORKERS_STARTING or (
+            e.kind is LauncherEventKind.PROFILING and e.name == "worker_start_started"
+        ):
             break
         out.append(e)
     return out

@@ -259,7 +259,7 @@ def peer_gone(
                 record.time is not None and when > record.time
             ):
                 return f"{ref.location} is not stamped between the fault and the record"
-    mismatch = _aborted_unlike_raised([errors[r] for r in lines if r in errors])
+    mismatch = aborted_unlike_raised([errors[r] for r in lines if r in errors])
     if mismatch is not None:
         return mismatch
     exited = [e.ref for e in log.of_type(ProcessExited) if e.ref in lines]
@@ -272,7 +272,7 @@ def peer_gone(
     return broken
 
 
-def _aborted_unlike_raised(errors: list[WorkloadError]) -> str | None:
+def aborted_unlike_raised(errors: list[WorkloadError]) -> str | None:
     """The workload's ``aborted <type>: <first line>`` names the exception it then re-raises,
     whose traceback ends in that type and line: why the two differ, None where they agree (or
     one of them is missing)."""
@@ -335,4 +335,6 @@ def _says_peer_gone(ref: EvidenceRef, error: WorkloadError | None, rank: int) ->
     elif _ABORTED in said:
         said = said.split(_ABORTED, 1)[1]
     frame = error.innermost
+    if error.exception is not None and frame is None:
+        return False  # Python prints no traceback without a frame
     return PEER_GONE.match(said) is not None and (frame is None or frame.short_path == _COLLECTIVES)

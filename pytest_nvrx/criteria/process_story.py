@@ -21,8 +21,10 @@ from pytest_nvrx.criteria.helpers import (
     SELF_FATAL,
     clock,
     clock_allowance,
+    nproc_per_node,
     on_faulted_node,
     one_host,
+    one_node,
     or_none,
     rank_lines,
     rank_of,
@@ -30,6 +32,7 @@ from pytest_nvrx.criteria.helpers import (
     same_launcher,
     until_restart,
 )
+from pytest_nvrx.criteria.peer_named import aborted_unlike_raised
 from pytest_nvrx.criteria.windows import Fact, faulted_logs, fire_line
 from pytest_nvrx.evidence.cycle_log import CycleLog
 from pytest_nvrx.evidence.injector_log import InjectorLine
@@ -103,11 +106,144 @@ def process_problem(ctx: JudgeContext, local: int | None) -> Fact | None:
             f" marker says the rank was pid {rank_pid}",
             (wrong.ref, marker.ref(key)),
         )
+    # every line its injector wrote in that cycle is its own process's
+    other = next(
+        (x for x in log.injector if x.rank == marker.rank and x.pid not in (None, rank_pid)),
+        None,
+    )
+    if other is not None and rank_pid is not None:
+        return Fact(
+            f"rank {marker.rank}'s injector line {other.ref.location} names pid {other.pid}; the"
+            f" marker says the rank was pid {rank_pid}",
+            (other.ref, marker.ref(key)),
+        )
     return (
-        _after_its_fault(ctx, log, fired)
+        _beyond_the_world(ctx.run)
+        or _recorded_before_the_fault(ctx)
+        or _records_unlike_torch(ctx.run)
+        or _pids_nobody_printed(ctx, log)
+        or _after_its_fault(ctx, log, fired)
         or _records_of_one_failure(ctx)
         or _pid_started_again(ctx.run)
     )
+
+
+def _beyond_the_world(run: RunEvidence) -> Fact | None:
+    """A cycle log's line under the prefix of a rank the run's world does not have."""
+    marker, manifest = run.marker, run.manifest
+    world = marker.world_size if marker is not None else None
+    if world is None and manifest is not None and manifest.world_size is not None:
+        value = manifest.world_size.value
+        world = value if isinstance(value, int) else None
+    if not world:
+        return None
+    for log in run.cycle_logs:
+        refs = [e.ref for e in log.events] + [e.ref for e in log.iterations]
+        refs += [x.ref for x in log.injector]
+        for ref in sorted(refs, key=lambda r: r.line or 0):
+            rank = rank_of(ref)
+            if rank is not None and rank >= world:
+                return Fact(
+                    f"{ref.location} is a line of rank {rank}, in a world of {world} ranks",
+                    (ref,),
+                )
+    return None
+
+
+def _recorded_before_the_fault(ctx: JudgeContext) -> Fact | None:
+    """A launcher recorded a worker's failure before the marker's time (the injector stamps it
+    before the fault), by the clock of its host: the faulted rank's shares it; another node's
+    host has its own (:data:`CLOCK_SLACK`)."""
+    run, fault, marker = ctx.run, ctx.timeline.fault_time, ctx.run.marker
+    if fault is None or marker is None:
+        return None
+    nproc = nproc_per_node(run)
+    for e in ctx.timeline.failure_events:
+        if e.kind is not LauncherEventKind.WORKER_FAILED or e.time is None:
+            continue
+        if e.node is None and not one_node(run):
+            rank: int | None = marker.rank if e in _node_records(ctx) else None
+        else:
+            rank = (e.node or 0) * nproc if nproc else None
+        if e.time < fault - clock_allowance(run, rank):
+            return Fact(
+                f"{e.ref.location} records a worker's failure at {clock(e.time)}, before the"
+                f" fault at {clock(fault)} ({marker.ref('time').location}): it is not the"
+                " fault's",
+                (e.ref, marker.ref("time")),
+            )
+    return None
+
+
+def _pids_nobody_printed(ctx: JudgeContext, log: CycleLog) -> Fact | None:
+    """On one host, where every rank printed its pid at its start in the faulted cycle: each
+    worker-failure record and closing signal of that cycle's stop names one of those pids,
+    and a record's node and local rank are that pid's rank (torch records and signals only its
+    own workers)."""
+    run = ctx.run
+    world = run.marker.world_size if run.marker is not None else None
+    nproc = nproc_per_node(run)
+    if not one_host(run) or not world or not nproc:
+        return None
+    rank_of_pid = {e.pid: rank_of(e.ref) for e in log.of_type(ProcessStarted) if e.pid is not None}
+    if set(rank_of_pid.values()) != set(range(world)):
+        return None
+    failed = _node_records(ctx)
+    if not failed:
+        return None
+    stop = [failed[0], *until_restart(run, failed[0].ref)]
+    for e in stop:
+        if e.kind not in (LauncherEventKind.WORKER_FAILED, LauncherEventKind.CLOSING_SIGNAL):
+            continue
+        if e.pid is None:
+            continue
+        if e.pid not in rank_of_pid:
+            return Fact(
+                f"{e.ref.location} names pid {e.pid}, which no rank of the faulted cycle"
+                f" printed at its start ({log.file})",
+                (e.ref,),
+            )
+        owner = rank_of_pid[e.pid]
+        node = e.node if e.node is not None else (0 if one_node(run) else None)
+        kind_ok = e.kind is LauncherEventKind.WORKER_FAILED
+        if kind_ok and node is not None and e.rank is not None and owner != node * nproc + e.rank:
+            return Fact(
+                f"{e.ref.location} records local_rank {e.rank} of node {node} as pid"
+                f" {e.pid}, which rank {owner} printed at its start",
+                (e.ref,),
+            )
+    return None
+
+
+def _records_unlike_torch(run: RunEvidence) -> Fact | None:
+    """Worker-failure records torch elastic does not write: an exit of 0 (it records only a
+    failed worker), a local rank beyond the node's ranks; and a closing signal to a worker
+    whose failure its host's launcher had already recorded (it signals only the workers still
+    running)."""
+    nproc = nproc_per_node(run)
+    records = run.launcher.of_kind(LauncherEventKind.WORKER_FAILED)
+    for e in records:
+        if e.exit_code == 0:
+            return Fact(f"{e.ref.location} records a worker failed with exit code 0", (e.ref,))
+        if nproc and e.rank is not None and e.rank >= nproc:
+            return Fact(
+                f"{e.ref.location} records local_rank {e.rank}, but a node runs {nproc}",
+                (e.ref,),
+            )
+        for later in until_restart(run, e.ref):
+            if (
+                later.kind is LauncherEventKind.CLOSING_SIGNAL
+                and later.pid is not None
+                and later.pid == e.pid
+                and same_host(run, later, e)
+            ):
+                return Fact(
+                    f"{later.ref.location} sends a closing signal to pid {later.pid}, whose"
+                    f" failure {e.ref.location} had recorded: torch signals only the workers"
+                    " still running",
+                    (later.ref, e.ref),
+                )
+    return None
 
 
 def _pid_started_again(run: RunEvidence) -> Fact | None:
@@ -129,7 +265,15 @@ def _pid_started_again(run: RunEvidence) -> Fact | None:
                     " before this cycle began, and a host does not reuse a pid within seconds",
                     (ref, earlier[1]),
                 )
+        ranks: dict[int, EvidenceRef] = {}
         for pid, ref in started:
+            twin = ranks.get(pid)
+            if twin is not None and rank_of(twin) != rank_of(ref):
+                return Fact(
+                    f"{ref.location} and {twin.location} start two ranks as one pid {pid}",
+                    (ref, twin),
+                )
+            ranks.setdefault(pid, ref)
             seen.setdefault(pid, (log.cycle, ref))
     return None
 
@@ -233,6 +377,10 @@ def _after_its_fault(ctx: JudgeContext, log: CycleLog, fired: InjectorLine) -> F
                 " exception",
                 (ended[0], fired.ref),
             )
+        errors = {e.ref: e for e in log.of_type(WorkloadError)}
+        mismatch = aborted_unlike_raised([errors[r] for r in after if r in errors])
+        if mismatch is not None:
+            return Fact(f"rank {marker.rank}: {mismatch}", (fired.ref,))
         # the exception unwinds the training thread: it trains and restores no more
         went_on = [e.ref for e in log.iterations]
         went_on += [e.ref for e in log.of_type(LoadStarted)]
@@ -253,21 +401,31 @@ def _failed_before_the_fault(ctx: JudgeContext, log: CycleLog, fired: InjectorLi
     the marker's time (less the clocks' allowance of its host): the failure the launcher
     recorded may be that one."""
     at = fired.ref.line or 0
+    fault = ctx.timeline.fault_time
+    stamps = {e.ref: e.time for e in log.of_type(WorkloadError) if e.time is not None}
+    stamps.update({e.ref: e.time for e in log.of_type(ProcessExited) if e.time is not None})
     ended = [e.ref for e in log.of_type(WorkloadError)] + [e.ref for e in log.of_type(LoadFailed)]
     ended += [e.ref for e in log.of_type(ProcessExited)]
-    early = sorted((r for r in ended if (r.line or 0) < at), key=lambda r: r.line or 0)
+
+    def after_by_its_stamp(ref: EvidenceRef) -> bool:
+        # ranks' lines reach the log in the order they arrive: a line stamped after the fault
+        # may stand above the fire line (its stamp is judged below)
+        when = stamps.get(ref)
+        return when is not None and fault is not None and when >= fault
+
+    early = sorted(
+        (r for r in ended if (r.line or 0) < at and not after_by_its_stamp(r)),
+        key=lambda r: r.line or 0,
+    )
     if early:
         return Fact(
             f"{early[0].location} shows a rank's end before the fault fired ({fired.ref.location}):"
             " the failure the launcher recorded need not be the fault's",
             (early[0], fired.ref),
         )
-    fault = ctx.timeline.fault_time
     if fault is None:
         return None
-    stamped = [(e.time, e.ref) for e in log.of_type(WorkloadError) if e.time is not None]
-    stamped += [(e.time, e.ref) for e in log.of_type(ProcessExited) if e.time is not None]
-    for when, ref in sorted(stamped, key=lambda t: t[1].line or 0):
+    for ref, when in sorted(stamps.items(), key=lambda t: t[0].line or 0):
         if when < fault - clock_allowance(ctx.run, rank_of(ref)):
             return Fact(
                 f"{ref.location} shows a rank's end stamped {clock(when)}, before the fault at"

@@ -24,6 +24,7 @@ from pytest_nvrx.criteria.helpers import (
     marker_ref,
     nproc_per_node,
     on_faulted_node,
+    rank_of,
 )
 from pytest_nvrx.criteria.peer_named import peer_failed_first, peer_named_first
 from pytest_nvrx.criteria.process_story import process_problem
@@ -336,8 +337,11 @@ def _exception_failure(
         for e in errors
         if e.exception is not None and e.exception.split(":", 1)[0].endswith(INJECTED_EXCEPTION)
     ]
+    # in the raising rank's own stream
     mine: list[WorkloadError | LoadFailed] = [
-        e for e in raised if f"on rank {marker.rank} " in (e.exception or "")
+        e
+        for e in raised
+        if f"on rank {marker.rank} " in (e.exception or "") and rank_of(e.ref) == marker.rank
     ]
     if not mine and log is not None:
         # a workload that catches what its checkpoint load raises reports the injected

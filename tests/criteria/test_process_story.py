@@ -7,13 +7,14 @@ of committed real runs; each edit fails the run, quoting the edited line."""
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
 
 from pytest_nvrx.criteria import judge_run_dir
-from tests.helpers.doctor import MARKER, copy_run
+from tests.helpers.doctor import MARKER, Doctor, copy_run
 
 DATA = Path(__file__).parents[1] / "data"
 CYCLE0 = "logs/train_cycle0.log"
@@ -148,3 +149,176 @@ def test_a_rank_that_raised_the_injected_exception_going_on_fails(
     j = judge_run_dir(doc.root)
     v = j.verdict("replaced_cycle")
     assert not j.passed and not v.passed, (goes_on, v.reason)
+
+
+# -- a sixth attack (adv10): what the launcher and the other ranks say must fit too --
+
+LAUNCHER = "logs/launcher.log"
+EXCEPTION_RUN = "windows/cpu/ref-exception-step"
+KILL_RUN = "windows/cpu/ref-kill-step"
+TWO_LAUNCHERS = "windows/cpu-two-launchers/tn2-reference-kill-save"
+
+
+def _records(doc: Doctor) -> list[str]:
+    return [x for x in doc.lines(LAUNCHER) if "failed (exitcode: " in x]
+
+
+def _glog_time(line: str) -> str:
+    return line.split(" ")[1]
+
+
+def _record_of(doc: Doctor, pid: int) -> str:
+    return next(x for x in _records(doc) if f"(pid: {pid})" in x)
+
+
+def _record_before_fault(pid_of: str) -> Callable[[Doctor], None]:
+    """The record of the faulted rank (``rank_pid``) or of the other node's rank (``peer``)
+    stamped 400 ms before the marker's time."""
+
+    def edit(doc: Doctor) -> None:
+        marker = doc.json(MARKER)
+        own = _record_of(doc, marker["rank_pid"])
+        record = own if pid_of == "rank_pid" else next(x for x in _records(doc) if x != own)
+        when = datetime.fromisoformat(marker["time"]) - timedelta(milliseconds=400)
+        doc.replace(
+            LAUNCHER, record, record.replace(_glog_time(record), when.strftime("%H:%M:%S.%f"))
+        )
+
+    return edit
+
+
+def _closing_to(pid: str) -> Callable[[Doctor], None]:
+    """The launcher's closing signal sent to another pid: ``4444`` (no rank's), ``raiser``
+    (the exception raiser, after its own record)."""
+
+    def edit(doc: Doctor) -> None:
+        if pid == "raiser":
+            record = _records(doc)[0]
+            head = " ".join(record.split(" ")[:3])
+            signal = f"W{head[1:]} torch/distributed/elastic/multiprocessing/api.py:1028]"
+            raiser = doc.json(MARKER)["rank_pid"]
+            doc.insert_after(
+                LAUNCHER, record, f"{signal} Sending process {raiser} closing signal SIGTERM"
+            )
+            return
+        closing = next(x for x in doc.lines(LAUNCHER) if "closing signal" in x)
+        old = closing.split("Sending process ")[1].split(" ")[0]
+        doc.replace(LAUNCHER, closing, closing.replace(f"process {old} ", "process 4444 "))
+
+    return edit
+
+
+def _peer_record_pid(doc: Doctor) -> None:
+    own = _record_of(doc, doc.json(MARKER)["rank_pid"])
+    record = next(x for x in _records(doc) if x != own)
+    old = record.split("(pid: ")[1].split(")")[0]
+    doc.replace(LAUNCHER, record, record.replace(f"(pid: {old})", "(pid: 4444)"))
+
+
+def _peer_started_as_the_faulted_rank(doc: Doctor) -> None:
+    line = _started(doc.lines(CYCLE0))[0][0]
+    old = _started(doc.lines(CYCLE0))[0][1]
+    doc.replace(
+        CYCLE0,
+        line,
+        line.replace(f"started pid {old} ", f"started pid {doc.json(MARKER)['rank_pid']} "),
+    )
+
+
+def _raiser_traceback_in_the_peers_stream(doc: Doctor) -> None:
+    doc.replace(CYCLE0, "1: [rank1]: ", "0: [rank0]: ")
+
+
+def _raiser_aborted_on_another_exception(doc: Doctor) -> None:
+    doc.replace(
+        CYCLE0,
+        "aborted InjectedFault: pytest-nvrx injected exception on rank 1",
+        "aborted ValueError: loss is nan",
+    )
+
+
+def _raiser_injector_line_of_another_pid(doc: Doctor) -> None:
+    pid = doc.json(MARKER)["rank_pid"]
+    doc.replace(CYCLE0, f"rank 1 pid {pid}: watching", "rank 1 pid 5555: watching")
+
+
+def _a_rank_beyond_the_world(doc: Doctor) -> None:
+    fire = _fire_line(doc.lines(CYCLE0))
+    stamp = _stamp(doc.json(MARKER)["time"], 10)
+    doc.insert_after(
+        CYCLE0, fire, f"2: [ref] {stamp} rank 2 started pid 4444 world_size 2 restart_count 0"
+    )
+
+
+def _a_frameless_peer_traceback(doc: Doctor) -> None:
+    kept = [
+        x
+        for x in doc.lines(CYCLE0)
+        if not x.startswith("0: [rank0]:")
+        or x.startswith(("0: [rank0]: Traceback", "0: [rank0]: RuntimeError"))
+    ]
+    doc.write_lines(CYCLE0, kept)
+
+
+SIXTH = {
+    "the faulted rank's record stamped before the fault": (
+        KILL_RUN,
+        _record_before_fault("rank_pid"),
+    ),
+    "the raiser's record stamped before the fault": (
+        EXCEPTION_RUN,
+        _record_before_fault("rank_pid"),
+    ),
+    "the other node's record stamped before the fault": (
+        TWO_LAUNCHERS,
+        _record_before_fault("peer"),
+    ),
+    "a closing signal to a pid no rank printed": (KILL_RUN, _closing_to("4444")),
+    "a closing signal to the raiser after its record": (EXCEPTION_RUN, _closing_to("raiser")),
+    "the other node's record of a pid no rank printed": (TWO_LAUNCHERS, _peer_record_pid),
+    "two ranks started as one pid": (KILL_RUN, _peer_started_as_the_faulted_rank),
+    "the raiser's traceback in its peer's stream": (
+        EXCEPTION_RUN,
+        _raiser_traceback_in_the_peers_stream,
+    ),
+    "the raiser's aborted line naming another exception": (
+        EXCEPTION_RUN,
+        _raiser_aborted_on_another_exception,
+    ),
+    "the raiser's injector line naming another pid": (
+        EXCEPTION_RUN,
+        _raiser_injector_line_of_another_pid,
+    ),
+    "a line of rank 2 in a world of 2": (KILL_RUN, _a_rank_beyond_the_world),
+    "a tie's peer traceback without frames": (
+        "windows/cpu-tie/ref-kill-step",
+        _a_frameless_peer_traceback,
+    ),
+}
+
+
+@pytest.mark.parametrize("attack", sorted(SIXTH))
+def test_a_sixth_attack_fails(tmp_path: Path, attack: str) -> None:
+    name, edit = SIXTH[attack]
+    doc = copy_run(DATA / name, tmp_path / "run")
+    edit(doc)
+    j = judge_run_dir(doc.root)
+    v = j.verdict("replaced_cycle")
+    assert not j.passed and not v.passed, (attack, v.reason)
+
+
+def test_another_ranks_end_stamped_after_the_fault_may_stand_above_the_fire_line(
+    tmp_path: Path,
+) -> None:
+    """Ranks' lines reach the log as they arrive (two launchers here): rank 0's aborted line,
+    stamped after the fault, one line above rank 1's fire line, is no end before the fault."""
+    doc = copy_run(DATA / TWO_LAUNCHERS, tmp_path / "run")
+    lines = doc.lines(CYCLE0)
+    fire = lines.index(_fire_line(lines))
+    aborted = next(i for i, x in enumerate(lines) if " rank 0 aborted RuntimeError" in x)
+    assert aborted > fire
+    lines.insert(fire, lines.pop(aborted))
+    doc.write_lines(CYCLE0, lines)
+    judgement = judge_run_dir(doc.root)
+    failed = [v.render() for v in judgement.verdicts if not v.passed]
+    assert failed == [], failed
