@@ -64,6 +64,7 @@ def manifest_problems(run: RunEvidence) -> tuple[Problem, ...]:
         return tuple(_ft_timeouts(run, None)[:1])
     found: list[Problem] = []
     found += _launcher_block(run, manifest)
+    found += _host(run, manifest)
     world = _world(run, manifest)
     for log in run.cycle_logs:
         found += _dump(log, manifest)
@@ -71,6 +72,22 @@ def manifest_problems(run: RunEvidence) -> tuple[Problem, ...]:
     found += _versions(run, manifest)
     found += _ft_timeouts(run, manifest)
     return tuple(found[:1])
+
+
+def _host(run: RunEvidence, manifest: Manifest) -> list[Problem]:
+    """run.json's host is one the launcher's own lines name (NVRx prints its host on each)."""
+    host, hosts = manifest.host, run.launcher.hosts
+    if host is None or not hosts or host.value in hosts:
+        return []
+    return [
+        Problem(
+            "fatal",
+            f"{host.ref.location} records host {host.value!r}, but the launcher's lines"
+            f" ({run.launcher.file}) name only {', '.join(map(repr, sorted(hosts)))}: run.json is"
+            " not the record of the run that printed them",
+            host.ref,
+        )
+    ]
 
 
 def _disagree(ours: EvidenceRef, said: str, theirs: EvidenceRef, what: str) -> Problem:

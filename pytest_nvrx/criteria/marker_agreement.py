@@ -161,6 +161,14 @@ def marker_problems(run: RunEvidence, timeline: Timeline) -> tuple[Problem, ...]
                 f" ({nnodes.ref.location if nnodes is not None else 'run.json'}: one node):"
                 " the marker of another host",
             )
+    hosts = run.launcher.hosts
+    if marker.host is not None and hosts and marker.host not in hosts:
+        fatal(
+            "host",
+            f"{marker.ref('host').location} records host {marker.host!r}, but the launcher's lines"
+            f" ({run.launcher.file}) name only {', '.join(map(repr, sorted(hosts)))}: the marker"
+            " of another host",
+        )
     cycle = timeline.failed_cycle
     record = run.cycle_infos.by_cycle(cycle) if cycle is not None else None
     if marker.restart_count is not None and cycle is not None and marker.restart_count > cycle:

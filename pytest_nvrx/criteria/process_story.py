@@ -121,9 +121,9 @@ def process_problem(ctx: JudgeContext, local: int | None) -> Fact | None:
         _beyond_the_world(ctx.run)
         or _recorded_before_the_fault(ctx)
         or _records_unlike_torch(ctx.run)
-        or _pids_nobody_printed(ctx, log)
         or _after_its_fault(ctx, log, fired)
         or _records_of_one_failure(ctx)
+        or _pids_nobody_printed(ctx, log)
         or _pid_started_again(ctx.run)
     )
 

@@ -176,6 +176,8 @@ class LauncherLog:
     # the launcher pids the profiling events' node ids name (``Node: host_<pid>_<n>``): the
     # torch elastic agents that wrote this log, whose glog lines carry the same pids
     launchers: frozenset[int] = frozenset()
+    # the hosts NVRx's own lines name (``[INFO] [<host>] [workload:...``): where the launchers ran
+    hosts: frozenset[str] = frozenset()
 
     def of_kind(self, *kinds: LauncherEventKind) -> tuple[LauncherEvent, ...]:
         return tuple(e for e in self.events if e.kind in kinds)
@@ -209,7 +211,8 @@ class LauncherLog:
 
 _PREFIX = r"(?:(?:\d+|\?)\s*: )?"
 _NVRX_LINE = re.compile(
-    _PREFIX + r"(?P<ts>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d[,.]\d+) \[(?P<level>\w+)\] \[[^\]]*\] "
+    _PREFIX
+    + r"(?P<ts>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d[,.]\d+) \[(?P<level>\w+)\] \[(?P<host>[^\]]*)\] "
     r"\[workload:(?P<wrank>[^(\s]*)\((?P<wlocal>[^)\s]*)\) infra:(?P<infra>[^(\s\]]*)[^\]]*\] "
     r"(?P<src>\S+?):\d+ (?P<msg>.*)"
 )
@@ -403,6 +406,7 @@ def parse_launcher_log(path: Path, *, file: str | None = None) -> LauncherLog:
     node_of_pid: dict[int, int] = {}
     profiled_node_of_pid: dict[int, int] = {}
     named_launchers: set[int] = set()
+    named_hosts: set[str] = set()
     launcher_pids: list[int | None] = []
     # the latest stamp so far and the largest step back: over every line (one node) and per
     # launcher pid (several nodes); (naive time, ref) pairs, years known
@@ -423,6 +427,8 @@ def parse_launcher_log(path: Path, *, file: str | None = None) -> LauncherLog:
                 if m is not None:
                     ts = _naive(m["ts"])
                     msg = m["msg"]
+                    if m.groupdict().get("host"):
+                        named_hosts.add(m["host"])
                     wlocal = m.groupdict().get("wlocal")
                     node = _int(m.groupdict().get("infra"))
                     if ts is not None:
@@ -599,6 +605,7 @@ def parse_launcher_log(path: Path, *, file: str | None = None) -> LauncherLog:
         latest=Instant(*latest) if latest else NO_INSTANT,
         back_step=back_step,
         launchers=frozenset(named_launchers),
+        hosts=frozenset(named_hosts),
     )
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from pytest_nvrx.criteria import judge_run_dir
-from tests.helpers.doctor import MARKER, Doctor, copy_run
+from tests.helpers.doctor import MARKER, Doctor, copy_run, on_two_hosts
 
 DATA = Path(__file__).parents[1] / "data"
 CYCLE0 = "logs/train_cycle0.log"
@@ -114,7 +114,7 @@ def test_on_two_hosts_a_pid_number_may_start_again(tmp_path: Path) -> None:
     """Two nodes the marker and run.json place on two hosts: the same number in a later cycle
     may be the other host's process (here node 0's rank 0 after node 1's killed rank)."""
     doc = copy_run(DATA / "windows/cpu-two-launchers/tn2-reference-kill-save", tmp_path / "run")
-    doc.set_json(MARKER, host="another-host")
+    on_two_hosts(doc, 2988)  # node 1's launcher
     old = _started(doc.lines(CYCLE0))[1][1]
     line, new = _started(doc.lines(CYCLE1))[0]
     doc.replace(CYCLE1, line, line.replace(f" started pid {new} ", f" started pid {old} ", 1))

@@ -212,3 +212,16 @@ HARNESS_RESULT: dict[str, Any] = {
     "start_time": "2026-11-29T10:00:00+00:00",
     "end_time": "2026-11-29T12:00:00+00:00",
 }
+
+
+def on_two_hosts(doc: Doctor, launcher_pid: int, host: str = "another-host") -> None:
+    """Move the faulted rank's node to another host: its marker's ``host`` and the host NVRx
+    prints on the profiling lines of that node's launcher (``Node: <name>_<launcher_pid>_0``)."""
+    old = doc.json(MARKER)["host"]
+    doc.set_json(MARKER, host=host)
+    lines = [
+        line.replace(f"] [{old}] [", f"] [{host}] [", 1) if f"_{launcher_pid}_0 " in line else line
+        for line in doc.lines(LAUNCHER)
+    ]
+    assert lines != doc.lines(LAUNCHER), launcher_pid
+    doc.write_lines(LAUNCHER, lines)
