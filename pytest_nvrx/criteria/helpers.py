@@ -205,10 +205,13 @@ def same_host(run: RunEvidence, a: LauncherEvent, b: LauncherEvent) -> bool:
     """Whether the launchers that wrote two lines ran on one host, where a pid names one
     process: one launcher, or two nodes the run places on one host. On several hosts the same
     number may name two processes."""
-    if same_launcher(run, a, b):
-        return True
-    host = node_host(run, a.node)
-    return host is not None and host == node_host(run, b.node)
+    return same_launcher(run, a, b) or _hosts_agree(run, a.node, b.node)
+
+
+def _hosts_agree(run: RunEvidence, a: int | None, b: int | None) -> bool:
+    """Whether the run places nodes ``a`` and ``b`` on one known host."""
+    host = node_host(run, a)
+    return host is not None and host == node_host(run, b)
 
 
 def clock_allowance(run: RunEvidence, rank: int | None) -> timedelta:
@@ -219,9 +222,7 @@ def clock_allowance(run: RunEvidence, rank: int | None) -> timedelta:
     nproc = nproc_per_node(run)
     if marker is None or marker.rank is None or rank is None or not nproc:
         return CLOCK_SLACK
-    if one_node(run) or rank // nproc == marker.rank // nproc:
-        return SAME_HOST_STAMP
-    host = node_host(run, rank // nproc)
-    if host is not None and host == node_host(run, marker.rank // nproc):
+    node, faulted = rank // nproc, marker.rank // nproc
+    if one_node(run) or node == faulted or _hosts_agree(run, node, faulted):
         return SAME_HOST_STAMP
     return CLOCK_SLACK

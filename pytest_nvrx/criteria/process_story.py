@@ -15,6 +15,8 @@ death (a :class:`~pytest_nvrx.criteria.windows.Fact` quoting both sides).
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from pytest_nvrx.criteria.context import JudgeContext
 from pytest_nvrx.criteria.helpers import (
     EXCEPTION_EXIT_CODE,
@@ -158,11 +160,12 @@ def _recorded_before_the_fault(ctx: JudgeContext) -> Fact | None:
     if fault is None or marker is None:
         return None
     nproc = nproc_per_node(run)
+    own = _node_records(ctx)
     for e in ctx.timeline.failure_events:
         if e.kind is not LauncherEventKind.WORKER_FAILED or e.time is None:
             continue
         if e.node is None and not one_node(run):
-            rank: int | None = marker.rank if e in _node_records(ctx) else None
+            rank: int | None = marker.rank if e in own else None
         else:
             rank = (e.node or 0) * nproc if nproc else None
         if e.time < fault - clock_allowance(run, rank):
@@ -313,14 +316,8 @@ def _after_its_fault(ctx: JudgeContext, log: CycleLog, fired: InjectorLine) -> F
         # its own process's last words (the workload's stamped error or exit line; what the
         # processes it started print under its prefix carries no stamp of the workload's)
         at = fired.ref.line or 0
-        last_words = [(e.time, e.ref) for e in log.of_type(WorkloadError)]
-        last_words += [(e.time, e.ref) for e in log.of_type(ProcessExited)]
         spoke = sorted(
-            (
-                ref
-                for when, ref in last_words
-                if when is not None and rank_of(ref) == marker.rank and (ref.line or 0) > at
-            ),
+            (r for r in _stamped_ends(log) if rank_of(r) == marker.rank and (r.line or 0) > at),
             key=lambda r: r.line or 0,
         )
         if spoke:
@@ -402,8 +399,7 @@ def _failed_before_the_fault(ctx: JudgeContext, log: CycleLog, fired: InjectorLi
     recorded may be that one."""
     at = fired.ref.line or 0
     fault = ctx.timeline.fault_time
-    stamps = {e.ref: e.time for e in log.of_type(WorkloadError) if e.time is not None}
-    stamps.update({e.ref: e.time for e in log.of_type(ProcessExited) if e.time is not None})
+    stamps = _stamped_ends(log)
     ended = [e.ref for e in log.of_type(WorkloadError)] + [e.ref for e in log.of_type(LoadFailed)]
     ended += [e.ref for e in log.of_type(ProcessExited)]
 
@@ -434,6 +430,14 @@ def _failed_before_the_fault(ctx: JudgeContext, log: CycleLog, fired: InjectorLi
                 (ref, fired.ref),
             )
     return None
+
+
+def _stamped_ends(log: CycleLog) -> dict[EvidenceRef, datetime]:
+    """The workload's own stamped end lines in ``log`` (its error or exit line; a traceback
+    carries no stamp), with their stamps."""
+    ends = {e.ref: e.time for e in log.of_type(WorkloadError) if e.time is not None}
+    ends.update({e.ref: e.time for e in log.of_type(ProcessExited) if e.time is not None})
+    return ends
 
 
 def _node_records(ctx: JudgeContext) -> list[LauncherEvent]:

@@ -477,6 +477,8 @@ def parse_launcher_log(path: Path, *, file: str | None = None) -> LauncherLog:
                 in_config = "Starting elastic_operator with launch configs" in msg
                 if in_config:
                     blocks.append(EvidenceRef(name, lineno, clip_line(text)))
+                # a profiling event's node id (``Node: <host>_<launcher pid>_<n> Rank: <node>``)
+                profiled = _PROFILING_NODE.search(msg) if "Event: " in msg else None
                 if ts is not None:
                     ref = EvidenceRef(name, lineno, clip_line(text))
                     if first is None:
@@ -486,9 +488,8 @@ def parse_launcher_log(path: Path, *, file: str | None = None) -> LauncherLog:
                     _widen(pending_span if pending else known_span, ts, ref)
                     if not pending:
                         writer = launcher_pid
-                        if writer is None and "Event: " in msg:
-                            p = _PROFILING_NODE.search(msg)
-                            writer = read_int(p["pid"]) if p is not None else None
+                        if writer is None and profiled is not None:
+                            writer = read_int(profiled["pid"])
                         keys: tuple[int | None, ...] = (None,) if writer is None else (None, writer)
                         for key in keys:
                             _step(newest, steps, key, ts, ref)
@@ -520,14 +521,13 @@ def parse_launcher_log(path: Path, *, file: str | None = None) -> LauncherLog:
                 ):
                     # rank monitors log as workload:?(<local rank>)
                     event = replace(event, rank=_int(wlocal))
-                if event.kind is LauncherEventKind.PROFILING:
-                    p = _PROFILING_NODE.search(msg)
-                    if p is not None:
-                        named_launchers.add(read_int(p["pid"]))
-                    if p is not None and node is not None:
-                        node_of_pid.setdefault(read_int(p["pid"]), node)
-                    elif p is not None and p["rank"] is not None:
-                        profiled_node_of_pid.setdefault(read_int(p["pid"]), read_int(p["rank"]))
+                if event.kind is LauncherEventKind.PROFILING and profiled is not None:
+                    pid = read_int(profiled["pid"])
+                    named_launchers.add(pid)
+                    if node is not None:
+                        node_of_pid.setdefault(pid, node)
+                    elif profiled["rank"] is not None:
+                        profiled_node_of_pid.setdefault(pid, read_int(profiled["rank"]))
                 if node is not None:
                     event = replace(event, node=node)
                 events.append(event)
